@@ -1,0 +1,31 @@
+"""The registry of step kinds. Adding a kind = one module + one line here; the engine never changes."""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+
+from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
+
+# kind -> "module:Class". Modules must be cheap to import (heavy imports go inside run()).
+BUILTIN_ACTIONS: dict[str, str] = {
+    "shell": "orchestrator.actions.shell:ShellAction",
+    "set": "orchestrator.actions.set_vars:SetAction",
+}
+
+
+@cache
+def registry() -> dict[str, type[Action]]:
+    kinds: dict[str, type[Action]] = {}
+    for kind, target in BUILTIN_ACTIONS.items():
+        module_name, class_name = target.split(":")
+        cls = getattr(importlib.import_module(module_name), class_name)
+        kinds[kind] = cls
+    return kinds
+
+
+def get_action(kind: str) -> type[Action] | None:
+    return registry().get(kind)
+
+
+__all__ = ["Action", "ActionArgs", "ActionContext", "StepFailed", "registry", "get_action", "BUILTIN_ACTIONS"]

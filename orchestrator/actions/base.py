@@ -1,0 +1,107 @@
+"""The contract every step kind implements. One module per kind, registered in ``actions/__init__``.
+
+An action turns its (rendered, validated) arguments into work on one host through ``ActionContext``
+and returns a result dict, which the engine registers and records. Failure is ``StepFailed`` with a
+message and whatever result is worth keeping (a failed shell command still has its output).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.playbook.templating import render, render_shell
+
+if TYPE_CHECKING:
+    from orchestrator.inventory import HostSpec
+    from orchestrator.transport.base import Transport
+
+
+class ActionArgs(BaseModel):
+    """Base of every step kind's arguments: unknown keys are mistakes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+A = TypeVar("A", bound=ActionArgs)
+
+
+class StepFailed(Exception):
+    """The step ran and failed; ``result`` is still registered and recorded."""
+
+    def __init__(self, message: str, result: dict[str, Any] | None = None, *, status: str = "failed") -> None:
+        super().__init__(message)
+        self.message = message
+        self.result = result or {}
+        self.status = status
+
+
+@dataclass
+class ActionContext:
+    """What an action may touch. Everything explicit: no module globals."""
+
+    step_id: str
+    step_name: str
+    host: str
+    host_spec: HostSpec | None
+    transport: Transport | None
+    variables: dict[str, Any]
+    session_id: str
+    session_dir: Path | None
+    emit_output: Callable[[str, str], None]  # (stream, text)
+    services: dict[str, Any] = field(default_factory=dict)  # shared per-session helpers (servers, probes)
+    emit: Callable[[Any], None] | None = None  # emit a typed event (server lifecycle, artifacts)
+    timeout: float | None = None
+
+    def output(self, text: str, stream: str = "info") -> None:
+        self.emit_output(stream, text)
+
+    def require_transport(self) -> Transport:
+        if self.transport is None:
+            raise StepFailed(f"step needs a host, but none was resolved for {self.host!r}")
+        return self.transport
+
+
+class Action(ABC, Generic[A]):
+    """A step kind. Subclasses set ``kind``, ``Args`` and implement ``run``."""
+
+    kind: ClassVar[str]
+    Args: ClassVar[type[ActionArgs]]
+    #: the field a bare string value maps to (``shell: "echo hi"`` -> command)
+    shorthand: ClassVar[str | None] = None
+    #: fields rendered with shell quoting for every ``{{ }}``
+    shell_fields: ClassVar[tuple[str, ...]] = ()
+    #: fields left unrendered (expressions the action evaluates itself)
+    raw_fields: ClassVar[tuple[str, ...]] = ()
+    #: False for actions that run once on the controller (``set``), not per host
+    per_host: ClassVar[bool] = True
+    #: one-line description for `orchestrator schema` and the docs
+    summary: ClassVar[str] = ""
+
+    @classmethod
+    def normalize(cls, raw: Any) -> Any:
+        """Shorthand expansion before validation (``shell: "cmd"``)."""
+        if cls.shorthand and not isinstance(raw, dict):
+            return {cls.shorthand: raw}
+        return raw if raw is not None else {}
+
+    @classmethod
+    def render_args(cls, raw: dict[str, Any], variables: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in raw.items():
+            if key in cls.raw_fields:
+                out[key] = value
+            elif key in cls.shell_fields and isinstance(value, str):
+                out[key] = render_shell(value, variables)
+            else:
+                out[key] = render(value, variables)
+        return out
+
+    @abstractmethod
+    async def run(self, args: A, ctx: ActionContext) -> dict[str, Any]:
+        """Do the work on ``ctx.host``; return the result to register. Raise StepFailed on failure."""

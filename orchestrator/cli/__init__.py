@@ -1,0 +1,46 @@
+"""The `orchestrator` command. Sub-commands live in sibling modules; heavy imports stay inside them
+so `orchestrator --help` starts fast."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from orchestrator.cli import run as _run
+from orchestrator.cli import sessions as _sessions
+from orchestrator.cli.common import report_error
+
+app = typer.Typer(
+    name="orchestrator",
+    help="Recorded, repeatable investigations of speculative-decoding problems (EAGLE-3 on SGLang) on GPU servers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+_run.register(app)
+_sessions.register(app)
+
+
+def _register_optional() -> None:
+    """Sub-apps that other areas add. Each import is cheap (they import heavy things lazily)."""
+    from orchestrator.cli import hosts
+
+    app.add_typer(hosts.hosts_app, name="hosts")
+
+
+try:
+    _register_optional()
+except ImportError:  # pragma: no cover - a partially installed tree still gets the core commands
+    pass
+
+
+def main() -> None:
+    from orchestrator.errors import OrchestratorError
+
+    try:
+        app(standalone_mode=True)
+    except OrchestratorError as exc:  # raised outside a command body (rare)
+        report_error(exc)
+        sys.exit(exc.exit_code)

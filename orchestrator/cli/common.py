@@ -1,0 +1,112 @@
+"""Shared CLI plumbing: error panels, inventory resolution, extra vars, running the engine with signals."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def report_error(exc: Any) -> None:
+    """A user-facing error: a Rich panel on stderr (plain lines for each located playbook error)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.panel import Panel
+
+    console = Console(stderr=True, highlight=False)
+    console.print(Panel(escape(exc.message), title=getattr(exc, "title", "Error"), border_style="red", expand=False))
+
+
+def handle_errors(func: F) -> F:
+    """Turn OrchestratorError into a panel + its exit code; never a traceback for a user mistake."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from orchestrator.errors import OrchestratorError
+
+        try:
+            return func(*args, **kwargs)
+        except OrchestratorError as exc:
+            report_error(exc)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_extra_vars(items: list[str] | None) -> dict[str, Any]:
+    """``-e key=value`` (value parsed as a YAML scalar) or ``-e @vars.yaml``."""
+    from orchestrator.errors import UserInputError
+    from orchestrator.playbook.yamlio import load_yaml, load_yaml_text
+
+    result: dict[str, Any] = {}
+    for item in items or []:
+        if item.startswith("@"):
+            data, _ = load_yaml(Path(item[1:]))
+            if not isinstance(data, dict):
+                raise UserInputError(f"{item[1:]}: extra vars file must be a mapping")
+            result.update(data)
+            continue
+        if "=" not in item:
+            raise UserInputError(f"-e {item!r}: expected KEY=VALUE or @FILE")
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        if not key.isidentifier():
+            raise UserInputError(f"-e {item!r}: {key!r} is not a valid variable name")
+        value, _ = load_yaml_text(raw, "-e") if raw.strip() else ("", None)
+        result[key] = value if value is not None else raw
+    return result
+
+
+def parse_host_ref(ref: str) -> dict[str, Any]:
+    """``[user@]address[:port]`` -> HostSpec fields."""
+    user = None
+    if "@" in ref:
+        user, _, ref = ref.partition("@")
+    port = None
+    if ref.count(":") == 1:
+        ref, _, port_text = ref.partition(":")
+        if not port_text.isdigit():
+            from orchestrator.errors import UserInputError
+
+            raise UserInputError(f"--host: port {port_text!r} is not a number")
+        port = int(port_text)
+    return {"address": ref, "user": user, "port": port}
+
+
+def resolve_inventory(inventory: Path | None, host: str | None) -> Any:
+    """The inventory for a run: the file given, else the embedded lab's; ``--host`` adds/targets one host."""
+    from orchestrator.inventory import LOCAL_NAMES, Inventory, load_inventory
+
+    if inventory is not None:
+        inv = load_inventory(inventory)
+    else:
+        inv = default_inventory()
+    if host:
+        name = host
+        if host not in inv.hosts and host not in LOCAL_NAMES and host not in inv.groups:
+            inv = inv.with_host(host, **{k: v for k, v in parse_host_ref(host).items() if v is not None})
+        inv = inv.model_copy(update={"default_hosts": name})
+    return inv if inv is not None else Inventory()
+
+
+def default_inventory() -> Any:
+    """With no ``-i``: the lab (when the lab package is present), else just localhost."""
+    from orchestrator.inventory import Inventory
+
+    try:
+        from orchestrator.lab.inventory import lab_inventory
+    except ImportError:
+        return Inventory()
+    return lab_inventory()
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()

@@ -1,0 +1,113 @@
+"""`sessions list|show`, `report`: reading saved sessions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli.common import handle_errors
+
+sessions_app = typer.Typer(help="List and inspect saved sessions.", no_args_is_help=True)
+SessionsOpt = Annotated[Path | None, typer.Option("--sessions-dir", help="Sessions root (default ./sessions).", envvar="ORCHESTRATOR_SESSIONS_DIR")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sessions_app, name="sessions")
+    app.command("report")(report)
+
+
+@sessions_app.command("list")
+@handle_errors
+def list_cmd(sessions_dir: SessionsOpt = None) -> None:
+    """Saved sessions, oldest first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from orchestrator.session.reader import list_sessions, read_session, sessions_root
+
+    table = Table("session", "playbook", "status", "steps", "duration", box=None)
+    for path in list_sessions(sessions_dir):
+        loaded = read_session(path)
+        started, finished = loaded.started, loaded.finished
+        steps = len(loaded.of_type("step_finished"))
+        table.add_row(path.name, started.playbook if started else "?",
+                      finished.status if finished else "[yellow]incomplete[/]", str(steps),
+                      f"{finished.duration:.1f}s" if finished else "-")
+    console = Console(highlight=False)
+    if not table.rows:
+        console.print(f"no sessions under {sessions_root(sessions_dir)}")
+        return
+    console.print(table)
+
+
+@sessions_app.command("show")
+@handle_errors
+def show_cmd(
+    session: Annotated[str, typer.Argument(help="Session directory, name, unique prefix, or 'last'.")],
+    sessions_dir: SessionsOpt = None,
+    output: Annotated[bool, typer.Option("--output", help="Include each step's output.")] = False,
+) -> None:
+    """One session's timeline."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from orchestrator.console import STATUS_STYLE
+    from orchestrator.session.reader import find_session, read_session
+
+    loaded = read_session(find_session(session, sessions_dir))
+    console = Console(highlight=False)
+    start = loaded.started
+    t0 = start.ts if start else 0.0
+    if start:
+        when = datetime.fromtimestamp(start.ts).isoformat(timespec="seconds")
+        console.print(f"[bold]{escape(start.playbook)}[/] {when} on {', '.join(start.hosts) or '-'}  [dim]{loaded.directory}[/]")
+    outputs: dict[str, list[str]] = {}
+    for event in loaded.events:
+        if event.type == "output":
+            outputs.setdefault(event.step_id, []).append(event.text)
+        elif event.type == "step_finished":
+            icon, style = STATUS_STYLE.get(event.status, ("?", ""))
+            console.print(f"+{event.ts - t0:7.2f}s [{style}]{icon} {event.status:<11}[/] {escape(event.name)} "
+                          f"[dim]{event.duration:.2f}s[/]")
+            if event.error and event.status != "ok":
+                console.print(f"           [{style}]{escape(event.error[:500])}[/]")
+            if output and outputs.get(event.step_id):
+                for line in "".join(outputs[event.step_id]).splitlines()[-40:]:
+                    console.print(f"           │ {escape(line)}", soft_wrap=True)
+        elif event.type == "hypothesis_updated":
+            console.print(f"+{event.ts - t0:7.2f}s ⚑ {event.hypothesis_id} → {event.state}"
+                          f"{' — ' + escape(event.evidence) if event.evidence else ''}")
+        elif event.type == "note_added":
+            console.print(f"+{event.ts - t0:7.2f}s ✎ {escape(event.text)}")
+    fin = loaded.finished
+    if fin:
+        console.print(f"[bold]■ {fin.status}[/] in {fin.duration:.1f}s")
+    else:
+        console.print("[yellow]■ incomplete[/] (no session_finished event: the run was killed)")
+    if loaded.torn_lines:
+        console.print(f"[yellow]{loaded.torn_lines} unreadable line(s) skipped (torn write)[/]")
+
+
+@handle_errors
+def report(
+    session: Annotated[str, typer.Argument(help="Session directory, name, unique prefix, or 'last'.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="md or html.")] = "md",
+    sessions_dir: SessionsOpt = None,
+    stdout: Annotated[bool, typer.Option("--stdout", help="Print instead of writing into the session.")] = False,
+) -> None:
+    """Write the postmortem report (report.md / report.html) into the session directory."""
+    from orchestrator.errors import UserInputError
+    from orchestrator.session.reader import find_session
+    from orchestrator.session.report import render_report, write_report
+
+    if fmt not in ("md", "html"):
+        raise UserInputError(f"--format must be md or html (got {fmt!r})")
+    directory = find_session(session, sessions_dir)
+    if stdout:
+        typer.echo(render_report(directory, fmt=fmt))
+        return
+    path = write_report(directory, fmt=fmt)
+    typer.echo(str(path))

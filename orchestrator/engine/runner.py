@@ -1,0 +1,411 @@
+"""Engine: runs a playbook's steps in order on their hosts, applies when/until/retries/timeout, runs
+``always:`` even after failure or cancel, and emits typed events. Nothing here prints or knows sinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator import __version__
+from orchestrator.actions import ActionContext, StepFailed, get_action
+from orchestrator.engine.sinks import EventSink
+from orchestrator.engine.variables import VariableState
+from orchestrator.errors import HostUnreachable, OrchestratorError, TemplateError
+from orchestrator.events import (
+    Event,
+    HostOutcome,
+    Output,
+    SessionFinished,
+    SessionStarted,
+    StepFinished,
+    StepStarted,
+)
+from orchestrator.inventory import Inventory, make_transport
+from orchestrator.playbook.models import Playbook, Step
+from orchestrator.playbook.templating import evaluate, render
+from orchestrator.redact import Redactor
+from orchestrator.transport.base import Transport
+
+CONTROLLER = "controller"  # the host name for steps that run once here (`set`, notes)
+
+StepHook = Callable[["Engine", Step, StepFinished, dict[str, Any]], Awaitable[None]]
+
+
+@dataclass
+class EngineOptions:
+    extra_vars: dict[str, Any] = field(default_factory=dict)
+    forks: int = 16
+    keep_remote: bool = False
+    session_id: str = "session"
+    session_dir: Path | None = None
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SessionOutcome:
+    status: str  # ok | failed | cancelled | error
+    counts: dict[str, int]
+    duration: float
+
+    @property
+    def exit_code(self) -> int:
+        return {"ok": 0, "failed": 1, "cancelled": 130}.get(self.status, 1)
+
+
+class Engine:
+    """One session. ``run()`` once; ``cancel()`` from a signal handler or the TUI."""
+
+    def __init__(
+        self,
+        playbook: Playbook,
+        *,
+        inventory: Inventory | None = None,
+        sinks: Iterable[EventSink] = (),
+        options: EngineOptions | None = None,
+    ) -> None:
+        self.playbook = playbook
+        self.inventory = inventory or Inventory()
+        self.sinks: list[EventSink] = list(sinks)
+        self.options = options or EngineOptions()
+        self.redactor = Redactor()
+        self.vars = VariableState(
+            playbook=playbook, inventory=self.inventory, extra=dict(self.options.extra_vars),
+            session={"id": self.options.session_id, "dir": str(self.options.session_dir or "")},
+        )
+        self._collect_secrets()
+        self.transports: dict[str, Transport] = {}
+        self._transport_locks: dict[str, asyncio.Lock] = {}
+        self.unreachable: dict[str, str] = {}
+        self.services: dict[str, Any] = {}  # per-session helpers added by step kinds (servers, probes)
+        self.step_hooks: list[StepHook] = []  # e.g. the hypothesis board's rule evaluation
+        self.finalizers: list[Callable[[], Awaitable[None]]] = []  # run before transports close
+        self.counts: dict[str, int] = {}
+        self._seq = 0
+        self._current: asyncio.Task[Any] | None = None
+        self._cancelled = False
+        self._force = False
+        self.step_results: dict[str, StepFinished] = {}
+
+    # -- events -------------------------------------------------------------------------------
+    def _collect_secrets(self) -> None:
+        import os
+
+        for name, secret in self.playbook.secret_vars.items():
+            value = os.environ.get(secret.from_env, "") if secret.from_env else secret.value
+            self.vars.secrets[name] = value
+            self.redactor.add(value)
+        self.redactor.add_env(dict(os.environ))
+        for step in self.playbook.all_steps():
+            if isinstance(step.args, dict) and isinstance(step.args.get("env"), dict):
+                self.redactor.add_env({k: v for k, v in step.args["env"].items() if "{{" not in str(v)})
+
+    def emit(self, event: Event) -> None:
+        """Number, redact and deliver an event to every sink."""
+        self._seq += 1
+        data = self.redactor.deep(event.model_dump(mode="json"))
+        data["seq"] = self._seq
+        delivered = type(event).model_validate(data)
+        for sink in self.sinks:
+            try:
+                sink.handle(delivered)
+            except Exception:  # a broken sink must not take the session down
+                continue
+
+    # -- transports ---------------------------------------------------------------------------
+    async def transport(self, host: str) -> Transport:
+        """The connected transport for a host (one per host per session). Raises HostUnreachable."""
+        lock = self._transport_locks.setdefault(host, asyncio.Lock())
+        async with lock:
+            if host in self.transports:
+                return self.transports[host]
+            spec = self.inventory.host(host)
+            transport = make_transport(spec, session_id=self.options.session_id)
+            await transport.connect()
+            self.transports[host] = transport
+            return transport
+
+    # -- running ------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """First call: cancel the running step (``always:`` still runs). Second: cancel ``always:`` too."""
+        if self._cancelled:
+            self._force = True
+        self._cancelled = True
+        if self._current is not None and not self._current.done():
+            self._current.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    async def run(self) -> SessionOutcome:
+        started = time.monotonic()
+        hosts = self._safe_hosts(self.playbook.hosts)
+        self.emit(
+            SessionStarted(
+                session_id=self.options.session_id, playbook=self.playbook.name, playbook_path=self.playbook.path,
+                description=self.playbook.description, hosts=hosts,
+                vars={**self.playbook.vars, **self.options.extra_vars, **{k: "***" for k in self.playbook.secret_vars}},
+                hypotheses=[h.model_dump() for h in self.playbook.hypotheses],
+                steps=[{"step_id": s.step_id, "name": s.display_name, "action": s.action, "section": s.section,
+                        "location": str(s.location) if s.location else None} for s in self.playbook.all_steps()],
+                orchestrator_version=__version__, argv=self.options.argv,
+            )
+        )
+        status = "ok"
+        error: str | None = None
+        try:
+            status = await self._run_guarded(self._run_section(self.playbook.steps))
+            if self._cancelled:
+                status = "cancelled"
+            if not self._force:
+                always_status = await self._run_guarded(self._run_section(self.playbook.always, always=True))
+                if status == "ok" and always_status != "ok":
+                    status = always_status
+        except Exception as exc:  # an engine bug must still leave a finished, readable session
+            status, error = "error", f"{type(exc).__name__}: {exc}"
+        finally:
+            await self._shutdown()
+        if self._cancelled:
+            status = "cancelled"
+        duration = time.monotonic() - started
+        self.emit(SessionFinished(status=status, duration=round(duration, 3), counts=dict(self.counts), error=error))
+        for sink in self.sinks:
+            with contextlib.suppress(Exception):
+                sink.close()
+        return SessionOutcome(status=status, counts=dict(self.counts), duration=duration)
+
+    async def _run_guarded(self, coro: Awaitable[str]) -> str:
+        self._current = asyncio.ensure_future(coro)
+        try:
+            return await self._current
+        except asyncio.CancelledError:
+            if not self._cancelled:
+                raise  # cancelled from outside (the event loop is closing): propagate
+            return "cancelled"
+        finally:
+            self._current = None
+
+    async def _shutdown(self) -> None:
+        for finalize in reversed(self.finalizers):
+            with contextlib.suppress(Exception):
+                await asyncio.shield(finalize())
+        for transport in list(self.transports.values()):
+            with contextlib.suppress(Exception):
+                if not self.options.keep_remote:
+                    await transport.remove_workdir()
+            with contextlib.suppress(Exception):
+                await transport.close()
+
+    def _safe_hosts(self, pattern: Any) -> list[str]:
+        try:
+            return self.inventory.resolve(pattern)
+        except OrchestratorError:
+            return []
+
+    async def _run_section(self, steps: list[Step], *, always: bool = False) -> str:
+        status = "ok"
+        for step in steps:
+            if self._cancelled and not always:
+                break
+            if self._force:
+                break
+            finished = await self.run_step(step)
+            if finished.status in ("failed", "timeout", "unreachable") and not finished.ignored:
+                status = "failed"
+                if not always:
+                    break
+            if finished.status == "cancelled":
+                return "cancelled"
+        return status
+
+    async def run_step(self, step: Step) -> StepFinished:
+        """Run one step on its hosts (also used for ad-hoc steps from the TUI/CLI)."""
+        action_cls = get_action(step.action)
+        started = time.monotonic()
+        assert action_cls is not None, step.action
+        try:
+            hosts = [CONTROLLER] if not action_cls.per_host else self.inventory.resolve(step.hosts or self.playbook.hosts)
+        except OrchestratorError as exc:
+            return self._finish_early(step, "failed", exc.message, started)
+        hosts = [h for h in hosts if h not in self.unreachable]
+        if not hosts:
+            return self._finish_early(step, "unreachable", "no reachable host left for this step", started)
+
+        # `when` is decided per host, before anything starts.
+        run_hosts: list[str] = []
+        for host in hosts:
+            try:
+                if step.when is None or bool(evaluate(str(step.when), self.vars.for_host(host))):
+                    run_hosts.append(host)
+            except TemplateError as exc:
+                return self._finish_early(step, "failed", f"{step.location}: when: {exc.message}", started)
+        self.emit(StepStarted(step_id=step.step_id, name=step.display_name, action=step.action, section=step.section,
+                              hosts=hosts, args=self._safe_args(step, hosts[0]),
+                              location=str(step.location) if step.location else None))
+        if not run_hosts:
+            return self._record(step, "skipped", [HostOutcome(host=h, status="skipped") for h in hosts], started, None, 1)
+
+        semaphore = asyncio.Semaphore(max(1, self.options.forks))
+
+        async def one(host: str) -> tuple[HostOutcome, int]:
+            async with semaphore:
+                return await self._run_on_host(step, action_cls, host)
+
+        pairs = await asyncio.gather(*(one(h) for h in run_hosts))
+        outcomes = [p[0] for p in pairs]
+        attempts = max(p[1] for p in pairs)
+        outcomes += [HostOutcome(host=h, status="skipped") for h in hosts if h not in run_hosts]
+        statuses = {o.status for o in outcomes}
+        for bad in ("cancelled", "timeout", "failed"):
+            if bad in statuses:
+                status = bad
+                break
+        else:
+            ok_like = statuses <= {"ok", "skipped"}
+            status = "ok" if ok_like and "ok" in statuses else ("skipped" if ok_like else "unreachable")
+            if "unreachable" in statuses and "ok" in statuses:
+                status = "ok"  # the reachable hosts went on; the others are recorded as unreachable
+        error = "; ".join(f"{o.host}: {o.error}" for o in outcomes if o.error) or None
+        finished = self._record(step, status, outcomes, started, error, attempts)
+        for hook in self.step_hooks:
+            try:
+                await hook(self, step, finished, self.vars.for_host(run_hosts[0] if run_hosts[0] != CONTROLLER else None))
+            except OrchestratorError as exc:
+                self._output(step.step_id, run_hosts[0], "info", f"{exc.message}\n")
+        return finished
+
+    def _safe_args(self, step: Step, host: str) -> dict[str, Any]:
+        try:
+            rendered = render(step.args, self.vars.for_host(host if host != CONTROLLER else None))
+        except OrchestratorError:
+            rendered = step.args
+        return rendered if isinstance(rendered, dict) else {"value": rendered}
+
+    def _finish_early(self, step: Step, status: str, error: str, started: float) -> StepFinished:
+        self.emit(StepStarted(step_id=step.step_id, name=step.display_name, action=step.action, section=step.section,
+                              location=str(step.location) if step.location else None))
+        return self._record(step, status, [], started, error, 1)
+
+    def _record(self, step: Step, status: str, outcomes: list[HostOutcome], started: float,
+                error: str | None, attempts: int) -> StepFinished:
+        ignored = status in ("failed", "timeout") and step.ignore_errors
+        if step.register_as and outcomes:
+            self.vars.register(step.register_as, {
+                o.host: {**o.result, "status": o.status, "failed": o.status not in ("ok", "skipped"),
+                         "skipped": o.status == "skipped", "host": o.host, "error": o.error}
+                for o in outcomes
+            })
+        finished = StepFinished(
+            step_id=step.step_id, name=step.display_name, action=step.action, status=status,  # type: ignore[arg-type]
+            duration=round(time.monotonic() - started, 4), attempts=attempts, ignored=ignored, error=error,
+            results=outcomes, registered_as=step.register_as,
+        )
+        self.counts[status] = self.counts.get(status, 0) + 1
+        self.step_results[step.step_id] = finished
+        self.emit(finished)
+        return finished
+
+    async def _run_on_host(self, step: Step, action_cls: Any, host: str) -> tuple[HostOutcome, int]:
+        max_attempts = 1 + (step.retries if step.retries is not None else (3 if step.until else 0))
+        attempt = 0
+        outcome = HostOutcome(host=host, status="failed")
+        while attempt < max_attempts:
+            attempt += 1
+            outcome = await self._attempt(step, action_cls, host)
+            if outcome.status in ("cancelled", "unreachable"):
+                break
+            if step.until:
+                variables = self.vars.for_host(host if host != CONTROLLER else None)
+                bound = {**outcome.result, "status": outcome.status, "failed": outcome.status != "ok"}
+                variables["result"] = bound
+                if step.register_as:
+                    variables[step.register_as] = bound
+                try:
+                    done = bool(evaluate(step.until, variables))
+                except TemplateError as exc:
+                    outcome = HostOutcome(host=host, status="failed", result=outcome.result,
+                                          error=f"until: {exc.message}", duration=outcome.duration)
+                    break
+                if done:
+                    break
+                if attempt >= max_attempts:
+                    outcome = HostOutcome(host=host, status="failed", result=outcome.result, duration=outcome.duration,
+                                          error=f"until condition still false after {attempt} attempts")
+                    break
+            elif outcome.status == "ok":
+                break
+            if attempt < max_attempts:
+                self._output(step.step_id, host, "info", f"retrying ({attempt}/{max_attempts - 1}) in {step.delay:g}s\n")
+                await asyncio.sleep(step.delay)
+        return outcome, attempt
+
+    def _output(self, step_id: str, host: str, stream: str, text: str) -> None:
+        self.emit(Output(step_id=step_id, host=host, stream=stream, text=text))  # type: ignore[arg-type]
+
+    async def _attempt(self, step: Step, action_cls: Any, host: str) -> HostOutcome:
+        started = time.monotonic()
+        on_controller = host == CONTROLLER
+        variables = self.vars.for_host(None if on_controller else host)
+
+        def result(status: str, res: dict[str, Any] | None = None, error: str | None = None) -> HostOutcome:
+            return HostOutcome(host=host, status=status, result=res or {}, error=error,  # type: ignore[arg-type]
+                               duration=round(time.monotonic() - started, 4))
+
+        try:
+            rendered = action_cls.render_args(action_cls.normalize(step.args), variables) \
+                if isinstance(step.args, dict) else action_cls.normalize(render(step.args, variables))
+            args = action_cls.Args.model_validate(rendered)
+        except TemplateError as exc:
+            return result("failed", error=f"{step.location}: {exc.message}")
+        except ValidationError as exc:
+            from orchestrator.playbook.yamlio import describe_pydantic_error
+
+            problems = "; ".join(describe_pydantic_error(e) for e in exc.errors())
+            return result("failed", error=f"{step.location}: invalid arguments after templating: {problems}")
+
+        transport = None
+        if not on_controller:
+            try:
+                transport = await self.transport(host)
+            except HostUnreachable as exc:
+                self.unreachable[host] = exc.message
+                return result("unreachable", error=exc.message)
+        ctx = ActionContext(
+            step_id=step.step_id, step_name=step.display_name, host=host,
+            host_spec=None if on_controller else self.inventory.host(host), transport=transport,
+            variables=variables if not on_controller else self.vars.shared, session_id=self.options.session_id,
+            session_dir=self.options.session_dir,
+            emit_output=lambda stream, text: self._output(step.step_id, host, stream, text),
+            services=self.services, emit=self.emit, timeout=step.timeout,
+        )
+        ctx.services.setdefault("engine", self)
+        action = action_cls()
+        try:
+            if step.timeout:
+                res = await asyncio.wait_for(action.run(args, ctx), step.timeout)
+            else:
+                res = await action.run(args, ctx)
+            return result("ok", res)
+        except StepFailed as exc:
+            return result(exc.status, exc.result, exc.message)
+        except asyncio.TimeoutError:
+            return result("timeout", error=f"timed out after {step.timeout:g}s")
+        except asyncio.CancelledError:
+            if self._cancelled:
+                return result("cancelled", error="cancelled")
+            raise
+        except HostUnreachable as exc:
+            self.unreachable[host] = exc.message
+            return result("unreachable", error=exc.message)
+        except OrchestratorError as exc:
+            return result("failed", error=exc.message)
+        except Exception as exc:  # an action bug: record it, keep the session going to `always:`
+            return result("failed", error=f"internal error in {step.action}: {type(exc).__name__}: {exc}")

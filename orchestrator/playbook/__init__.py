@@ -1,0 +1,1 @@
+"""The playbook language: models, YAML loading with located errors, templating."""

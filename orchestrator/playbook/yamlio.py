@@ -1,0 +1,139 @@
+"""YAML loading that remembers where every value came from, so errors can say file:line:col."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from orchestrator.errors import Location, PlaybookError, PlaybookErrors
+
+Locator = Callable[..., Location]  # (path, key=False) -> Location
+
+
+def _plain(node: Any) -> Any:
+    """CommentedMap/Seq -> dict/list (pydantic and Jinja should see plain data)."""
+    if isinstance(node, CommentedMap) or isinstance(node, dict):
+        return {str(k) if not isinstance(k, (str, int, float, bool)) else k: _plain(v) for k, v in node.items()}
+    if isinstance(node, CommentedSeq) or isinstance(node, list):
+        return [_plain(v) for v in node]
+    if hasattr(node, "__class__") and node.__class__.__module__.startswith("ruamel"):
+        # ScalarString, ScalarFloat, TaggedScalar...: keep their plain Python value.
+        for base in (str, bool, int, float):
+            if isinstance(node, base):
+                return base(node)
+        return str(node)
+    return node
+
+
+def make_locator(root: Any, file: str) -> Locator:
+    """A function from a path of keys/indices (pydantic's ``loc``) to the closest known position.
+
+    A path ending in a mapping key points at the value for scalars (``retries: many`` -> ``many``);
+    ``key=True`` points at the key itself (for unknown keys).
+    """
+
+    def locate(path: tuple[Any, ...], key: bool = False) -> Location:
+        node = root
+        line, col = 0, 0
+        for depth, part in enumerate(path):
+            if isinstance(node, CommentedMap):
+                if part in node:
+                    try:
+                        # Point at the value when it is a scalar, at the key otherwise.
+                        kl, kc = node.lc.key(part)
+                        line, col = kl, kc
+                        child = node[part]
+                        if not isinstance(child, (CommentedMap, CommentedSeq)) and not (key and depth == len(path) - 1):
+                            vl, vc = node.lc.value(part)
+                            line, col = vl, vc
+                    except (KeyError, TypeError, AttributeError):
+                        pass
+                    node = node[part]
+                    continue
+                break
+            if isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+                try:
+                    line, col = node.lc.item(part)
+                except (KeyError, TypeError, AttributeError):
+                    pass
+                node = node[part]
+                continue
+            break
+        if line == 0 and col == 0 and isinstance(root, (CommentedMap, CommentedSeq)) and root.lc.line is not None:
+            line, col = root.lc.line, root.lc.col
+        return Location(file, line + 1, col + 1)
+
+    return locate
+
+
+def load_yaml_text(text: str, file: str) -> tuple[Any, Locator]:
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        root = yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        if "duplicate key" in str(exc) or "found duplicate key" in (problem or ""):
+            problem = problem.strip()
+        loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
+        context = f" ({exc.context.strip()})" if exc.context and exc.problem else ""
+        raise PlaybookError(f"YAML syntax error: {problem.strip()}{context}", loc) from None
+    except YAMLError as exc:
+        raise PlaybookError(f"YAML error: {exc}", Location(file, 1, 1)) from None
+    return _plain(root), make_locator(root, file)
+
+
+def load_yaml(path: Path) -> tuple[Any, Locator]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlaybookError(f"file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlaybookError(f"cannot read {path}: {exc}") from None
+    return load_yaml_text(text, str(path))
+
+
+def describe_pydantic_error(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    loc = err.get("loc", ())
+    field = ".".join(str(p) for p in loc if not isinstance(p, int) and not str(p).startswith("function-"))
+    last = str(loc[-1]) if loc else ""
+    if kind == "extra_forbidden":
+        return f"unknown key {last!r}"
+    if kind == "missing":
+        return f"missing required key {last!r}"
+    msg = err.get("msg", "invalid value")
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if msg.startswith("Assertion failed, "):
+        msg = msg[len("Assertion failed, "):]
+    got = err.get("input")
+    suffix = ""
+    if kind not in ("value_error", "assertion_error") and got is not None and not isinstance(got, (dict, list)):
+        suffix = f" (got {got!r})"
+    return f"{field}: {msg}{suffix}" if field else f"{msg}{suffix}"
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    # pydantic inserts union member / validator names into loc; they are not in the YAML.
+    return tuple(p for p in loc if not (isinstance(p, str) and (p.startswith("function-") or "[" in p)))
+
+
+def validation_errors(exc: Exception, locate: Locator, file: str, prefix: tuple[Any, ...] = ()) -> PlaybookErrors:
+    """Turn a pydantic ValidationError into located PlaybookErrors (one per problem, none lost)."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return PlaybookErrors([PlaybookError(str(exc), Location(file, 1, 1))])
+    errors = []
+    for err in exc.errors():
+        loc = _clean_loc(tuple(err.get("loc", ())))
+        message = describe_pydantic_error({**err, "loc": loc})
+        errors.append(PlaybookError(message, locate(prefix + loc, err.get("type") == "extra_forbidden")))
+    return PlaybookErrors(errors)

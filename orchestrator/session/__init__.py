@@ -1,0 +1,1 @@
+"""Sessions on disk: the append-only event log, reading it back, listing, reports."""

@@ -1,0 +1,103 @@
+"""SessionLog: the sink that writes ``events.jsonl`` (+ ``outputs/``) for one session.
+
+One JSON object per line, flushed as written, fsync'd at step and session boundaries, so a crash
+loses at most the output of the step that was running. Large outputs go to ``outputs/<step>.<host>.log``
+in full; the log keeps the first ``INLINE_OUTPUT`` characters of each step's output inline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO
+
+from orchestrator.events import Event
+
+EVENTS_FILE = "events.jsonl"
+INLINE_OUTPUT = 64 * 1024  # per step and host; the rest is only in outputs/
+SYNC_TYPES = {"step_finished", "session_finished", "session_started", "hypothesis_updated", "note_added"}
+
+
+def session_stamp(now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ")
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:48] or "session"
+
+
+def new_session_dir(root: Path, playbook_name: str) -> Path:
+    """``<root>/<UTC stamp>-<playbook>``, made unique if two sessions start in the same second."""
+    base = f"{session_stamp()}-{slug(playbook_name)}"
+    path = Path(root) / base
+    n = 1
+    while path.exists():
+        n += 1
+        path = Path(root) / f"{base}-{n}"
+    (path / "outputs").mkdir(parents=True)
+    return path
+
+
+class SessionLog:
+    """Writes events to ``<dir>/events.jsonl``. Use as a sink; can also reopen a finished session to append
+    (manual notes and verdicts after the fact)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        (self.directory / "outputs").mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / EVENTS_FILE
+        self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the sink
+        self._outputs: dict[tuple[str, str], IO[str]] = {}
+        self._inline: dict[tuple[str, str], int] = {}
+        self.count = 0
+
+    def handle(self, event: Event) -> None:
+        if self._file is None:
+            return
+        data = event.model_dump(mode="json")
+        if data["type"] == "output":
+            data = self._route_output(data)
+            if data is None:
+                return
+        self._file.write(json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n")
+        self._file.flush()
+        self.count += 1
+        if data["type"] in SYNC_TYPES:
+            os.fsync(self._file.fileno())
+        if data["type"] == "step_finished":
+            self._close_outputs(data["step_id"])
+
+    def _route_output(self, data: dict) -> dict | None:
+        key = (data["step_id"], data["host"])
+        out = self._outputs.get(key)
+        if out is None:
+            name = f"{slug(data['step_id'])}.{slug(data['host'])}.log"
+            out = self._outputs[key] = open(self.directory / "outputs" / name, "a", encoding="utf-8")  # noqa: SIM115
+        out.write(data["text"])
+        used = self._inline.get(key, 0)
+        if used >= INLINE_OUTPUT:
+            return None
+        room = INLINE_OUTPUT - used
+        if len(data["text"]) > room:
+            data = {**data, "text": data["text"][:room] + f"\n[output continues in outputs/{Path(out.name).name}]\n"}
+        self._inline[key] = used + len(data["text"])
+        return data
+
+    def _close_outputs(self, step_id: str) -> None:
+        for key in [k for k in self._outputs if k[0] == step_id]:
+            self._outputs.pop(key).close()
+            self._inline.pop(key, None)
+
+    def close(self) -> None:
+        for out in self._outputs.values():
+            out.close()
+        self._outputs.clear()
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None

@@ -1,0 +1,106 @@
+"""Reading sessions back: tolerant of a torn last line (kill -9 mid-write) and of unknown events."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import SessionError
+from orchestrator.events import Event, parse_event
+from orchestrator.session.log import EVENTS_FILE
+
+DEFAULT_SESSIONS_DIR = "sessions"
+
+
+def sessions_root(explicit: str | Path | None = None) -> Path:
+    return Path(explicit or os.environ.get("ORCHESTRATOR_SESSIONS_DIR") or DEFAULT_SESSIONS_DIR)
+
+
+@dataclass
+class LoadedSession:
+    directory: Path
+    events: list[Event]
+    raw: list[dict[str, Any]] = field(default_factory=list)
+    torn_lines: int = 0  # lines that could not be parsed (at most the last one after a crash)
+
+    @property
+    def started(self) -> Any:
+        return next((e for e in self.events if e.type == "session_started"), None)
+
+    @property
+    def finished(self) -> Any:
+        return next((e for e in reversed(self.events) if e.type == "session_finished"), None)
+
+    @property
+    def name(self) -> str:
+        return self.directory.name
+
+    def of_type(self, kind: str) -> list[Any]:
+        return [e for e in self.events if e.type == kind]
+
+
+def iter_raw(path: Path) -> Iterator[dict[str, Any] | None]:
+    """Yield each line's JSON object, or None for a line that does not parse (torn write)."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                yield None
+                continue
+            yield data if isinstance(data, dict) else None
+
+
+def read_session(directory: str | Path) -> LoadedSession:
+    directory = Path(directory)
+    path = directory / EVENTS_FILE
+    if not path.exists():
+        raise SessionError(f"no session at {directory} (missing {EVENTS_FILE})")
+    events: list[Event] = []
+    raw: list[dict[str, Any]] = []
+    torn = 0
+    for data in iter_raw(path):
+        if data is None:
+            torn += 1
+            continue
+        raw.append(data)
+        event = parse_event(data)
+        if event is not None:
+            events.append(event)
+    return LoadedSession(directory=directory, events=events, raw=raw, torn_lines=torn)
+
+
+def list_sessions(root: str | Path | None = None) -> list[Path]:
+    base = sessions_root(root)
+    if not base.is_dir():
+        return []
+    return sorted((p for p in base.iterdir() if (p / EVENTS_FILE).exists()), key=lambda p: p.name)
+
+
+def find_session(ref: str, root: str | Path | None = None) -> Path:
+    """A session by path, by directory name, by unique prefix/substring, or ``last``."""
+    candidate = Path(ref)
+    if (candidate / EVENTS_FILE).exists():
+        return candidate
+    sessions = list_sessions(root)
+    if ref in ("last", "latest"):
+        if not sessions:
+            raise SessionError(f"no sessions under {sessions_root(root)}")
+        return sessions[-1]
+    exact = [p for p in sessions if p.name == ref]
+    if exact:
+        return exact[0]
+    matches = [p for p in sessions if p.name.startswith(ref)] or [p for p in sessions if ref in p.name]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise SessionError(f"no session matches {ref!r} under {sessions_root(root)}")
+    names = ", ".join(p.name for p in matches[:5])
+    raise SessionError(f"{ref!r} matches several sessions: {names}")

@@ -1,0 +1,120 @@
+"""The postmortem report: built from the event log alone, so any saved session can be reported.
+
+Sections are functions from the loaded session to blocks; other areas add sections by appending to
+``SECTIONS`` (hypotheses, servers, sweeps, source excerpts, environment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from orchestrator.session.document import Block, Code, Heading, Para, Table, to_html, to_markdown
+from orchestrator.session.reader import LoadedSession, read_session
+
+Section = Callable[[LoadedSession], list[Block]]
+EXCERPT_LINES = 15
+
+
+def _outputs(session: LoadedSession) -> dict[str, str]:
+    texts: dict[str, list[str]] = {}
+    for e in session.events:
+        if e.type == "output" and e.stream in ("stdout", "stderr"):
+            texts.setdefault(e.step_id, []).append(e.text)
+    return {k: "".join(v) for k, v in texts.items()}
+
+
+def _command_of(args: dict[str, Any]) -> str:
+    if "command" in args:
+        return str(args["command"])
+    if "argv" in args:
+        return " ".join(map(str, args["argv"]))
+    return ", ".join(f"{k}={v}" for k, v in args.items() if not isinstance(v, (dict, list)))[:200]
+
+
+def header_section(session: LoadedSession) -> list[Block]:
+    start, fin = session.started, session.finished
+    title = start.playbook if start else session.name
+    blocks: list[Block] = [Heading(f"Postmortem: {title}", 1)]
+    facts = []
+    if start:
+        when = datetime.fromtimestamp(start.ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        facts.append(f"Started {when} on {', '.join(start.hosts) or '-'}; session `{start.session_id}`.")
+        if start.description:
+            facts.append(start.description.strip())
+    if fin:
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(fin.counts.items()))
+        facts.append(f"Finished **{fin.status}** after {fin.duration:.1f}s ({counts}).")
+    else:
+        facts.append("The session did not finish (killed or still running): this report covers what was logged.")
+    blocks.extend(Para(f) for f in facts)
+    return blocks
+
+
+def timeline_section(session: LoadedSession) -> list[Block]:
+    started = {e.step_id: e for e in session.events if e.type == "step_started"}
+    outputs = _outputs(session)
+    t0 = session.started.ts if session.started else 0.0
+    rows, details = [], []
+    for e in session.of_type("step_finished"):
+        hosts = ", ".join(f"{r.host}:{r.status}" for r in e.results) or "-"
+        rows.append([f"+{e.ts - t0:.1f}s", e.step_id, e.name, e.action, e.status + (" (ignored)" if e.ignored else ""),
+                     hosts, f"{e.duration:.2f}s"])
+        begin = started.get(e.step_id)
+        details.append(Heading(f"{e.step_id} · {e.name} — {e.status}", 3))
+        if begin is not None and begin.args:
+            details.append(Para(f"`{e.action}`: `{_command_of(begin.args)}`"))
+        if begin is not None and begin.location:
+            details.append(Para(f"Defined at `{begin.location}`."))
+        if e.error:
+            details.append(Para(f"Error: {e.error}"))
+        text = outputs.get(e.step_id, "")
+        if text.strip():
+            lines = text.rstrip("\n").splitlines()
+            excerpt = lines[-EXCERPT_LINES:]
+            more = f"… {len(lines) - len(excerpt)} earlier lines in outputs/\n" if len(lines) > len(excerpt) else ""
+            details.append(Code(more + "\n".join(excerpt)))
+    if not rows:
+        return [Heading("Timeline"), Para("No step finished.")]
+    return [Heading("Timeline"), Table(["at", "id", "step", "kind", "status", "hosts", "took"], rows),
+            Heading("Steps"), *details]
+
+
+def notes_section(session: LoadedSession) -> list[Block]:
+    notes = session.of_type("note_added")
+    if not notes:
+        return []
+    t0 = session.started.ts if session.started else 0.0
+    return [Heading("Notes"), Table(["at", "note", "about"],
+                                    [[f"+{n.ts - t0:.1f}s", n.text, n.hypothesis_id or n.step_id or ""] for n in notes])]
+
+
+SECTIONS: list[Section] = [header_section, timeline_section, notes_section]
+
+
+def build_blocks(session: LoadedSession) -> list[Block]:
+    blocks: list[Block] = []
+    for section in SECTIONS:
+        try:
+            blocks.extend(section(session))
+        except Exception as exc:  # one broken section must not hide the others
+            blocks.append(Para(f"(section {getattr(section, '__name__', section)} failed: {exc})"))
+    return blocks
+
+
+def render_report(directory: str | Path, *, fmt: str = "md") -> str:
+    directory = Path(directory)
+    session = read_session(directory)
+    blocks = build_blocks(session)
+    if fmt == "html":
+        return to_html(blocks, directory, f"Postmortem {session.name}")
+    return to_markdown(blocks, directory)
+
+
+def write_report(directory: str | Path, *, fmt: str = "md") -> Path:
+    directory = Path(directory)
+    path = directory / f"report.{fmt}"
+    path.write_text(render_report(directory, fmt=fmt), encoding="utf-8")
+    return path

@@ -1,0 +1,281 @@
+"""The Transport interface.
+
+A transport implements four primitives — ``connect``, ``close``, ``run`` and ``put`` — and gets the
+rest (the per-session workdir, cached pushes, detached processes, killing process groups) from this
+base class, which builds those out of shell commands. That keeps local and SSH behaviour identical:
+the same scripts run in both places, so what the lab proves holds on a real GPU host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shlex
+import signal
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import TransportError
+
+Command = str | Sequence[str]
+"""A shell script (run by ``bash -c``) or an argv list (quoted with ``shlex.join``; no shell)."""
+
+OutputCallback = Callable[[str, str], None]
+"""Called with ``(stream, text)`` for each chunk of output as it arrives; stream is stdout|stderr."""
+
+# Captured output kept in memory per stream; the session log keeps the full text on disk.
+MAX_CAPTURE = 4 * 1024 * 1024
+
+
+@dataclass
+class RunResult:
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration: float
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass
+class ProcessHandle:
+    """A detached process group we started and must be able to stop, even from another session."""
+
+    host: str
+    name: str
+    pid: int
+    pgid: int
+    log_path: str
+    pidfile: str
+    exit_file: str
+    command: str
+    session_id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ProcessHandle:
+        data = json.loads(text)
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def to_shell(command: Command) -> str:
+    """Render a command as one shell string: scripts pass through, argv lists are quoted word by word."""
+    if isinstance(command, str):
+        return command
+    return shlex.join([str(part) for part in command])
+
+
+def env_prefix(env: Mapping[str, Any] | None) -> str:
+    """``export K=V;`` lines, every value quoted (names are validated, values may be anything)."""
+    if not env:
+        return ""
+    parts = []
+    for name, value in env.items():
+        if not name.isidentifier():
+            raise TransportError(f"invalid environment variable name {name!r}")
+        parts.append(f"export {name}={shlex.quote(str(value))};")
+    return " ".join(parts) + " "
+
+
+class Transport(ABC):
+    """One host. Subclasses implement connect/close/run/put; everything else is shared."""
+
+    #: capability flags, Harlequin-style
+    supports_detached = True
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        state_dir: str = "$HOME/.orchestrator",
+        session_id: str = "adhoc",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.host = host
+        self.base_env: dict[str, str] = dict(env or {})  # exported for every command on this host
+        self.state_dir = state_dir
+        self.session_id = session_id
+        self._workdir: str | None = None
+        self._workdir_lock = asyncio.Lock()
+        self._pushed: dict[str, str] = {}  # content hash -> remote path
+
+    # -- primitives -------------------------------------------------------------------------
+    async def connect(self) -> None:  # noqa: B027 - optional for transports with nothing to open
+        """Open the connection (no-op for local). Raises HostUnreachable."""
+
+    async def close(self) -> None:  # noqa: B027
+        """Close the connection; remote processes started detached keep running."""
+
+    @abstractmethod
+    async def run(
+        self,
+        command: Command,
+        *,
+        env: Mapping[str, Any] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> RunResult:
+        """Run to completion, streaming output. On cancel or timeout the command's whole process group
+        is killed before this returns/raises. Raises HostUnreachable, asyncio.TimeoutError, CancelledError."""
+
+    @abstractmethod
+    async def put(self, local_path: Path, remote_path: str, *, mode: int = 0o600) -> None:
+        """Copy one file to the host (parent directory must exist). Raises TransportError."""
+
+    # -- shared behaviour -------------------------------------------------------------------
+    async def check(self, command: Command, **kwargs: Any) -> RunResult:
+        """``run`` that raises TransportError with the output tail when the exit code is not 0."""
+        result = await self.run(command, **kwargs)
+        if result.exit_code != 0:
+            tail = (result.stderr or result.stdout)[-2000:]
+            raise TransportError(f"{self.host}: command failed with exit {result.exit_code}: {tail.strip()}")
+        return result
+
+    async def workdir(self) -> str:
+        """The per-session directory on the host (mode 0700), created on first use; absolute path."""
+        async with self._workdir_lock:
+            if self._workdir is None:
+                path = f"{self.state_dir}/sessions/{self.session_id}"
+                script = f'umask 077; mkdir -p "{path}/procs" "{path}/files" "{path}/logs" && chmod 700 "{path}" && cd "{path}" && pwd -P'
+                result = await self.check(script)
+                self._workdir = result.stdout.strip().splitlines()[-1]
+            return self._workdir
+
+    async def put_cached(self, local_path: Path) -> str:
+        """Push a file once per session, keyed by content hash; returns its remote path."""
+        data = Path(local_path).read_bytes()
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        if digest in self._pushed:
+            return self._pushed[digest]
+        workdir = await self.workdir()
+        remote = f"{workdir}/files/{digest}-{Path(local_path).name}"
+        await self.put(Path(local_path), remote, mode=0o600)
+        self._pushed[digest] = remote
+        return remote
+
+    async def put_tree(self, local_dir: Path, *, pattern: str = "*.py") -> str:
+        """Push a directory's files (e.g. the probes) into one content-addressed remote dir."""
+        files = sorted(p for p in Path(local_dir).glob(pattern) if p.is_file())
+        digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:16]
+        key = f"tree:{digest}"
+        if key in self._pushed:
+            return self._pushed[key]
+        workdir = await self.workdir()
+        remote_dir = f"{workdir}/files/{Path(local_dir).name}-{digest}"
+        await self.check(f"mkdir -p {shlex.quote(remote_dir)}")
+        for path in files:
+            await self.put(path, f"{remote_dir}/{path.name}", mode=0o600)
+        self._pushed[key] = remote_dir
+        return remote_dir
+
+    async def spawn_detached(
+        self,
+        command: Command,
+        *,
+        name: str,
+        env: Mapping[str, Any] | None = None,
+        cwd: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> ProcessHandle:
+        """Start a long-lived process in its own session (``setsid -w``) and record it in a pidfile.
+
+        The process survives the channel that started it; only ``kill_group`` (or cleanup) stops it.
+        """
+        if not name.replace("-", "").replace("_", "").isalnum():
+            raise TransportError(f"invalid process name {name!r}")
+        workdir = await self.workdir()
+        pidfile = f"{workdir}/procs/{name}.json"
+        log_path = f"{workdir}/logs/{name}.log"
+        exit_file = f"{workdir}/procs/{name}.exit"
+        pid_tmp = f"{workdir}/procs/{name}.pid"
+        inner = env_prefix({**self.base_env, **(env or {})}) + (f"cd {shlex.quote(cwd)} && " if cwd else "") + "exec " + to_shell(command)
+        # setsid makes the child a session and group leader, so its pid is the PGID; -w keeps the
+        # wrapper around to record the exit status for post-mortems.
+        leader = f"echo $$ > {shlex.quote(pid_tmp)}; {inner}"
+        wrapper = (
+            f"setsid -w bash -c {shlex.quote(leader)} > {shlex.quote(log_path)} 2>&1 < /dev/null; "
+            f"echo $? > {shlex.quote(exit_file)}"
+        )
+        script = (
+            f"rm -f {shlex.quote(pid_tmp)} {shlex.quote(exit_file)}; "
+            f"nohup bash -c {shlex.quote(wrapper)} > /dev/null 2>&1 < /dev/null & "
+            f"for i in $(seq 1 200); do [ -s {shlex.quote(pid_tmp)} ] && break; sleep 0.01; done; "
+            f"cat {shlex.quote(pid_tmp)}"
+        )
+        result = await self.check(script)
+        try:
+            pid = int(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise TransportError(f"{self.host}: could not start {name}: no pid recorded") from exc
+        handle = ProcessHandle(
+            host=self.host, name=name, pid=pid, pgid=pid, log_path=log_path, pidfile=pidfile,
+            exit_file=exit_file, command=to_shell(command), session_id=self.session_id, meta=dict(meta or {}),
+        )
+        await self.check(f"umask 077; printf '%s\\n' {shlex.quote(handle.to_json())} > {shlex.quote(pidfile)}")
+        return handle
+
+    async def is_running(self, handle: ProcessHandle) -> bool:
+        result = await self.run(f"kill -0 -- -{int(handle.pgid)} 2>/dev/null")
+        return result.exit_code == 0
+
+    async def exit_status(self, handle: ProcessHandle) -> int | None:
+        result = await self.run(f"cat {shlex.quote(handle.exit_file)} 2>/dev/null")
+        text = result.stdout.strip()
+        return int(text) if text.lstrip("-").isdigit() else None
+
+    async def kill_group(self, handle: ProcessHandle, *, grace: float = 5.0, sig: int = signal.SIGTERM) -> bool:
+        """Signal the whole process group, then SIGKILL it after ``grace`` seconds; True when it is gone.
+
+        The pidfile is removed once the group is gone, so ``cleanup`` does not find it again.
+        """
+        pgid = int(handle.pgid)
+        if pgid <= 1:
+            raise TransportError(f"refusing to signal process group {pgid}")
+        ticks = max(1, int(grace / 0.05))
+        script = (
+            f"kill -{int(sig)} -- -{pgid} 2>/dev/null; "
+            f"for i in $(seq 1 {ticks}); do kill -0 -- -{pgid} 2>/dev/null || break; sleep 0.05; done; "
+            f"if kill -0 -- -{pgid} 2>/dev/null; then kill -9 -- -{pgid} 2>/dev/null; sleep 0.1; fi; "
+            f"if kill -0 -- -{pgid} 2>/dev/null; then echo alive; else rm -f {shlex.quote(handle.pidfile)}; echo gone; fi"
+        )
+        result = await self.run(script, timeout=grace + 30)
+        return result.stdout.strip().endswith("gone")
+
+    async def list_processes(self, *, all_sessions: bool = True) -> list[ProcessHandle]:
+        """Pidfiles of detached processes under the state dir (this session's, or every session's)."""
+        pattern = f"{self.state_dir}/sessions/*/procs/*.json" if all_sessions else f"{await self.workdir()}/procs/*.json"
+        result = await self.run(f"for f in {pattern}; do [ -f \"$f\" ] && cat \"$f\"; done; true")
+        handles = []
+        for line in result.stdout.splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    handles.append(ProcessHandle.from_json(line))
+                except (ValueError, TypeError):
+                    continue
+        return handles
+
+    async def read_file_tail(self, path: str, *, lines: int = 40) -> str:
+        result = await self.run(f"tail -n {int(lines)} {shlex.quote(path)} 2>/dev/null")
+        return result.stdout
+
+    async def remove_workdir(self) -> None:
+        """Delete this session's workdir unless a detached process of ours still runs in it."""
+        if self._workdir is None:
+            return
+        path = shlex.quote(self._workdir)
+        await self.run(f"ls {path}/procs/*.json >/dev/null 2>&1 || rm -rf {path}")
+        self._workdir = None
+        self._pushed.clear()

@@ -1,0 +1,143 @@
+"""LocalTransport: commands run as subprocesses of this machine, each in its own process group."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from orchestrator.transport.base import MAX_CAPTURE, Command, OutputCallback, RunResult, Transport
+
+KILL_GRACE = 2.0
+
+
+class _Capture:
+    """Collects one stream, forwarding chunks to the callback and keeping at most MAX_CAPTURE chars."""
+
+    def __init__(self, name: str, on_output: OutputCallback | None) -> None:
+        self.name = name
+        self.on_output = on_output
+        self.parts: list[str] = []
+        self.size = 0
+        self.truncated = False
+
+    def feed(self, text: str) -> None:
+        if self.on_output is not None:
+            self.on_output(self.name, text)
+        if self.size < MAX_CAPTURE:
+            self.parts.append(text)
+            self.size += len(text)
+        else:
+            self.truncated = True
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+async def _pump(stream: asyncio.StreamReader, capture: _Capture) -> None:
+    decoder_buffer = b""
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            break
+        data = decoder_buffer + chunk
+        # Hold back an incomplete UTF-8 sequence at the end so characters are never split.
+        cut = len(data)
+        for back in range(1, min(4, len(data)) + 1):
+            byte = data[-back]
+            if byte & 0xC0 == 0x80:
+                continue
+            if byte & 0x80:
+                need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4
+                if back < need:
+                    cut = len(data) - back
+            break
+        decoder_buffer = data[cut:]
+        if cut:
+            capture.feed(data[:cut].decode("utf-8", errors="replace"))
+    if decoder_buffer:
+        capture.feed(decoder_buffer.decode("utf-8", errors="replace"))
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class LocalTransport(Transport):
+    """This machine. ``run`` starts ``bash -c`` (or the argv) in a new session so cancel kills it all."""
+
+    async def run(
+        self,
+        command: Command,
+        *,
+        env: Mapping[str, Any] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> RunResult:
+        full_env = dict(os.environ)
+        full_env.update(self.base_env)
+        full_env.update({k: str(v) for k, v in (env or {}).items()})
+        if isinstance(command, str):
+            argv = ["bash", "-c", command]
+        else:
+            argv = [str(part) for part in command]
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=os.path.expanduser(cwd) if cwd else None,
+            env=full_env,
+            start_new_session=True,  # its own process group: we can kill every child on cancel
+        )
+        out, err = _Capture("stdout", on_output), _Capture("stderr", on_output)
+        assert proc.stdout is not None and proc.stderr is not None
+
+        async def communicate() -> int:
+            if stdin is not None and proc.stdin is not None:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    proc.stdin.write(stdin.encode())
+                    await proc.stdin.drain()
+                    proc.stdin.close()
+            await asyncio.gather(_pump(proc.stdout, out), _pump(proc.stderr, err))
+            return await proc.wait()
+
+        try:
+            if timeout is not None:
+                code = await asyncio.wait_for(communicate(), timeout)
+            else:
+                code = await communicate()
+        except BaseException:
+            # Timeout, cancel or crash: the whole group goes, TERM first, then KILL.
+            await self._terminate(proc)
+            raise
+        return RunResult(
+            exit_code=code, stdout=out.text(), stderr=err.text(),
+            duration=time.monotonic() - started, truncated=out.truncated or err.truncated,
+        )
+
+    @staticmethod
+    async def _terminate(proc: asyncio.subprocess.Process) -> None:
+        _kill_group(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
+        _kill_group(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE)
+
+    async def put(self, local_path: Path, remote_path: str, *, mode: int = 0o600) -> None:
+        target = Path(os.path.expandvars(os.path.expanduser(remote_path)))
+        shutil.copyfile(local_path, target)
+        os.chmod(target, mode)
