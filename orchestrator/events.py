@@ -109,6 +109,7 @@ class HypothesisUpdated(EventBase):
     rule: str | None = None  # the expression that decided it
     evidence: str | None = None  # one sentence: what was observed
     author: str | None = None
+    conflicts_with: str | None = None  # the earlier state this evidence contradicts (shown, never hidden)
 
 
 class NoteAdded(EventBase):

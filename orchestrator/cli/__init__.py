@@ -7,6 +7,8 @@ import sys
 
 import typer
 
+from orchestrator.cli import notes as _notes
+from orchestrator.cli import read as _read
 from orchestrator.cli import run as _run
 from orchestrator.cli import sessions as _sessions
 from orchestrator.cli.common import report_error
@@ -21,6 +23,8 @@ app = typer.Typer(
 )
 _run.register(app)
 _sessions.register(app)
+_notes.register(app)
+_read.register(app)
 
 
 def _register_optional() -> None:

@@ -20,6 +20,13 @@ def report_error(exc: Any) -> None:
     from rich.panel import Panel
 
     console = Console(stderr=True, highlight=False)
+    located = [e.message for e in getattr(exc, "errors", [])] or ([exc.message] if getattr(exc, "location", None) else [])
+    if located:
+        # One unwrapped `file:line:col: message` line each, so editors and CI can jump to it.
+        console.print(f"[bold red]{escape(getattr(exc, 'title', 'Error'))}[/]")
+        for line in located:
+            console.print(escape(line), style="red", soft_wrap=True)
+        return
     console.print(Panel(escape(exc.message), title=getattr(exc, "title", "Error"), border_style="red", expand=False))
 
 
@@ -110,3 +117,24 @@ def default_inventory() -> Any:
 
 def stderr_is_tty() -> bool:
     return sys.stderr.isatty()
+
+
+def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
+    """Build the embedded lab first (with a progress display) when a run targets it and it is missing."""
+    try:
+        from orchestrator.lab.inventory import ensure_lab, lab_is_built
+    except ImportError:
+        return
+    try:
+        names = inv.resolve(hosts)
+    except Exception:
+        return
+    if "lab" not in names or "lab" not in getattr(inv, "hosts", {}):
+        return
+    scenario = inv.hosts["lab"].vars.get("scenario")
+    if lab_is_built(scenario):
+        return
+    from rich.console import Console
+
+    Console(stderr=True).print("[bold]The lab is not built yet: building it now (about 3 minutes on 2 cores, once).[/]")
+    ensure_lab(scenario)

@@ -36,6 +36,7 @@ def run(
     forks: Annotated[int, typer.Option("--forks", min=1, help="Hosts a step runs on at once.")] = 16,
 ) -> None:
     """Run a playbook headless and save the session (exit 0 ok, 1 a step failed, 2 bad input, 130 cancelled)."""
+    from orchestrator.cli.common import ensure_lab_for
     from orchestrator.playbook.loader import load_playbook
     from orchestrator.session.runner import build_engine, run_session
 
@@ -44,6 +45,7 @@ def run(
     pb = load_playbook(playbook, extra_names=_inventory_names(inv, extra))
     if host:
         pb = pb.model_copy(update={"hosts": host})
+    ensure_lab_for(inv, pb.hosts)
     sinks, console_sink = _sinks(verbose, json_events)
     engine, directory = build_engine(pb, inv, sinks=sinks, sessions_dir=sessions_dir, extra_vars=extra,
                                      keep_remote=keep_remote, forks=forks, argv=sys.argv[1:])

@@ -39,6 +39,15 @@ CONTROLLER = "controller"  # the host name for steps that run once here (`set`, 
 StepHook = Callable[["Engine", Step, StepFinished, dict[str, Any]], Awaitable[None]]
 
 
+class StepGate:
+    """Decides, before each playbook step, whether it runs. The default runs everything; the TUI
+    installs a gate that pauses, single-steps and skips (see ``orchestrator.engine.control``)."""
+
+    async def before_step(self, step: Step) -> str:
+        """Return "run" or "skip"."""
+        return "run"
+
+
 @dataclass
 class EngineOptions:
     extra_vars: dict[str, Any] = field(default_factory=dict)
@@ -93,6 +102,8 @@ class Engine:
         self._cancelled = False
         self._force = False
         self.step_results: dict[str, StepFinished] = {}
+        self.gate: StepGate = StepGate()
+        self._adhoc_count = 0
 
     # -- events -------------------------------------------------------------------------------
     def _collect_secrets(self) -> None:
@@ -217,6 +228,9 @@ class Engine:
                 break
             if self._force:
                 break
+            if not always and await self.gate.before_step(step) == "skip":
+                self._skip(step, "skipped by the user")
+                continue
             finished = await self.run_step(step)
             if finished.status in ("failed", "timeout", "unreachable") and not finished.ignored:
                 status = "failed"
@@ -281,6 +295,21 @@ class Engine:
             except OrchestratorError as exc:
                 self._output(step.step_id, run_hosts[0], "info", f"{exc.message}\n")
         return finished
+
+    def _skip(self, step: Step, reason: str) -> StepFinished:
+        started = time.monotonic()
+        self.emit(StepStarted(step_id=step.step_id, name=step.display_name, action=step.action, section=step.section,
+                              location=str(step.location) if step.location else None))
+        return self._record(step, "skipped", [], started, reason, 0)
+
+    def adhoc_step(self, action: str, args: Any, *, name: str | None = None, hosts: Any = None,
+                   register: str | None = None, timeout: float | None = None) -> Step:
+        """A step made outside the playbook (TUI pokes, reruns with edited flags); ids x1, x2, ..."""
+        self._adhoc_count += 1
+        return Step.model_validate({
+            "action": action, "args": args, "name": name, "hosts": hosts, "register": register, "timeout": timeout,
+            "step_id": f"x{self._adhoc_count}", "section": "adhoc",
+        })
 
     def _safe_args(self, step: Step, host: str) -> dict[str, Any]:
         try:

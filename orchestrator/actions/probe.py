@@ -1,0 +1,64 @@
+"""`probe`: run any probe script from remote_probes/ on each host and register its parsed result.
+
+```yaml
+- probe: env_info                         # shorthand
+- probe: {name: draft_inspect, args: {path: "{{ draft }}", target_path: "{{ target }}"}}
+  register: inspect
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
+from orchestrator.errors import ProbeError
+
+
+class ProbeArgs(ActionArgs):
+    name: str = Field(description="probe script name (remote_probes/<name>.py)")
+    args: dict[str, Any] = Field(default_factory=dict, description="JSON arguments for the probe")
+    python: str | None = Field(default=None, description="interpreter on the host (default: the inventory's python)")
+
+
+def progress_printer(ctx: ActionContext) -> Any:
+    def on_progress(update: dict[str, Any]) -> None:
+        extras = " ".join(f"{k}={v}" for k, v in update.items() if k != "message")
+        ctx.output(f"{update.get('message', '')}{' ' + extras if extras else ''}\n", "progress")
+
+    return on_progress
+
+
+async def run_probe_step(ctx: ActionContext, name: str, args: dict[str, Any], *, python: str | None = None) -> dict[str, Any]:
+    from orchestrator.probes import PROBES, validate_args
+    from orchestrator.probes.runner import run_probe
+
+    transport = ctx.require_transport()
+    if name in PROBES:
+        try:
+            args = validate_args(name, args)
+        except ProbeError as exc:
+            raise StepFailed(exc.message) from None
+    interpreter = python or (ctx.host_spec.python if ctx.host_spec else "python3")
+    try:
+        return await run_probe(transport, name, args, python=interpreter, on_progress=progress_printer(ctx),
+                               on_stderr=lambda text: ctx.output(text, "stderr"))
+    except ProbeError as exc:
+        raise StepFailed(exc.message) from None
+
+
+class ProbeAction(Action[ProbeArgs]):
+    kind = "probe"
+    Args = ProbeArgs
+    shorthand = "name"
+    summary = "Run a probe script (env_info, draft_inspect, sglang_source, ...) and register its JSON result."
+
+    async def run(self, args: ProbeArgs, ctx: ActionContext) -> dict[str, Any]:
+        result = await run_probe_step(ctx, args.name, args.args, python=args.python)
+        if args.name == "draft_inspect":
+            for finding in result.get("findings", []):
+                if finding.get("severity") in ("warning", "error"):
+                    ctx.output(f"[{finding['severity']}] {finding.get('id')}: {finding.get('message')}\n", "stdout")
+        return result

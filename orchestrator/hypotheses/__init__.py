@@ -1,0 +1,1 @@
+"""The hypothesis board: states, evidence, rule and manual verdicts, full history."""

@@ -1,0 +1,155 @@
+"""HypothesisBoard: the scientific-debugging logbook (Zeller): hypothesis -> prediction -> experiment
+(a step) -> observation (its registered result) -> conclusion (a state), every change an event.
+
+State changes: ``open`` becomes whatever the evidence says. Later evidence may strengthen
+(supported -> confirmed), and may contradict (confirmed -> refuted): then the new state is taken and
+the event carries ``conflicts_with`` so the report shows the contradiction instead of hiding it.
+Evidence that does not change the state (a second "supports") is still recorded: it counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import OrchestratorError, UserInputError
+from orchestrator.events import Event, HypothesisUpdated, NoteAdded
+from orchestrator.playbook.models import VERDICT_KEYS, Hypothesis, Step
+from orchestrator.playbook.templating import evaluate, render
+
+if TYPE_CHECKING:
+    from orchestrator.engine.runner import Engine
+    from orchestrator.events import StepFinished
+
+STATES = ("open", "supported", "refuted", "confirmed", "inconclusive")
+RULE_STATE = {"confirm_if": "confirmed", "support_if": "supported", "refute_if": "refuted", "inconclusive_if": "inconclusive"}
+POSITIVE = {"supported", "confirmed"}
+
+
+@dataclass
+class BoardEntry:
+    hypothesis: Hypothesis
+    state: str = "open"
+    history: list[HypothesisUpdated] = field(default_factory=list)
+
+    @property
+    def evidence_count(self) -> int:
+        return len(self.history)
+
+    @property
+    def conflicted(self) -> bool:
+        return any(h.conflicts_with for h in self.history)
+
+
+def next_state(current: str, verdict: str) -> tuple[str, str | None]:
+    """The state after a verdict, and the contradicted state if any."""
+    if verdict == "inconclusive":
+        return (current if current != "open" else "inconclusive"), None
+    if current in POSITIVE and verdict == "refuted":
+        return "refuted", current
+    if current == "refuted" and verdict in POSITIVE:
+        return verdict, current
+    if current == "confirmed" and verdict == "supported":
+        return "confirmed", None
+    return verdict, None
+
+
+class HypothesisBoard:
+    def __init__(self, hypotheses: list[Hypothesis] | list[dict[str, Any]]) -> None:
+        self.entries: dict[str, BoardEntry] = {}
+        for h in hypotheses:
+            hyp = h if isinstance(h, Hypothesis) else Hypothesis.model_validate(h)
+            self.entries[hyp.id] = BoardEntry(hyp)
+
+    @classmethod
+    def from_events(cls, events: list[Event]) -> HypothesisBoard:
+        """Rebuild the board of a saved session (replay, report, CLI verdicts)."""
+        start = next((e for e in events if e.type == "session_started"), None)
+        board = cls(start.hypotheses if start else [])
+        for e in events:
+            if e.type == "hypothesis_updated":
+                board.apply(e)
+        return board
+
+    def apply(self, event: HypothesisUpdated) -> None:
+        entry = self.entries.get(event.hypothesis_id)
+        if entry is None:  # a verdict on a hypothesis added after the fact (manual)
+            entry = self.entries[event.hypothesis_id] = BoardEntry(Hypothesis(id=event.hypothesis_id, title=event.hypothesis_id))
+        entry.state = event.state
+        entry.history.append(event)
+
+    def decide(self, hid: str, verdict: str, **fields: Any) -> HypothesisUpdated:
+        """Build (not emit) the event for a verdict on ``hid``."""
+        if hid not in self.entries:
+            known = ", ".join(self.entries) or "none"
+            raise UserInputError(f"unknown hypothesis {hid!r} (known: {known})")
+        if verdict not in STATES:
+            raise UserInputError(f"state must be one of {', '.join(STATES)} (got {verdict!r})")
+        current = self.entries[hid].state
+        if fields.get("source") == "manual":
+            state, conflict = verdict, (current if (current in POSITIVE and verdict == "refuted")
+                                        or (current == "refuted" and verdict in POSITIVE) else None)
+        else:
+            state, conflict = next_state(current, verdict)
+        return HypothesisUpdated(hypothesis_id=hid, state=state, previous=current, conflicts_with=conflict, **fields)  # type: ignore[arg-type]
+
+    def confirmed(self) -> list[BoardEntry]:
+        return [e for e in self.entries.values() if e.state == "confirmed"]
+
+    def open_entries(self) -> list[BoardEntry]:
+        return [e for e in self.entries.values() if e.state in ("open", "supported", "inconclusive")]
+
+
+def evaluate_rules(step: Step, variables: dict[str, Any]) -> list[tuple[str, str, str, str | None]]:
+    """(hypothesis id, verdict, rule text, because) for every rule on ``step`` that holds."""
+    hits = []
+    for hid, rule in step.evidence.items():
+        matched = []
+        for key in VERDICT_KEYS:
+            expr = getattr(rule, key)
+            if expr and bool(evaluate(expr, variables)):
+                matched.append((key, expr))
+        because = None
+        if rule.because:
+            because = str(render(rule.because, variables))
+        for key, expr in matched:
+            hits.append((hid, RULE_STATE[key], expr, because))
+    return hits
+
+
+def attach_board(engine: Engine) -> HypothesisBoard:
+    """Give the engine a board (engine.services["board"]) and evaluate evidence rules after each step."""
+    board = HypothesisBoard(engine.playbook.hypotheses)
+    engine.services["board"] = board
+
+    async def on_step(engine: Engine, step: Step, finished: StepFinished, variables: dict[str, Any]) -> None:
+        if not step.evidence:
+            return
+        if finished.status != "ok":
+            for hid in step.evidence:
+                engine.emit(NoteAdded(text=f"evidence for {hid} not evaluated: step {finished.status}",
+                                      step_id=step.step_id, hypothesis_id=hid, author="engine"))
+            return
+        try:
+            hits = evaluate_rules(step, variables)
+        except OrchestratorError as exc:
+            engine.emit(NoteAdded(text=f"evidence rule failed at {step.location}: {exc.message}",
+                                  step_id=step.step_id, author="engine"))
+            return
+        for hid, verdict, expr, because in hits:
+            event = board.decide(hid, verdict, source="rule", step_id=step.step_id, rule=expr,
+                                 evidence=because or f"{expr} held after '{step.display_name}'")
+            board.apply(event)
+            engine.emit(event)
+
+    engine.step_hooks.append(on_step)
+    return board
+
+
+def manual_verdict(engine: Engine, hid: str, state: str, because: str, *, author: str | None = None) -> HypothesisUpdated:
+    """A person's verdict during a live session (TUI): recorded exactly like a rule's."""
+    board: HypothesisBoard = engine.services.get("board") or attach_board(engine)
+    event = board.decide(hid, state, source="manual", evidence=because, author=author)
+    board.apply(event)
+    engine.emit(event)
+    return event

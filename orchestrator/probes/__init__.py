@@ -1,0 +1,74 @@
+"""Probe scripts as data: argument/result models, the output parser, and where the scripts live.
+
+Importing this package needs only pydantic (no torch, no transport): the parser is unit-tested on recorded output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.errors import ProbeError
+from orchestrator.probes.models import (
+    DraftInspectArgs,
+    DraftInspectResult,
+    EnvInfoArgs,
+    EnvInfoResult,
+    SglangSourceArgs,
+    SglangSourceResult,
+)
+from orchestrator.probes.protocol import (
+    PROTOCOL_KINDS,
+    ProbeErrorInfo,
+    ProbeOutcome,
+    new_nonce,
+    parse_probe_output,
+    parse_progress_line,
+)
+
+# probe name -> (args model, result model)
+PROBES: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
+    "sglang_source": (SglangSourceArgs, SglangSourceResult),
+    "env_info": (EnvInfoArgs, EnvInfoResult),
+    "draft_inspect": (DraftInspectArgs, DraftInspectResult),
+}
+
+
+def probes_dir() -> Path:
+    """The directory holding the probe scripts (pushed as a whole: probes import their siblings)."""
+    import remote_probes
+
+    return Path(remote_probes.__file__).resolve().parent
+
+
+def validate_args(probe: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Check ``args`` against the probe's model; returns the JSON to send. :raises ProbeError: unknown probe or
+    invalid args (message lists each field at fault)."""
+    if probe not in PROBES:
+        raise ProbeError(f"unknown probe {probe!r}; known: {', '.join(sorted(PROBES))}")
+    try:
+        model = PROBES[probe][0].model_validate(args)
+    except ValidationError as exc:
+        raise ProbeError(f"invalid arguments for probe {probe}: " + "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())) from None
+    return model.model_dump(exclude_none=True)
+
+
+def parse_result(probe: str, outcome: ProbeOutcome) -> BaseModel:
+    """The typed result of a successful run. :raises ProbeError: the run failed or the result does not match."""
+    result = outcome.unwrap(probe)
+    model = PROBES[probe][1] if probe in PROBES else None
+    if model is None:
+        raise ProbeError(f"unknown probe {probe!r}")
+    try:
+        return model.model_validate(result)
+    except ValidationError as exc:
+        raise ProbeError(f"probe {probe} returned a result of the wrong shape: {exc.errors()[:3]}") from None
+
+
+__all__ = [
+    "PROBES", "PROTOCOL_KINDS", "ProbeErrorInfo", "ProbeOutcome", "new_nonce", "parse_probe_output",
+    "parse_progress_line", "parse_result", "probes_dir", "validate_args",
+]

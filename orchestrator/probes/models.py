@@ -1,0 +1,246 @@
+"""Pydantic models of each probe's arguments and result (the boundary between orchestrator and remote scripts).
+
+Args models forbid unknown keys so a playbook typo is caught before anything is pushed; result models allow extra
+keys so a newer probe does not break an older orchestrator.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# ---------------------------------------------------------------- sglang_source
+
+
+class Expect(_Args):
+    contains: str | None = None
+    regex: str | None = None
+    not_contains: str | None = None
+
+    @model_validator(mode="after")
+    def _one_check(self) -> Expect:
+        if self.contains is None and self.regex is None and self.not_contains is None:
+            raise ValueError("expect needs at least one of contains, regex, not_contains")
+        return self
+
+
+class SourceRead(_Args):
+    """One address: ``lines`` (needs ``file``), ``symbol`` or ``pattern``; file relative to the package root."""
+
+    id: str | None = None
+    file: str | None = None
+    lines: str | None = None
+    symbol: str | None = None
+    pattern: str | None = None
+    context: int = Field(default=3, ge=0, le=200)
+    max_matches: int = Field(default=20, ge=1, le=10000)
+    max_lines: int = Field(default=2000, ge=1, le=200000)
+    expect: Expect | None = None
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> SourceRead:
+        modes = [m for m in ("lines", "symbol", "pattern") if getattr(self, m) is not None]
+        if len(modes) != 1:
+            raise ValueError("a read needs exactly one of 'lines', 'symbol' or 'pattern'")
+        if self.lines is not None and not self.file:
+            raise ValueError("a 'lines' read needs a 'file'")
+        return self
+
+    def to_probe(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class SglangSourceArgs(_Args):
+    package: str = "sglang"
+    sys_path: list[str] = Field(default_factory=list)
+    reads: list[SourceRead] = Field(default_factory=list)
+
+
+class ExpectCheck(_Result):
+    kind: Literal["contains", "regex", "not_contains"]
+    value: str
+    passed: bool
+    error: str | None = None
+
+
+class ExpectResult(_Result):
+    passed: bool
+    checks: list[ExpectCheck] = Field(default_factory=list)
+    error: str | None = None
+
+
+class ReadErrorInfo(_Result):
+    """kind: file_not_found (with successors, same_name_elsewhere), bad_regex, bad_lines, bad_read, no_match,
+    out_of_range, symbol_not_found (with similar), io_error."""
+
+    kind: str
+    message: str
+
+
+class SourceSpan(_Result):
+    file: str
+    abs_path: str
+    start: int
+    end: int
+    total_lines: int
+    lines: list[tuple[int, str]] = Field(default_factory=list)
+    symbol: str | None = None  # qualified name, for symbol reads
+    match_lines: list[int] | None = None  # line numbers that matched, for pattern reads
+
+
+class SourceReadResult(_Result):
+    index: int
+    id: str | None = None
+    file: str | None = None
+    lines_spec: str | None = None
+    symbol: str | None = None
+    pattern: str | None = None
+    abs_path: str | None = None
+    start: int | None = None
+    end: int | None = None
+    total_lines: int | None = None
+    lines: list[tuple[int, str]] = Field(default_factory=list)
+    matches: list[SourceSpan] | None = None
+    truncated: bool = False
+    expect: ExpectResult | None = None
+    error: ReadErrorInfo | None = None
+
+
+class SglangSourceResult(_Result):
+    package: str
+    version: str | None = None
+    dist: str | None = None
+    root: str
+    python: str
+    reads: list[SourceReadResult]
+
+
+# ---------------------------------------------------------------- env_info
+
+
+class EnvInfoArgs(_Args):
+    disk_paths: list[str] | None = None
+    packages: list[str] = Field(default_factory=list)
+    sys_path: list[str] = Field(default_factory=list)
+    torch: bool = True
+    torch_timeout_s: float = Field(default=60.0, gt=0)
+    nvidia_smi_timeout_s: float = Field(default=20.0, gt=0)
+
+
+class GpuInfo(_Result):
+    index: int | str
+    name: str
+    memory_total_mib: float | None = None
+    memory_used_mib: float | None = None
+    driver_version: str | None = None
+
+
+class DiskInfo(_Result):
+    path: str
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    error: str | None = None
+
+
+class PortInfo(_Result):
+    family: Literal["ipv4", "ipv6"]
+    address: str
+    port: int
+
+
+class TorchInfo(_Result):
+    importable: bool
+    version: str | None = None
+    cuda_available: bool | None = None
+    cuda_version: str | None = None
+    device_count: int | None = None
+    devices: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class EnvInfoResult(_Result):
+    hostname: str
+    python: dict[str, Any]
+    os: dict[str, Any]
+    cpu_count: int | None
+    memory: dict[str, int] | None
+    disk: list[DiskInfo]
+    gpus: list[GpuInfo]
+    nvidia_smi: dict[str, Any]
+    cuda: dict[str, Any]
+    torch: TorchInfo | None
+    packages: dict[str, str | None]
+    listening_ports: list[PortInfo]
+
+
+# ---------------------------------------------------------------- draft_inspect
+
+
+class DraftInspectArgs(_Args):
+    path: str
+    target_path: str | None = None
+    target_num_layers: int | None = Field(default=None, gt=0)
+    target_hidden_size: int | None = Field(default=None, gt=0)
+    target_vocab_size: int | None = Field(default=None, gt=0)
+
+
+Severity = Literal["info", "warning", "error"]
+
+
+class Finding(_Result):
+    """ids: weights, architecture, fc_width, lm_head, d2t, t2d, tied_embeddings, aux_layer_ids, aux_count, rope,
+    naming, embed_tokens."""
+
+    id: str
+    severity: Severity
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class TensorInfo(_Result):
+    dtype: str | None
+    shape: list[int]
+
+
+class Feeds(_Result):
+    """HF ``hidden_states`` indices each engine feeds the draft; None when it depends on an unknown layer count."""
+
+    sglang: list[int] | None
+    vllm: list[int] | None
+
+
+class Naming(_Result):
+    variant: Literal["midlayer", "layers", "unknown"]
+    model_prefix: bool
+    speculators_config: bool
+    decoder_layers: list[int]
+    label: str
+
+
+class DraftInspectResult(_Result):
+    path: str
+    config: dict[str, Any]
+    target: dict[str, Any]
+    weights: dict[str, Any]
+    naming: Naming
+    tensors: dict[str, TensorInfo]
+    feeds: Feeds
+    findings: list[Finding]
+
+    def finding(self, fid: str) -> Finding | None:
+        return next((f for f in self.findings if f.id == fid), None)
+
+    @property
+    def worst(self) -> Severity:
+        order = {"info": 0, "warning": 1, "error": 2}
+        return max((f.severity for f in self.findings), key=order.__getitem__, default="info")

@@ -1,0 +1,93 @@
+"""Running a probe on a host: push the probe directory once per session (content hash), run the
+script with the host's python, args on stdin, a fresh nonce, progress lines streamed as they come."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import ProbeError
+from orchestrator.probes import new_nonce, parse_probe_output, parse_progress_line, probes_dir
+
+if TYPE_CHECKING:
+    from orchestrator.transport.base import Transport
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+
+class _StderrSplitter:
+    """Turns streamed stderr chunks into progress events and plain stderr lines."""
+
+    def __init__(self, on_progress: ProgressCallback | None, on_stderr: Callable[[str], None] | None) -> None:
+        self.buffer = ""
+        self.on_progress = on_progress
+        self.on_stderr = on_stderr
+
+    def feed(self, text: str) -> None:
+        self.buffer += text
+        *lines, self.buffer = self.buffer.split("\n")
+        for line in lines:
+            self._line(line)
+
+    def flush(self) -> None:
+        if self.buffer:
+            self._line(self.buffer)
+            self.buffer = ""
+
+    def _line(self, line: str) -> None:
+        progress = parse_progress_line(line)
+        if progress is not None:
+            if self.on_progress:
+                self.on_progress(progress)
+        elif self.on_stderr and line.strip():
+            self.on_stderr(line + "\n")
+
+
+async def run_probe(
+    transport: Transport,
+    probe: str,
+    args: dict[str, Any],
+    *,
+    python: str = "python3",
+    timeout: float | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_stderr: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``remote_probes/<probe>.py`` on the transport's host and return its result.
+
+    :raises ProbeError: the probe reported an error, crashed, printed no result, or timed out.
+    :raises HostUnreachable: the host went away.
+    """
+    source = probes_dir()
+    if not (source / f"{probe}.py").exists() or probe.startswith("_"):
+        known = sorted(p.stem for p in source.glob("*.py") if not p.stem.startswith("_") and p.stem != "__init__")
+        raise ProbeError(f"unknown probe {probe!r}; known: {', '.join(known)}")
+    remote_dir = await transport.put_tree(source, pattern="*.[pj][ys]*")
+    nonce = new_nonce()
+    splitter = _StderrSplitter(on_progress, on_stderr)
+
+    def on_output(stream: str, text: str) -> None:
+        if stream == "stderr":
+            splitter.feed(text)
+
+    import json
+
+    result = await transport.run(
+        [python, f"{remote_dir}/{probe}.py"],
+        env={"ORCH_PROBE_NONCE": nonce, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"},
+        cwd=remote_dir, stdin=json.dumps(args), timeout=timeout, on_output=on_output,
+    )
+    splitter.flush()
+    if result.exit_code == 127 or "No such file or directory" in result.stderr[-300:] and not result.stdout:
+        raise ProbeError(f"{transport.host}: cannot run {python!r} (set the host's `python` in the inventory)")
+    outcome = parse_probe_output(result.stdout, nonce, exit_status=result.exit_code, stderr=result.stderr)
+    if not outcome.ok:
+        err = outcome.error
+        assert err is not None
+        detail = ""
+        tb = err.details.get("traceback") if err.details else None
+        if err.kind in ("crash", "no_output", "missing_markers") and (tb or err.details.get("stderr_tail")):
+            detail = "\n" + str(tb or err.details.get("stderr_tail"))[-1500:]
+        raise ProbeError(f"probe {probe} on {transport.host} failed ({err.kind}): {err.message}{detail}")
+    assert outcome.result is not None
+    return outcome.result

@@ -1,0 +1,311 @@
+"""The checks behind draft_inspect: each turns config + tensor table into one finding (stdlib only, Python >= 3.9).
+
+A finding is ``{"id", "severity": "info"|"warning"|"error", "message": one sentence, "details": {...}}``. The rules
+follow research/eagle3-draft-spec.md and research/sglang-eagle3-facts.md; each message names what the engine will do.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from eagle3_wiring import default_wiring, nested_ids, top_level_ids
+
+
+def _finding(fid: str, severity: str, message: str, **details: Any) -> dict[str, Any]:
+    return {"id": fid, "severity": severity, "message": message, "details": details}
+
+
+def _strip(name: str) -> str:
+    return name[len("model."):] if name.startswith("model.") else name
+
+
+def _tensor(tensors: dict[str, Any], suffix: str) -> tuple[str | None, dict[str, Any] | None]:
+    """A tensor by its name without the optional ``model.`` prefix."""
+    for name, meta in tensors.items():
+        if _strip(name) == suffix:
+            return name, meta
+    return None, None
+
+
+def naming(raw: dict[str, Any], tensors: dict[str, Any]) -> dict[str, Any]:
+    names = list(tensors)
+    prefixed = bool(names) and all(n.startswith("model.") or n in ("lm_head.weight", "d2t", "t2d") for n in names)
+    stripped = [_strip(n) for n in names]
+    layers = sorted({int(m.group(1)) for n in stripped for m in [re.match(r"layers\.(\d+)\.", n)] if m})
+    speculators = "speculators_model_type" in raw or "speculators_config" in raw
+    if any(n.startswith("midlayer.") for n in stripped):
+        variant, label = "midlayer", "midlayer.* (SpecForge / EAGLE training layout)"
+    elif layers:
+        variant = "layers"
+        label = ("speculators (layers.N.*)" if speculators else "layers.N.* (vLLM / HF decoder-layer layout)")
+    else:
+        variant, label = "unknown", "no decoder-layer tensors recognised"
+    if prefixed:
+        label = "model. prefix + " + label
+    return {"variant": variant, "model_prefix": prefixed, "speculators_config": speculators,
+            "decoder_layers": layers, "label": label}
+
+
+def check_architecture(raw: dict[str, Any]) -> dict[str, Any]:
+    archs = raw.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    if not isinstance(arch, str):
+        return _finding("architecture", "warning", "config.json lists no architectures, so the engine guesses "
+                        "the model class from the command line.", architectures=archs)
+    if "eagle3" in arch.lower():
+        return _finding("architecture", "info", f"Architecture {arch} selects an EAGLE-3 draft loader.",
+                        architecture=arch, eagle3_loader=True)
+    if "eagle" in arch.lower():
+        return _finding("architecture", "warning", f"Architecture {arch} is an EAGLE-1/2 draft class, not "
+                        "EAGLE-3: no fc over three aux hidden states.", architecture=arch, eagle3_loader=False)
+    return _finding("architecture", "error", f"Architecture {arch} is a base model class, so SGLang loads the "
+                    "draft with its plain loader instead of the EAGLE-3 one (sglang PR 33966).",
+                    architecture=arch, eagle3_loader=False)
+
+
+def check_fc(cfg: dict[str, Any], tensors: dict[str, Any], hidden: Any, target: dict[str, Any],
+             num_aux: int, aux_source: str) -> dict[str, Any]:
+    if target.get("hidden_size"):
+        t_hidden, t_source = target["hidden_size"], "target"
+    elif isinstance(cfg.get("target_hidden_size"), int):
+        t_hidden, t_source = cfg["target_hidden_size"], "config.target_hidden_size"
+    else:
+        t_hidden, t_source = hidden, "assumed equal to the draft hidden_size"
+    name, meta = _tensor(tensors, "fc.weight")
+    details = {"num_aux": num_aux, "num_aux_source": aux_source, "target_hidden_size": t_hidden,
+               "target_hidden_source": t_source, "expected_in": num_aux * t_hidden if t_hidden else None}
+    if meta is None:
+        return _finding("fc_width", "error", "No fc.weight: the draft cannot project the aux hidden states.",
+                        **details)
+    shape = meta["shape"]
+    details.update(tensor=name, shape=shape)
+    if len(shape) != 2 or not t_hidden:
+        return _finding("fc_width", "warning", f"fc.weight has shape {shape}; cannot check it without both "
+                        "hidden sizes.", **details)
+    out_dim, in_dim = shape
+    if hidden and out_dim != hidden:
+        return _finding("fc_width", "error", f"fc.weight outputs {out_dim} features but hidden_size is {hidden}.",
+                        **details)
+    if in_dim == num_aux * t_hidden:
+        return _finding("fc_width", "info", f"fc input width {in_dim} = {num_aux} aux layers x target hidden "
+                        f"{t_hidden}.", **details)
+    if in_dim % t_hidden == 0:
+        return _finding("fc_width", "error", f"fc input width {in_dim} takes {in_dim // t_hidden} aux states of "
+                        f"{t_hidden}, but the config makes the engine feed {num_aux} ({aux_source}).", **details)
+    return _finding("fc_width", "error", f"fc input width {in_dim} is not a multiple of the target hidden size "
+                    f"{t_hidden}.", **details)
+
+
+def check_lm_head(cfg: dict[str, Any], tensors: dict[str, Any], hidden: Any) -> dict[str, Any]:
+    name, meta = _tensor(tensors, "lm_head.weight")
+    declared = cfg.get("draft_vocab_size")
+    tied = bool(cfg.get("tie_word_embeddings"))
+    details = {"tensor": name, "shape": meta["shape"] if meta else None, "draft_vocab_size": declared,
+               "vocab_size": cfg.get("vocab_size"), "tie_word_embeddings": tied}
+    if meta is None and declared is not None and not tied:
+        return _finding("lm_head", "error", f"No lm_head.weight although draft_vocab_size={declared} is declared: "
+                        "SGLang keeps a randomly initialised head (sglang PR 27908).", **details)
+    if meta is None:
+        return _finding("lm_head", "info", "No lm_head.weight and no draft_vocab_size: the engine uses the "
+                        "target's lm_head.", **details)
+    rows = meta["shape"][0] if meta["shape"] else None
+    if declared is None or tied:
+        return _finding("lm_head", "warning", "lm_head.weight is present but SGLang loads the target's lm_head "
+                        "instead (draft_vocab_size absent or tied embeddings), so the draft's head is unused.",
+                        **details)
+    if rows != declared:
+        return _finding("lm_head", "error", f"lm_head.weight has {rows} rows but draft_vocab_size is {declared}.",
+                        **details)
+    if hidden and meta["shape"][-1] != hidden:
+        return _finding("lm_head", "error", f"lm_head.weight has width {meta['shape'][-1]} but hidden_size is "
+                        f"{hidden}.", **details)
+    return _finding("lm_head", "info", f"lm_head.weight [{rows}, {meta['shape'][-1]}] matches "
+                    f"draft_vocab_size {declared}.", **details)
+
+
+def classify_d2t(d2t: list[int], vocab: int | None, t2d_ids: set[int] | None) -> tuple[str, str]:
+    """(verdict, reason). Offsets (the convention both engines use: target = i + d2t[i]) come from a sorted
+    selection of target ids, so d2t is non-decreasing and repeats whenever two draft ids map to adjacent target
+    ids; direct ids are all distinct. A list fitting both is settled by t2d, else called ambiguous."""
+    if any(v < 0 for v in d2t):
+        return "invalid", "d2t has negative values"
+    as_offsets = all(d2t[i] <= d2t[i + 1] for i in range(len(d2t) - 1)) and (
+        vocab is None or max(i + v for i, v in enumerate(d2t)) < vocab)
+    as_ids = len(set(d2t)) == len(d2t) and (vocab is None or max(d2t) < vocab)
+    if as_offsets and as_ids and t2d_ids is not None:
+        if t2d_ids == {i + v for i, v in enumerate(d2t)}:
+            return "offsets", "fits both readings; t2d agrees with offsets"
+        if t2d_ids == set(d2t):
+            return "direct_ids", "fits both readings; t2d agrees with direct ids"
+    if as_offsets and as_ids:
+        return "ambiguous", "non-decreasing, distinct and in range under both readings"
+    if as_offsets:
+        return "offsets", "non-decreasing with i + d2t[i] inside the vocabulary"
+    if as_ids:
+        why = "i + d2t[i] exceeds the vocabulary" if vocab and max(i + v for i, v in enumerate(d2t)) >= vocab \
+            else "not non-decreasing"
+        return "direct_ids", f"distinct values that are not offsets ({why})"
+    return "invalid", "neither non-decreasing offsets inside the vocabulary nor distinct ids"
+
+
+def check_d2t_t2d(cfg: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any],
+                  vocab: int | None) -> list[dict[str, Any]]:
+    d2t_name, d2t_meta = _tensor(tensors, "d2t")
+    t2d_name, t2d_meta = _tensor(tensors, "t2d")
+    d2t = small.get(d2t_name) if d2t_name else None
+    t2d = small.get(t2d_name) if t2d_name else None
+    declared = cfg.get("draft_vocab_size")
+    out = []
+    t2d_ids = {i for i, v in enumerate(t2d) if v} if t2d is not None else None
+    if d2t_meta is None:
+        reduced = declared is not None and declared != vocab
+        out.append(_finding("d2t", "error" if reduced else "info",
+                            "No d2t tensor although the draft vocabulary is reduced: draft ids cannot be mapped "
+                            "to target ids." if reduced else "No d2t tensor; the draft predicts target ids directly.",
+                            draft_vocab_size=declared, vocab_size=vocab))
+    elif d2t is None:
+        out.append(_finding("d2t", "warning", f"d2t has dtype {d2t_meta['dtype']}, which this probe cannot read.",
+                            dtype=d2t_meta["dtype"], shape=d2t_meta["shape"]))
+    else:
+        verdict, reason = classify_d2t(d2t, vocab, t2d_ids)
+        details = {"verdict": verdict, "reason": reason, "length": len(d2t), "draft_vocab_size": declared,
+                   "min": min(d2t) if d2t else None, "max": max(d2t) if d2t else None,
+                   "head": d2t[:8], "repeats": sum(1 for i in range(len(d2t) - 1) if d2t[i] == d2t[i + 1])}
+        if declared is not None and len(d2t) != declared:
+            out.append(_finding("d2t", "error", f"d2t has {len(d2t)} entries but draft_vocab_size is {declared}.",
+                                **details))
+        elif verdict == "offsets":
+            out.append(_finding("d2t", "info", f"d2t holds offsets (target id = i + d2t[i]), the convention SGLang "
+                                f"and vLLM apply: {reason}.", **details))
+        elif verdict == "direct_ids":
+            out.append(_finding("d2t", "error", f"d2t holds target ids, not offsets ({reason}); SGLang and vLLM "
+                                "add i to it, so drafted tokens map to wrong ids.", **details))
+        elif verdict == "ambiguous":
+            out.append(_finding("d2t", "warning", "d2t fits both the offset and the direct-id reading and no t2d "
+                                "settles it; engines read it as offsets.", **details))
+        else:
+            out.append(_finding("d2t", "error", f"d2t is not a usable map: {reason}.", **details))
+    if t2d_meta is not None:
+        details = {"length": len(t2d) if t2d is not None else None, "vocab_size": vocab,
+                   "selected": len(t2d_ids) if t2d_ids is not None else None}
+        if t2d is None:
+            out.append(_finding("t2d", "warning", f"t2d has dtype {t2d_meta['dtype']}, which this probe cannot "
+                                "read.", **details))
+        elif d2t is None:
+            out.append(_finding("t2d", "info", "t2d present without a readable d2t; engines do not use t2d.",
+                                **details))
+        elif t2d_ids == {i + v for i, v in enumerate(d2t)}:
+            out.append(_finding("t2d", "info", "t2d is consistent with d2t: nonzero(t2d) == d2t + arange.",
+                                **details))
+        elif t2d_ids == set(d2t):
+            out.append(_finding("t2d", "warning", "t2d marks the d2t values themselves, i.e. it was built from "
+                                "d2t read as direct ids.", **details))
+        else:
+            out.append(_finding("t2d", "warning", "t2d disagrees with d2t (nonzero(t2d) != d2t + arange); one of "
+                                "them was regenerated.", **details))
+    return out
+
+
+def check_feeds(raw: dict[str, Any], n_layers: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Which HF hidden_states indices each engine feeds (see eagle3_wiring), and a finding about it."""
+    nested, top = nested_ids(raw), top_level_ids(raw)
+    default = default_wiring(n_layers) if n_layers else None
+    sglang = [i + 1 for i in nested] if nested is not None else default
+    vllm = list(top) if top is not None else default
+    feeds = {"sglang": sglang, "vllm": vllm}
+    where = "both" if nested is not None and top is not None else "nested" if nested is not None else \
+        "top_level" if top is not None else "none"
+    details = {"location": where, "nested_ids": nested, "top_level_ids": top, "default": default,
+               "target_num_layers": n_layers, "feeds": feeds}
+    beyond = [i for i in (sglang or []) + (vllm or []) if n_layers and (i < 0 or i >= n_layers)]
+    if beyond:
+        return feeds, _finding("aux_layer_ids", "error", f"Aux hidden-state indices {sorted(set(beyond))} are "
+                               f"never captured: a {n_layers}-layer target captures indices 0..{n_layers - 1} at "
+                               "layer entry.", **details)
+    if where == "none":
+        msg = (f"No aux layer ids: SGLang and vLLM both feed the default [2, N//2, N-3] = {default}."
+               if default else "No aux layer ids: engines feed [2, N//2, N-3]; pass target_num_layers to resolve it.")
+        return feeds, _finding("aux_layer_ids", "info", msg, **details)
+    if sglang is not None and vllm is not None and sglang != vllm:
+        why = {"both": "the nested and top-level ids disagree",
+               "nested": "vLLM ignores the nested eagle_config ids",
+               "top_level": "SGLang's llama path ignores top-level ids"}[where]
+        return feeds, _finding("aux_layer_ids", "warning", f"SGLang feeds hidden_states {sglang} but vLLM feeds "
+                               f"{vllm}: {why}.", **details)
+    if where == "top_level" and sglang is None:
+        return feeds, _finding("aux_layer_ids", "warning", f"Only top-level ids {top} (vLLM convention): SGLang "
+                               "ignores them and feeds [2, N//2, N-3]; pass target_num_layers to compare.",
+                               **details)
+    text = {"nested": f"Nested eagle_config ids {nested}: SGLang feeds ids+1 = {sglang}.",
+            "both": f"Nested ids +1 and top-level ids agree: both engines feed {sglang}.",
+            "top_level": f"Top-level ids {top} equal SGLang's default, so both engines feed {vllm}."}[where]
+    return feeds, _finding("aux_layer_ids", "info", text, **details)
+
+
+def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any], weights: dict[str, Any],
+            target: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """(feeds, naming, findings) for one draft checkpoint."""
+    # speculators nests the Llama config under transformer_layer_config; top-level keys win.
+    cfg = dict(raw.get("transformer_layer_config") or {}, **raw)
+    hidden = cfg.get("hidden_size")
+    vocab = target.get("vocab_size") or cfg.get("vocab_size")
+    findings: list[dict[str, Any]] = []
+    if not tensors:
+        sev, msg = (("warning", "Only pytorch .bin weights: tensors were not inspected.") if weights["pytorch_bin"]
+                    else ("error", "No *.safetensors or pytorch .bin weights in the draft directory."))
+        findings.append(_finding("weights", sev, msg, **weights))
+    elif weights.get("missing_shards"):
+        findings.append(_finding("weights", "error", f"The safetensors index names missing shards "
+                                 f"{weights['missing_shards']}.", **weights))
+    findings.append(check_architecture(raw))
+    nested, top = nested_ids(raw), top_level_ids(raw)
+    if isinstance(cfg.get("num_aux_hidden_states"), int):
+        num_aux, aux_source = cfg["num_aux_hidden_states"], "num_aux_hidden_states"
+    elif nested is not None:
+        num_aux, aux_source = len(nested), "eagle_config ids"
+    else:
+        num_aux, aux_source = 3, "default of 3"
+    if tensors:
+        findings.append(check_fc(cfg, tensors, hidden, target, num_aux, aux_source))
+        findings.append(check_lm_head(cfg, tensors, hidden))
+        findings.extend(check_d2t_t2d(cfg, tensors, small, vocab))
+    tied = bool(cfg.get("tie_word_embeddings"))
+    findings.append(_finding("tied_embeddings", "warning" if tied else "info",
+                             "tie_word_embeddings is true: SGLang takes lm_head from the target." if tied
+                             else "tie_word_embeddings is false or absent.", tie_word_embeddings=tied))
+    feeds, feed_finding = check_feeds(raw, target.get("num_layers"))
+    findings.append(feed_finding)
+    if top is not None and nested is None and num_aux != len(top):
+        findings.append(_finding("aux_count", "warning", f"{len(top)} top-level ids but SGLang sizes fc for "
+                                 f"{num_aux} aux states ({aux_source}).", top_level_ids=top, num_aux=num_aux))
+    theta, t_theta = cfg.get("rope_theta"), target.get("rope_theta")
+    if theta is None:
+        findings.append(_finding("rope", "warning", "rope_theta is missing, so engines assume 10000"
+                                 + (f" while the target uses {t_theta}." if t_theta else "."), target_rope_theta=t_theta))
+    elif t_theta is not None and float(t_theta) != float(theta):
+        findings.append(_finding("rope", "warning", f"Draft rope_theta {theta} differs from the target's {t_theta}.",
+                                 rope_theta=theta, target_rope_theta=t_theta))
+    else:
+        findings.append(_finding("rope", "info", f"rope_theta {theta}.", rope_theta=theta,
+                                 rope_scaling=cfg.get("rope_scaling")))
+    name_info = naming(raw, tensors)
+    findings.append(_finding("naming", "warning" if name_info["variant"] == "unknown" else "info",
+                             f"Tensor naming: {name_info['label']}.", **name_info))
+    if tensors:
+        findings.append(check_embed(cfg, tensors, hidden, target))
+    return feeds, name_info, findings
+
+
+def check_embed(cfg: dict[str, Any], tensors: dict[str, Any], hidden: Any, target: dict[str, Any]) -> dict[str, Any]:
+    name, meta = _tensor(tensors, "embed_tokens.weight")
+    t_hidden = target.get("hidden_size") or cfg.get("target_hidden_size") or hidden
+    details = {"tensor": name, "shape": meta["shape"] if meta else None, "hidden_size": hidden,
+               "target_hidden_size": t_hidden}
+    if meta is not None:
+        return _finding("embed_tokens", "info", "The draft ships embed_tokens; SGLang replaces it with the "
+                        "target's embedding when the hidden sizes match.", **details)
+    if hidden and t_hidden and hidden != t_hidden:
+        return _finding("embed_tokens", "error", f"No embed_tokens and draft hidden {hidden} != target hidden "
+                        f"{t_hidden}: SGLang's set_embed silently skips, leaving a random embedding.", **details)
+    return _finding("embed_tokens", "info", "No embed_tokens: the engine shares the target's embedding.", **details)

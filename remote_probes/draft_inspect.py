@@ -1,0 +1,165 @@
+"""Probe: static checks of an EAGLE-3 draft checkpoint directory (standard library only, Python >= 3.9).
+
+Reads config.json and the safetensors JSON headers (8-byte little-endian length + JSON), sharded or not, and the
+small integer tensors d2t/t2d straight from the file. Nothing is imported from torch or safetensors.
+
+Args: ``{"path": draft_dir, "target_path"?: dir with the target's config.json, "target_num_layers"?: int,
+"target_hidden_size"?: int, "target_vocab_size"?: int}`` (explicit numbers win over target_path).
+Result: ``{"path", "config": {subset}, "target": {...}, "weights": {...}, "naming": {...},
+"tensors": {name: {"dtype", "shape"}}, "feeds": {"sglang": [HF indices] | null, "vllm": ... | null},
+"findings": [{"id", "severity": "info"|"warning"|"error", "message", "details"}]}``.
+The checks themselves live in ``draft_findings.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from array import array
+from typing import Any
+
+from _probe import ProbeFailure, run_probe
+from draft_findings import analyse
+
+CONFIG_KEYS = ("architectures", "model_type", "hidden_size", "target_hidden_size", "intermediate_size",
+               "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+               "draft_vocab_size", "tie_word_embeddings", "rope_theta", "rope_scaling", "max_position_embeddings",
+               "rms_norm_eps", "torch_dtype", "eagle_config", "eagle_aux_hidden_state_layer_ids",
+               "num_aux_hidden_states", "norm_before_residual", "norm_before_fc", "speculators_model_type")
+_INT_CODES = {"I64": ("q", 8), "I32": ("i", 4), "I16": ("h", 2), "I8": ("b", 1), "U8": ("B", 1), "BOOL": ("B", 1)}
+_MAX_HEADER = 100 * 1024 * 1024
+_MAX_SMALL_TENSOR = 64 * 1024 * 1024
+
+
+def read_json(path: str, what: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise ProbeFailure("unreadable", f"cannot read {what} {path}: {exc}", path=path) from None
+    except ValueError as exc:
+        raise ProbeFailure("bad_config", f"{what} {path} is not valid JSON: {exc}", path=path) from None
+    if not isinstance(data, dict):
+        raise ProbeFailure("bad_config", f"{what} {path} is not a JSON object", path=path)
+    return data
+
+
+def read_header(path: str) -> tuple[dict[str, Any], int]:
+    """(tensor table, byte offset where tensor data starts) of one .safetensors file."""
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ProbeFailure("bad_weights", f"{path} is too short to be a safetensors file", path=path)
+        (size,) = struct.unpack("<Q", head)
+        if size > _MAX_HEADER:
+            raise ProbeFailure("bad_weights", f"{path} declares a {size}-byte header: not a safetensors file",
+                               path=path)
+        raw = handle.read(size)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProbeFailure("bad_weights", f"{path} has an unreadable safetensors header: {exc}", path=path) from None
+    header.pop("__metadata__", None)
+    return header, 8 + size
+
+
+def read_ints(meta: dict[str, Any]) -> list[int] | None:
+    """Values of a small integer/bool tensor, read with ``array`` (safetensors stores little-endian)."""
+    code = _INT_CODES.get(meta.get("dtype", ""))
+    if code is None:
+        return None
+    begin, end = meta["data_offsets"]
+    if end - begin > _MAX_SMALL_TENSOR:
+        return None
+    with open(meta["file"], "rb") as handle:
+        handle.seek(meta["data_start"] + begin)
+        raw = handle.read(end - begin)
+    values = array(code[0])
+    if values.itemsize != code[1]:
+        return None  # an exotic platform whose C types differ; skip rather than misread
+    values.frombytes(raw[:len(raw) - len(raw) % code[1]])
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tolist()
+
+
+def weight_table(path: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """All tensors (name -> dtype, shape, file, offsets) and a description of the weight files found."""
+    names = sorted(os.listdir(path))
+    info: dict[str, Any] = {"format": None, "files": [], "sharded": False,
+                            "pytorch_bin": [n for n in names if n.endswith((".bin", ".pt", ".pth"))]}
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        weight_map = read_json(index, "safetensors index").get("weight_map") or {}
+        files = sorted(set(weight_map.values()))
+        info.update(sharded=True, index_entries=len(weight_map))
+    else:
+        files = [n for n in names if n.endswith(".safetensors")]
+    tensors: dict[str, dict[str, Any]] = {}
+    missing = []
+    for name in files:
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            missing.append(name)
+            continue
+        header, data_start = read_header(file)
+        for tname, meta in header.items():
+            tensors[tname] = {"dtype": meta.get("dtype"), "shape": list(meta.get("shape") or []), "file": file,
+                              "data_start": data_start, "data_offsets": meta.get("data_offsets") or [0, 0]}
+    if files:
+        info["format"] = "safetensors"
+    elif info["pytorch_bin"]:
+        info["format"] = "pytorch_bin"
+    info.update(files=files, missing_shards=missing)
+    return tensors, info
+
+
+def target_info(args: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"num_layers": None, "hidden_size": None, "vocab_size": None, "rope_theta": None,
+                           "source": {}}
+    if args.get("target_path"):
+        cfg_path = os.path.join(os.path.expanduser(str(args["target_path"])), "config.json")
+        cfg = read_json(cfg_path, "target config")
+        cfg = dict(cfg.get("text_config") or {}, **cfg)  # multimodal targets nest the language model config
+        for key, cfg_key in (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
+                             ("vocab_size", "vocab_size"), ("rope_theta", "rope_theta")):
+            if isinstance(cfg.get(cfg_key), (int, float)):
+                out[key] = cfg[cfg_key]
+                out["source"][key] = "target_path"
+    for key in ("num_layers", "hidden_size", "vocab_size"):
+        value = args.get("target_" + key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ProbeFailure("bad_args", f"'target_{key}' must be a positive integer, got {value!r}")
+            out[key] = value
+            out["source"][key] = "args"
+    return out
+
+
+def main(args: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(args.get("path"), str) or not args["path"]:
+        raise ProbeFailure("bad_args", "'path' (the draft checkpoint directory) is required")
+    path = os.path.abspath(os.path.expanduser(args["path"]))
+    if not os.path.isdir(path):
+        raise ProbeFailure("not_found", f"draft path {path} is not a directory", path=path)
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise ProbeFailure("not_found", f"draft directory {path} has no config.json", path=path)
+    raw = read_json(cfg_path, "draft config")
+    target = target_info(args)
+    tensors, weights = weight_table(path)
+    small = {name: read_ints(meta) for name, meta in tensors.items() if name.split(".")[-1] in ("d2t", "t2d")}
+    feeds, naming, findings = analyse(raw, tensors, small, weights, target)
+    config = {k: raw[k] for k in CONFIG_KEYS if k in raw}
+    if isinstance(raw.get("transformer_layer_config"), dict):  # speculators format nests the Llama config
+        config["transformer_layer_config"] = {k: v for k, v in raw["transformer_layer_config"].items()
+                                              if k in CONFIG_KEYS}
+    return {"path": path, "config": config, "target": target, "weights": weights, "naming": naming,
+            "tensors": {name: {"dtype": m["dtype"], "shape": m["shape"]} for name, m in sorted(tensors.items())},
+            "feeds": feeds, "findings": findings}
+
+
+if __name__ == "__main__":
+    run_probe(main)

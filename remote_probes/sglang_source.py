@@ -1,0 +1,362 @@
+"""Probe: read source of an installed Python package (sglang, vllm, ...) WITHOUT importing it.
+
+Standard library only, Python >= 3.9. Run as ``python3 sglang_source.py ARGS.json`` next to ``_probe.py``.
+
+Args: ``{"package": "sglang", "sys_path": [dirs prepended to sys.path], "reads": [READ, ...]}`` where a READ is
+``{"file"?: path relative to the package root (a leading "<package>/" is accepted) or absolute,
+   exactly one of  "lines": "155,200" | "155,+45" | "/re/,/re/" | "/re/,+5" | "$" | "10,$" | "42"
+                 | "symbol": "EAGLEWorker.__init__"   (ast; whole package when "file" is absent)
+                 | "pattern": "regex", "context": 3   (grep; whole package when "file" is absent),
+   "max_matches"?: 20, "max_lines"?: 2000, "expect"?: {"contains"|"regex"|"not_contains": str}}``.
+
+Result: ``{"package", "version", "dist", "root", "python", "reads": [...]}``; each read is
+``{"index", "file", "abs_path", "start", "end", "total_lines", "lines": [[n, text], ...], "symbol"?, "matches"?,
+"truncated"?, "expect"?: {"passed", "checks"}, "error"?: {"kind", "message", ...}}``. One read's error never fails
+the others; an unknown package fails the whole probe (kind ``package_not_found``) and says where it looked.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.metadata as metadata
+import importlib.util
+import os
+import re
+import sys
+from typing import Any
+
+from _probe import ProbeFailure, progress, run_probe
+from source_address import ReadError, all_qualnames, compile_regex, find_symbols, resolve_range
+
+DEFAULT_MAX_LINES = 2000
+DEFAULT_MAX_MATCHES = 20
+DEFAULT_CONTEXT = 3
+_SKIP_DIRS = {"__pycache__", ".git", "node_modules"}
+
+
+# ---------------------------------------------------------------- locating the package
+
+
+def locate_package(package: str) -> dict[str, Any]:
+    """Find the package's directory with find_spec of the top-level name (which does not run its __init__)."""
+    parts = package.split(".")
+    top = parts[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError) as exc:
+        spec = None
+        progress("find_spec failed", package=top, error=str(exc))
+    if spec is None:
+        raise ProbeFailure("package_not_found",
+                           f"package {top!r} is not installed for {sys.executable} (searched sys.path)",
+                           python=sys.executable, sys_path=list(sys.path))
+    if spec.submodule_search_locations:
+        root = list(spec.submodule_search_locations)[0]
+    elif spec.origin:
+        root = spec.origin  # a single-module package: reads address that one file
+    else:
+        raise ProbeFailure("package_not_found", f"package {top!r} has no location on disk", python=sys.executable)
+    root = os.path.realpath(root)
+    site_dir = os.path.dirname(root)
+    for sub in parts[1:]:  # "sglang.srt" -> <root>/srt, resolved on disk so nothing is imported
+        root = os.path.join(root, sub)
+    if not os.path.exists(root):
+        raise ProbeFailure("package_not_found", f"{package!r} resolves to {root}, which does not exist", root=root)
+    dist_name, version = _distribution_of(top, site_dir)
+    return {"package": package, "version": version, "dist": dist_name, "root": root}
+
+
+def _distribution_of(top: str, site_dir: str) -> tuple[str | None, str | None]:
+    """The distribution that installed ``top``: first the one in the same directory (pip --target), then any."""
+    candidates = [metadata.distributions(path=[site_dir]), metadata.distributions()]
+    wanted = top.lower().replace("_", "-")
+    for dists in candidates:
+        for dist in dists:
+            name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+            if name == wanted or top in _top_level_names(dist):
+                return dist.metadata["Name"], dist.version
+    return None, None
+
+
+def _top_level_names(dist: metadata.Distribution) -> set[str]:
+    text = dist.read_text("top_level.txt")
+    if text:
+        return {line.strip() for line in text.splitlines() if line.strip()}
+    names = set()
+    for file in dist.files or []:  # RECORD entries like "sglang/__init__.py"
+        first = str(file).split("/")[0]
+        if not first.endswith((".dist-info", ".data")) and ".." not in first:
+            names.add(first[:-3] if first.endswith(".py") else first)
+    return names
+
+
+# ---------------------------------------------------------------- files
+
+
+class FileCache:
+    """Each file is read and split once per run, however many reads address it (the batch stays cheap)."""
+
+    def __init__(self) -> None:
+        self._text: dict[str, str] = {}
+        self._lines: dict[str, list[str]] = {}
+        self._trees: dict[str, ast.AST] = {}
+
+    def text(self, path: str) -> str:
+        if path not in self._text:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                self._text[path] = handle.read()
+        return self._text[path]
+
+    def lines(self, path: str) -> list[str]:
+        if path not in self._lines:
+            self._lines[path] = self.text(path).splitlines()
+        return self._lines[path]
+
+    def tree(self, path: str) -> ast.AST:
+        if path not in self._trees:
+            self._trees[path] = ast.parse(self.text(path), filename=path)
+        return self._trees[path]
+
+
+def resolve_file(root: str, package: str, file: str) -> tuple[str, str]:
+    """(relative name for display, absolute path). Raises ReadError(file_not_found) with likely successors."""
+    base = root if os.path.isdir(root) else os.path.dirname(root)
+    if os.path.isabs(file):
+        abs_path = file
+        rel = os.path.relpath(file, base) if file.startswith(base + os.sep) else file
+    else:
+        rel = file.replace("\\", "/").lstrip("/")
+        for prefix in (package.replace(".", "/") + "/", package.split(".")[0] + "/"):
+            if rel.startswith(prefix):
+                rel = rel[len(prefix):]
+                break
+        abs_path = os.path.join(base, rel)
+    if os.path.isfile(abs_path):
+        return rel, abs_path
+    raise ReadError("file_not_found", f"{rel} does not exist under {base}", **_successors(base, abs_path))
+
+
+def _successors(base: str, abs_path: str) -> dict[str, Any]:
+    """Files that likely replaced a missing one: similar names in its directory, same name elsewhere."""
+    directory, name = os.path.split(abs_path)
+    while not os.path.isdir(directory) and len(directory) > len(base):
+        directory = os.path.dirname(directory)  # the directory itself moved: look in the nearest parent
+    stem = os.path.splitext(name)[0]
+    siblings = sorted(n for n in os.listdir(directory) if n.endswith(".py")) if os.path.isdir(directory) else []
+    similar = [n for n in siblings if os.path.splitext(n)[0].startswith(stem) or stem.startswith(os.path.splitext(n)[0] + "_")]
+    for n in difflib.get_close_matches(name, siblings, n=6, cutoff=0.6):
+        if n not in similar:
+            similar.append(n)
+    elsewhere = []
+    if os.path.isdir(base):
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+            if name in filenames:
+                elsewhere.append(os.path.relpath(os.path.join(dirpath, name), base))
+    rel_dir = os.path.relpath(directory, base).replace(os.sep, "/") if os.path.isdir(directory) else "."
+    prefix = "" if rel_dir == "." else rel_dir + "/"
+    return {"directory": rel_dir, "successors": [prefix + n for n in similar[:10]],
+            "same_name_elsewhere": [e.replace(os.sep, "/") for e in elsewhere[:10]]}
+
+
+def package_files(root: str) -> list[str]:
+    """Every .py file of the package, sorted, so whole-package searches are deterministic."""
+    if os.path.isfile(root):
+        return [root]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        found.extend(os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".py"))
+    return found
+
+
+# ---------------------------------------------------------------- one read
+
+
+_READ_KEYS = {"file", "lines", "symbol", "pattern", "context", "max_matches", "max_lines", "expect", "id"}
+_EXPECT_KEYS = ("contains", "regex", "not_contains")
+
+
+def _span(cache: FileCache, rel: str, abs_path: str, start: int, end: int, budget: list[int]) -> dict[str, Any]:
+    lines = cache.lines(abs_path)
+    take = max(0, min(end - start + 1, budget[0]))
+    budget[0] -= take
+    return {"file": rel, "abs_path": abs_path, "start": start, "end": end, "total_lines": len(lines),
+            "lines": [[n, lines[n - 1]] for n in range(start, start + take)]}
+
+
+def _int_arg(read: dict[str, Any], key: str, default: int) -> int:
+    value = read.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ReadError("bad_read", f"{key!r} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _targets(ctx: dict[str, Any], read: dict[str, Any]) -> list[tuple[str, str]]:
+    if read.get("file"):
+        return [resolve_file(ctx["root"], ctx["package"], str(read["file"]))]
+    base = ctx["root"] if os.path.isdir(ctx["root"]) else os.path.dirname(ctx["root"])
+    return [(os.path.relpath(p, base).replace(os.sep, "/"), p) for p in ctx["files"]()]
+
+
+def _read_symbol(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -> list[dict[str, Any]]:
+    symbol = str(read["symbol"])
+    if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", symbol):
+        raise ReadError("bad_read", f"symbol {symbol!r} is not a dotted Python name")
+    cache: FileCache = ctx["cache"]
+    # Every component must be defined in the file; checking them all keeps "X.__init__" from parsing every file.
+    parts = symbol.split(".")
+    needles = [re.compile(r"\b(?:def|class)\s+" + re.escape(part) + r"\b") for part in parts]
+    limit = _int_arg(read, "max_matches", DEFAULT_MAX_MATCHES)
+    matches: list[dict[str, Any]] = []
+    unparsable = []
+    for rel, abs_path in _targets(ctx, read):
+        text = cache.text(abs_path)
+        if not all(part in text for part in parts) or not all(needle.search(text) for needle in needles):
+            continue  # cheap textual filter before paying for ast.parse
+        try:
+            hits = find_symbols(cache.tree(abs_path), symbol)
+        except SyntaxError as exc:
+            unparsable.append(f"{rel}: {exc}")
+            continue
+        for qual, start, end in hits:
+            if len(matches) < limit:
+                matches.append(dict(_span(cache, rel, abs_path, start, end, budget), symbol=qual))
+            else:
+                ctx["truncated"] = True
+    if not matches:
+        details: dict[str, Any] = {"symbol": symbol, "unparsable": unparsable[:5]}
+        if read.get("file"):
+            rel, abs_path = _targets(ctx, read)[0]
+            names = all_qualnames(cache.tree(abs_path)) if not unparsable else []
+            details["similar"] = difflib.get_close_matches(symbol, names, n=6, cutoff=0.5)
+        where = read.get("file") or "the package"
+        raise ReadError("symbol_not_found", f"no class or function {symbol!r} in {where}", **details)
+    return matches
+
+
+def _read_pattern(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -> list[dict[str, Any]]:
+    pattern = compile_regex(str(read["pattern"]))
+    context = _int_arg(read, "context", DEFAULT_CONTEXT)
+    limit = _int_arg(read, "max_matches", DEFAULT_MAX_MATCHES)
+    cache: FileCache = ctx["cache"]
+    hunks: list[dict[str, Any]] = []
+    count = 0
+    for rel, abs_path in _targets(ctx, read):
+        if not pattern.search(cache.text(abs_path)):
+            continue
+        lines = cache.lines(abs_path)
+        hits = []
+        for n, line in enumerate(lines, 1):
+            if pattern.search(line):
+                if count >= limit:
+                    ctx["truncated"] = True
+                    break
+                hits.append(n)
+                count += 1
+        group: list[int] = []
+        for n in hits + [None]:  # merge hits whose context windows touch, as grep does
+            if group and (n is None or n - context > group[-1] + context + 1):
+                start, end = max(1, group[0] - context), min(len(lines), group[-1] + context)
+                hunks.append(dict(_span(cache, rel, abs_path, start, end, budget), match_lines=group))
+                group = []
+            if n is not None:
+                group.append(n)
+        if count >= limit and ctx.get("truncated"):
+            break
+    return hunks
+
+
+def _check_expect(expect: Any, text: str) -> dict[str, Any]:
+    if not isinstance(expect, dict) or not expect or set(expect) - set(_EXPECT_KEYS):
+        return {"passed": False, "checks": [], "error": f"expect must be an object with keys from {list(_EXPECT_KEYS)}"}
+    checks = []
+    for kind in _EXPECT_KEYS:
+        if kind not in expect:
+            continue
+        value = str(expect[kind])
+        check: dict[str, Any] = {"kind": kind, "value": value}
+        if kind == "contains":
+            check["passed"] = value in text
+        elif kind == "not_contains":
+            check["passed"] = value not in text
+        else:
+            try:
+                check["passed"] = re.search(value, text, re.MULTILINE) is not None
+            except re.error as exc:
+                check.update(passed=False, error=f"invalid regular expression: {exc}")
+        checks.append(check)
+    return {"passed": all(c["passed"] for c in checks), "checks": checks}
+
+
+def do_read(ctx: dict[str, Any], index: int, read: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": index}
+    try:
+        if not isinstance(read, dict):
+            raise ReadError("bad_read", f"read #{index} must be an object, got {type(read).__name__}")
+        out.update({k: read[k] for k in ("id", "file", "symbol", "pattern") if k in read})
+        if "lines" in read:
+            out["lines_spec"] = read["lines"]
+        unknown = sorted(set(read) - _READ_KEYS)
+        modes = [k for k in ("lines", "symbol", "pattern") if k in read]
+        if unknown:
+            raise ReadError("bad_read", f"unknown keys {unknown}; allowed: {sorted(_READ_KEYS)}")
+        if len(modes) != 1:
+            raise ReadError("bad_read", "a read needs exactly one of 'lines', 'symbol' or 'pattern'")
+        budget = [_int_arg(read, "max_lines", DEFAULT_MAX_LINES)]
+        ctx["truncated"] = False
+        if modes[0] == "lines":
+            if not read.get("file"):
+                raise ReadError("bad_read", "a 'lines' read needs a 'file'")
+            rel, abs_path = resolve_file(ctx["root"], ctx["package"], str(read["file"]))
+            start, end = resolve_range(str(read["lines"]), ctx["cache"].lines(abs_path))
+            out.update(_span(ctx["cache"], rel, abs_path, start, end, budget))
+            texts = [t for _, t in out["lines"]]
+        else:
+            matches = (_read_symbol if modes[0] == "symbol" else _read_pattern)(ctx, read, budget)
+            out["matches"] = matches
+            first = matches[0] if matches else {"file": read.get("file"), "abs_path": None, "start": None,
+                                                "end": None, "total_lines": None, "lines": []}
+            out.update({k: first[k] for k in ("file", "abs_path", "start", "end", "total_lines", "lines")})
+            texts = [t for m in matches for _, t in m["lines"]]
+        out["truncated"] = bool(ctx["truncated"] or budget[0] <= 0 and texts)
+        if "expect" in read:
+            out["expect"] = _check_expect(read["expect"], "\n".join(texts))
+    except ReadError as exc:
+        out["error"] = dict(exc.details, kind=exc.kind, message=exc.message)
+    except (OSError, UnicodeError, RecursionError) as exc:
+        out["error"] = {"kind": "io_error", "message": f"{type(exc).__name__}: {exc}"}
+    if "error" in out and isinstance(read, dict) and "expect" in read:
+        out["expect"] = {"passed": False, "checks": [], "error": "read failed: " + out["error"]["message"]}
+    return out
+
+
+def main(args: dict[str, Any]) -> dict[str, Any]:
+    package = args.get("package", "sglang")
+    if not isinstance(package, str) or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", package):
+        raise ProbeFailure("bad_args", f"'package' must be an importable dotted name, got {package!r}")
+    extra = args.get("sys_path") or []
+    reads = args.get("reads") or []
+    if not isinstance(extra, list) or not all(isinstance(p, str) for p in extra):
+        raise ProbeFailure("bad_args", "'sys_path' must be a list of directory strings")
+    if not isinstance(reads, list):
+        raise ProbeFailure("bad_args", "'reads' must be a list of read objects")
+    sys.path[:0] = [os.path.abspath(os.path.expanduser(p)) for p in extra]
+    importlib.invalidate_caches()
+    located = locate_package(package)
+    files: list[str] = []
+
+    def all_files() -> list[str]:
+        if not files:
+            progress("indexing package files", root=located["root"])
+            files.extend(package_files(located["root"]))
+        return files
+
+    ctx = {"root": located["root"], "package": package, "cache": FileCache(), "files": all_files}
+    results = [do_read(ctx, i, read) for i, read in enumerate(reads)]
+    return dict(located, python=sys.executable, reads=results)
+
+
+if __name__ == "__main__":
+    run_probe(main)

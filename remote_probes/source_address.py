@@ -1,0 +1,121 @@
+"""Addresses for source reads: sed-style line ranges and ast symbols (standard library only, Python >= 3.9).
+
+Used by sglang_source.py. Line specs: ``N``, ``N,M``, ``N,+K``, ``N,$``, ``$``, ``/re/``, ``/re/,/re/``, ``/re/,+K``;
+sed semantics (the end regex is searched from the line after the start; an end past EOF is clamped).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+
+class ReadError(Exception):
+    """One read failed; ``details`` go into the read's ``error`` object."""
+
+    def __init__(self, kind: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.details = details
+
+
+_ADDR = re.compile(r"\s*(?:(\d+)|(\$)|/((?:[^/\\]|\\.)*)/|\+(\d+))\s*")
+
+
+def compile_regex(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ReadError("bad_regex", f"invalid regular expression {pattern!r}: {exc}", pattern=pattern) from None
+
+
+def parse_lines_spec(spec: str) -> list[tuple[str, Any]]:
+    """``"155,+45"`` -> [("num", 155), ("plus", 45)]; kinds: num, last, regex, plus. At most two addresses."""
+    out: list[tuple[str, Any]] = []
+    pos = 0
+    text = str(spec)
+    while pos < len(text):
+        m = _ADDR.match(text, pos)
+        if not m or m.end() == pos:
+            raise ReadError("bad_lines", f"cannot parse line address {text!r} at {text[pos:]!r} "
+                            "(use N, N,M, N,+K, N,$, $, /regex/,/regex/)", lines=text)
+        if m.group(1):
+            out.append(("num", int(m.group(1))))
+        elif m.group(2):
+            out.append(("last", None))
+        elif m.group(3) is not None:
+            out.append(("regex", compile_regex(m.group(3).replace("\\/", "/"))))
+        else:
+            out.append(("plus", int(m.group(4))))
+        pos = m.end()
+        if pos < len(text):
+            if text[pos] != "," or len(out) == 2:
+                raise ReadError("bad_lines", f"cannot parse line address {text!r}: expected one ',' between two "
+                                "addresses", lines=text)
+            pos += 1
+    if not out or out[0][0] == "plus":
+        raise ReadError("bad_lines", f"line address {text!r} must start with a number, $ or /regex/", lines=text)
+    return out
+
+
+def resolve_range(spec: str, lines: list[str]) -> tuple[int, int]:
+    """sed semantics: the end regex is searched from the line after the start; an end past EOF is clamped."""
+    addrs = parse_lines_spec(spec)
+    total = len(lines)
+
+    def find(pattern: re.Pattern[str], after: int) -> int:
+        for i in range(after, total):
+            if pattern.search(lines[i]):
+                return i + 1
+        raise ReadError("no_match", f"/{pattern.pattern}/ matches no line after line {after}", pattern=pattern.pattern)
+
+    kind, value = addrs[0]
+    start = value if kind == "num" else total if kind == "last" else find(value, 0)
+    if start < 1 or start > total:
+        raise ReadError("out_of_range", f"line {start} is outside the file (1-{total})", total_lines=total)
+    end = start
+    if len(addrs) == 2:
+        kind, value = addrs[1]
+        end = (value if kind == "num" else total if kind == "last" else start + value if kind == "plus"
+               else find(value, start))
+        if end < start:
+            raise ReadError("out_of_range", f"end line {end} is before start line {start}", total_lines=total)
+    return start, min(end, total)
+
+
+def find_symbols(tree: ast.AST, symbol: str) -> list[tuple[str, int, int]]:
+    """(qualified name, first line incl. decorators, last line) of classes/functions named by ``symbol``.
+
+    ``A.b`` matches a qualified name equal to it or ending in ``.A.b`` (nested definitions)."""
+    hits: list[tuple[str, int, int]] = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                qual = prefix + child.name
+                if qual == symbol or qual.endswith("." + symbol):
+                    first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                    hits.append((qual, first, getattr(child, "end_lineno", child.lineno)))
+                walk(child, qual + ".")
+            else:
+                walk(child, prefix)  # definitions inside if/try blocks keep the enclosing prefix
+
+    walk(tree, "")
+    return hits
+
+
+def all_qualnames(tree: ast.AST) -> list[str]:
+    out: list[str] = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append(prefix + child.name)
+                walk(child, prefix + child.name + ".")
+            else:
+                walk(child, prefix)
+
+    walk(tree, "")
+    return out

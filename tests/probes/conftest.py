@@ -1,0 +1,106 @@
+"""Fixtures for the probe tests: real sglang source trees (pip --no-deps --target, cached) and a probe runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.probes import ProbeOutcome, new_nonce, parse_probe_output, probes_dir
+
+SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ORCHESTRATOR_CACHE_DIR") or Path.home() / ".cache" / "orchestrator")
+
+
+def install_sglang_tree(version: str) -> Path:
+    """``pip install --no-deps --target`` one sglang version once; later runs reuse it. Skips (with pip's reason)
+    when the install fails, e.g. offline."""
+    target = cache_dir() / "sglang-src" / version
+    if (target / "sglang" / "__init__.py").is_file():
+        return target
+    partial = target.with_name(version + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--quiet",
+                           "--disable-pip-version-check", "--target", str(partial), f"sglang=={version}"],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        pytest.skip(f"cannot install sglang=={version} (offline?): {' | '.join(tail)}")
+    partial.rename(target)  # atomic: an interrupted install never looks complete
+    return target
+
+
+@pytest.fixture(scope="session")
+def sglang_trees() -> Callable[[str], Path]:
+    """``sglang_trees("0.5.23")`` -> directory to put on sys.path (installed on first use in this session)."""
+    made: dict[str, Path] = {}
+    failed: dict[str, str] = {}  # one failed install per session is enough: later tests skip at once
+
+    def get(version: str) -> Path:
+        if version in failed:
+            pytest.skip(failed[version])
+        if version not in made:
+            try:
+                made[version] = install_sglang_tree(version)
+            except pytest.skip.Exception as exc:
+                failed[version] = str(exc)
+                raise
+        return made[version]
+
+    return get
+
+
+class ProbeRun:
+    def __init__(self, outcome: ProbeOutcome, proc: subprocess.CompletedProcess[str]) -> None:
+        self.outcome = outcome
+        self.proc = proc
+
+    @property
+    def result(self) -> dict[str, Any]:
+        assert self.outcome.ok, self.outcome.error
+        assert self.outcome.result is not None
+        return self.outcome.result
+
+
+def run_probe_script(script: Path, args: dict[str, Any], workdir: Path, *, python: str = sys.executable,
+                     timeout: float = 120, env: dict[str, str] | None = None) -> ProbeRun:
+    """Run a probe the way the transports do: ``python SCRIPT ARGS.json`` with a fresh nonce."""
+    nonce = new_nonce()
+    args_file = workdir / f"args-{nonce}.json"
+    args_file.write_text(json.dumps(args))
+    env = dict(os.environ, **(env or {}), ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([python, str(script), str(args_file)], capture_output=True, text=True, timeout=timeout,
+                          cwd=workdir, env=env)
+    return ProbeRun(parse_probe_output(proc.stdout, nonce, exit_status=proc.returncode, stderr=proc.stderr), proc)
+
+
+@pytest.fixture
+def run_probe(tmp_path: Path) -> Callable[..., ProbeRun]:
+    """``run_probe("sglang_source", {...})`` runs remote_probes/sglang_source.py under the protocol."""
+
+    def run(name: str, args: dict[str, Any], **kwargs: Any) -> ProbeRun:
+        return run_probe_script(probes_dir() / f"{name}.py", args, tmp_path, **kwargs)
+
+    return run
+
+
+@pytest.fixture
+def run_script(tmp_path: Path) -> Callable[..., ProbeRun]:
+    """``run_script(path, args, timeout=..., env=...)``: any script under the protocol (for misbehaving probes)."""
+
+    def run(script: Path, args: dict[str, Any], **kwargs: Any) -> ProbeRun:
+        return run_probe_script(script, args, tmp_path, **kwargs)
+
+    return run
