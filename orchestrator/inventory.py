@@ -34,7 +34,8 @@ class HostSpec(BaseModel):
     key: str | None = None
     python: str = "python3"
     state_dir: str = "$HOME/.orchestrator"
-    known_hosts: str | None = None  # default ~/.ssh/known_hosts
+    known_hosts: str | None = None  # default ~/.ssh/known_hosts (or the ssh_config's UserKnownHostsFile)
+    ssh_config: str | None = None  # OpenSSH client config to read; default ~/.ssh/config
     connect_timeout: float = 15.0
     keepalive_interval: float = 15.0
     max_channels: int = Field(default=8, ge=1, le=64)

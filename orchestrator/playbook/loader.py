@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.actions import get_action, registry
-from orchestrator.errors import Location, PlaybookError, PlaybookErrors
+from orchestrator.errors import PlaybookError, PlaybookErrors
 from orchestrator.playbook.models import (
     VERDICT_KEYS,
     Playbook,
@@ -77,6 +77,14 @@ class _Loader:
                 (*path, key),
                 key=True,
             )
+        # Options first, so their mistakes are reported even when the action key is missing or misspelt.
+        options = {k: v for k, v in raw.items() if k in OPTION_KEYS}
+        ok = True
+        try:
+            StepOptions.model_validate(options)
+        except ValidationError as exc:
+            self.errors.extend(validation_errors(exc, self.locate, self.file, prefix=path).errors)
+            ok = False
         if not action_keys:
             if not unknown:
                 self.error(f"step has no action; expected one of: {', '.join(sorted(kinds))}", path)
@@ -85,13 +93,6 @@ class _Loader:
             self.error(f"step has more than one action ({', '.join(action_keys)}); split it into steps", (*path, action_keys[1]))
             return None
         kind = action_keys[0]
-        options = {k: v for k, v in raw.items() if k in OPTION_KEYS}
-        ok = True
-        try:
-            StepOptions.model_validate(options)
-        except ValidationError as exc:
-            self.errors.extend(validation_errors(exc, self.locate, self.file, prefix=path).errors)
-            ok = False
         action_cls = get_action(kind)
         assert action_cls is not None
         args = action_cls.normalize(raw[kind])
@@ -171,7 +172,7 @@ class _Loader:
 
 def _finish(data: Any, locate: Locator, file: str, extra_names: Iterable[str]) -> Playbook:
     if not isinstance(data, dict):
-        raise PlaybookError("a playbook must be a mapping with at least 'name' and 'steps'", Location(file, 1, 1))
+        raise PlaybookError("a playbook must be a mapping with at least 'name' and 'steps'", locate(()))
     loader = _Loader(locate, file, extra_names)
     try:
         header = PlaybookHeader.model_validate(data)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import Location
 
@@ -96,6 +96,12 @@ class SecretVar(BaseModel):
     from_env: str | None = None
 
 
+def _var_name(name: str) -> str:
+    if not ID_PATTERN.match(name):
+        raise ValueError(f"variable name {name!r} must be an identifier")
+    return name
+
+
 class PlaybookHeader(BaseModel):
     """The top level of a playbook, steps still raw (each is parsed by the loader)."""
 
@@ -104,18 +110,12 @@ class PlaybookHeader(BaseModel):
     name: str = Field(min_length=1)
     description: str | None = None
     hosts: str | list[str] | None = None
-    vars: dict[str, Any] = {}
+    # Names are checked per key so the error points at the bad name, not at `vars:`.
+    vars: dict[Annotated[str, AfterValidator(_var_name)], Any] = {}
     hypotheses: list[Hypothesis] = []
-    steps: list[dict[str, Any]] = Field(default_factory=list)
-    always: list[dict[str, Any]] = Field(default_factory=list)
-
-    @field_validator("vars")
-    @classmethod
-    def _var_names(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for name in value:
-            if not ID_PATTERN.match(str(name)):
-                raise ValueError(f"variable name {name!r} must be an identifier")
-        return value
+    # Any, not dict: the loader reports a non-mapping step itself, with a clearer message.
+    steps: list[Any] = Field(default_factory=list)
+    always: list[Any] = Field(default_factory=list)
 
 
 class Playbook(BaseModel):

@@ -90,6 +90,8 @@ def referenced_names(value: str, *, expression: bool = False) -> set[str]:
     names = set(meta.find_undeclared_variables(ast))
     # Names bound by filters/tests (e.g. `x is defined`) still count: `defined` guards are allowed.
     guarded = {n.node.name for n in ast.find_all(nodes.Test) if isinstance(n.node, nodes.Name) and n.name in ("defined", "undefined")}
+    # `x | default(...)` is the documented way to make a variable optional.
+    guarded |= {n.node.name for n in ast.find_all(nodes.Filter) if isinstance(n.node, nodes.Name) and n.name in ("default", "d")}
     return names - guarded - BUILTIN_NAMES
 
 

@@ -48,7 +48,9 @@ def make_locator(root: Any, file: str) -> Locator:
                         kl, kc = node.lc.key(part)
                         line, col = kl, kc
                         child = node[part]
-                        if not isinstance(child, (CommentedMap, CommentedSeq)) and not (key and depth == len(path) - 1):
+                        # A null value has no position of its own (ruamel reports the next token).
+                        if child is not None and not isinstance(child, (CommentedMap, CommentedSeq)) \
+                                and not (key and depth == len(path) - 1):
                             vl, vc = node.lc.value(part)
                             line, col = vl, vc
                     except (KeyError, TypeError, AttributeError):
@@ -78,6 +80,8 @@ def load_yaml_text(text: str, file: str) -> tuple[Any, Locator]:
         root = yaml.load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
+        if exc.context_mark is not None and "end of stream" in (exc.problem or ""):
+            mark = exc.context_mark  # an unclosed quote/bracket: point where it opened, not at EOF
         problem = exc.problem or exc.context or "invalid YAML"
         if "duplicate key" in str(exc) or "found duplicate key" in (problem or ""):
             problem = problem.strip()
@@ -135,5 +139,6 @@ def validation_errors(exc: Exception, locate: Locator, file: str, prefix: tuple[
     for err in exc.errors():
         loc = _clean_loc(tuple(err.get("loc", ())))
         message = describe_pydantic_error({**err, "loc": loc})
-        errors.append(PlaybookError(message, locate(prefix + loc, err.get("type") == "extra_forbidden")))
+        at_key = err.get("type") == "extra_forbidden" or "[key]" in err.get("loc", ())  # a bad mapping key
+        errors.append(PlaybookError(message, locate(prefix + loc, at_key)))
     return PlaybookErrors(errors)

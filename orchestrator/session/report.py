@@ -91,7 +91,14 @@ def notes_section(session: LoadedSession) -> list[Block]:
                                     [[f"+{n.ts - t0:.1f}s", n.text, n.hypothesis_id or n.step_id or ""] for n in notes])]
 
 
-SECTIONS: list[Section] = [header_section, timeline_section, notes_section]
+def _investigation_sections() -> list[Section]:
+    from orchestrator.session import report_sections as rs
+
+    return [rs.verdict_section, rs.hypotheses_section, rs.servers_section, rs.sweeps_section,
+            rs.draft_test_section, rs.sources_section, rs.environment_section]
+
+
+SECTIONS: list[Section] = [header_section, *_investigation_sections(), timeline_section, notes_section]
 
 
 def build_blocks(session: LoadedSession) -> list[Block]:

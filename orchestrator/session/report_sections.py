@@ -1,0 +1,202 @@
+"""Report sections about the investigation itself: the verdict, the hypothesis logbook, servers,
+benchmarks and sweeps, source excerpts, the environment. All built from events only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.hypotheses.board import HypothesisBoard
+from orchestrator.session.document import Block, Code, Heading, Image, Para, Table
+from orchestrator.session.reader import LoadedSession
+
+STATE_MARK = {"confirmed": "✔ confirmed", "refuted": "✘ refuted", "supported": "↑ supported",
+              "inconclusive": "? inconclusive", "open": "· open"}
+
+
+def _finished(session: LoadedSession) -> dict[str, Any]:
+    return {e.step_id: e for e in session.of_type("step_finished")}
+
+
+def _results(session: LoadedSession, action: str) -> list[tuple[Any, Any]]:
+    """(step_finished, host outcome) for every host result of steps of one kind."""
+    out = []
+    for e in session.of_type("step_finished"):
+        if e.action == action:
+            out.extend((e, r) for r in e.results if r.status != "skipped")
+    return out
+
+
+def verdict_section(session: LoadedSession) -> list[Block]:
+    board = HypothesisBoard.from_events(session.events)
+    if not board.entries:
+        return []
+    steps = _finished(session)
+    blocks: list[Block] = [Heading("Verdict")]
+    confirmed = board.confirmed()
+    if confirmed:
+        for entry in confirmed:
+            decisive = next((h for h in reversed(entry.history) if h.state == "confirmed"), None)
+            where = ""
+            if decisive is not None and decisive.step_id in steps:
+                where = f" (step {decisive.step_id} · {steps[decisive.step_id].name})"
+            blocks.append(Para(f"**Root cause: {entry.hypothesis.title}** [`{entry.hypothesis.id}`]"))
+            if decisive is not None:
+                blocks.append(Para(f"Decisive evidence{where}: {decisive.evidence or decisive.rule}"))
+                if decisive.rule:
+                    blocks.append(Para(f"Rule: `{decisive.rule}`"))
+    else:
+        blocks.append(Para("**No hypothesis confirmed.**"))
+    still_open = board.open_entries()
+    if still_open:
+        names = ", ".join(f"`{e.hypothesis.id}` ({e.state})" for e in still_open)
+        blocks.append(Para(f"Still open: {names}."))
+    refuted = [e for e in board.entries.values() if e.state == "refuted"]
+    if refuted:
+        blocks.append(Para("Ruled out: " + ", ".join(f"`{e.hypothesis.id}`" for e in refuted) + "."))
+    conflicted = [e for e in board.entries.values() if e.conflicted]
+    if conflicted:
+        blocks.append(Para("Conflicting evidence on: " + ", ".join(f"`{e.hypothesis.id}`" for e in conflicted)
+                           + " — see the logbook below."))
+    return blocks
+
+
+def hypotheses_section(session: LoadedSession) -> list[Block]:
+    board = HypothesisBoard.from_events(session.events)
+    if not board.entries:
+        return []
+    rows = []
+    for entry in board.entries.values():
+        h = entry.hypothesis
+        check = "manual check" if h.manual else (h.test or "")
+        rows.append([h.id, h.title, STATE_MARK.get(entry.state, entry.state), str(entry.evidence_count),
+                     ("⚠ " if entry.conflicted else "") + check])
+    blocks: list[Block] = [Heading("Hypotheses"), Table(["id", "hypothesis", "state", "evidence", "how it is decided"], rows)]
+    updates = session.of_type("hypothesis_updated")
+    if updates:
+        t0 = session.started.ts if session.started else 0.0
+        steps = _finished(session)
+        log_rows = []
+        for u in updates:
+            step = steps.get(u.step_id)
+            source = f"{u.step_id} · {step.name}" if step else (f"manual ({u.author})" if u.source == "manual" else "")
+            change = f"{u.previous} → {u.state}" + (f" ⚠ contradicts {u.conflicts_with}" if u.conflicts_with else "")
+            log_rows.append([f"+{u.ts - t0:.1f}s", u.hypothesis_id, change, source, u.evidence or u.rule or ""])
+        blocks += [Heading("Elimination log", 3),
+                   Table(["at", "hypothesis", "change", "experiment", "observation"], log_rows)]
+    return blocks
+
+
+def servers_section(session: LoadedSession) -> list[Block]:
+    servers = [e for e in session.events if e.type in ("server_ready", "server_failed", "server_stopped", "server_started")]
+    benches = _results(session, "bench")
+    if not servers and not benches:
+        return []
+    blocks: list[Block] = [Heading("Servers")]
+    ready = [e for e in servers if e.type in ("server_ready", "server_failed")]
+    if ready:
+        rows = []
+        for e in ready:
+            flags = " ".join(f"{k}={v}" for k, v in e.flags.items() if v is not None) or "(none)"
+            overrides = "; ".join(f"{o.get('flag')}: {o.get('requested')} → {o.get('effective')} ({o.get('source')})"
+                                  for o in e.overrides) or "—"
+            state = "ready" if e.type == "server_ready" else f"failed: {e.detail or ''}"
+            rows.append([e.server_id, e.engine, f"{e.host}:{e.port}", flags, overrides, state])
+        blocks.append(Table(["server", "engine", "where", "requested flags", "overrides (requested → effective)", "state"], rows))
+    if benches:
+        rows = []
+        for step, r in benches:
+            res = r.result
+            rows.append([step.name, str(res.get("server", "")), _num(res.get("tok_s")), _num(res.get("accept_length")),
+                         _num(res.get("server_accept_length")), _num(res.get("latency_p50")), _num(res.get("latency_p99")),
+                         str(res.get("n", ""))])
+        blocks += [Heading("Benchmarks", 3),
+                   Table(["step", "server", "tok/s", "accept length", "server avg accept", "p50 s", "p99 s", "n"], rows)]
+    return blocks
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if isinstance(value, (int, float)):
+        return f"{value:.{digits}f}"
+    return "—" if value is None else str(value)
+
+
+def sweeps_section(session: LoadedSession) -> list[Block]:
+    sweeps = _results(session, "sweep")
+    if not sweeps:
+        return []
+    blocks: list[Block] = [Heading("Sweeps")]
+    for step, r in sweeps:
+        res = r.result
+        rows = []
+        for row in res.get("rows", res.get("results", [])):
+            rows.append([str(row.get("label", row.get("name", ""))), _num(row.get("tok_s")), _num(row.get("accept_length")),
+                         str(row.get("status", "")), str(row.get("note", row.get("skipped_reason", "")) or "")])
+        blocks.append(Heading(step.name, 3))
+        if rows:
+            blocks.append(Table(["config", "tok/s", "accept length", "status", "note"], rows))
+        if res.get("best"):
+            best = res["best"]
+            blocks.append(Para(f"Best: **{best.get('label', best.get('name', best))}** at {_num(best.get('tok_s'))} tok/s."))
+    for art in session.of_type("artifact_saved"):
+        if art.path.endswith((".svg", ".png")):
+            blocks.append(Image(session.directory / art.path, art.description or art.path))
+    return blocks
+
+
+def sources_section(session: LoadedSession) -> list[Block]:
+    reads = _results(session, "read_source")
+    if not reads:
+        return []
+    blocks: list[Block] = [Heading("Source excerpts")]
+    for step, r in reads:
+        res = r.result
+        for read in res.get("reads", []):
+            for span in (read.get("matches") or [read])[:4]:
+                lines = span.get("lines") or []
+                if not lines:
+                    continue
+                title = f"{res.get('package')} {res.get('version')} · {span.get('file')}:{span.get('start')}-{span.get('end')}"
+                label = read.get("symbol") or read.get("pattern") or read.get("lines_spec") or ""
+                blocks.append(Para(f"**{title}** — `{label}` ({r.host}, step {step.step_id})"))
+                shown = lines[:80]
+                blocks.append(Code("\n".join(t for _, t in shown), "python", first_line=shown[0][0],
+                                   marked=set(span.get("match_lines") or [])))
+            if read.get("error"):
+                blocks.append(Para(f"✗ {read.get('file') or read.get('symbol')}: {read['error'].get('message')}"))
+    return blocks if len(blocks) > 1 else []
+
+
+def environment_section(session: LoadedSession) -> list[Block]:
+    envs = [(s, r) for s, r in _results(session, "probe") if s.name and "gpus" in r.result]
+    if not envs:
+        return []
+    blocks: list[Block] = [Heading("Environment")]
+    for _step, r in envs:
+        res = r.result
+        gpus = ", ".join(f"{g.get('name')} ({g.get('memory_total_mib')} MiB)" for g in res.get("gpus", [])) or "none"
+        pkgs = ", ".join(f"{k} {v}" for k, v in (res.get("packages") or {}).items() if v) or "—"
+        torch = res.get("torch") or {}
+        rows = [["host", r.host], ["python", str((res.get("python") or {}).get("version", ""))],
+                ["os", str((res.get("os") or {}).get("platform", ""))], ["gpus", gpus],
+                ["torch", f"{torch.get('version')} (cuda {torch.get('cuda_available')})" if torch.get("importable") else "not importable"],
+                ["packages", pkgs]]
+        blocks.append(Table(["", ""], rows))
+    return blocks
+
+
+def draft_test_section(session: LoadedSession) -> list[Block]:
+    tests = _results(session, "draft_test")
+    if not tests:
+        return []
+    blocks: list[Block] = [Heading("Standalone draft test")]
+    for step, r in tests:
+        res = r.result
+        rows = [[str(w.get("name")), str(w.get("wiring")), _num(w.get("tau_serving")), _num(w.get("tau")),
+                 " ".join(f"{a:.2f}" for a in (w.get("acc") or [])[:5]), _num(w.get("seconds"), 1)]
+                for w in res.get("wirings", [])]
+        blocks.append(Para(f"Step {step.step_id} on {r.host}: {res.get('verdict', '')}"))
+        if rows:
+            blocks.append(Table(["candidate", "wiring (HF hidden_states)", "tau (serving)", "tau", "acc_0..4", "s"], rows))
+    return blocks
+
+
