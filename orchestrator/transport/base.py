@@ -200,7 +200,9 @@ class Transport(ABC):
         log_path = f"{workdir}/logs/{name}.log"
         exit_file = f"{workdir}/procs/{name}.exit"
         pid_tmp = f"{workdir}/procs/{name}.pid"
-        inner = env_prefix({**self.base_env, **(env or {})}) + (f"cd {shlex.quote(cwd)} && " if cwd else "") + "exec " + to_shell(command)
+        # A script runs under its own bash (exec'ing its first word would drop the rest); an argv is exec'd as is.
+        program = f"bash -c {shlex.quote(command)}" if isinstance(command, str) else to_shell(command)
+        inner = env_prefix({**self.base_env, **(env or {})}) + (f"cd {shlex.quote(cwd)} && " if cwd else "") + "exec " + program
         # setsid makes the child a session and group leader, so its pid is the PGID; -w keeps the
         # wrapper around to record the exit status for post-mortems.
         leader = f"echo $$ > {shlex.quote(pid_tmp)}; {inner}"

@@ -91,15 +91,25 @@ class LocalTransport(Transport):
         else:
             argv = [str(part) for part in command]
         started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=os.path.expanduser(cwd) if cwd else None,
-            env=full_env,
-            start_new_session=True,  # its own process group: we can kill every child on cancel
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=os.path.expanduser(cwd) if cwd else None,
+                env=full_env,
+                start_new_session=True,  # its own process group: we can kill every child on cancel
+            )
+        except OSError as exc:
+            # A missing cwd or program is the user's mistake, not ours: report it as a shell on an SSH
+            # host would (exit 1 for `cd`, 127 not found, 126 not executable), so both transports agree.
+            missing_cwd = bool(cwd) and not os.path.isdir(os.path.expanduser(cwd or ""))
+            code = 1 if missing_cwd else 126 if isinstance(exc, PermissionError) else 127
+            message = f"{cwd if missing_cwd else exc.filename or argv[0]}: {exc.strerror or exc}\n"
+            if on_output is not None:
+                on_output("stderr", message)
+            return RunResult(exit_code=code, stdout="", stderr=message, duration=time.monotonic() - started)
         out, err = _Capture("stdout", on_output), _Capture("stderr", on_output)
         assert proc.stdout is not None and proc.stderr is not None
 
