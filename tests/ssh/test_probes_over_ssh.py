@@ -55,7 +55,7 @@ steps:
     assert engine.vars.shared["env"]["python"]["executable"]
     # The probe directory was pushed once for the three probe runs (content-addressed).
     # Three probe runs, one push: the probe directory is content-addressed per session (kept with keep_remote).
-    workdir = Path.home() / ".orchestrator" / "sessions" / engine.options.session_id / "files"
+    workdir = sshd_server.directory / "state" / "sessions" / engine.options.session_id / "files"
     assert len([p for p in workdir.iterdir() if p.name.startswith("remote_probes-")]) == 1
     printed = "".join(e.text for e in sink.of_type("output") if e.step_id == "s1")
     assert "   177  " in printed and "eagle_worker.py:155-200" in printed
