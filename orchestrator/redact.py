@@ -25,6 +25,9 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._secrets: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
+        self._prefixes: set[str] = set()  # proper prefixes of the secrets (see hold_back)
+        self._last_chars: set[str] = set()
+        self._longest_prefix = 0
         self.add(*secrets)
 
     def add(self, *values: Any) -> None:
@@ -40,6 +43,19 @@ class Redactor:
             # Longest first so a secret containing another is masked whole.
             ordered = sorted(self._secrets, key=len, reverse=True)
             self._pattern = re.compile("|".join(re.escape(s) for s in ordered))
+            self._prefixes = {s[:n] for s in self._secrets for n in range(1, len(s))}
+            self._last_chars = {p[-1] for p in self._prefixes}
+            self._longest_prefix = max((len(p) for p in self._prefixes), default=0)
+
+    def hold_back(self, text: str) -> int:
+        """How many trailing characters of a streamed chunk could be the start of a secret: the caller
+        keeps them until the next chunk, so a secret split across chunks is still masked whole."""
+        if not text or text[-1] not in self._last_chars:  # the common case: no secret starts here
+            return 0
+        for n in range(min(len(text), self._longest_prefix), 0, -1):
+            if text[-n:] in self._prefixes:
+                return n
+        return 0
 
     def add_env(self, env: dict[str, Any] | None) -> None:
         """Treat values of env vars with secret-looking names as secrets."""

@@ -102,6 +102,7 @@ class Engine:
         self._cancelled = False
         self._force = False
         self.step_results: dict[str, StepFinished] = {}
+        self._held_output: dict[tuple[str, str, str], str] = {}  # see _output
         self.gate: StepGate = StepGate()
         self._adhoc_count = 0
 
@@ -186,6 +187,8 @@ class Engine:
             await self._shutdown()
         if self._cancelled:
             status = "cancelled"
+        for step_id, host, _stream in list(self._held_output):  # background output (server logs) held back
+            self._flush_output(step_id, host)
         duration = time.monotonic() - started
         self.emit(SessionFinished(status=status, duration=round(duration, 3), counts=dict(self.counts), error=error))
         for sink in self.sinks:
@@ -273,7 +276,17 @@ class Engine:
             async with semaphore:
                 return await self._run_on_host(step, action_cls, host)
 
-        pairs = await asyncio.gather(*(one(h) for h in run_hosts))
+        tasks = [asyncio.ensure_future(one(h)) for h in run_hosts]
+        try:
+            pairs = await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            if not self._cancelled:
+                raise
+            # cancel() reached us through gather, which raises even though each host recorded its
+            # "cancelled" outcome: collect those so the step still gets its step_finished.
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+            pairs = [d if not isinstance(d, BaseException) else (HostOutcome(host=h, status="cancelled", error="cancelled"), 1)
+                     for h, d in zip(run_hosts, done, strict=True)]
         outcomes = [p[0] for p in pairs]
         attempts = max(p[1] for p in pairs)
         outcomes += [HostOutcome(host=h, status="skipped") for h in hosts if h not in run_hosts]
@@ -316,7 +329,13 @@ class Engine:
             rendered = render(step.args, self.vars.for_host(host if host != CONTROLLER else None))
         except OrchestratorError:
             rendered = step.args
+        self._learn_secret_env(rendered)
         return rendered if isinstance(rendered, dict) else {"value": rendered}
+
+    def _learn_secret_env(self, rendered: Any) -> None:
+        """A templated value put into a secret-named env var (``HF_TOKEN: "{{ tok }}"``) is a secret too."""
+        if isinstance(rendered, dict) and isinstance(rendered.get("env"), dict):
+            self.redactor.add_env(rendered["env"])
 
     def _finish_early(self, step: Step, status: str, error: str, started: float) -> StepFinished:
         self.emit(StepStarted(step_id=step.step_id, name=step.display_name, action=step.action, section=step.section,
@@ -349,6 +368,7 @@ class Engine:
         while attempt < max_attempts:
             attempt += 1
             outcome = await self._attempt(step, action_cls, host)
+            self._flush_output(step.step_id, host)
             if outcome.status in ("cancelled", "unreachable"):
                 break
             if step.until:
@@ -377,7 +397,18 @@ class Engine:
         return outcome, attempt
 
     def _output(self, step_id: str, host: str, stream: str, text: str) -> None:
-        self.emit(Output(step_id=step_id, host=host, stream=stream, text=text))  # type: ignore[arg-type]
+        # A secret may straddle two chunks; hold back a tail that could start one until more arrives.
+        key = (step_id, host, stream)
+        text = self._held_output.pop(key, "") + text
+        hold = self.redactor.hold_back(text)
+        if hold:
+            self._held_output[key], text = text[-hold:], text[:-hold]
+        if text:
+            self.emit(Output(step_id=step_id, host=host, stream=stream, text=text))  # type: ignore[arg-type]
+
+    def _flush_output(self, step_id: str, host: str) -> None:
+        for key in [k for k in self._held_output if k[:2] == (step_id, host)]:
+            self.emit(Output(step_id=step_id, host=host, stream=key[2], text=self._held_output.pop(key)))  # type: ignore[arg-type]
 
     async def _attempt(self, step: Step, action_cls: Any, host: str) -> HostOutcome:
         started = time.monotonic()
@@ -391,6 +422,7 @@ class Engine:
         try:
             rendered = action_cls.render_args(action_cls.normalize(step.args), variables) \
                 if isinstance(step.args, dict) else action_cls.normalize(render(step.args, variables))
+            self._learn_secret_env(rendered)
             args = action_cls.Args.model_validate(rendered)
         except TemplateError as exc:
             return result("failed", error=f"{step.location}: {exc.message}")

@@ -42,6 +42,24 @@ def new_session_dir(root: Path, playbook_name: str) -> Path:
     return path
 
 
+def _cap(value: object) -> object:
+    """A registered result keeps its whole output in memory; the log keeps its head (all of it is in
+    outputs/), else one chatty step would write its output twice more (stdout and stdout_lines)."""
+    if isinstance(value, str) and len(value) > INLINE_OUTPUT:
+        return value[:INLINE_OUTPUT] + f"\n[{len(value) - INLINE_OUTPUT} more characters in outputs/]\n"
+    if isinstance(value, list):
+        kept: list[object] = []
+        size = 0
+        for item in value:
+            item = _cap(item)
+            size += len(str(item))
+            if size > INLINE_OUTPUT and kept:
+                return [*kept, f"[{len(value) - len(kept)} more items in outputs/]"]
+            kept.append(item)
+        return kept
+    return value
+
+
 class SessionLog:
     """Writes events to ``<dir>/events.jsonl``. Use as a sink; can also reopen a finished session to append
     (manual notes and verdicts after the fact)."""
@@ -63,6 +81,10 @@ class SessionLog:
             data = self._route_output(data)
             if data is None:
                 return
+        elif data["type"] == "step_finished":
+            for outcome in data.get("results", []):
+                if isinstance(outcome.get("result"), dict):
+                    outcome["result"] = {k: _cap(v) for k, v in outcome["result"].items()}
         self._file.write(json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n")
         self._file.flush()
         self.count += 1
@@ -79,10 +101,12 @@ class SessionLog:
             out = self._outputs[key] = open(self.directory / "outputs" / name, "a", encoding="utf-8")  # noqa: SIM115
         out.write(data["text"])
         used = self._inline.get(key, 0)
-        if used >= INLINE_OUTPUT:
+        if used > INLINE_OUTPUT:  # the "continues" note is written already
             return None
         room = INLINE_OUTPUT - used
-        if len(data["text"]) > room:
+        if room == 0:  # an earlier chunk filled the budget exactly: the note goes alone
+            data = {**data, "text": ""}
+        if len(data["text"]) > room or room == 0:
             data = {**data, "text": data["text"][:room] + f"\n[output continues in outputs/{Path(out.name).name}]\n"}
         self._inline[key] = used + len(data["text"])
         return data

@@ -1,0 +1,68 @@
+"""LocalTransport on its own: streaming, stdin, env, argv without a shell, UTF-8 across reads, user mistakes
+as exit codes (as a shell over SSH would report them), timeout and cancel killing the whole group."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from conftest import marker_pids, wait_for_pids
+
+from orchestrator.transport.local import LocalTransport
+
+
+@pytest.fixture
+def local() -> LocalTransport:
+    return LocalTransport("localhost", session_id="t")
+
+
+async def test_streams_both_outputs_and_returns_them(local: LocalTransport) -> None:
+    chunks: list[tuple[str, str]] = []
+    result = await local.run("echo out; echo err >&2; exit 4", on_output=lambda s, t: chunks.append((s, t)))
+    assert (result.exit_code, result.stdout, result.stderr) == (4, "out\n", "err\n")
+    assert sorted(chunks) == [("stderr", "err\n"), ("stdout", "out\n")]
+
+
+async def test_stdin_env_cwd_and_argv(local: LocalTransport, tmp_path: Path) -> None:
+    assert (await local.run("cat", stdin="fed")).stdout == "fed"
+    env = await local.run('printf "%s" "$X"', env={"X": "a b $(c)"})
+    assert env.stdout == "a b $(c)"
+    assert (await local.run("pwd", cwd=str(tmp_path))).stdout.strip() == str(tmp_path.resolve())
+    argv = await local.run(["printf", "%s|", "$HOME", "*", "a b"])
+    assert argv.stdout == "$HOME|*|a b|"
+
+
+async def test_multibyte_characters_split_across_reads_survive(local: LocalTransport) -> None:
+    # 65535 ASCII bytes then a 3-byte character: the first read ends inside it.
+    result = await local.run("python3 -c \"import sys; sys.stdout.write('a' * 65535 + '✓' * 3)\"")
+    assert result.stdout == "a" * 65535 + "✓✓✓"
+
+
+async def test_user_mistakes_are_exit_codes_not_exceptions(local: LocalTransport, tmp_path: Path) -> None:
+    missing_cwd = await local.run("pwd", cwd=str(tmp_path / "nope"))
+    assert missing_cwd.exit_code == 1 and "nope" in missing_cwd.stderr
+    missing_program = await local.run(["no-such-program-4711"])
+    assert missing_program.exit_code == 127 and "no-such-program-4711" in missing_program.stderr
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")  # not executable
+    not_executable = await local.run([str(script)])
+    assert not_executable.exit_code == 126
+
+
+async def test_timeout_kills_the_group(local: LocalTransport, marker: str) -> None:
+    with pytest.raises(asyncio.TimeoutError):
+        await local.run(f"sleep {marker} & sleep {marker}; wait", timeout=0.5)
+    assert wait_for_pids(marker, present=False, timeout=3) == []
+
+
+async def test_cancel_kills_the_group_even_when_term_is_ignored(local: LocalTransport, marker: str) -> None:
+    task = asyncio.create_task(local.run(f"trap '' TERM; sleep {marker} & sleep {marker}; wait"))
+    for _ in range(200):
+        if len(marker_pids(marker)) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert wait_for_pids(marker, present=False, timeout=5) == []
