@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.panel import Panel
 
 from orchestrator.errors import OrchestratorError, UserInputError
-from orchestrator.inventory import HostSpec, load_inventory
-from orchestrator.transport.known_hosts import fetch_host_key, fingerprint, record_key, recorded_keys
+
+if TYPE_CHECKING:
+    from orchestrator.inventory import HostSpec
 
 hosts_app = typer.Typer(help="Host keys and connections.", no_args_is_help=True)
 
@@ -28,6 +29,8 @@ def _hosts() -> None:
 
 
 def _spec_for(host: str, inventory: Path | None, known_hosts: Path | None, ssh_config: Path | None) -> HostSpec:
+    from orchestrator.inventory import HostSpec, load_inventory
+
     """The inventory's entry for HOST, or a one-off spec (an ssh_config alias, an address, host:port)."""
     spec: HostSpec | None = None
     if inventory is not None:
@@ -61,6 +64,9 @@ def trust(
     ssh_config: Annotated[Path | None, typer.Option("--ssh-config", help="OpenSSH client config to read")] = None,
 ) -> None:
     """Show HOST's SSH host key fingerprint and record it in known_hosts once you confirm."""
+    # asyncssh is heavy: imported only when a host is actually contacted (keeps `--help` fast).
+    from orchestrator.transport.known_hosts import fetch_host_key, fingerprint, record_key, recorded_keys
+
     out, err = Console(), Console(stderr=True)
     try:
         spec = _spec_for(host, inventory, known_hosts, ssh_config)
