@@ -1,0 +1,88 @@
+"""Build-once cache of the lab's tiny models: ``<cache>/lab-models/<recipe hash>/{target, draft-<hash>}``.
+
+The cache root is ``$ORCHESTRATOR_CACHE_DIR`` (default ``~/.cache/orchestrator``) unless a directory is given.
+The hash covers every recipe field, the seed, the Python and torch versions (the corpus is the running
+Python's stdlib) and ``RECIPE_VERSION`` (bump it when training code changes what it produces). Builds go to a
+temporary directory renamed into place, under a file lock, so concurrent test workers build once.
+
+Public API: ``cached_target(...) -> Path``, ``cached_draft(target_dir, *, wiring, ...) -> Path``,
+``cache_root(cache_dir=None) -> Path``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+from orchestrator.lab.draft_io import DraftLayout
+from orchestrator.lab.train import DraftRecipe, ProgressFn, TargetRecipe, train_draft, train_target
+
+RECIPE_VERSION = 1
+
+
+def cache_root(cache_dir: Path | str | None = None) -> Path:
+    base = cache_dir or os.environ.get("ORCHESTRATOR_CACHE_DIR") or Path.home() / ".cache" / "orchestrator"
+    return Path(base) / "lab-models"
+
+
+def _digest(payload: dict) -> str:
+    import torch
+
+    payload = dict(payload, python=sys.version.split()[0], torch=torch.__version__, version=RECIPE_VERSION)
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_once(final: Path, build: Callable[[Path], Path]) -> Path:
+    marker = final / ".complete"
+    if marker.exists():
+        return final
+    with _locked(final.parent / (final.name + ".lock")):
+        if marker.exists():  # another process built it while we waited
+            return final
+        tmp = final.parent / (final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)
+        build(tmp)
+        (tmp / ".complete").write_text("ok\n")
+        tmp.rename(final)
+    return final
+
+
+def cached_target(*, seed: int = 0, recipe: TargetRecipe = TargetRecipe(), cache_dir: Path | str | None = None,
+                  progress: ProgressFn | None = None) -> Path:
+    """The tiny target's HF directory, trained on first use (about 100-130 s on 2 cores)."""
+    key = _digest({"target": asdict(recipe), "seed": seed})
+    final = cache_root(cache_dir) / key / "target"
+    return _build_once(final, lambda tmp: train_target(tmp, seed=seed, progress=progress, recipe=recipe))
+
+
+def cached_draft(target_dir: Path, *, wiring: list[int], seed: int = 0, steps: int | None = None,
+                 layout: DraftLayout = DraftLayout(), recipe: DraftRecipe = DraftRecipe(),
+                 progress: ProgressFn | None = None) -> Path:
+    """A draft trained on ``wiring`` for the cached ``target_dir``, stored beside it (about 55-70 s)."""
+    target_dir = Path(target_dir)
+    key = _digest({"wiring": list(wiring), "seed": seed, "steps": steps, "layout": asdict(layout),
+                   "recipe": asdict(recipe), "target": target_dir.parent.name})
+    final = target_dir.parent / ("draft-" + key)
+    return _build_once(final, lambda tmp: train_draft(target_dir, tmp, wiring=list(wiring), seed=seed,
+                                                      steps=steps, progress=progress, layout=layout,
+                                                      recipe=recipe))

@@ -1,0 +1,249 @@
+"""Probe: test an EAGLE-3 draft OUTSIDE the server, on candidate hidden-state wirings (torch + transformers).
+
+Args (JSON): {"target": dir, "draft": dir, "wirings": "auto" | [[..], ..] | {"name": [..]}, "engine": "sglang",
+"prompts_file"?: path (JSON list of strings, or JSONL with "prompt"/"text"), "num_prompts"?: 16,
+"max_new_tokens"?: 96, "steps"?: 5, "chat_template"?: true|false|"auto", "device"?: "auto"|"cpu"|"cuda",
+"dtype"?: "auto"|"float32"|"bfloat16"|"float16"}.
+
+The target generates greedily; ONE forward per prompt captures the hidden states any wiring needs; for each
+wiring the draft runs K chained steps from every decode column at once (eagle3_draft.ttt_forward, which equals
+serving's incremental chain). Result: per-wiring acc/alpha/tau/tau_serving/seconds sorted best first, the best,
+the wiring the engine feeds (``server``) and a one-sentence verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from _probe import ProbeFailure, progress, run_probe
+from draft_test_metrics import Tally
+from eagle3_wiring import ENGINES, auto_wirings, nested_ids, server_wiring, top_level_ids, validate_wiring
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _arg(args: Dict[str, Any], key: str, kind: type, default: Any, lo: Optional[int] = None) -> Any:
+    value = args.get(key, default)
+    if kind is int and (not isinstance(value, int) or isinstance(value, bool) or (lo is not None and value < lo)):
+        raise ProbeFailure("bad_args", "%s must be an integer >= %s, got %r" % (key, lo, value), field=key)
+    if kind is str and not isinstance(value, str):
+        raise ProbeFailure("bad_args", "%s must be a string, got %r" % (key, value), field=key)
+    return value
+
+
+def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
+    known = {"target", "draft", "wirings", "engine", "prompts_file", "num_prompts", "max_new_tokens", "steps",
+             "chat_template", "device", "dtype"}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        raise ProbeFailure("bad_args", "unknown argument(s): %s" % ", ".join(unknown), field=unknown[0])
+    for key in ("target", "draft"):
+        if not isinstance(args.get(key), str) or not args[key]:
+            raise ProbeFailure("bad_args", "%s (a model directory) is required" % key, field=key)
+        if not os.path.isdir(args[key]):
+            raise ProbeFailure("bad_args", "%s directory %s does not exist" % (key, args[key]), field=key)
+    out = {"target": args["target"], "draft": args["draft"], "wirings": args.get("wirings", "auto"),
+           "engine": _arg(args, "engine", str, "sglang"), "prompts_file": args.get("prompts_file"),
+           "num_prompts": _arg(args, "num_prompts", int, 16, 1), "max_new_tokens": _arg(args, "max_new_tokens", int, 96, 2),
+           "steps": _arg(args, "steps", int, 5, 1), "chat_template": args.get("chat_template", "auto"),
+           "device": _arg(args, "device", str, "auto"), "dtype": _arg(args, "dtype", str, "auto")}
+    if out["engine"] not in ENGINES:
+        raise ProbeFailure("bad_args", "engine must be one of %s" % ", ".join(ENGINES), field="engine")
+    if out["device"] not in ("auto", "cpu", "cuda"):
+        raise ProbeFailure("bad_args", "device must be auto, cpu or cuda", field="device")
+    if out["dtype"] not in DTYPES:
+        raise ProbeFailure("bad_args", "dtype must be one of %s" % ", ".join(DTYPES), field="dtype")
+    if out["chat_template"] not in (True, False, "auto"):
+        raise ProbeFailure("bad_args", "chat_template must be true, false or \"auto\"", field="chat_template")
+    if out["steps"] > 32:
+        raise ProbeFailure("bad_args", "steps must be <= 32", field="steps")
+    return out
+
+
+def load_prompts(path: Optional[str], limit: int) -> List[str]:
+    path = path or os.path.join(HERE, "draft_test_prompts.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise ProbeFailure("bad_args", "cannot read prompts_file %s: %s" % (path, exc), field="prompts_file") from None
+    try:
+        data = json.loads(raw)
+        items = data.get("prompts") if isinstance(data, dict) else data
+    except ValueError:
+        try:
+            items = [json.loads(line) for line in raw.splitlines() if line.strip()]
+        except ValueError:
+            raise ProbeFailure("bad_args", "prompts_file %s is neither JSON nor JSONL" % path,
+                               field="prompts_file") from None
+    prompts = [p if isinstance(p, str) else (p.get("prompt") or p.get("text")) if isinstance(p, dict) else None
+               for p in (items if isinstance(items, list) else [])]
+    prompts = [p for p in prompts if isinstance(p, str) and p.strip()]
+    if not prompts:
+        raise ProbeFailure("bad_args", "prompts_file %s holds no prompts (a JSON list of strings, or JSONL with "
+                           "\"prompt\")" % path, field="prompts_file")
+    return prompts[:limit]
+
+
+def candidate_wirings(spec: Any, config: Dict[str, Any], n_layers: int, num_aux: int) -> List[Dict[str, Any]]:
+    if spec == "auto":
+        cands = auto_wirings(config, n_layers)
+    elif isinstance(spec, list):
+        cands = [{"name": "w%d" % i, "wiring": w, "why": "given"} for i, w in enumerate(spec)]
+    elif isinstance(spec, dict):
+        cands = [{"name": str(k), "wiring": w, "why": "given"} for k, w in spec.items()]
+    else:
+        raise ProbeFailure("bad_args", "wirings must be \"auto\", a list of index lists or a {name: list} map",
+                           field="wirings")
+    for cand in cands:
+        try:
+            cand["wiring"] = validate_wiring(cand["wiring"], n_layers)
+        except ValueError as exc:
+            raise ProbeFailure("bad_wiring", "wiring %s: %s" % (cand["name"], exc), field="wirings") from None
+    bad = [c for c in cands if len(c["wiring"]) != num_aux]
+    if bad and spec != "auto":
+        raise ProbeFailure("bad_wiring", "wiring %s has %d indices; the draft's fc takes %d hidden states"
+                           % (bad[0]["wiring"], len(bad[0]["wiring"]), num_aux), field="wirings")
+    return [c for c in cands if len(c["wiring"]) == num_aux]
+
+
+def _load_target(a: Dict[str, Any]):
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise ProbeFailure("missing_dependency", "draft_test needs torch and transformers: %s" % exc) from None
+    device = a["device"]
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProbeFailure("bad_args", "device cuda requested but torch sees no GPU", field="device")
+    dtype = a["dtype"]
+    if dtype == "auto":
+        dtype = "auto" if device == "cuda" else torch.float32  # CPU kernels are slow/imprecise in half precision
+    else:
+        dtype = getattr(torch, dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(a["target"])
+        model = AutoModelForCausalLM.from_pretrained(a["target"], dtype=dtype).to(device).eval()
+    except Exception as exc:  # transformers raises many types for a bad model dir
+        raise ProbeFailure("target_load", "cannot load target %s: %s: %s" % (a["target"], type(exc).__name__,
+                                                                             str(exc)[:400]), field="target") from None
+    return torch, tokenizer, model, device
+
+
+def _encode(tokenizer, prompt: str, chat: Any) -> List[int]:
+    use_chat = bool(getattr(tokenizer, "chat_template", None)) if chat == "auto" else bool(chat)
+    if use_chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ProbeFailure("bad_args", "chat_template=true but the target tokenizer has none", field="chat_template")
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(prompt)["input_ids"]
+
+
+def _capture(torch, tokenizer, model, prompts, a, needed) -> List[Tuple[Any, int, Dict[int, Any]]]:
+    """Greedy generation + one forward per prompt; keep only the hidden_states indices some wiring needs."""
+    runs = []
+    for i, prompt in enumerate(prompts):
+        ids = torch.tensor([_encode(tokenizer, prompt, a["chat_template"])], device=model.device)
+        with torch.no_grad():
+            seq = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=a["max_new_tokens"],
+                                 do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+            out = model(input_ids=seq, output_hidden_states=True)
+        runs.append((seq, ids.shape[1], {j: out.hidden_states[j] for j in needed}))
+        del out
+        progress("prompt %d/%d captured" % (i + 1, len(prompts)), prompt=i + 1, prompts=len(prompts),
+                 tokens=int(seq.shape[1]))
+    return runs
+
+
+def score_wiring(torch, draft, runs, wiring: List[int], steps: int) -> Dict[str, Any]:
+    tally = Tally(steps)
+    dtype = next(draft.parameters()).dtype
+    for seq, prompt_len, hs in runs:
+        length = seq.shape[1]
+        aux = torch.cat([hs[j] for j in wiring], dim=-1)[:, :length - 1].to(dtype)
+        nxt = torch.cat([seq[:, 1:], seq.new_zeros(1, steps)], dim=1)
+        with torch.no_grad():
+            outs = draft.ttt_forward(aux, nxt, steps=steps)
+        preds = torch.stack([o.token_ids[0] for o in outs], dim=1).tolist()  # [columns, K]
+        tokens = seq[0].tolist()
+        hits = [[(preds[t][k] == tokens[t + 2 + k]) if t + 2 + k < length else None for k in range(steps)]
+                for t in range(length - 1)]
+        tally.add(hits, prompt_len - 1)
+    return tally.summary()
+
+
+def verdict(engine: str, best: Dict[str, Any], server: Optional[Dict[str, Any]]) -> str:
+    name = "SGLang" if engine == "sglang" else "vLLM"
+    if server is None:
+        return "%s would feed hidden states outside the target; best tested wiring %s reaches tau %.2f" % (
+            name, best["wiring"], best["tau_serving"] or 0)
+    b, s = best["tau_serving"] or 0.0, server["tau_serving"] or 0.0
+    if best["wiring"] == server["wiring"] or b <= 1.1 * s:
+        return "%s feeds %s, the best tested wiring (tau %.2f); the wiring is not the problem" % (
+            name, server["wiring"], s)
+    return "draft scores best on %s (tau %.2f); %s feeds %s (tau %.2f): a wiring mismatch costs %.1fx" % (
+        best["wiring"], b, name, server["wiring"], s, b / max(s, 1e-9))
+
+
+def main(args: Dict[str, Any]) -> Dict[str, Any]:
+    a = parse_args(args)
+    started = time.monotonic()
+    progress("loading target %s" % a["target"])
+    torch, tokenizer, model, device = _load_target(a)
+    try:
+        from eagle3_draft import load_draft
+    except ImportError as exc:
+        raise ProbeFailure("missing_dependency", "cannot import eagle3_draft: %s" % exc) from None
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n_layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
+    embed = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    draft = load_draft(a["draft"], embed_tokens=embed.detach(), lm_head=None if head is None else head.weight.detach(),
+                       target_vocab_size=embed.shape[0], target_hidden_size=hidden, device=device,
+                       dtype=embed.dtype)
+    dcfg = draft.cfg.raw
+    cands = candidate_wirings(a["wirings"], dcfg, n_layers, draft.num_aux)
+    srv = server_wiring(dcfg, n_layers, a["engine"])
+    if srv is not None and len(srv) == draft.num_aux and all(c["wiring"] != srv for c in cands):
+        cands.append({"name": "server(%s)" % a["engine"], "wiring": srv, "why": "the wiring %s feeds" % a["engine"]})
+    if not cands:
+        raise ProbeFailure("bad_wiring", "no candidate wiring has the %d hidden states the draft takes" % draft.num_aux)
+    needed = sorted({i for c in cands for i in c["wiring"]})
+    prompts = load_prompts(a["prompts_file"], a["num_prompts"])
+    runs = _capture(torch, tokenizer, model, prompts, a, needed)
+    captured = time.monotonic()
+    results = []
+    for i, cand in enumerate(cands):
+        t0 = time.monotonic()
+        stats = score_wiring(torch, draft, runs, cand["wiring"], a["steps"])
+        entry = dict(cand, **stats, seconds=round(time.monotonic() - t0, 3))
+        results.append(entry)
+        progress("wiring %s %s: tau %s" % (cand["name"], cand["wiring"], stats["tau_serving"]),
+                 wiring=i + 1, wirings=len(cands))
+    results.sort(key=lambda r: (-(r["tau_serving"] or 0), -(r["tau"] or 0)))
+    best = results[0]
+    server = next((r for r in results if r["wiring"] == srv), None)
+    return {
+        "wirings": results, "best": best, "server_wiring": srv, "server": server, "engine": a["engine"],
+        "verdict": verdict(a["engine"], best, server), "steps": a["steps"],
+        "target": {"path": a["target"], "num_layers": n_layers, "hidden_size": hidden, "vocab_size": int(embed.shape[0]),
+                   "device": str(device), "dtype": str(embed.dtype).replace("torch.", "")},
+        "draft": {"path": a["draft"], "num_aux": draft.num_aux, "hidden_size": draft.cfg.hidden_size,
+                  "vocab_size": draft.cfg.vocab_size, "draft_vocab_size": draft.load_report["draft_vocab_size"],
+                  "nested_ids": nested_ids(dcfg), "top_level_ids": top_level_ids(dcfg),
+                  "notes": draft.load_report["notes"]},
+        "prompts": len(runs), "tokens": int(sum(r[0].shape[1] - r[1] for r in runs)),
+        "seconds": {"capture": round(captured - started, 2), "total": round(time.monotonic() - started, 2)},
+    }
+
+
+if __name__ == "__main__":
+    run_probe(main)

@@ -1,0 +1,76 @@
+"""Acceptance metrics for greedy chain speculative decoding, from per-anchor correctness (stdlib only).
+
+``hits[t][k]`` is True when the draft's step-k proposal from anchor column t equals the target's greedy token
+x_{t+2+k}, None when that token lies beyond the known sequence. Definitions (research/eagle3-draft-spec.md):
+acc_k = P(step k right | teacher-forced); alpha_k = P(step k right | steps 0..k-1 right); per-position tau =
+mean over anchors of 1 + (longest all-right prefix, <= K); serving tau = tokens per verify cycle when the
+decoder really jumps ahead by the accepted length + 1 (SGLang's accept length, bonus token included).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+Hits = List[List[Optional[bool]]]
+
+
+class Tally:
+    """Sums over prompts; ``summary()`` gives the figures."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.right = [0] * steps
+        self.seen = [0] * steps
+        self.cond_right = [0] * steps
+        self.cond_seen = [0] * steps
+        self.tau_sum = 0
+        self.anchors = 0
+        self.tokens = 0
+        self.cycles = 0
+
+    def add(self, hits: Hits, first_anchor: int) -> None:
+        """Add one sequence; anchors before ``first_anchor`` (prompt columns) are not decode steps."""
+        k_max = self.steps
+        for row in hits[first_anchor:]:
+            prefix_ok = True
+            for k in range(k_max):
+                if row[k] is None:
+                    break
+                self.seen[k] += 1
+                self.right[k] += bool(row[k])
+                if prefix_ok:
+                    self.cond_seen[k] += 1
+                    self.cond_right[k] += bool(row[k])
+                prefix_ok = prefix_ok and bool(row[k])
+            if all(v is not None for v in row[:k_max]):
+                self.tau_sum += 1 + accepted(row, k_max)
+                self.anchors += 1
+        t = first_anchor
+        while t < len(hits) and hits[t] and hits[t][0] is not None:
+            m = accepted(hits[t], k_max)
+            self.tokens += m + 1
+            self.cycles += 1
+            t += m + 1
+
+    def summary(self) -> Dict[str, object]:
+        def ratio(a: int, b: int) -> Optional[float]:
+            return round(a / b, 4) if b else None
+
+        return {
+            "acc": [ratio(r, s) for r, s in zip(self.right, self.seen)],  # noqa: B905 (py3.9 hosts)
+            "alpha": [ratio(r, s) for r, s in zip(self.cond_right, self.cond_seen)],  # noqa: B905
+            "tau": ratio(self.tau_sum, self.anchors),
+            "tau_serving": ratio(self.tokens, self.cycles),
+            "anchors": self.anchors,
+            "cycles": self.cycles,
+        }
+
+
+def accepted(row: List[Optional[bool]], k_max: int) -> int:
+    """Longest all-right prefix of the K proposals (unknown tokens end it)."""
+    m = 0
+    for v in row[:k_max]:
+        if not v:
+            break
+        m += 1
+    return m

@@ -1,0 +1,356 @@
+"""An EAGLE-3 draft model in plain PyTorch (torch only), per research/eagle3-draft-spec.md.
+
+Public API (stable; the lab server and the lab's training code use it):
+
+- ``DraftConfig.from_dict(config_json: dict) -> DraftConfig``        validated draft config
+- ``Eagle3Draft(cfg, num_aux=3)``                                      the module (randomly initialised)
+- ``load_draft(path, *, embed_tokens=None, lm_head=None, target_vocab_size=None, target_hidden_size=None,
+  device="cpu", dtype=torch.float32, strict=True) -> Eagle3Draft``   from a checkpoint directory
+- ``draft.forward(tokens, hidden, cache=None) -> DraftOutput``          one incremental call (KV cache optional)
+- ``draft.ttt_forward(aux, next_tokens, steps) -> list[DraftOutput]``  all columns, ``steps`` chained steps
+  (SpecForge's test-time-training layout: what training optimises and what the draft test measures)
+- ``draft.to_target_ids(draft_ids) -> target ids`` (``d2t`` offsets); ``DraftOutput.token_ids`` already mapped
+- ``DraftKVCache``: ``.length``, ``.crop(n)`` (keep the first n positions)
+- ``DraftLoadError`` (a ``ProbeFailure``, kind ``draft_load``, ``.field`` names the tensor / config key at fault)
+- ``draft.load_report``: dict with ``notes`` (renames, ignored tensors, lm_head/embedding taken from the target)
+
+Alignment ("column t"): the draft's input at column t is the target's aux hidden states at position t together
+with the token x_{t+1} that the target produced there; its output predicts x_{t+2}. Column t sits at RoPE
+position t (= its slot in the KV cache). A chained step feeds the previous PRE-norm hidden back (width H, so fc
+is skipped — exactly SGLang's rule "fc only when the width differs from hidden_size").
+
+Incremental decoding with the KV cache (greedy chain speculative decoding, topk=1)::
+
+    draft = load_draft(draft_dir, embed_tokens=target.get_input_embeddings().weight,
+                       lm_head=target.lm_head.weight, target_vocab_size=V, target_hidden_size=H)
+    cache = DraftKVCache()
+    # prompt x_0..x_{n-1}; the target's prefill gave aux states A[:, 0:n] and its next token x_n
+    out = draft.forward(tokens=ids[:, 1:n + 1], hidden=A[:, 0:n], cache=cache)      # columns 0..n-1
+    tok, h, proposal = out.token_ids[:, -1:], out.hidden[:, -1:], []
+    for _ in range(K):
+        proposal.append(tok)                      # d_1 .. d_K
+        if len(proposal) == K:
+            break
+        out = draft.forward(tokens=tok, hidden=h, cache=cache)   # fc skipped: h has width H
+        tok, h = out.token_ids, out.hidden
+    # the target verifies [x_n, d_1..d_K] in one forward -> m accepted drafts + bonus token b, aux states A'
+    cache.crop(n)                                 # drop the speculative entries, keep verified columns 0..n-1
+    out = draft.forward(tokens=cat([d_1..d_m, b]), hidden=A'[:, 0:m + 1], cache=cache)  # columns n..n+m
+    # ... continue from out's last column
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+try:
+    from .eagle3_checkpoint import DraftLoadError, read_state_dict
+except ImportError:
+    from eagle3_checkpoint import DraftLoadError, read_state_dict  # type: ignore[no-redef]
+
+__all__ = ["DraftConfig", "DraftKVCache", "DraftLoadError", "DraftOutput", "Eagle3Draft", "load_draft"]
+
+_UNSUPPORTED_FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm")
+
+
+def _need(cfg: Dict[str, Any], key: str) -> Any:
+    value = cfg.get(key)
+    if value is None:
+        raise DraftLoadError("draft config.json has no %s" % key, field=key)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise DraftLoadError("draft config.json: %s must be a positive integer, got %r" % (key, value), field=key)
+    return value
+
+
+@dataclass
+class DraftConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    draft_vocab_size: Optional[int]
+    target_hidden_size: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: Optional[Dict[str, Any]] = None
+    raw: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, cfg: Dict[str, Any]) -> DraftConfig:
+        hidden = _need(cfg, "hidden_size")
+        heads = _need(cfg, "num_attention_heads")
+        for flag in _UNSUPPORTED_FLAGS:
+            if cfg.get(flag):
+                raise DraftLoadError("draft variant flag %s=true is not supported by this draft model" % flag,
+                                     field=flag)
+        rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else None
+        theta = cfg.get("rope_theta") or (rope or {}).get("rope_theta") or 10000.0  # SpecForge's default
+        scaling = cfg.get("rope_scaling") or rope
+        if isinstance(scaling, dict):
+            kind = scaling.get("rope_type", scaling.get("type", "default"))
+            if kind not in ("default", "llama3", "linear"):
+                raise DraftLoadError("rope scaling type %r is not supported (default, linear, llama3)" % kind,
+                                     field="rope_scaling")
+            scaling = None if kind == "default" else dict(scaling, rope_type=kind)
+        dvs = cfg.get("draft_vocab_size")
+        return cls(
+            hidden_size=hidden,
+            intermediate_size=_need(cfg, "intermediate_size"),
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_dim") or hidden // heads,
+            vocab_size=_need(cfg, "vocab_size"),
+            draft_vocab_size=None if dvs is None else _need(cfg, "draft_vocab_size"),
+            target_hidden_size=cfg.get("target_hidden_size") or hidden,
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(theta),
+            rope_scaling=scaling,
+            raw=dict(cfg),
+        )
+
+
+class DraftKVCache:
+    """Keys/values of the draft's one layer, one slot per column; ``crop(n)`` keeps the first n."""
+
+    def __init__(self) -> None:
+        self.k: Optional[torch.Tensor] = None  # [B, kv_heads, L, head_dim], RoPE already applied
+        self.v: Optional[torch.Tensor] = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def crop(self, n: int) -> None:
+        if self.k is not None:
+            self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+
+
+@dataclass
+class DraftOutput:
+    logits: torch.Tensor     # [B, T, draft_vocab]
+    hidden: torch.Tensor     # [B, T, H] pre-norm (fed back as the next step's hidden)
+    token_ids: torch.Tensor  # [B, T] greedy choice mapped to TARGET ids via d2t
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def _inv_freq(cfg: DraftConfig) -> torch.Tensor:
+    dim = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2).float() / dim))
+    sc = cfg.rope_scaling
+    if sc and sc["rope_type"] == "linear":
+        inv = inv / float(sc["factor"])
+    elif sc and sc["rope_type"] == "llama3":  # same frequency surgery as Llama 3 / SpecForge
+        factor, low, high = float(sc["factor"]), float(sc["low_freq_factor"]), float(sc["high_freq_factor"])
+        orig = float(sc["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv
+        smooth = (orig / wavelen - low) / (high - low) if low != high else torch.zeros_like(inv)
+        inv = torch.where(wavelen < orig / high, inv,
+                          torch.where(wavelen > orig / low, inv / factor, (1 - smooth) * inv / factor + smooth * inv))
+    return inv
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _Attention(nn.Module):
+    def __init__(self, cfg: DraftConfig) -> None:
+        super().__init__()
+        h2, nh, nkv, hd = 2 * cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(h2, nh * hd, bias=False)
+        self.k_proj = nn.Linear(h2, nkv * hd, bias=False)
+        self.v_proj = nn.Linear(h2, nkv * hd, bias=False)
+        self.o_proj = nn.Linear(nh * hd, cfg.hidden_size, bias=False)
+        self.nh, self.nkv, self.hd = nh, nkv, hd
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor):
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        freqs = positions.float()[:, None] * inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        return q, k, v
+
+    def expand(self, kv: torch.Tensor) -> torch.Tensor:
+        rep = self.nh // self.nkv
+        return kv if rep == 1 else kv.repeat_interleave(rep, dim=1)
+
+    def out(self, o: torch.Tensor) -> torch.Tensor:
+        b, _, t, _ = o.shape
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, self.nh * self.hd))
+
+
+class _MLP(nn.Module):
+    def __init__(self, cfg: DraftConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class _MidLayer(nn.Module):
+    def __init__(self, cfg: DraftConfig) -> None:
+        super().__init__()
+        self.input_layernorm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.hidden_norm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = _Attention(cfg)
+        self.mlp = _MLP(cfg)
+
+
+class Eagle3Draft(nn.Module):
+    """EAGLE-3 draft; parameter names follow SpecForge (``fc``, ``midlayer.*``, ``norm``, ``lm_head``)."""
+
+    def __init__(self, cfg: DraftConfig, num_aux: int = 3) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.num_aux = num_aux
+        vd = cfg.draft_vocab_size or cfg.vocab_size
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.fc = nn.Linear(num_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        self.midlayer = _MidLayer(cfg)
+        self.norm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, vd, bias=False)
+        self.register_buffer("d2t", torch.zeros(vd, dtype=torch.long))
+        self._inv_freq = _inv_freq(cfg)  # not a buffer: .to(bfloat16) must not round the RoPE frequencies
+        self.load_report: Dict[str, Any] = {"notes": []}
+
+    # -- pieces -------------------------------------------------------------------------------------------
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """fc over concatenated aux states; skipped when the width already equals hidden_size (SGLang's rule)."""
+        if hidden.shape[-1] == self.cfg.hidden_size:
+            return hidden
+        if hidden.shape[-1] != self.fc.in_features:
+            raise DraftLoadError("hidden input width %d matches neither fc input %d nor hidden_size %d"
+                                 % (hidden.shape[-1], self.fc.in_features, self.cfg.hidden_size), field="fc.weight")
+        return self.fc(hidden.to(self.fc.weight.dtype))
+
+    def _attn_input(self, tokens: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        emb = self.embed_tokens(tokens)
+        layer = self.midlayer
+        return torch.cat([layer.input_layernorm(emb), layer.hidden_norm(hidden)], dim=-1)  # embedding FIRST
+
+    def _finish(self, residual: torch.Tensor, attn_out: torch.Tensor) -> DraftOutput:
+        layer = self.midlayer
+        h = residual + attn_out
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+        logits = self.lm_head(self.norm(h))
+        return DraftOutput(logits=logits, hidden=h, token_ids=self.to_target_ids(logits.argmax(-1)))
+
+    def _rope(self, device: torch.device) -> torch.Tensor:
+        if self._inv_freq.device != device:
+            self._inv_freq = self._inv_freq.to(device)
+        return self._inv_freq
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids + self.d2t[draft_ids]
+
+    # -- incremental decoding -------------------------------------------------------------------------------
+    def forward(self, tokens: torch.Tensor, hidden: torch.Tensor,
+                cache: Optional[DraftKVCache] = None) -> DraftOutput:
+        """Run columns ``tokens[:, i]`` / ``hidden[:, i]`` after the ``cache.length`` cached ones (causal)."""
+        h = self.project(hidden)
+        start = 0 if cache is None else cache.length
+        t = tokens.shape[1]
+        positions = torch.arange(start, start + t, device=tokens.device)
+        attn = self.midlayer.self_attn
+        q, k, v = attn.qkv(self._attn_input(tokens, h), positions, self._rope(tokens.device))
+        if cache is not None:
+            cache.append(k, v)
+            k, v = cache.k, cache.v
+        total = k.shape[2]
+        # query i sits at absolute slot start+i and sees slots 0..start+i
+        mask = torch.arange(total, device=tokens.device)[None, :] <= positions[:, None]
+        o = F.scaled_dot_product_attention(q, attn.expand(k), attn.expand(v), attn_mask=mask)
+        return self._finish(h, attn.out(o))
+
+    # -- test-time-training layout (all columns, chained steps) ----------------------------------------------
+    def ttt_forward(self, aux: torch.Tensor, next_tokens: torch.Tensor, steps: int) -> List[DraftOutput]:
+        """Step k at column t reads token ``next_tokens[:, t + k]`` (= x_{t+1+k}) and RoPE position t+k.
+
+        ``aux``: [B, T, num_aux * target_hidden]; ``next_tokens``: [B, >= T + steps - 1]. Step k's query at
+        column t attends to step-0 keys of columns <= t plus its own chain's keys of steps 1..k — identical
+        to incremental decoding of a chain anchored at t, so these outputs are what serving would draft.
+        """
+        b, t, _ = aux.shape
+        if next_tokens.shape[1] < t + steps - 1:
+            raise ValueError("next_tokens needs at least T + steps - 1 columns")
+        attn = self.midlayer.self_attn
+        pos = torch.arange(t, device=aux.device)
+        causal = pos[None, :] <= pos[:, None]
+        scale = 1.0 / math.sqrt(attn.hd)
+        h = self.project(aux)
+        keys: List[torch.Tensor] = []
+        values: List[torch.Tensor] = []
+        outputs: List[DraftOutput] = []
+        for k_step in range(steps):
+            q, k, v = attn.qkv(self._attn_input(next_tokens[:, k_step:k_step + t], h), pos + k_step, self._rope(aux.device))
+            k, v = attn.expand(k), attn.expand(v)
+            keys.append(k)
+            values.append(v)
+            if k_step == 0:
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+            else:
+                s0 = (q @ keys[0].transpose(2, 3)) * scale
+                s0 = s0.masked_fill(~causal, float("-inf"))
+                diag = torch.stack([(q * kj).sum(-1) * scale for kj in keys[1:]], dim=-1)
+                p = torch.softmax(torch.cat([s0, diag], dim=-1).float(), dim=-1).to(q.dtype)
+                o = p[..., :t] @ values[0]
+                for j, vj in enumerate(values[1:]):
+                    o = o + p[..., t + j, None] * vj
+            out = self._finish(h, attn.out(o))
+            outputs.append(out)
+            h = out.hidden
+        return outputs
+
+
+def load_draft(path: str, *, embed_tokens: Optional[torch.Tensor] = None, lm_head: Optional[torch.Tensor] = None,
+               target_vocab_size: Optional[int] = None, target_hidden_size: Optional[int] = None,
+               device: str = "cpu", dtype: torch.dtype = torch.float32, strict: bool = True) -> Eagle3Draft:
+    """Load a draft directory (config.json + weights), borrowing the target's embedding / lm_head when absent.
+
+    ``strict=False`` mimics SGLang: a declared-but-missing lm_head stays randomly initialised (seeded) and
+    out-of-range d2t entries are clamped, each recorded in ``load_report["notes"]`` instead of raising.
+
+    :raises DraftLoadError: missing tensors or config fields, wrong shapes, a draft for another vocab or width.
+    """
+    try:  # imported lazily: eagle3_validate builds an Eagle3Draft (circular at module level)
+        from .eagle3_validate import build_from_state
+    except ImportError:
+        from eagle3_validate import build_from_state  # type: ignore[no-redef]
+    config, state, notes = read_state_dict(path)
+    return build_from_state(config, state, notes, strict=strict, embed_tokens=embed_tokens, lm_head=lm_head,
+                            target_vocab_size=target_vocab_size, target_hidden_size=target_hidden_size,
+                            device=device, dtype=dtype)

@@ -1,0 +1,149 @@
+"""Checking a draft's tensors against its config and the target, then building an ``Eagle3Draft`` (torch only).
+
+Every refusal is a ``DraftLoadError`` naming the tensor or config field, so the user sees which part of the
+checkpoint is wrong instead of a shape-mismatch traceback from ``load_state_dict``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import torch
+
+try:
+    from .eagle3_checkpoint import DraftLoadError
+    from .eagle3_draft import DraftConfig, Eagle3Draft
+except ImportError:
+    from eagle3_checkpoint import DraftLoadError  # type: ignore[no-redef]
+    from eagle3_draft import DraftConfig, Eagle3Draft  # type: ignore[no-redef]
+
+_LAYER_KEYS = ("input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight",
+               "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+               "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+_BORROWED = ("embed_tokens.weight", "lm_head.weight")
+
+
+def _expected_shapes(cfg: DraftConfig) -> Dict[str, tuple]:
+    h, i, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+    shapes = {"midlayer.input_layernorm.weight": (h,), "midlayer.hidden_norm.weight": (h,),
+              "midlayer.post_attention_layernorm.weight": (h,), "norm.weight": (h,),
+              "midlayer.self_attn.q_proj.weight": (q, 2 * h), "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
+              "midlayer.self_attn.v_proj.weight": (kv, 2 * h), "midlayer.self_attn.o_proj.weight": (h, q),
+              "midlayer.mlp.gate_proj.weight": (i, h), "midlayer.mlp.up_proj.weight": (i, h),
+              "midlayer.mlp.down_proj.weight": (h, i)}
+    return shapes
+
+
+def _check_shape(name: str, tensor: torch.Tensor, want: tuple) -> None:
+    if tuple(tensor.shape) != tuple(want):
+        raise DraftLoadError("tensor %s has shape %s, the config implies %s" % (name, list(tensor.shape), list(want)),
+                             field=name, shape=list(tensor.shape), expected=list(want))
+
+
+def _num_aux(cfg: DraftConfig, state: Dict[str, torch.Tensor]) -> int:
+    fc = state.get("fc.weight")
+    if fc is None:
+        raise DraftLoadError("draft has no fc.weight (the projection of the concatenated aux hidden states)",
+                             field="fc.weight")
+    width = fc.shape[1] if fc.dim() == 2 else -1
+    if fc.dim() != 2 or fc.shape[0] != cfg.hidden_size or width % cfg.target_hidden_size:
+        raise DraftLoadError("fc.weight has shape %s; expected [hidden_size=%d, n * target_hidden_size=%d]"
+                             % (list(fc.shape), cfg.hidden_size, cfg.target_hidden_size), field="fc.weight")
+    return width // cfg.target_hidden_size
+
+
+def _vocab_checks(cfg: DraftConfig, embed: Optional[torch.Tensor], target_vocab: Optional[int],
+                  target_hidden: Optional[int]) -> None:
+    if target_vocab is not None and target_vocab != cfg.vocab_size:
+        raise DraftLoadError("draft vocab_size %d differs from the target's %d: this draft was built for another "
+                             "tokenizer" % (cfg.vocab_size, target_vocab), field="vocab_size")
+    if target_hidden is not None and target_hidden != cfg.target_hidden_size:
+        raise DraftLoadError("draft expects target hidden size %d (target_hidden_size or hidden_size) but the target "
+                             "has %d" % (cfg.target_hidden_size, target_hidden), field="target_hidden_size")
+    if embed is not None and tuple(embed.shape) != (cfg.vocab_size, cfg.hidden_size):
+        raise DraftLoadError("embedding has shape %s, the draft needs [vocab_size=%d, hidden_size=%d]"
+                             % (list(embed.shape), cfg.vocab_size, cfg.hidden_size), field="embed_tokens.weight")
+
+
+def _d2t(cfg: DraftConfig, state: Dict[str, torch.Tensor], vd: int, strict: bool, notes: List[str]) -> torch.Tensor:
+    d2t = state.get("d2t")
+    if d2t is None:
+        if vd < cfg.vocab_size and strict:
+            raise DraftLoadError("draft_vocab_size %d < vocab_size %d but the checkpoint has no d2t mapping"
+                                 % (vd, cfg.vocab_size), field="d2t")
+        return torch.zeros(vd, dtype=torch.long)
+    if tuple(d2t.shape) != (vd,):
+        raise DraftLoadError("d2t has shape %s, expected [draft_vocab_size=%d]" % (list(d2t.shape), vd), field="d2t")
+    d2t = d2t.long()
+    target = d2t + torch.arange(vd)
+    bad = int(((target < 0) | (target >= cfg.vocab_size)).sum())
+    if bad:
+        msg = ("d2t maps %d draft tokens outside the target vocab [0, %d) when read as offsets (target = draft + "
+               "d2t[draft]); it may hold direct target ids" % (bad, cfg.vocab_size))
+        if strict:
+            raise DraftLoadError(msg, field="d2t")
+        notes.append(msg + "; clamped")
+        d2t = target.clamp(0, cfg.vocab_size - 1) - torch.arange(vd)
+    t2d = state.get("t2d")
+    if t2d is not None and t2d.dim() == 1 and t2d.shape[0] == cfg.vocab_size:
+        hot = torch.nonzero(t2d.bool()).flatten()
+        if hot.shape[0] == vd and not torch.equal(hot, target.clamp(0, cfg.vocab_size - 1)):
+            notes.append("t2d disagrees with d2t read as offsets (nonzero(t2d) != d2t + arange)")
+    return d2t
+
+
+def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], notes: List[str], *, strict: bool,
+                     embed_tokens: Optional[torch.Tensor], lm_head: Optional[torch.Tensor],
+                     target_vocab_size: Optional[int], target_hidden_size: Optional[int],
+                     device: str, dtype: torch.dtype) -> Eagle3Draft:
+    """Validate a canonicalised state dict (see eagle3_checkpoint) and build the draft. Raises DraftLoadError."""
+    cfg = DraftConfig.from_dict(config)
+    notes = list(notes)
+    embed = state.get("embed_tokens.weight")
+    if embed is None:
+        if embed_tokens is None:
+            raise DraftLoadError("draft has no embed_tokens.weight and no target embedding was given",
+                                 field="embed_tokens.weight")
+        embed = embed_tokens
+        notes.append("embed_tokens taken from the target")
+    _vocab_checks(cfg, embed, target_vocab_size, target_hidden_size)
+    num_aux = _num_aux(cfg, state)
+    for name, want in _expected_shapes(cfg).items():
+        if name not in state:
+            raise DraftLoadError("draft is missing tensor %s" % name, field=name)
+        _check_shape(name, state[name], want)
+    vd = cfg.draft_vocab_size or cfg.vocab_size
+    head = state.get("lm_head.weight")
+    if head is None and cfg.draft_vocab_size is None:
+        if lm_head is None:
+            raise DraftLoadError("draft has no lm_head.weight and no draft_vocab_size; the target's lm_head is "
+                                 "needed but was not given", field="lm_head.weight")
+        head = lm_head
+        notes.append("lm_head taken from the target (no draft_vocab_size)")
+    elif head is None:
+        msg = "draft declares draft_vocab_size=%d but has no lm_head.weight" % vd
+        if strict:
+            raise DraftLoadError(msg, field="lm_head.weight")
+        notes.append(msg + "; left randomly initialised, as SGLang does")
+    if head is not None:
+        _check_shape("lm_head.weight", head, (vd, cfg.hidden_size))
+    d2t = _d2t(cfg, state, vd, strict, notes)
+    draft = Eagle3Draft(cfg, num_aux=num_aux)
+    known = set(_expected_shapes(cfg)) | {"fc.weight", "d2t", "t2d"} | set(_BORROWED)
+    ignored = sorted(set(state) - known)
+    if ignored:
+        notes.append("ignored tensors: " + ", ".join(ignored[:8]))
+    with torch.no_grad():
+        params = dict(draft.named_parameters())
+        for name in known - {"d2t", "t2d", "embed_tokens.weight", "lm_head.weight"}:
+            params[name].copy_(state[name].to(torch.float32))
+        params["embed_tokens.weight"].copy_(embed.detach().to(torch.float32))
+        if head is not None:
+            params["lm_head.weight"].copy_(head.detach().to(torch.float32))
+        else:
+            gen = torch.Generator().manual_seed(0)
+            params["lm_head.weight"].copy_(torch.randn(vd, cfg.hidden_size, generator=gen) * 0.02)
+        draft.d2t.copy_(d2t)
+    draft.load_report = {"notes": notes, "num_aux": num_aux, "draft_vocab_size": vd}
+    return draft.to(device=device, dtype=dtype).eval()

@@ -1,0 +1,80 @@
+"""End to end: train (cached) the lab's tiny target and a draft on the embedding-first wiring W = [0, N/2, N-1],
+then run the draft_test probe as a subprocess and check that it finds W and the cost of SGLang's default wiring.
+
+First run trains both models (~3 min on 2 cores); later runs reuse $ORCHESTRATOR_CACHE_DIR/lab-models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from conftest import PROBES, REPO  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="session")
+def lab_pair():
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from orchestrator.lab.models import cached_draft, cached_target
+
+    target = cached_target()
+    n = json.loads((target / "config.json").read_text())["num_hidden_layers"]
+    wiring = [0, n // 2, n - 1]
+    return target, cached_draft(target, wiring=wiring), wiring, n
+
+
+def run_draft_test(tmp_path, args: dict) -> dict:
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    env = dict(os.environ, ORCH_PROBE_NONCE="e2e")
+    proc = subprocess.run([sys.executable, "draft_test.py", str(tmp_path / "args.json")], cwd=str(PROBES),
+                          capture_output=True, text=True, timeout=600, env=env)
+    out = proc.stdout
+    begin, end = "@@ORCH-RESULT-BEGIN e2e@@", "@@ORCH-RESULT-END e2e@@"
+    assert begin in out, proc.stderr[-3000:]
+    doc = json.loads(out.split(begin, 1)[1].split(end, 1)[0])
+    assert proc.returncode == 0 and doc["ok"], doc
+    assert "@@ORCH-PROGRESS@@" in proc.stderr
+    return doc["result"]
+
+
+def test_draft_test_finds_the_trained_wiring(tmp_path, lab_pair):
+    target, draft, wiring, n = lab_pair
+    config = json.loads((draft / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert "eagle_aux_hidden_state_layer_ids" not in config["eagle_config"]  # the seed's pipeline wrote none
+    result = run_draft_test(tmp_path, {"target": str(target), "draft": str(draft), "wirings": "auto",
+                                       "engine": "sglang", "prompts_file": str(target / "prompts.json"),
+                                       "num_prompts": 12, "max_new_tokens": 64, "steps": 5})
+    by_wiring = {tuple(w["wiring"]): w for w in result["wirings"]}
+    default = [2, n // 2, n - 3]
+    assert result["best"]["wiring"] == wiring, [(w["wiring"], w["tau_serving"]) for w in result["wirings"]]
+    assert result["server_wiring"] == default and result["server"]["wiring"] == default
+    trained, served = by_wiring[tuple(wiring)], by_wiring[tuple(default)]
+    assert trained["tau_serving"] >= 1.5 * served["tau_serving"], (trained, served)
+    assert trained["tau"] >= 1.5 * served["tau"]
+    assert len(trained["acc"]) == len(trained["alpha"]) == 5
+    assert trained["acc"][0] > served["acc"][0]
+    assert str(wiring) in result["verdict"] and str(default) in result["verdict"]
+    assert result["target"] == {**result["target"], "num_layers": n, "vocab_size": 1024}
+
+
+def test_draft_test_on_explicit_wirings_and_vllm(tmp_path, lab_pair):
+    target, draft, wiring, n = lab_pair
+    result = run_draft_test(tmp_path, {"target": str(target), "draft": str(draft), "engine": "vllm",
+                                       "wirings": {"trained": wiring, "no-embed": [n // 2, n - 1, n]},
+                                       "prompts_file": str(target / "prompts.json"), "num_prompts": 4,
+                                       "max_new_tokens": 32, "steps": 3})
+    names = [w["name"] for w in result["wirings"]]
+    assert names[0] == "trained" and "server(vllm)" in names  # the engine's wiring is always measured
+    assert result["server"]["wiring"] == [2, n // 2, n - 3]
