@@ -11,6 +11,9 @@ from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFai
 BUILTIN_ACTIONS: dict[str, str] = {
     "shell": "orchestrator.actions.shell:ShellAction",
     "set": "orchestrator.actions.set_vars:SetAction",
+    "server": "orchestrator.actions.server:ServerAction",
+    "bench": "orchestrator.actions.bench:BenchAction",
+    "sweep": "orchestrator.actions.sweep:SweepAction",
     "probe": "orchestrator.actions.probe:ProbeAction",
     "read_source": "orchestrator.actions.read_source:ReadSourceAction",
     "draft_test": "orchestrator.actions.draft_test:DraftTestAction",

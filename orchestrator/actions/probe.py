@@ -49,6 +49,19 @@ async def run_probe_step(ctx: ActionContext, name: str, args: dict[str, Any], *,
         raise StepFailed(exc.message) from None
 
 
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def worst_severity(findings: list[dict[str, Any]]) -> dict[str, str]:
+    """``{finding id: worst severity}`` so rules can say ``inspect.severity.d2t == 'error'``."""
+    worst: dict[str, str] = {}
+    for finding in findings:
+        fid, sev = str(finding.get("id")), str(finding.get("severity", "info"))
+        if SEVERITY_RANK.get(sev, 0) >= SEVERITY_RANK.get(worst.get(fid, "info"), 0):
+            worst[fid] = sev
+    return worst
+
+
 class ProbeAction(Action[ProbeArgs]):
     kind = "probe"
     Args = ProbeArgs
@@ -58,6 +71,7 @@ class ProbeAction(Action[ProbeArgs]):
     async def run(self, args: ProbeArgs, ctx: ActionContext) -> dict[str, Any]:
         result = await run_probe_step(ctx, args.name, args.args, python=args.python)
         if args.name == "draft_inspect":
+            result["severity"] = worst_severity(result.get("findings", []))
             for finding in result.get("findings", []):
                 if finding.get("severity") in ("warning", "error"):
                     ctx.output(f"[{finding['severity']}] {finding.get('id')}: {finding.get('message')}\n", "stdout")

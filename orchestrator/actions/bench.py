@@ -1,0 +1,110 @@
+"""`bench`: benchmark a running server with a prompt set (measured on the server's host, next to it).
+
+```yaml
+- bench: {server: spec, n: 8, concurrency: 1, max_new_tokens: 64, stream: false}
+  register: b   # b.tok_s, b.latency_p50, b.latency_p99, b.ttft_p50 (stream), b.accept_length,
+                # b.server_accept_length, b.verify_ct, b.completed, b.errors, b.per_request
+- bench: {url: "http://127.0.0.1:30000", prompts: my_prompts.json}   # a server started elsewhere
+```
+Temperature 0 by default; ``/flush_cache`` first (it also resets SGLang's spec counters). ``accept_length`` is
+the mean of per-request ``meta_info.spec_accept_length``; ``server_accept_length`` the ``/server_info`` average.
+``prompts``: the bundled set (orchestrator/data/bench_prompts.json) or a JSON file on this machine holding a list
+of strings or ``{prompts: [{text: ...}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
+from orchestrator.errors import OrchestratorError, UserInputError
+
+BUNDLED_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "bench_prompts.json"
+
+
+class BenchSettings(ActionArgs):
+    """The knobs `bench` and `sweep` share."""
+
+    n: int = Field(default=8, ge=1, le=100000)
+    concurrency: int = Field(default=1, ge=1, le=1024)
+    max_new_tokens: int = Field(default=64, ge=1)
+    temperature: float = Field(default=0.0, ge=0)
+    stream: bool = Field(default=False, description="stream responses to measure TTFT")
+    ignore_eos: bool = False
+    flush: bool = Field(default=True, description="POST /flush_cache before the run")
+    prompts: str | None = Field(default=None, description="JSON prompt file (default: the bundled set)")
+    request_timeout: float = Field(default=600.0, gt=0)
+
+
+class BenchArgs(BenchSettings):
+    server: str | None = Field(default=None, description="name of a server started in this session")
+    url: str | None = Field(default=None, description="or the URL of a server reachable from the host")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> BenchArgs:
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        return self
+
+
+def load_prompts(path: str | None) -> list[str]:
+    """:raises UserInputError: naming the file when it is missing or not a prompt list."""
+    source = Path(path).expanduser() if path else BUNDLED_PROMPTS
+    try:
+        data = json.loads(source.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserInputError(f"prompts: cannot read {source}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UserInputError(f"prompts: {source} is not JSON: {exc}") from None
+    items = data.get("prompts") if isinstance(data, dict) else data
+    prompts = [p.get("text") if isinstance(p, dict) else p for p in items] if isinstance(items, list) else None
+    if not prompts or not all(isinstance(p, str) and p for p in prompts):
+        raise UserInputError(f"prompts: {source} must hold a non-empty list of strings or of {{text: ...}}")
+    return prompts
+
+
+async def run_bench(client: Any, url: str, settings: BenchSettings) -> dict[str, Any]:
+    """One benchmark through a ServerClient; :raises StepFailed: when no request succeeded."""
+    payload = {
+        "url": url.rstrip("/"), "prompts": load_prompts(settings.prompts), "n": settings.n,
+        "concurrency": settings.concurrency, "max_new_tokens": settings.max_new_tokens,
+        "temperature": settings.temperature, "stream": settings.stream, "ignore_eos": settings.ignore_eos,
+        "flush": settings.flush, "timeout": settings.request_timeout,
+    }
+    result = await client.call("bench", payload, timeout=settings.request_timeout * settings.n + 120)
+    if not result["completed"]:
+        errors = "; ".join(result["errors"][:3]) or "no answer"
+        raise StepFailed(f"bench: no request succeeded against {url}: {errors}", result)
+    return result
+
+
+class BenchAction(Action[BenchArgs]):
+    kind = "bench"
+    Args = BenchArgs
+    summary = "Benchmark a server: tok/s, latency p50/p99, TTFT, accept length (per request and server-side)."
+
+    async def run(self, args: BenchArgs, ctx: ActionContext) -> dict[str, Any]:
+        from orchestrator.engines.client import ServerClient
+        from orchestrator.engines.registry import servers_of
+
+        try:
+            if args.url:
+                python = ctx.host_spec.python if ctx.host_spec is not None else "python3"
+                client, url, label = ServerClient(ctx.require_transport(), python), args.url, args.url
+            else:
+                manager = servers_of(ctx.services)
+                name = args.server or ("server" if "server" in manager.servers else next(iter(manager.servers), ""))
+                record = manager.get(name)
+                if record.status != "ready":
+                    raise StepFailed(f"bench: server {name!r} is {record.status}, not ready")
+                client, url, label = record.client, record.url, name
+            result = await run_bench(client, url, args)
+        except OrchestratorError as exc:
+            raise StepFailed(exc.message) from None
+        ctx.output(f"bench {label}: {result['tok_s']} tok/s, accept length {result['accept_length']} "
+                   f"(server {result['server_accept_length']}), p50 {result['latency_p50']}s\n")
+        return {**result, "server": label, "url": url}

@@ -1,0 +1,124 @@
+"""`server`: start, stop, restart, inspect inference servers (SGLang, the lab) with candidate flags.
+
+```yaml
+- server: {action: start, engine: lab, name: spec, model: "{{ target }}", port: auto, ready_timeout: 120,
+           flags: {speculative-algorithm: EAGLE3, speculative-draft-model-path: "{{ draft }}",
+                   speculative-num-steps: 1, speculative-eagle-topk: 1, speculative-num-draft-tokens: 16},
+           env: {}, launcher: null, python: null, keep: false}
+  register: srv     # srv.url, srv.port, srv.pgid, srv.effective, srv.overrides, srv.log_tail, srv.ready_s ...
+- server: {action: restart, name: spec, flags: {speculative-num-steps: 15}}   # merged into the old flags
+- server: {action: status, name: spec}
+- server: {action: stop, name: spec}
+- server: {action: stop_all}
+```
+Flags: ``name: 3`` -> ``--name 3``; true -> bare flag; false/null -> omitted; lists -> ``--name a b``.
+``srv.overrides`` lists every requested flag the server resolved differently:
+``{flag, requested, effective, source: server_info|log, detail}``. ``engine`` defaults to the host var
+``engine`` (the lab inventory sets ``lab``), else ``sglang``; ``model`` to the host var ``target``.
+The server is stopped at session end (also on failure or cancel) unless ``keep: true``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
+from orchestrator.errors import OrchestratorError
+
+FlagMap = dict[str, str | int | float | bool | list[str | int | float] | None]
+
+
+class ServerLaunchArgs(ActionArgs):
+    """What `server` start and `sweep` share."""
+
+    engine: str | None = Field(default=None, description="sglang | lab (default: host var 'engine', else sglang)")
+    model: str | None = Field(default=None, description="--model-path (default: host var 'target')")
+    flags: FlagMap = Field(default_factory=dict, description="server flags without leading dashes")
+    port: Annotated[int, Field(ge=1, le=65535)] | Literal["auto"] = Field(default="auto", description="a port number, or auto to pick a free one")
+    bind: str = Field(default="127.0.0.1", description="--host the server listens on")
+    ready_timeout: float | None = Field(default=None, gt=0, description="seconds (default: engine's, 600 for sglang)")
+    env: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    launcher: str | list[str] | None = Field(default=None, description="e.g. 'sglang serve'")
+    python: str | None = Field(default=None, description="python to run the server with (default: host's)")
+    grace: float | None = Field(default=None, ge=0, description="seconds between SIGTERM and SIGKILL on stop")
+
+    @model_validator(mode="after")
+    def _check(self) -> ServerLaunchArgs:
+        for name in self.env:
+            if not name.isidentifier():
+                raise ValueError(f"invalid environment variable name {name!r}")
+        return self
+
+
+class ServerArgs(ServerLaunchArgs):
+    action: Literal["start", "stop", "restart", "status", "stop_all"] = "start"
+    name: str = Field(default="server", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+    keep: bool = Field(default=False, description="leave it running after the session ends")
+    replace_flags: bool = Field(default=False, description="restart: use only the new flags, not merged")
+
+
+def host_var(ctx: ActionContext, name: str) -> Any:
+    value = ctx.variables.get(name)
+    if value is None and ctx.host_spec is not None:
+        value = ctx.host_spec.vars.get(name)
+    return value
+
+
+def launch_parts(args: ServerLaunchArgs, ctx: ActionContext) -> tuple[Any, Any, str, bool]:
+    """(adapter, LaunchSpec, client python, auto_port) for a start."""
+    from orchestrator.engines.base import LaunchSpec
+    from orchestrator.engines.registry import get_adapter
+
+    adapter = get_adapter(args.engine or host_var(ctx, "engine") or "sglang")
+    host_python = ctx.host_spec.python if ctx.host_spec is not None else "python3"
+    python = args.python or host_python
+    model = args.model if args.model is not None else host_var(ctx, "target")
+    env = {k: (("true" if v else "false") if isinstance(v, bool) else str(v)) for k, v in args.env.items()}
+    auto = args.port == "auto"
+    spec = LaunchSpec(model=str(model) if model else None, flags=dict(args.flags), port=0 if auto else int(args.port),
+                      bind=args.bind, python=python, launcher=args.launcher, env=env)
+    adapter.check_flags(spec.flags)
+    adapter.build_argv(spec)  # bad flag names fail here, before anything starts
+    return adapter, spec, host_python, auto
+
+
+class ServerAction(Action[ServerArgs]):
+    kind = "server"
+    Args = ServerArgs
+    summary = "Start/stop/restart an inference server with candidate flags; registers url, effective args, overrides."
+
+    async def run(self, args: ServerArgs, ctx: ActionContext) -> dict[str, Any]:
+        from orchestrator.engines.manager import ServerStartError
+        from orchestrator.engines.registry import servers_of
+
+        manager = servers_of(ctx.services)
+        on_log = manager.log_forwarder(ctx.step_id, ctx.host)
+        try:
+            if args.action == "start":
+                adapter, spec, client_python, auto = launch_parts(args, ctx)
+                record = await manager.start(
+                    name=args.name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter, spec=spec,
+                    client_python=client_python, ready_timeout=args.ready_timeout, keep=args.keep, grace=args.grace,
+                    step_id=ctx.step_id, on_log=on_log, auto_port=auto)
+                result = record.as_result()
+                for o in result["overrides"]:
+                    ctx.output(f"override: {o['flag']} requested {o['requested']!r}, server uses {o['effective']!r} "
+                               f"({o['source']})\n")
+                return result
+            if args.action == "restart":
+                record = await manager.restart(args.name, flags=dict(args.flags) or None,
+                                               replace_flags=args.replace_flags, ready_timeout=args.ready_timeout,
+                                               step_id=ctx.step_id, on_log=on_log)
+                return record.as_result()
+            if args.action == "stop":
+                return (await manager.stop(args.name)).as_result()
+            if args.action == "status":
+                return await manager.status(args.name)
+            stopped = await manager.stop_all(include_kept=True)
+            return {"stopped": stopped, "count": len(stopped)}
+        except ServerStartError as exc:
+            raise StepFailed(exc.message, exc.result) from None
+        except OrchestratorError as exc:
+            raise StepFailed(exc.message) from None

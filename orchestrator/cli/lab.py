@@ -1,0 +1,92 @@
+"""``orchestrator lab build | status | clean``: the embedded CPU lab (tiny models, a real sglang tree, scenarios)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from orchestrator.cli.common import handle_errors
+
+lab_app = typer.Typer(help="The embedded CPU lab: tiny target + EAGLE-3 drafts, the lab server, fault scenarios.",
+                      no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+DIR_HELP = "Lab directory (default $ORCHESTRATOR_LAB_DIR, else ~/.local/share/orchestrator/lab)."
+
+
+def rich_progress():
+    """A Rich progress display and a BuildProgress callback feeding it (one bar per stage)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("[bold]{task.fields[stage]:<18}"), BarColumn(), TextColumn("{task.description}"),
+                        TimeElapsedColumn(), transient=False)
+    tasks: dict[str, int] = {}
+
+    def report(stage: str, message: str, fraction: float) -> None:
+        if stage not in tasks:
+            tasks[stage] = progress.add_task(message, total=1.0, stage=stage)
+        progress.update(tasks[stage], completed=max(0.0, min(1.0, fraction)), description=message)
+
+    return progress, report
+
+
+@lab_app.command("build")
+@handle_errors
+def build_cmd(
+    scenario: str = typer.Option("seed-wiring", "--scenario", "-s", help="Scenario to make ready (see `lab status`)."),
+    directory: Path | None = typer.Option(None, "--dir", help=DIR_HELP),
+) -> None:
+    """Build what the scenario needs and is missing (the first build trains for about 3 minutes on 2 cores)."""
+    from rich.console import Console
+
+    from orchestrator.lab.build import build_lab, check_scenario
+
+    check_scenario(scenario)
+    console = Console(stderr=True)
+    progress, report = rich_progress()
+    started = time.monotonic()
+    with progress:
+        paths = build_lab(scenario, root=directory, progress=report)
+    console.print(f"lab ready in {time.monotonic() - started:.1f} s: scenario [bold]{paths.scenario}[/], "
+                  f"target {paths.target}, draft {paths.draft}, sglang tree {paths.site}")
+
+
+@lab_app.command("status")
+@handle_errors
+def status_cmd(
+    directory: Path | None = typer.Option(None, "--dir", help=DIR_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
+) -> None:
+    """What is built, where, and which scenarios are ready."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from orchestrator.lab.build import lab_dir, num_layers_of, scenarios, status
+
+    info = status(directory)
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    console = Console()
+    console.print(f"lab dir: {info['lab_dir']}" + ("" if info["exists"] else " (not built)"))
+    console.print(f"target: {'built' if info['target'] else 'missing'}; sglang {info['sglang_version']} tree: "
+                  f"{info['sglang_site'] or 'missing'}")
+    root = lab_dir(directory)
+    table = Table("scenario", "ready", "what is planted")
+    for name, sc in scenarios(root, num_layers_of(root)).items():
+        table.add_row(name, "yes" if info["scenarios"][name] else "no", sc.title)
+    console.print(table)
+    if info["timings"]:
+        console.print("build seconds: " + ", ".join(f"{k} {v}" for k, v in info["timings"].items()))
+
+
+@lab_app.command("clean")
+@handle_errors
+def clean_cmd(directory: Path | None = typer.Option(None, "--dir", help=DIR_HELP)) -> None:
+    """Remove the lab directory (trained models stay cached under $ORCHESTRATOR_CACHE_DIR)."""
+    from orchestrator.lab.build import clean
+
+    removed = clean(directory)
+    typer.echo(f"removed {removed}")

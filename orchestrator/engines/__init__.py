@@ -1,0 +1,1 @@
+"""Inference-server adapters (SGLang, the lab; later vLLM) and the per-session ServerManager."""

@@ -1,0 +1,117 @@
+"""The engine adapter: everything that differs between inference servers (SGLang, the lab, later vLLM).
+
+An adapter is pure: it turns a ``LaunchSpec`` into an argv, says how readiness looks, where the resolved
+arguments and speculative-decoding statistics live in the server's answers, and which flag sets are
+invalid. It never runs anything; ``ServerManager`` does, through the host's transport.
+"""
+
+from __future__ import annotations
+
+import shlex
+from abc import ABC
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from orchestrator.engines.flags import flag_key, flags_to_argv
+from orchestrator.errors import UserInputError
+
+
+@dataclass
+class LaunchSpec:
+    """What to start. ``flags`` are the user's (``speculative-num-steps: 3``); model/host/port are set here."""
+
+    model: str | None
+    flags: dict[str, Any]
+    port: int
+    bind: str = "127.0.0.1"
+    python: str = "python3"
+    launcher: str | list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shaped default
+    """Defaults follow SGLang's interface (research/sglang-interface.md); subclasses override what differs."""
+
+    name: ClassVar[str]
+    #: a real model load takes minutes; the lab starts in seconds
+    default_ready_timeout: ClassVar[float] = 600.0
+    #: SIGTERM -> SIGKILL grace; SGLang 0.5.23 drains for up to 15 s
+    stop_grace: ClassVar[float] = 20.0
+    ready_line: ClassVar[str | None] = "The server is fired up and ready to roll!"
+    health_path: ClassVar[str] = "/health"
+    info_paths: ClassVar[tuple[str, ...]] = ("/server_info", "/get_server_info")
+    #: how list values become argv: "nargs" (``--x 1 2``) or "repeat" (``--x 1 --x 2``)
+    list_style: ClassVar[str] = "nargs"
+    #: flags the manager sets itself (from the step's model/port), never from ``flags``
+    reserved: ClassVar[tuple[str, ...]] = ("model_path", "model", "host", "port")
+    #: flag names the CLI accepts -> the name the server reports in its resolved args
+    aliases: ClassVar[dict[str, str]] = {
+        "model": "model_path",
+        "speculative_draft_model": "speculative_draft_model_path",
+        "tensor_parallel_size": "tp_size",
+        "tp": "tp_size",
+    }
+    spec_prefix: ClassVar[str] = "speculative"
+
+    # -- launching ---------------------------------------------------------------------------
+    def default_launcher(self, python: str) -> list[str]:
+        return [python, "-m", "sglang.launch_server"]
+
+    def launcher_argv(self, spec: LaunchSpec) -> list[str]:
+        """The program part. A launcher whose first word is ``python``/``python3`` runs with the host's python."""
+        if spec.launcher is None:
+            return self.default_launcher(spec.python)
+        words = shlex.split(spec.launcher) if isinstance(spec.launcher, str) else [str(w) for w in spec.launcher]
+        if not words:
+            raise UserInputError("launcher: must not be empty")
+        if words[0] in ("python", "python3"):
+            words[0] = spec.python
+        return words
+
+    def check_flags(self, flags: Mapping[str, Any]) -> None:
+        for name in flags:
+            if flag_key(str(name)) in self.reserved:
+                raise UserInputError(
+                    f"flags: {name!r} is set by the step itself; use the step's 'model'/'port' instead")
+
+    def build_argv(self, spec: LaunchSpec) -> list[str]:
+        self.check_flags(spec.flags)
+        argv = self.launcher_argv(spec)
+        if spec.model:
+            argv += ["--model-path", spec.model]
+        argv += ["--host", spec.bind, "--port", str(spec.port)]
+        return argv + flags_to_argv(spec.flags, list_style=self.list_style)
+
+    # -- reading answers ---------------------------------------------------------------------
+    def effective_args(self, info: Mapping[str, Any]) -> dict[str, Any]:
+        """The resolved server args from /server_info (SGLang: the top level, minus runtime fields)."""
+        skip = {"internal_states", "status", "version", "kv_events", "launch_command"}
+        return {k: v for k, v in info.items() if k not in skip and not isinstance(v, Mapping)}
+
+    def server_accept_length(self, info: Mapping[str, Any]) -> float | None:
+        states = info.get("internal_states") or []
+        values = [s.get("avg_spec_accept_length") for s in states if isinstance(s, Mapping)]
+        numbers = [float(v) for v in values if isinstance(v, (int, float))]
+        return round(sum(numbers) / len(numbers), 4) if numbers else None
+
+    # -- flag sets ---------------------------------------------------------------------------
+    def is_spec_flag(self, name: str) -> bool:
+        return flag_key(name).startswith(self.spec_prefix)
+
+    def baseline_flags(self, flags: Mapping[str, Any]) -> dict[str, Any]:
+        """The same server without speculative decoding."""
+        return {k: v for k, v in flags.items() if not self.is_spec_flag(k)}
+
+    def invalid_reason(self, flags: Mapping[str, Any]) -> str | None:
+        """Why a flag set is not worth running (SGLang's bench_speculative skips steps*topk+1 < draft tokens)."""
+        values = {flag_key(k): v for k, v in flags.items()}
+        try:
+            steps = int(values["speculative_num_steps"])
+            topk = int(values["speculative_eagle_topk"])
+            draft = int(values["speculative_num_draft_tokens"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if steps * topk + 1 < draft:
+            return f"steps*topk+1 = {steps * topk + 1} < num_draft_tokens = {draft}"
+        return None

@@ -1,0 +1,85 @@
+"""Find and stop what crashed sessions left behind on a host: detached process groups recorded in pidfiles
+under ``<state_dir>/sessions/*/procs/`` (servers above all). Used by ``orchestrator cleanup``.
+
+A process is an orphan when the orchestrator process that started it (``meta.controller_pid`` on
+``meta.controller_host``) is gone. Groups owned by a live session, started on another controller machine
+(we cannot tell whether it lives), or marked ``keep: true`` are listed but left alone unless ``everything``.
+Pidfiles whose group is already dead are removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from orchestrator.transport.base import ProcessHandle, Transport
+
+
+@dataclass
+class CleanupRow:
+    host: str
+    session: str
+    name: str
+    pgid: int
+    port: int | None
+    running: bool
+    owner: str  # "gone" | "alive (pid N)" | "other controller HOST" | "unknown"
+    action: str  # stopped | would stop | kept (...) | removed stale pidfile | would remove stale pidfile | FAILED
+    port_free: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _owner(handle: ProcessHandle) -> tuple[str, bool]:
+    """(description, owner_is_gone)."""
+    meta = handle.meta or {}
+    pid, host = meta.get("controller_pid"), meta.get("controller_host")
+    if not isinstance(pid, int) or not host:
+        return "unknown", True
+    if host != socket.gethostname():
+        return f"other controller {host}", False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "gone", True
+    except PermissionError:
+        pass
+    return f"alive (pid {pid})", False
+
+
+async def cleanup_host(transport: Transport, *, python: str = "python3", dry_run: bool = False,
+                       everything: bool = False, grace: float = 5.0) -> list[CleanupRow]:
+    """Stop orphaned process groups on one host; returns what was found and done."""
+    from orchestrator.engines.client import ServerClient
+
+    client = ServerClient(transport, python)
+    rows: list[CleanupRow] = []
+    for handle in await transport.list_processes(all_sessions=True):
+        meta = handle.meta or {}
+        port = meta.get("port") if isinstance(meta.get("port"), int) else None
+        running = await transport.is_running(handle)
+        owner, orphan = _owner(handle)
+        row = CleanupRow(host=transport.host, session=handle.session_id, name=handle.name, pgid=handle.pgid,
+                         port=port, running=running, owner=owner, action="")
+        rows.append(row)
+        if not running:
+            row.action = "would remove stale pidfile" if dry_run else "removed stale pidfile"
+            if not dry_run:
+                await transport.run(f"rm -f {shlex.quote(handle.pidfile)}")
+            continue
+        if not everything and (not orphan or meta.get("keep")):
+            row.action = "kept (keep: true)" if meta.get("keep") else f"kept (owner {owner}; --all stops it)"
+            continue
+        if dry_run:
+            row.action = "would stop"
+            continue
+        gone = await transport.kill_group(handle, grace=grace)
+        row.action = "stopped" if gone else "FAILED: group still alive"
+        if port is not None:
+            answer = await client.call("port", {"host": meta.get("bind") or "127.0.0.1", "port": port, "wait": 5})
+            row.port_free = bool(answer["free"])
+    return rows

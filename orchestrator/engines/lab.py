@@ -1,0 +1,24 @@
+"""The lab server (``python -m orchestrator.lab.server``): SGLang's HTTP API and flags on tiny CPU models.
+
+It runs with the host's python (the lab inventory points that at the orchestrator's own venv), loads in
+seconds, and stops at once on SIGTERM — so its defaults are short.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from orchestrator.engines.base import EngineAdapter
+
+
+class LabAdapter(EngineAdapter):
+    name: ClassVar[str] = "lab"
+    default_ready_timeout: ClassVar[float] = 120.0
+    stop_grace: ClassVar[float] = 5.0
+
+    def default_launcher(self, python: str) -> list[str]:
+        return [python, "-m", "orchestrator.lab.server"]
+
+    def is_spec_flag(self, name: str) -> bool:
+        # The lab's wiring override only means something with a draft: the baseline drops it too.
+        return super().is_spec_flag(name) or name.replace("-", "_").lstrip("_") == "lab_capture_layers"

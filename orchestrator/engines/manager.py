@@ -1,0 +1,261 @@
+"""ServerManager: the servers one session started, on any host, and their whole lifecycle.
+
+start (port check or auto-pick, detached spawn in its own process group with a pidfile, readiness wait with
+the server log streamed into the session, requested-vs-effective diff), stop (TERM the group, KILL after
+the grace, verify the port is free), restart, status, stop_all. A server that dies or never becomes ready
+fails with its exit code and last log lines, and is killed so nothing is left behind. The session's
+finalizer calls ``stop_all`` on success, failure and cancel alike; ``keep: true`` servers survive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from orchestrator.engines.base import EngineAdapter, LaunchSpec
+from orchestrator.engines.client import ServerClient
+from orchestrator.engines.flags import requested_vs_effective
+from orchestrator.errors import ServerError, UserInputError
+from orchestrator.events import Output, ServerEvent
+from orchestrator.transport.base import ProcessHandle, Transport
+
+Emit = Callable[[Any], None]
+LOG_TAIL_LINES = 40
+
+
+class ServerStartError(ServerError):
+    """Start-up failed; ``result`` still describes the server (exit code, log tail) for the session."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class ServerRecord:
+    name: str
+    host: str
+    adapter: EngineAdapter
+    transport: Transport
+    client: ServerClient
+    spec: LaunchSpec
+    keep: bool = False
+    grace: float | None = None
+    handle: ProcessHandle | None = None
+    status: str = "new"  # starting | ready | failed | stopped
+    argv: list[str] = field(default_factory=list)
+    effective: dict[str, Any] = field(default_factory=dict)
+    diff: dict[str, Any] = field(default_factory=dict)
+    ready_s: float | None = None
+    log_tail: str = ""
+    exit_code: int | None = None
+    step_id: str | None = None
+
+    @property
+    def url(self) -> str:
+        bind = self.spec.bind if self.spec.bind not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        return f"http://{bind}:{self.spec.port}"
+
+    def as_result(self) -> dict[str, Any]:
+        """What a ``server`` step registers."""
+        return {
+            "name": self.name, "engine": self.adapter.name, "host": self.host, "status": self.status,
+            "url": self.url, "port": self.spec.port, "model": self.spec.model, "flags": dict(self.spec.flags),
+            "pid": self.handle.pid if self.handle else None, "pgid": self.handle.pgid if self.handle else None,
+            "log_path": self.handle.log_path if self.handle else None, "command": self.argv,
+            "effective": self.diff.get("effective", {}), "overrides": self.diff.get("overrides", []),
+            "adjustments": self.diff.get("adjustments", []), "unverified": self.diff.get("unverified", []),
+            "ready_s": self.ready_s, "exit_code": self.exit_code, "log_tail": self.log_tail, "keep": self.keep,
+        }
+
+
+class ServerManager:
+    """One per session (``engine.services["servers"]``)."""
+
+    def __init__(self, *, emit: Emit | None = None, session_id: str = "") -> None:
+        self.emit = emit
+        self.session_id = session_id
+        self.servers: dict[str, ServerRecord] = {}
+
+    # -- lookup ------------------------------------------------------------------------------
+    def get(self, name: str) -> ServerRecord:
+        if name not in self.servers:
+            known = ", ".join(sorted(self.servers)) or "none started in this session"
+            raise UserInputError(f"no server named {name!r} (servers: {known})")
+        return self.servers[name]
+
+    def running(self) -> list[ServerRecord]:
+        return [r for r in self.servers.values() if r.status in ("starting", "ready")]
+
+    # -- start -------------------------------------------------------------------------------
+    async def start(
+        self, *, name: str, host: str, transport: Transport, adapter: EngineAdapter, spec: LaunchSpec,
+        client_python: str, ready_timeout: float | None = None, keep: bool = False, grace: float | None = None,
+        step_id: str | None = None, on_log: Callable[[str], None] | None = None, auto_port: bool = False,
+    ) -> ServerRecord:
+        """Start and wait until ready. :raises ServerStartError: (dies, never ready, port taken), UserInputError."""
+        old = self.servers.get(name)
+        if old is not None and old.status in ("starting", "ready"):
+            raise UserInputError(f"server {name!r} is already running on {old.host} (port {old.spec.port}); "
+                                 "stop or restart it")
+        client = ServerClient(transport, client_python)
+        record = ServerRecord(name=name, host=host, adapter=adapter, transport=transport, client=client, spec=spec,
+                              keep=keep, grace=grace, step_id=step_id)
+        if auto_port:
+            record.spec = spec = replace(spec, port=int((await client.call("port", {"host": spec.bind}))["port"]))
+        else:
+            answer = await client.call("port", {"host": spec.bind, "port": spec.port})
+            if not answer["free"]:
+                record.status = "failed"
+                raise ServerStartError(
+                    f"port {spec.port} on {host} is already in use; pick another port or `port: auto`",
+                    record.as_result())
+        record.argv = adapter.build_argv(spec)
+        meta = {"kind": "server", "engine": adapter.name, "port": spec.port, "bind": spec.bind, "keep": keep,
+                "controller_host": socket.gethostname(), "controller_pid": os.getpid(), "started_at": time.time()}
+        record.handle = await transport.spawn_detached(record.argv, name=f"server-{name}", env=spec.env, meta=meta)
+        record.status = "starting"
+        self.servers[name] = record  # registered before waiting: cancel or failure still stops it
+        self._event("server_started", record, detail=" ".join(record.argv))
+        timeout = ready_timeout if ready_timeout is not None else adapter.default_ready_timeout
+        started = time.monotonic()
+        try:
+            wait = await client.call(
+                "wait", {"url": record.url, "log": record.handle.log_path, "pgid": record.handle.pgid,
+                         "timeout": timeout, "ready_line": adapter.ready_line},
+                on_log=on_log, timeout=timeout + 60,
+            )
+        except BaseException:
+            # Cancelled (Ctrl-C, a step timeout) or the client broke: a half-started server must not linger.
+            await asyncio.shield(self._abort(record, "start-up interrupted"))
+            raise
+        if not wait.get("ready"):
+            await self._fail_start(record, wait, timeout)
+        record.ready_s = round(time.monotonic() - started, 3)
+        await self._read_effective(record)
+        record.status = "ready"
+        self._event("server_ready", record, detail=f"ready in {record.ready_s:.1f}s at {record.url}")
+        return record
+
+    async def _fail_start(self, record: ServerRecord, wait: dict[str, Any], timeout: float) -> None:
+        assert record.handle is not None
+        transport = record.transport
+        if wait.get("reason") == "exited":
+            for _ in range(20):  # the setsid wrapper writes the exit status just after the group dies
+                record.exit_code = await transport.exit_status(record.handle)
+                if record.exit_code is not None:
+                    break
+                await asyncio.sleep(0.1)
+            why = f"exited with code {record.exit_code} during start-up"
+        else:
+            why = f"did not become ready within {timeout:g}s (/health: {wait.get('health') or 'no answer'})"
+        await transport.kill_group(record.handle, grace=min(record.grace or record.adapter.stop_grace, 5.0))
+        record.log_tail = await transport.read_file_tail(record.handle.log_path, lines=LOG_TAIL_LINES)
+        record.status = "failed"
+        self._event("server_failed", record, detail=why)
+        tail = "\n".join(record.log_tail.rstrip().splitlines()[-15:]) or "(the log is empty)"
+        raise ServerStartError(f"server {record.name!r} ({record.adapter.name}) on {record.host} {why}; "
+                               f"last log lines:\n{tail}", record.as_result())
+
+    async def _abort(self, record: ServerRecord, why: str) -> None:
+        assert record.handle is not None
+        try:
+            await record.transport.kill_group(record.handle, grace=min(record.grace or record.adapter.stop_grace, 5.0))
+        finally:
+            record.status = "failed"
+            self._event("server_failed", record, detail=why)
+
+    async def _read_effective(self, record: ServerRecord) -> None:
+        info: Any = None
+        for path in record.adapter.info_paths:
+            status, info = await record.client.get_json(record.url + path)
+            if status == 200 and isinstance(info, dict):
+                break
+            info = None
+        assert record.handle is not None
+        log_text = await record.transport.read_file_tail(record.handle.log_path, lines=5000)
+        record.log_tail = "\n".join(log_text.rstrip().splitlines()[-LOG_TAIL_LINES:])
+        record.effective = record.adapter.effective_args(info) if info else {}
+        requested = dict(record.spec.flags)
+        if record.spec.model:
+            requested["model_path"] = record.spec.model
+        record.diff = requested_vs_effective(requested, record.effective, log_text=log_text,
+                                             aliases=record.adapter.aliases)
+        if info is None:
+            record.diff["unverified"] = sorted(set(record.diff["unverified"]) | {"(no /server_info answer)"})
+
+    # -- stop --------------------------------------------------------------------------------
+    async def stop(self, name: str) -> ServerRecord:
+        """TERM the group, KILL after the grace, wait for the port to be free. :raises ServerError:"""
+        record = self.get(name)
+        if record.handle is None or record.status in ("stopped", "failed"):
+            return record
+        grace = record.grace if record.grace is not None else record.adapter.stop_grace
+        gone = await record.transport.kill_group(record.handle, grace=grace)
+        record.status = "stopped"
+        record.log_tail = await record.transport.read_file_tail(record.handle.log_path, lines=LOG_TAIL_LINES)
+        port = await record.client.call("port", {"host": record.spec.bind, "port": record.spec.port, "wait": 5})
+        detail = None if gone and port["free"] else (
+            f"process group {record.handle.pgid} {'gone' if gone else 'STILL ALIVE'}; "
+            f"port {record.spec.port} {'free' if port['free'] else 'STILL IN USE'}")
+        self._event("server_stopped", record, detail=detail)
+        if detail:
+            raise ServerError(f"server {name!r} on {record.host}: {detail}")
+        return record
+
+    async def stop_all(self, *, include_kept: bool = True) -> list[str]:
+        """Stop every running server (in parallel); returns the names stopped. Errors are collected, then raised."""
+        targets = [r for r in self.running() if include_kept or not r.keep]
+        results = await asyncio.gather(*(self.stop(r.name) for r in targets), return_exceptions=True)
+        problems = [str(r) for r in results if isinstance(r, BaseException)]
+        if problems:
+            raise ServerError("; ".join(problems))
+        return [r.name for r in targets]
+
+    async def restart(self, name: str, *, flags: dict[str, Any] | None = None, replace_flags: bool = False,
+                      ready_timeout: float | None = None, step_id: str | None = None,
+                      on_log: Callable[[str], None] | None = None) -> ServerRecord:
+        """Stop and start again with the same launch spec, flags merged (or replaced) with ``flags``."""
+        old = self.get(name)
+        await self.stop(name)
+        new_flags = dict(flags or {}) if replace_flags else {**old.spec.flags, **(flags or {})}
+        spec = replace(old.spec, flags=new_flags)
+        return await self.start(name=name, host=old.host, transport=old.transport, adapter=old.adapter, spec=spec,
+                                client_python=old.client.python, ready_timeout=ready_timeout, keep=old.keep,
+                                grace=old.grace, step_id=step_id or old.step_id, on_log=on_log)
+
+    async def status(self, name: str) -> dict[str, Any]:
+        record = self.get(name)
+        alive = bool(record.handle) and await record.transport.is_running(record.handle)  # type: ignore[arg-type]
+        health = None
+        if alive:
+            answer = await record.client.call("request", {"url": record.url + record.adapter.health_path, "timeout": 5})
+            health = answer["status"]
+        if not alive and record.status in ("starting", "ready"):
+            record.status = "failed"
+            assert record.handle is not None
+            record.exit_code = await record.transport.exit_status(record.handle)
+            record.log_tail = await record.transport.read_file_tail(record.handle.log_path, lines=LOG_TAIL_LINES)
+        return {**record.as_result(), "alive": alive, "health": health}
+
+    # -- events ------------------------------------------------------------------------------
+    def _event(self, kind: str, record: ServerRecord, *, detail: str | None = None) -> None:
+        if self.emit is None:
+            return
+        self.emit(ServerEvent(
+            type=kind, server_id=record.name, step_id=record.step_id, host=record.host, engine=record.adapter.name,  # type: ignore[arg-type]
+            port=record.spec.port, pgid=record.handle.pgid if record.handle else None, flags=dict(record.spec.flags),
+            effective=record.diff.get("effective", {}), overrides=record.diff.get("overrides", []), detail=detail,
+        ))
+
+    def log_forwarder(self, step_id: str, host: str) -> Callable[[str], None]:
+        """Server log lines as ``output`` events (stream ``server_log``) of the step that is waiting."""
+        def forward(text: str) -> None:
+            if self.emit is not None:
+                self.emit(Output(step_id=step_id, host=host, stream="server_log", text=text))
+        return forward
