@@ -264,9 +264,12 @@ class Transport(ABC):
             line = line.strip()
             if line.startswith("{"):
                 try:
-                    handles.append(ProcessHandle.from_json(line))
+                    handle = ProcessHandle.from_json(line)
                 except (ValueError, TypeError):
                     continue
+                if handle.session_id == self.session_id and handle.name.startswith("run-"):
+                    continue  # our own commands in flight (this listing among them)
+                handles.append(handle)
         return handles
 
     async def read_file_tail(self, path: str, *, lines: int = 40) -> str:
@@ -278,6 +281,7 @@ class Transport(ABC):
         if self._workdir is None:
             return
         path = shlex.quote(self._workdir)
-        await self.run(f"ls {path}/procs/*.json >/dev/null 2>&1 || rm -rf {path}")
+        # Pidfiles named run-* belong to plain commands (this one included): they do not keep the dir.
+        await self.run(f"ls {path}/procs/*.json 2>/dev/null | grep -v '/run-[0-9]*\\.json$' | grep -q . || rm -rf {path}")
         self._workdir = None
         self._pushed.clear()

@@ -7,12 +7,21 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.transport.base import MAX_CAPTURE, Command, OutputCallback, RunResult, Transport
+from orchestrator.transport.base import (
+    MAX_CAPTURE,
+    Command,
+    OutputCallback,
+    ProcessHandle,
+    RunResult,
+    Transport,
+    to_shell,
+)
 
 KILL_GRACE = 2.0
 
@@ -110,6 +119,7 @@ class LocalTransport(Transport):
             if on_output is not None:
                 on_output("stderr", message)
             return RunResult(exit_code=code, stdout="", stderr=message, duration=time.monotonic() - started)
+        record = self._record_command(proc.pid, command)
         out, err = _Capture("stdout", on_output), _Capture("stderr", on_output)
         assert proc.stdout is not None and proc.stderr is not None
 
@@ -131,10 +141,31 @@ class LocalTransport(Transport):
             # Timeout, cancel or crash: the whole group goes, TERM first, then KILL.
             await self._terminate(proc)
             raise
+        finally:
+            with contextlib.suppress(OSError):
+                record.unlink()
         return RunResult(
             exit_code=code, stdout=out.text(), stderr=err.text(),
             duration=time.monotonic() - started, truncated=out.truncated or err.truncated,
         )
+
+    def _record_command(self, pid: int, command: Command) -> Path:
+        """A pidfile for the running command's group, so `orchestrator cleanup` can stop it should this
+        process be SIGKILLed (its own session keeps it alive past our death). Removed when it ends."""
+        workdir = Path(os.path.expandvars(os.path.expanduser(self.state_dir))) / "sessions" / self.session_id
+        if self._workdir is None:  # the same layout workdir() makes, without a round trip
+            for sub in ("procs", "files", "logs"):
+                (workdir / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(workdir, 0o700)
+            self._workdir = str(workdir.resolve())
+        path = workdir / "procs" / f"run-{pid}.json"
+        handle = ProcessHandle(
+            host=self.host, name=f"run-{pid}", pid=pid, pgid=pid, log_path="", pidfile=str(path), exit_file="",
+            command=to_shell(command)[:500], session_id=self.session_id,
+            meta={"kind": "command", "controller_pid": os.getpid(), "controller_host": socket.gethostname()},
+        )
+        path.write_text(handle.to_json() + "\n", encoding="utf-8")
+        return path
 
     @staticmethod
     async def _terminate(proc: asyncio.subprocess.Process) -> None:

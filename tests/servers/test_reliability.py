@@ -4,6 +4,7 @@ subprocesses, real lab servers, checked in the process table (/proc) and on the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -93,7 +94,10 @@ steps:
         dry = CliRunner().invoke(app, ["cleanup", "localhost", "-i", str(inventory), "--dry-run", "--json"])
         assert dry.exit_code == 0, dry.output
         planned = json.loads(dry.output)
-        assert sorted(r["name"] for r in planned) == ["server-one", "server-three", "server-two"]
+        servers = sorted(r["name"] for r in planned if not r["name"].startswith("run-"))
+        commands = [r for r in planned if r["name"].startswith("run-")]
+        assert servers == ["server-one", "server-three", "server-two"]
+        assert len(commands) == 1  # the `sleep 120` step: plain commands are recorded too
         assert {r["action"] for r in planned} == {"would stop"} and {r["owner"] for r in planned} == {"gone"}
         assert len(processes_with(marker)) >= 3  # a dry run changes nothing
 
@@ -102,8 +106,12 @@ steps:
         took = time.monotonic() - started
         assert done.exit_code == 0, done.output
         rows = json.loads(done.output)
-        assert {r["action"] for r in rows} == {"stopped"} and {r["port_free"] for r in rows} == {True}
+        server_rows = [r for r in rows if r["name"].startswith("server-")]
+        assert {r["action"] for r in server_rows} == {"stopped"} and {r["port_free"] for r in server_rows} == {True}
+        # commands that ended while we were dead leave a stale pidfile, which cleanup removes
+        assert {r["action"] for r in rows if r not in server_rows} <= {"stopped", "removed stale pidfile"}
         assert processes_with(marker) == [], "orphaned server processes left"
+        assert processes_with(marker[::-1]) == [], "the running shell step's process was left"
         assert not any(listening(p) for p in ports)
         assert list(state_dir.glob("sessions/*/procs/*.json")) == []  # pidfiles gone: a second run finds nothing
         again = CliRunner().invoke(app, ["cleanup", "localhost", "-i", str(inventory), "--json"])
@@ -111,7 +119,8 @@ steps:
         print(f"\ncleanup: {len(rows)} servers stopped in {took:.2f}s, 0 orphan processes, ports {ports} free")
     finally:
         for pid in processes_with(marker) + processes_with(f"{marker[::-1]}"):
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_sigint_during_sweep_stops_every_server_within_5s(tmp_path: Path, state_dir: Path,
@@ -158,4 +167,5 @@ steps:
         if proc.poll() is None:
             proc.kill()
         for pid in processes_with(marker):
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -4,6 +4,7 @@ and `cleanup` over SSH after the controller vanished without stopping anything."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -84,4 +85,5 @@ steps:
         assert processes_with(marker) == [] and not listening(port)
     finally:
         for pid in processes_with(marker):
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
