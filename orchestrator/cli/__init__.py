@@ -29,10 +29,11 @@ _read.register(app)
 
 def _register_optional() -> None:
     """Sub-apps that other areas add. Each import is cheap (they import heavy things lazily)."""
-    from orchestrator.cli import cleanup, hosts
+    from orchestrator.cli import cleanup, hosts, tui
 
     app.add_typer(hosts.hosts_app, name="hosts")
     cleanup.register(app)
+    app.command("tui")(tui.tui)
 
 
 try:

@@ -1,0 +1,297 @@
+"""The Textual app: a subscriber of engine events (``TuiSink``) and a sender of commands (``Controller``).
+
+Engine work runs as async workers in the app's loop (the engine is asyncio): the session in one
+exclusive worker, each ad-hoc poke in its own. Every failure, from a worker or a command, goes to the
+one error dialog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import Worker, WorkerState
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.session.reader import LoadedSession
+from orchestrator.tui.commands import OrchestratorCommands
+from orchestrator.tui.control import Controller
+from orchestrator.tui.messages import EventsArrived, TuiSink
+from orchestrator.tui.model import DEFAULT_LINE_CAP, SessionModel
+from orchestrator.tui.screens.dialogs import ErrorDialog, NoteDialog, QuitDialog, VerdictDialog
+from orchestrator.tui.screens.forms import CommandForm, FlagEditor, ReadSourceForm
+from orchestrator.tui.screens.main import MainScreen
+from orchestrator.tui.screens.replay import ReplayScreen
+
+LIVE_ONLY = {"run_all", "next_step", "pause", "skip", "rerun", "edit_flags", "cancel", "read_source",
+             "run_command", "note", "verdict"}
+
+
+class OrchestratorApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "orchestrator"
+    COMMANDS = App.COMMANDS | {OrchestratorCommands}
+    BINDINGS = [
+        Binding("r", "run_all", "Run", id="session.run_all"),
+        Binding("n", "next_step", "Next", id="session.next_step"),
+        Binding("p", "pause", "Pause", id="session.pause"),
+        Binding("s", "skip", "Skip", id="session.skip"),
+        Binding("e", "rerun", "Rerun", id="session.rerun"),
+        Binding("f", "edit_flags", "Flags", id="session.edit_flags"),
+        Binding("c", "cancel", "Cancel", id="session.cancel", show=False),
+        Binding("R", "read_source", "Read", id="adhoc.read_source"),
+        Binding("x", "run_command", "Cmd", id="adhoc.run_command"),
+        Binding("a", "note", "Note", id="adhoc.note", show=False),
+        Binding("v", "verdict", "Verdict", id="adhoc.verdict"),
+        Binding("1", "tab('output')", "Output", id="view.output", show=False),
+        Binding("2", "tab('source')", "Source", id="view.source", show=False),
+        Binding("3", "tab('history')", "History", id="view.history", show=False),
+        Binding("q", "quit_session", "Quit", id="app.quit"),
+    ]
+
+    def __init__(self, *, controller: Controller | None = None, sink: TuiSink | None = None,
+                 session_dir: Path | None = None, replay: LoadedSession | None = None,
+                 line_cap: int = DEFAULT_LINE_CAP) -> None:
+        super().__init__()
+        if (controller is None) == (replay is None):
+            raise ValueError("give a controller (live session) or a loaded session (replay)")
+        self.controller, self.sink, self.session_dir, self.replay = controller, sink, session_dir, replay
+        self.model = SessionModel(line_cap=line_cap)
+        self._session_worker: Worker[Any] | None = None
+        self.exit_code = 0
+
+    # -- start ------------------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        if self.replay is not None:
+            self.push_screen(ReplayScreen(self.replay))
+            return
+        assert self.controller is not None and self.sink is not None
+        self.sub_title = self.controller.engine.playbook.name
+        self.push_screen(MainScreen(self.model))
+        self.controller.set_listener(self.update_status)
+        self.sink.post = self.post_message
+        if self.sink.queue:
+            self.post_message(EventsArrived())
+        self._session_worker = self.run_worker(self._run_session(), name="session", group="session",
+                                               exclusive=True, exit_on_error=False)
+
+    async def _run_session(self) -> Any:
+        assert self.controller is not None
+        outcome = await self.controller.start()
+        if self.session_dir is not None:
+            from orchestrator.session.runner import write_reports
+
+            await asyncio.to_thread(write_reports, self.session_dir)
+        self.exit_code = outcome.exit_code
+        self.update_status()
+        return outcome
+
+    # -- events in --------------------------------------------------------------------------------
+    def on_events_arrived(self, _: EventsArrived) -> None:
+        main = self._main()
+        if self.sink is None or main is None:
+            return
+        changed = main.apply_events(self.sink.drain())
+        if changed - {"output"}:  # the status line only says what steps and servers do
+            self.update_status()
+
+    def update_status(self) -> None:
+        main = self._main()
+        if main is None or self.controller is None:
+            return
+        mode = self.controller.mode
+        waiting = self.controller.gate.waiting
+        parts = {
+            "paused": f"[b yellow]paused[/] before {waiting.step_id} {waiting.name or waiting.action}" if waiting
+            else "[b yellow]paused[/]",
+            "running": "[b cyan]running[/]",
+            "step": "[b cyan]stepping[/]",
+            "holding": "[b green]playbook done[/] · poke around · q ends it",
+            "finished": f"[b]session {self.model.status}[/]",
+        }
+        done = sum(1 for s in self.model.steps.values() if s.status not in ("pending", "running"))
+        servers = len(self.model.running_servers())
+        text = f"{parts.get(mode, mode)} · {done}/{len(self.model.steps)} steps"
+        if servers:
+            text += f" · {servers} server(s) up"
+        main.set_status(text)
+
+    def _main(self) -> MainScreen | None:
+        for screen in self.screen_stack:
+            if isinstance(screen, MainScreen):
+                return screen
+        return None
+
+    # -- errors -----------------------------------------------------------------------------------
+    def show_error(self, title: str, message: str) -> None:
+        self.push_screen(ErrorDialog(title, message))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state != WorkerState.ERROR:
+            return
+        error = event.worker.error
+        if isinstance(error, OrchestratorError):
+            self.show_error(getattr(error, "title", "Error"), error.message)
+        else:
+            self.show_error(f"{event.worker.name or 'task'} failed", f"{type(error).__name__}: {error}")
+
+    def _guard(self, command: Callable[[], Any]) -> Any:
+        try:
+            return command()
+        except OrchestratorError as exc:
+            self.show_error(getattr(exc, "title", "Error"), exc.message)
+        return None
+
+    def _poke(self, name: str, coro: Awaitable[Any]) -> None:
+        """Run an ad-hoc step in its own worker; when done, select it (and its source, if any)."""
+
+        async def run() -> Any:
+            finished = await coro
+            self.on_events_arrived(EventsArrived())  # its events first, so the panes know its result
+            main = self._main()
+            if main is not None and finished is not None:
+                main.panes.select_step(finished.step_id)
+            return finished
+
+        self.run_worker(run(), name=name, group="adhoc", exit_on_error=False)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in LIVE_ONLY and self.controller is None:
+            return False
+        return True
+
+    # -- controls ---------------------------------------------------------------------------------
+    def action_run_all(self) -> None:
+        self.controller.run_all()  # type: ignore[union-attr]
+
+    def action_next_step(self) -> None:
+        self.controller.next_step()  # type: ignore[union-attr]
+
+    def action_pause(self) -> None:
+        self.controller.pause()  # type: ignore[union-attr]
+
+    def action_skip(self) -> None:
+        self.controller.skip()  # type: ignore[union-attr]
+
+    def action_cancel(self) -> None:
+        self.controller.cancel()  # type: ignore[union-attr]
+
+    def _selected_step(self) -> str | None:
+        main = self._main()
+        return main.panes.selected_step if main else None
+
+    def action_rerun(self) -> None:
+        step_id = self._selected_step()
+        if step_id is None:
+            self.show_error("Nothing selected", "select a step in the step list first")
+            return
+        assert self.controller is not None
+        if self._guard(lambda: self.controller.find_step(step_id)) is not None:  # type: ignore[union-attr]
+            self._poke("rerun", self.controller.rerun(step_id))
+
+    def action_edit_flags(self) -> None:
+        step_id = self._selected_step()
+        assert self.controller is not None
+        controller = self.controller
+        if step_id is None:
+            self.show_error("Nothing selected", "select a server step in the step list first")
+            return
+        flags = self._guard(lambda: controller.server_flags(step_id))
+        if flags is None:
+            return
+        step = controller.find_step(step_id)
+
+        def done(answer: dict[str, Any] | None) -> None:
+            if answer:
+                self._poke("rerun", controller.rerun(answer["step_id"], flags=answer["flags"]))
+
+        self.push_screen(FlagEditor(step_id, step.display_name, flags), done)
+
+    def _hosts(self) -> list[str]:
+        return list(self.model.hosts) or ["localhost"]
+
+    def action_read_source(self) -> None:
+        controller = self.controller
+        assert controller is not None
+
+        def done(answer: dict[str, Any] | None) -> None:
+            if answer:
+                self._poke("read_source", controller.read_source(
+                    package=answer["package"], file=answer["file"], address=answer["address"],
+                    symbol=answer["symbol"], host=answer["host"]))
+
+        self.push_screen(ReadSourceForm(self._hosts()), done)
+
+    def action_run_command(self) -> None:
+        controller = self.controller
+        assert controller is not None
+
+        def done(answer: dict[str, Any] | None) -> None:
+            if answer:
+                self._poke("run_command", controller.run_command(answer["command"], host=answer["host"]))
+
+        self.push_screen(CommandForm(self._hosts()), done)
+
+    def action_note(self) -> None:
+        controller = self.controller
+        assert controller is not None
+
+        def done(answer: dict[str, Any] | None) -> None:
+            if answer:
+                self._guard(lambda: controller.note(answer["text"], hypothesis_id=answer["hypothesis_id"],
+                                                    step_id=answer["step_id"]))
+
+        self.push_screen(NoteDialog(list(self.model.board.entries), self._selected_step()), done)
+
+    def action_verdict(self) -> None:
+        controller = self.controller
+        assert controller is not None
+        main = self._main()
+        selected = main.panes.selected_hypothesis if main else None
+
+        def done(answer: dict[str, Any] | None) -> None:
+            if answer:
+                self._guard(lambda: controller.verdict(answer["hypothesis_id"], answer["state"], answer["because"]))
+
+        self.push_screen(VerdictDialog(list(self.model.board.entries), selected), done)
+
+    def action_tab(self, tab: str) -> None:
+        screen = self.screen
+        panes = screen.query("#panes")
+        if panes:
+            panes.first().show_tab(tab)  # type: ignore[attr-defined]
+
+    # -- quitting ---------------------------------------------------------------------------------
+    async def action_quit(self) -> None:
+        self.action_quit_session()
+
+    def action_quit_session(self) -> None:
+        if self.controller is None:
+            self.exit(0)
+            return
+        running = self.model.running_servers()
+        if running:
+            names = [f"{s.engine}@{s.host}:{s.port or '?'}" for s in running]
+            self.push_screen(QuitDialog(names), lambda ok: self._end_session() if ok else None)
+        else:
+            self._end_session()
+
+    def _end_session(self) -> None:
+        main = self._main()
+        if main is not None:
+            main.set_status("[b]ending the session[/] (always:, stopping servers, writing the report)…")
+        self.run_worker(self._finish(), name="quit", group="quit", exit_on_error=False)
+
+    async def _finish(self) -> None:
+        assert self.controller is not None
+        self.controller.finish()
+        if self._session_worker is not None:
+            try:
+                await self._session_worker.wait()
+            except Exception:  # its failure was shown already; leave anyway
+                self.exit_code = self.exit_code or 1
+        self.exit(self.exit_code)

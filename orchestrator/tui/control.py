@@ -1,0 +1,253 @@
+"""The TUI's command API over one live engine: run all / next / pause / skip / rerun / cancel, and the
+ad-hoc pokes (read source, run a command, note, verdict). Pure asyncio, no Textual: unit-testable, and
+every poke goes through the engine so the SessionLog records it exactly like a playbook step.
+
+The session stays open after the playbook ends so the engineer can keep poking: ``SessionHold`` is an
+engine finalizer that waits until ``release()`` (quit). Finalizers run in reverse order of adding and
+the servers service adds its own when the engine is built, so the hold runs first and servers keep
+running while it holds; the later finalizers then stop them, before transports close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+from collections.abc import Callable
+from typing import Any, Literal
+
+from orchestrator.actions import get_action
+from orchestrator.engine.runner import Engine, SessionOutcome, StepGate
+from orchestrator.errors import UserInputError
+from orchestrator.events import HypothesisUpdated, NoteAdded, StepFinished
+from orchestrator.playbook.models import Step
+
+Mode = Literal["paused", "running", "step"]
+
+
+class ControlGate(StepGate):
+    """Holds each playbook step until the mode lets it through.
+
+    ``running``: every step passes. ``paused``: the next step waits. ``step``: one step passes, then
+    paused again. A pending skip makes the next step (waiting or not) return "skip".
+    """
+
+    def __init__(self, mode: Mode = "paused", on_change: Callable[[], None] | None = None) -> None:
+        self.mode: Mode = mode
+        self.waiting: Step | None = None  # the step held at the gate, if any
+        self._skip_next = False
+        self._wake = asyncio.Event()
+        self._on_change = on_change or (lambda: None)
+
+    async def before_step(self, step: Step) -> str:
+        while True:
+            if self._skip_next:
+                self._skip_next = False
+                self._leave()
+                return "skip"
+            if self.mode == "running":
+                self._leave()
+                return "run"
+            if self.mode == "step":
+                self.mode = "paused"
+                self._leave()
+                return "run"
+            self.waiting = step
+            self._on_change()
+            self._wake.clear()
+            await self._wake.wait()
+
+    def _leave(self) -> None:
+        self.waiting = None
+        self._on_change()
+
+    def set_mode(self, mode: Mode) -> None:
+        self.mode = mode
+        self._wake.set()
+        self._on_change()
+
+    def skip_next(self) -> None:
+        """Skip the step at the gate now, or the next one to reach it."""
+        self._skip_next = True
+        self._wake.set()
+
+
+class SessionHold:
+    """An engine finalizer that keeps the session (transports, log, servers) open until released."""
+
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        self._released = asyncio.Event()
+        self.holding = False
+        self.on_change = on_change or (lambda: None)
+
+    async def __call__(self) -> None:
+        self.holding = True
+        self.on_change()
+        try:
+            await self._released.wait()
+        finally:
+            self.holding = False
+
+    def release(self) -> None:
+        self._released.set()
+
+
+class Controller:
+    """Commands the TUI sends to the engine. ``start()`` runs the session; everything else steers it."""
+
+    def __init__(self, engine: Engine, *, start_mode: Mode = "paused", on_change: Callable[[], None] | None = None,
+                 hold_open: bool = True) -> None:
+        self.engine = engine
+        self.gate = ControlGate(start_mode, on_change)
+        engine.gate = self.gate
+        self.hold = SessionHold(on_change)
+        if hold_open:
+            engine.finalizers.append(self.hold)
+        self.outcome: SessionOutcome | None = None
+        self.edited_flags: dict[str, dict[str, Any]] = {}  # step id -> the flags of its last edited rerun
+
+    # -- the session ----------------------------------------------------------------------------
+    async def start(self) -> SessionOutcome:
+        """Run the session to its end (which, with the hold, is when ``finish()`` is called)."""
+        self.outcome = await self.engine.run()
+        return self.outcome
+
+    @property
+    def finished(self) -> bool:
+        return self.outcome is not None
+
+    def finish(self) -> None:
+        """End the session: release the steps and the hold, so always:, finalizers and the log close run."""
+        if not self.hold.holding and not self.finished:
+            self.engine.cancel()  # steps still to go are not run; `always:` still is
+        self.gate.set_mode("running")
+        self.hold.release()
+
+    def set_listener(self, on_change: Callable[[], None]) -> None:
+        """Called (in the loop) whenever the mode changes: the TUI repaints its status line."""
+        self.gate._on_change = on_change
+        self.hold.on_change = on_change
+
+    # -- stepping -------------------------------------------------------------------------------
+    def run_all(self) -> None:
+        self.gate.set_mode("running")
+
+    def next_step(self) -> None:
+        self.gate.set_mode("step")
+
+    def pause(self) -> None:
+        self.gate.set_mode("paused")
+
+    def skip(self) -> None:
+        self.gate.skip_next()
+
+    def cancel(self) -> None:
+        """Cancel the running step (``always:`` still runs); pressed twice, ``always:`` too."""
+        self.engine.cancel()
+        self.gate.set_mode("running")  # a step held at the gate must not wait forever
+
+    @property
+    def mode(self) -> str:
+        if self.finished:
+            return "finished"
+        if self.hold.holding:
+            return "holding"
+        return self.gate.mode
+
+    # -- steps by id ----------------------------------------------------------------------------
+    def find_step(self, step_id: str) -> Step:
+        for step in self.engine.playbook.all_steps():
+            if step.step_id == step_id:
+                return step
+        raise UserInputError(f"no playbook step with id {step_id!r}")
+
+    def server_flags(self, step_id: str) -> dict[str, Any]:
+        step = self.find_step(step_id)
+        if step.action != "server" or not isinstance(step.args, dict):
+            raise UserInputError(f"step {step_id} is a {step.action} step, not a server step: it has no flags")
+        if step_id in self.edited_flags:
+            return dict(self.edited_flags[step_id])
+        return dict(step.args.get("flags") or {})
+
+    # -- reruns and pokes: each one a recorded ad-hoc step --------------------------------------
+    def _require_kind(self, kind: str) -> None:
+        if get_action(kind) is None:
+            raise UserInputError(f"step kind {kind!r} is not available in this installation")
+        if self.finished:
+            raise UserInputError("the session has ended; start a new one to run more steps")
+
+    async def run_adhoc(self, step: Step) -> StepFinished:
+        self._require_kind(step.action)
+        return await self.engine.run_step(step)
+
+    async def rerun(self, step_id: str, *, flags: dict[str, Any] | None = None) -> StepFinished:
+        """Run a playbook step again as ad-hoc step xN (same args; a server step may get new flags)."""
+        original = self.find_step(step_id)
+        args = original.args
+        if flags is not None:
+            if original.action != "server":
+                raise UserInputError(f"only server steps take flags; {step_id} is a {original.action} step")
+            args = {**(args or {}), "flags": dict(flags)}
+            self.edited_flags[step_id] = dict(flags)
+        label = "with edited flags" if flags is not None else "rerun"
+        step = self.engine.adhoc_step(original.action, args, name=f"{original.display_name} ({label})",
+                                      hosts=original.hosts, register=original.register_as, timeout=original.timeout)
+        # Evidence rules travel with the rerun: the board judges the new observation like the first.
+        step = step.model_copy(update={"evidence": original.evidence, "until": original.until,
+                                       "retries": original.retries, "delay": original.delay})
+        return await self.run_adhoc(step)
+
+    async def read_source(self, *, package: str, file: str | None = None, address: str | None = None,
+                          symbol: str | None = None, host: str | None = None, context: int | None = None) -> StepFinished:
+        """Read installed source on a host: ``address`` is sed-style ("155,200" or "/pattern/")."""
+        if not package.strip():
+            raise UserInputError("read source: give a package (e.g. sglang)")
+        args: dict[str, Any] = {"package": package.strip()}
+        if file:
+            args["file"] = file.strip()
+        if symbol:
+            args["symbol"] = symbol.strip()
+        elif address:
+            address = address.strip()
+            if len(address) >= 2 and address.startswith("/") and address.endswith("/"):
+                args["pattern"] = address[1:-1]
+            else:
+                args["lines"] = address
+        if context is not None:
+            args["context"] = context
+        where = args.get("file", package)
+        what = args.get("symbol") or args.get("lines") or args.get("pattern") or ""
+        step = self.engine.adhoc_step("read_source", args, name=f"read {where} {what}".strip(),
+                                      hosts=host or None)
+        return await self.run_adhoc(step)
+
+    async def run_command(self, command: str, *, host: str | None = None, timeout: float | None = None) -> StepFinished:
+        if not command.strip():
+            raise UserInputError("run command: the command is empty")
+        step = self.engine.adhoc_step("shell", {"command": command}, name=command.strip()[:60],
+                                      hosts=host or None, timeout=timeout)
+        return await self.run_adhoc(step)
+
+    def note(self, text: str, *, hypothesis_id: str | None = None, step_id: str | None = None) -> NoteAdded:
+        if not text.strip():
+            raise UserInputError("a note needs some text")
+        board = self.engine.services.get("board")
+        if hypothesis_id and board is not None and hypothesis_id not in board.entries:
+            raise UserInputError(f"unknown hypothesis {hypothesis_id!r} (known: {', '.join(board.entries) or 'none'})")
+        event = NoteAdded(text=text.strip(), hypothesis_id=hypothesis_id or None, step_id=step_id or None,
+                          author=_author())
+        self.engine.emit(event)
+        return event
+
+    def verdict(self, hypothesis_id: str, state: str, because: str) -> HypothesisUpdated:
+        if not because.strip():
+            raise UserInputError("a verdict needs the observation that decides it")
+        from orchestrator.hypotheses.board import manual_verdict
+
+        return manual_verdict(self.engine, hypothesis_id, state, because.strip(), author=_author())
+
+
+def _author() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"

@@ -1,0 +1,257 @@
+"""What the TUI shows, built only from events: the same code serves a live session and a replay.
+No Textual here (unit-testable); widgets read this model and never the engine."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.events import Event
+from orchestrator.hypotheses.board import HypothesisBoard
+
+DEFAULT_LINE_CAP = 5000  # lines kept per step; the full output is in the session's outputs/
+
+
+@dataclass
+class StepRow:
+    step_id: str
+    name: str
+    action: str
+    section: str = "steps"
+    status: str = "pending"  # pending | running | ok | failed | skipped | timeout | cancelled | unreachable
+    hosts: list[str] = field(default_factory=list)
+    args: dict[str, Any] = field(default_factory=dict)
+    duration: float | None = None
+    error: str | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    lines: deque[str] = field(default_factory=deque)
+    partial: dict[str, str] = field(default_factory=dict)  # host/stream -> text after the last newline
+    total_lines: int = 0
+
+    @property
+    def result(self) -> dict[str, Any]:
+        """The first host's result (what the panes show)."""
+        return self.results[0].get("result", {}) if self.results else {}
+
+    @property
+    def host_label(self) -> str:
+        if not self.hosts:
+            return ""
+        return self.hosts[0] if len(self.hosts) == 1 else f"{self.hosts[0]}+{len(self.hosts) - 1}"
+
+
+@dataclass
+class ServerRow:
+    server_id: str
+    host: str
+    engine: str
+    port: int | None = None
+    state: str = "starting"  # starting | ready | stopped | failed
+    flags: dict[str, Any] = field(default_factory=dict)
+    overrides: list[dict[str, Any]] = field(default_factory=list)
+    step_id: str | None = None
+    accept_length: float | None = None
+    tok_s: float | None = None
+    detail: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("starting", "ready")
+
+
+class SessionModel:
+    def __init__(self, *, line_cap: int = DEFAULT_LINE_CAP) -> None:
+        self.line_cap = line_cap
+        self.session_id = ""
+        self.playbook = ""
+        self.hosts: list[str] = []
+        self.status = "starting"  # starting | running | ok | failed | cancelled | error
+        self.steps: dict[str, StepRow] = {}
+        self.servers: dict[str, ServerRow] = {}
+        self.board = HypothesisBoard([])
+        self.notes: list[Any] = []
+        self.events = 0
+
+    # -- queries ----------------------------------------------------------------------------------
+    def running_servers(self) -> list[ServerRow]:
+        return [s for s in self.servers.values() if s.running]
+
+    def current_step(self) -> StepRow | None:
+        return next((s for s in reversed(self.steps.values()) if s.status == "running"), None)
+
+    # -- applying events ----------------------------------------------------------------------------
+    def apply(self, event: Event) -> set[str]:
+        """Update from one event; return what changed: steps, board, servers, notes, status, output."""
+        self.events += 1
+        kind = event.type
+        if kind == "output":
+            self.add_output(event.step_id, event.host, event.stream, event.text)
+            return {"output"}
+        handler = getattr(self, f"_on_{kind}", None)
+        return handler(event) if handler else set()
+
+    def _row(self, step_id: str, **defaults: Any) -> StepRow:
+        row = self.steps.get(step_id)
+        if row is None:
+            row = self.steps[step_id] = StepRow(step_id=step_id, lines=deque(maxlen=self.line_cap), **defaults)
+        return row
+
+    def _on_session_started(self, e: Any) -> set[str]:
+        self.session_id, self.playbook, self.hosts = e.session_id, e.playbook, list(e.hosts)
+        self.status = "running"
+        self.board = HypothesisBoard(e.hypotheses)
+        for outline in e.steps:
+            self._row(outline["step_id"], name=outline.get("name", ""), action=outline.get("action", ""),
+                      section=outline.get("section", "steps"))
+        return {"steps", "board", "status"}
+
+    def _on_step_started(self, e: Any) -> set[str]:
+        row = self._row(e.step_id, name=e.name, action=e.action, section=e.section)
+        row.name, row.action, row.section = e.name, e.action, e.section
+        row.status, row.hosts, row.args = "running", list(e.hosts), dict(e.args)
+        row.duration, row.error = None, None
+        if e.attempt == 1:
+            row.lines.clear()
+            row.partial.clear()
+            row.total_lines = 0
+        return {"steps", "status"}
+
+    def _on_step_finished(self, e: Any) -> set[str]:
+        row = self._row(e.step_id, name=e.name, action=e.action)
+        row.status, row.duration, row.error = e.status, e.duration, e.error
+        row.results = [r.model_dump() for r in e.results]
+        if not row.hosts:
+            row.hosts = [r.host for r in e.results]
+        for key in list(row.partial):  # an unterminated last line is still a line
+            text = row.partial.pop(key)
+            if text:
+                row.lines.append(text)
+                row.total_lines += 1
+        changed = {"steps", "status", "output"}
+        if self._bench_figures(row):
+            changed.add("servers")
+        return changed
+
+    def _bench_figures(self, row: StepRow) -> bool:
+        """Attach accept length / tok/s from a server or bench result to the server it measured."""
+        if row.action not in ("server", "bench", "sweep"):
+            return False
+        changed = False
+        for outcome in row.results:
+            res = outcome.get("result") or {}
+            if res.get("accept_length") is None and res.get("tok_s") is None:
+                continue
+            target = self._server_for(outcome.get("host", ""), res, row.step_id)
+            if target is None:
+                continue
+            if res.get("accept_length") is not None:
+                target.accept_length = _number(res["accept_length"])
+            if res.get("tok_s") is not None:
+                target.tok_s = _number(res["tok_s"])
+            changed = True
+        return changed
+
+    def _server_for(self, host: str, res: dict[str, Any], step_id: str) -> ServerRow | None:
+        candidates = [s for s in self.servers.values() if s.step_id == step_id]
+        if not candidates and res.get("port") is not None:
+            candidates = [s for s in self.servers.values() if s.port == res.get("port")]
+        if not candidates:
+            candidates = [s for s in self.servers.values() if s.host == host and s.running]
+        return candidates[-1] if candidates else None
+
+    def _server_event(self, e: Any, state: str) -> set[str]:
+        row = self.servers.get(e.server_id)
+        if row is None:
+            row = self.servers[e.server_id] = ServerRow(server_id=e.server_id, host=e.host, engine=e.engine)
+        row.state = state
+        row.port = e.port if e.port is not None else row.port
+        row.step_id = e.step_id or row.step_id
+        row.flags = dict(e.flags) or row.flags
+        row.overrides = list(e.overrides) or row.overrides
+        row.detail = e.detail or row.detail
+        if e.effective:
+            for key in ("accept_length", "avg_spec_accept_length"):
+                if e.effective.get(key) is not None:
+                    row.accept_length = _number(e.effective[key])
+        return {"servers"}
+
+    def _on_server_started(self, e: Any) -> set[str]:
+        return self._server_event(e, "starting")
+
+    def _on_server_ready(self, e: Any) -> set[str]:
+        return self._server_event(e, "ready")
+
+    def _on_server_stopped(self, e: Any) -> set[str]:
+        return self._server_event(e, "stopped")
+
+    def _on_server_failed(self, e: Any) -> set[str]:
+        return self._server_event(e, "failed")
+
+    def _on_hypothesis_updated(self, e: Any) -> set[str]:
+        self.board.apply(e)
+        return {"board"}
+
+    def _on_note_added(self, e: Any) -> set[str]:
+        self.notes.append(e)
+        return {"notes"}
+
+    def _on_session_finished(self, e: Any) -> set[str]:
+        self.status = e.status
+        for row in self.steps.values():
+            if row.status == "running":
+                row.status = "cancelled"
+        return {"status", "steps"}
+
+    # -- output -----------------------------------------------------------------------------------
+    def add_output(self, step_id: str, host: str, stream: str, text: str) -> list[str]:
+        """Append output; return the complete new lines (what a live pane appends)."""
+        row = self.steps.get(step_id)
+        if row is None:
+            row = self._row(step_id, name=step_id, action="?")
+        key = f"{host}/{stream}"
+        pieces = (row.partial.get(key, "") + text).split("\n")
+        row.partial[key] = pieces.pop()
+        if stream == "info" and pieces:  # the engine's own remarks (retries, evidence notes)
+            pieces = [f"» {p}" for p in pieces]
+        row.lines.extend(pieces)
+        row.total_lines += len(pieces)
+        return pieces
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def build_model(events: list[Event], *, line_cap: int = DEFAULT_LINE_CAP) -> SessionModel:
+    """A model of the first events of a session (replay: rebuild at the timeline cursor)."""
+    model = SessionModel(line_cap=line_cap)
+    for event in events:
+        model.apply(event)
+    return model
+
+
+def describe_event(event: Event) -> str:
+    """One line per event for the replay timeline."""
+    kind = event.type
+    if kind == "session_started":
+        return f"session {event.session_id} started ({event.playbook})"
+    if kind == "step_started":
+        return f"{event.step_id} ▶ {event.name}"
+    if kind == "step_finished":
+        return f"{event.step_id} {event.status} {event.name} ({event.duration:.2f}s)"
+    if kind == "output":
+        first = event.text.strip().splitlines()[:1]
+        return f"{event.step_id} output: {first[0][:60] if first else ''}"
+    if kind.startswith("server_"):
+        return f"{kind.replace('_', ' ')} {event.engine} {event.host}:{event.port or '?'}"
+    if kind == "hypothesis_updated":
+        return f"{event.hypothesis_id} → {event.state} ({event.source})"
+    if kind == "note_added":
+        return f"note: {event.text[:60]}"
+    if kind == "session_finished":
+        return f"session finished: {event.status}"
+    return kind

@@ -1,0 +1,1 @@
+"""The right column: output, source, hypothesis history, servers."""

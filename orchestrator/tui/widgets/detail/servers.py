@@ -1,0 +1,48 @@
+"""The servers pane: engine, host:port, state, accept length, tok/s, flags; overridden flags flagged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from orchestrator.tui.model import ServerRow
+from orchestrator.tui.widgets.styles import SERVER_STYLE
+
+
+def _flags(row: ServerRow) -> Text:
+    overridden = {str(o.get("flag") or o.get("name") or "").lstrip("-") for o in row.overrides}
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for key, value in row.flags.items():
+        name = str(key).lstrip("-")
+        short = name.replace("speculative-", "spec-")
+        style = "bold red" if name in overridden else ""
+        text.append(f"{short}={value}{'!' if name in overridden else ''} ", style=style)
+    return text
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+class ServersTable(DataTable[Text | str]):
+    DEFAULT_CSS = """
+    ServersTable { height: auto; max-height: 7; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
+        self.border_title = "Servers"
+
+    def on_mount(self) -> None:
+        for label, key, width in (("engine", "engine", 6), ("host:port", "addr", 15), ("state", "state", 8),
+                                  ("acc", "acc", 4), ("tok/s", "tok", 6), ("ovr", "ovr", 3), ("flags", "flags", None)):
+            self.add_column(label, key=key, width=width)
+
+    def show(self, rows: Iterable[ServerRow]) -> None:
+        self.clear()
+        for row in rows:
+            overrides = Text(str(len(row.overrides)), style="bold red") if row.overrides else Text("0", style="grey50")
+            self.add_row(row.engine, f"{row.host}:{row.port or '?'}", Text(row.state, style=SERVER_STYLE.get(row.state, "")),
+                         _fmt(row.accept_length, 2), _fmt(row.tok_s, 0), overrides, _flags(row), key=row.server_id)

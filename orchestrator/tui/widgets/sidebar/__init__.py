@@ -1,0 +1,1 @@
+"""The left column: hypothesis board and step list."""
