@@ -29,10 +29,11 @@ _read.register(app)
 
 def _register_optional() -> None:
     """Sub-apps that other areas add. Each import is cheap (they import heavy things lazily)."""
-    from orchestrator.cli import cleanup, hosts, tui
+    from orchestrator.cli import cleanup, hosts, lab, tui
 
     app.add_typer(hosts.hosts_app, name="hosts")
     cleanup.register(app)
+    app.add_typer(lab.lab_app, name="lab")
     app.command("tui")(tui.tui)
 
 

@@ -35,20 +35,22 @@ def rich_progress():
 @lab_app.command("build")
 @handle_errors
 def build_cmd(
-    scenario: str = typer.Option("seed-wiring", "--scenario", "-s", help="Scenario to make ready (see `lab status`)."),
+    scenario: str = typer.Option("seed-wiring", "--scenario", "-s",
+                                 help="Scenario to make ready (see `lab status`), or `all`."),
     directory: Path | None = typer.Option(None, "--dir", help=DIR_HELP),
 ) -> None:
     """Build what the scenario needs and is missing (the first build trains for about 3 minutes on 2 cores)."""
     from rich.console import Console
 
-    from orchestrator.lab.build import build_lab, check_scenario
+    from orchestrator.lab.build import SCENARIO_NAMES, build_lab, check_scenario
 
-    check_scenario(scenario)
+    names = list(SCENARIO_NAMES) if scenario == "all" else [check_scenario(scenario)]
     console = Console(stderr=True)
     progress, report = rich_progress()
     started = time.monotonic()
     with progress:
-        paths = build_lab(scenario, root=directory, progress=report)
+        for name in names:
+            paths = build_lab(name, root=directory, progress=report)
     console.print(f"lab ready in {time.monotonic() - started:.1f} s: scenario [bold]{paths.scenario}[/], "
                   f"target {paths.target}, draft {paths.draft}, sglang tree {paths.site}")
 

@@ -35,15 +35,13 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     confirmed = board.confirmed()
     if confirmed:
         for entry in confirmed:
-            decisive = next((h for h in reversed(entry.history) if h.state == "confirmed"), None)
-            where = ""
-            if decisive is not None and decisive.step_id in steps:
-                where = f" (step {decisive.step_id} · {steps[decisive.step_id].name})"
             blocks.append(Para(f"**Root cause: {entry.hypothesis.title}** [`{entry.hypothesis.id}`]"))
-            if decisive is not None:
-                blocks.append(Para(f"Decisive evidence{where}: {decisive.evidence or decisive.rule}"))
-                if decisive.rule:
-                    blocks.append(Para(f"Rule: `{decisive.rule}`"))
+            # Every observation that confirmed it, in order: the experiment, then (often) the fix that proves it.
+            for event in (h for h in entry.history if h.state == "confirmed"):
+                where = "manual verdict" if event.source == "manual" else "rule"
+                if event.step_id in steps:
+                    where = f"step {event.step_id} · {steps[event.step_id].name}"
+                blocks.append(Para(f"Decisive evidence ({where}): {event.evidence or event.rule}"))
     else:
         blocks.append(Para("**No hypothesis confirmed.**"))
     still_open = board.open_entries()

@@ -1,0 +1,336 @@
+"""The lab's data directory: build, status and clean, and the planted-fault scenarios.
+
+Layout of ``lab_dir()`` (``$ORCHESTRATOR_LAB_DIR``, else ``$XDG_DATA_HOME/orchestrator/lab``, else
+``~/.local/share/orchestrator/lab``)::
+
+    lab.json                 state: versions, scenario drafts, build times
+    target/                  the tiny HF Llama target + tokenizer (+ prompts.json)
+    drafts/<kind>/           EAGLE-3 drafts: seed-wiring, healthy, and file-fault variants of seed-wiring
+    site/                    a REAL sglang 0.5.12.post1 source tree (pip --no-deps --target), for read_source
+
+Models are trained by ``orchestrator.lab.models`` (cached under ``$ORCHESTRATOR_CACHE_DIR/lab-models``) and
+copied here; the sglang tree is installed once under ``$ORCHESTRATOR_CACHE_DIR/sglang-src/<version>`` (where
+the probe tests install it too) and linked. Everything is deterministic (seeded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import UserInputError
+
+SGLANG_VERSION = "0.5.12.post1"
+LAB_FORMAT = 1
+#: (stage, message, fraction of that stage done)
+BuildProgress = Callable[[str, str, float], None]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    draft: str                       # drafts/<draft>
+    candidate: dict[str, Any]        # flags the scenario's user launches with (besides --model-path)
+    fixed: dict[str, Any]            # flags that fix it on the lab
+    fault: str = ""                  # what is planted
+    fixed_draft: str | None = None   # the draft the fix uses, when it differs
+
+
+def seed_wiring(num_layers: int) -> list[int]:
+    """The seed's training wiring: embedding output first, then the middle and the last layer."""
+    return [0, num_layers // 2, num_layers - 1]
+
+
+def sglang_wiring(num_layers: int) -> list[int]:
+    """SGLang's default capture as HF hidden_states indices."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def _spec(draft: str, steps: int = 7, topk: int = 1, tokens: int = 8, algo: str = "EAGLE3") -> dict[str, Any]:
+    return {"speculative-algorithm": algo, "speculative-draft-model-path": draft, "speculative-num-steps": steps,
+            "speculative-eagle-topk": topk, "speculative-num-draft-tokens": tokens}
+
+
+def scenarios(lab: Path, num_layers: int) -> dict[str, Scenario]:
+    """Every scenario with its flags; draft paths point into ``lab``."""
+    d = lab / "drafts"
+    seed, healthy = str(d / "seed-wiring"), str(d / "healthy")
+    capture = {"lab-capture-layers": ",".join(str(i) for i in seed_wiring(num_layers))}
+    fixed_seed = {**_spec(seed), **capture}
+    return {s.name: s for s in [
+        # The user asks for 16 draft tokens, as in the seed; with topk 1 SGLang silently caps them at steps + 1.
+        Scenario("seed-wiring", "draft trained embedding-first, SGLang feeds its default layers", "seed-wiring",
+                 _spec(seed, tokens=16), fixed_seed, f"trained on {seed_wiring(num_layers)}, served "
+                 f"{sglang_wiring(num_layers)}"),
+        Scenario("healthy", "draft trained on SGLang's own wiring", "healthy", _spec(healthy), _spec(healthy),
+                 "none"),
+        Scenario("no-lm-head", "draft_vocab_size declared, lm_head.weight missing (random head)", "no-lm-head",
+                 _spec(str(d / "no-lm-head")), fixed_seed, "lm_head.weight dropped", "seed-wiring"),
+        Scenario("direct-d2t", "d2t stored as target ids instead of offsets", "direct-d2t",
+                 _spec(str(d / "direct-d2t")), fixed_seed, "d2t = target ids", "seed-wiring"),
+        Scenario("off-by-one", "layer ids stored top-level (vLLM's convention), which SGLang ignores", "off-by-one",
+                 _spec(str(d / "off-by-one")), {**_spec(str(d / "off-by-one")), **capture},
+                 "eagle_aux_hidden_state_layer_ids at the top level"),
+        Scenario("topk-override", "flags SGLang silently overrides (num_draft_tokens forced to steps+1)", "healthy",
+                 _spec(healthy, steps=1, topk=1, tokens=16), _spec(healthy), "flags only"),
+        Scenario("eagle-not-eagle3", "--speculative-algorithm EAGLE with an EAGLE-3 draft (fc skipped)", "healthy",
+                 _spec(healthy, algo="EAGLE"), _spec(healthy), "flags only"),
+    ]}
+
+
+SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one", "topk-override",
+                  "eagle-not-eagle3")
+DEFAULT_SCENARIO = "seed-wiring"
+
+
+def lab_dir(override: str | Path | None = None) -> Path:
+    if override:
+        return Path(override).expanduser()
+    if os.environ.get("ORCHESTRATOR_LAB_DIR"):
+        return Path(os.environ["ORCHESTRATOR_LAB_DIR"]).expanduser()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "orchestrator" / "lab"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ORCHESTRATOR_CACHE_DIR") or Path.home() / ".cache" / "orchestrator")
+
+
+def check_scenario(name: str) -> str:
+    if name not in SCENARIO_NAMES:
+        raise UserInputError(f"unknown lab scenario {name!r}; choose one of: {', '.join(SCENARIO_NAMES)}")
+    return name
+
+
+@dataclass
+class LabPaths:
+    root: Path
+    target: Path
+    site: Path
+    scenario: str
+    draft: Path
+    num_layers: int
+    drafts: dict[str, Path] = field(default_factory=dict)
+
+
+# -- state ---------------------------------------------------------------------------------------------------------
+def read_state(root: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((root / "lab.json").read_text())
+        return data if isinstance(data, dict) and data.get("format") == LAB_FORMAT else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_state(root: Path, state: dict[str, Any]) -> None:
+    tmp = root / "lab.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    tmp.replace(root / "lab.json")
+
+
+def _complete(path: Path) -> bool:
+    return (path / ".complete").is_file()
+
+
+def _site_ok(root: Path) -> bool:
+    return (root / "site" / "sglang" / "srt" / "speculative" / "eagle_worker.py").is_file()
+
+
+def num_layers_of(root: Path, default: int = 12) -> int:
+    try:
+        return int(json.loads((root / "target" / "config.json").read_text())["num_hidden_layers"])
+    except (OSError, ValueError, KeyError):
+        return default
+
+
+def lab_is_built(scenario: str | None = None, *, root: Path | None = None) -> bool:
+    """True when the target, the sglang tree and the scenario's draft(s) are all present."""
+    root = lab_dir(root)
+    name = check_scenario(scenario or DEFAULT_SCENARIO)
+    if not (_complete(root / "target") and _site_ok(root)):
+        return False
+    sc = scenarios(root, num_layers_of(root))[name]
+    needed = {sc.draft, sc.fixed_draft or sc.draft}
+    return all(_complete(root / "drafts" / d) for d in needed)
+
+
+def status(root: Path | None = None) -> dict[str, Any]:
+    """What is built where, for ``orchestrator lab status``."""
+    root = lab_dir(root)
+    state = read_state(root)
+    built = {name: lab_is_built(name, root=root) for name in SCENARIO_NAMES}
+    return {"lab_dir": str(root), "exists": root.is_dir(), "target": _complete(root / "target"),
+            "sglang_site": str(root / "site") if _site_ok(root) else None, "sglang_version": SGLANG_VERSION,
+            "scenarios": built, "timings": state.get("timings", {}), "built_at": state.get("built_at")}
+
+
+def clean(root: Path | None = None) -> Path:
+    """Remove the lab directory (the model cache under $ORCHESTRATOR_CACHE_DIR stays)."""
+    root = lab_dir(root)
+    if root.is_symlink() or root.is_file():
+        raise UserInputError(f"{root} is not a lab directory")
+    if root.is_dir():
+        if any(root.iterdir()) and not (root / "lab.json").exists() and not (root / "target").exists():
+            raise UserInputError(f"{root} does not look like a lab directory (no lab.json); not removing it")
+        shutil.rmtree(root)
+    return root
+
+
+# -- building ------------------------------------------------------------------------------------------------------
+def _copy_model(src: Path, dst: Path, *, skip: tuple[str, ...] = ("lab_tokens.pt", ".complete")) -> None:
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(*skip))
+    (tmp / ".complete").write_text("ok\n")
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+
+
+def _write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
+    """A cheap copy of the seed draft with one checkpoint fault applied (no training)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((seed / "config.json").read_text())
+    state = load_file(str(seed / "model.safetensors"))
+    if kind == "no-lm-head":      # SGLang keeps a random head when draft_vocab_size is declared (PR 27908)
+        state.pop("lm_head.weight")
+    elif kind == "direct-d2t":    # target ids where SGLang expects offsets (hot_token_id = d2t + arange)
+        state["d2t"] = (state["d2t"] + torch.arange(state["d2t"].shape[0])).contiguous()
+    elif kind == "off-by-one":    # the right ids, in vLLM's top-level HF-index convention SGLang ignores
+        config["eagle_aux_hidden_state_layer_ids"] = seed_wiring(num_layers)
+    else:
+        raise ValueError(kind)
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    (tmp / "lab_fault.json").write_text(json.dumps({"variant_of": "seed-wiring", "fault": kind}) + "\n")
+    (tmp / ".complete").write_text("ok\n")
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+
+
+def install_sglang_site(root: Path, progress: BuildProgress) -> Path:
+    """Link ``root/site`` to the cached sglang tree, installing it there first (pip --no-deps --target).
+
+    :raises OrchestratorError: pip failed (offline, no such version); the message carries pip's last lines.
+    """
+    from orchestrator.errors import OrchestratorError
+
+    cached = cache_dir() / "sglang-src" / SGLANG_VERSION
+    if not (cached / "sglang" / "__init__.py").is_file():
+        progress("sglang", f"pip install --no-deps --target ... sglang=={SGLANG_VERSION}", 0.0)
+        partial = cached.with_name(SGLANG_VERSION + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--quiet",
+                               "--disable-pip-version-check", "--target", str(partial), f"sglang=={SGLANG_VERSION}"],
+                              capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            shutil.rmtree(partial, ignore_errors=True)
+            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+            raise OrchestratorError(f"cannot install sglang=={SGLANG_VERSION} for the lab: {tail}",
+                                    title="Lab build failed")
+        if not (cached / "sglang" / "__init__.py").is_file():  # another process may have won the race
+            shutil.rmtree(cached, ignore_errors=True)
+            partial.rename(cached)
+        else:
+            shutil.rmtree(partial, ignore_errors=True)
+    site = root / "site"
+    if site.is_symlink() or site.exists():
+        if site.is_symlink() or site.is_file():
+            site.unlink()
+        else:
+            shutil.rmtree(site)
+    site.symlink_to(cached.resolve(), target_is_directory=True)
+    progress("sglang", f"sglang {SGLANG_VERSION} source tree ready", 1.0)
+    return site
+
+
+def _noop(_stage: str, _message: str, _fraction: float) -> None:
+    pass
+
+
+def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
+              progress: BuildProgress | None = None) -> LabPaths:
+    """Build whatever ``scenario`` needs and is missing (target, drafts, sglang tree); returns the paths.
+
+    Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy.
+    :raises UserInputError: unknown scenario. :raises OrchestratorError: the sglang install failed.
+    """
+    from transformers.utils import logging as hf_logging
+
+    from orchestrator.lab.models import cached_draft, cached_target
+
+    hf_logging.disable_progress_bar()  # the core reports through `progress`, never by printing
+    hf_logging.set_verbosity_error()
+    name = check_scenario(scenario or DEFAULT_SCENARIO)
+    base = lab_dir(root)
+    base.mkdir(parents=True, exist_ok=True)
+    report = progress or _noop
+    state = read_state(base) or {"format": LAB_FORMAT}
+    timings: dict[str, float] = state.setdefault("timings", {})
+
+    def stage(key: str):
+        return lambda message, fraction: report(key, message, fraction)
+
+    started = time.monotonic()
+    if not _site_ok(base):
+        install_sglang_site(base, report)
+        timings["sglang"] = round(time.monotonic() - started, 1)
+    target_cache: Path | None = None
+    if not _complete(base / "target"):
+        t0 = time.monotonic()
+        target_cache = cached_target(progress=stage("target"))
+        _copy_model(target_cache, base / "target")
+        timings["target"] = round(time.monotonic() - t0, 1)
+        report("target", "target ready", 1.0)
+    n = num_layers_of(base)
+    sc = scenarios(base, n)[name]
+    drafts = base / "drafts"
+    for kind in dict.fromkeys([sc.draft, sc.fixed_draft or sc.draft]):
+        if _complete(drafts / kind):
+            continue
+        t0 = time.monotonic()
+        if kind in ("seed-wiring", "healthy") or not _complete(drafts / "seed-wiring"):
+            target_cache = target_cache or cached_target(progress=stage("target"))
+            wiring = sglang_wiring(n) if kind == "healthy" else seed_wiring(n)
+            key = "healthy" if kind == "healthy" else "seed-wiring"
+            trained = cached_draft(target_cache, wiring=wiring, progress=stage(f"draft {key}"))
+            _copy_model(trained, drafts / key)
+            timings[f"draft {key}"] = round(time.monotonic() - t0, 1)
+            report(f"draft {key}", f"draft {key} ready (trained on hidden_states {wiring})", 1.0)
+        if kind not in ("seed-wiring", "healthy"):
+            _write_variant(drafts / "seed-wiring", drafts / kind, kind, n)
+            report(f"draft {kind}", f"draft {kind} written (fault planted)", 1.0)
+    built = state.setdefault("drafts", {})
+    for kind in sorted(p.name for p in drafts.iterdir() if _complete(p)) if drafts.is_dir() else []:
+        built.setdefault(kind, {"path": str(drafts / kind), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                        time.gmtime())})
+    state.update({"format": LAB_FORMAT, "sglang_version": SGLANG_VERSION, "target": str(base / "target"),
+                  "site": str(base / "site"), "num_layers": n, "python": sys.version.split()[0],
+                  "built_at": state.get("built_at") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    _write_state(base, state)
+    return paths(name, root=base)
+
+
+def paths(scenario: str | None = None, *, root: Path | str | None = None) -> LabPaths:
+    """Where the lab's parts are (built or not)."""
+    base = lab_dir(root)
+    name = check_scenario(scenario or DEFAULT_SCENARIO)
+    n = num_layers_of(base)
+    sc = scenarios(base, n)[name]
+    drafts = {k: base / "drafts" / k for k in ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one")}
+    return LabPaths(root=base, target=base / "target", site=base / "site", scenario=name,
+                    draft=base / "drafts" / sc.draft, num_layers=n, drafts=drafts)

@@ -1,0 +1,75 @@
+"""The lab as an inventory: host ``lab`` (this machine's python with the lab's sglang tree on its path), with the
+active scenario's paths and flags as host vars. ``orchestrator run`` without an inventory targets it.
+
+Public API: ``lab_inventory(scenario=None, *, root=None) -> Inventory``, ``lab_ssh_inventory(address, port, user,
+key, known_hosts, *, scenario=None, root=None) -> Inventory``, ``lab_is_built(scenario) -> bool``,
+``ensure_lab(scenario, progress=None) -> LabPaths``, ``active_scenario(scenario=None) -> str``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator.inventory import HostSpec, Inventory
+from orchestrator.lab import build
+from orchestrator.lab.build import DEFAULT_SCENARIO, BuildProgress, LabPaths, check_scenario
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # holds orchestrator/ and remote_probes/ (both imported by the server)
+
+
+def active_scenario(scenario: str | None = None) -> str:
+    """The argument, else $ORCHESTRATOR_LAB_SCENARIO, else ``seed-wiring``. Raises UserInputError if unknown."""
+    return check_scenario(scenario or os.environ.get("ORCHESTRATOR_LAB_SCENARIO") or DEFAULT_SCENARIO)
+
+
+def lab_is_built(scenario: str | None = None, *, root: Path | str | None = None) -> bool:
+    return build.lab_is_built(active_scenario(scenario), root=Path(root) if root else None)
+
+
+def ensure_lab(scenario: str | None = None, progress: BuildProgress | None = None, *,
+               root: Path | str | None = None) -> LabPaths:
+    """Build what the scenario needs and is missing (a few minutes the first time), then return the paths."""
+    return build.build_lab(active_scenario(scenario), root=root, progress=progress)
+
+
+def lab_env(root: Path | str | None = None) -> dict[str, str]:
+    """PYTHONPATH for the lab host: the orchestrator's source root (the lab server) and the sglang tree."""
+    site = build.lab_dir(root) / "site"
+    return {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(site)])}
+
+
+def lab_host_vars(scenario: str | None = None, *, root: Path | str | None = None) -> dict[str, Any]:
+    name = active_scenario(scenario)
+    base = build.lab_dir(root)
+    n = build.num_layers_of(base)
+    sc = build.scenarios(base, n)[name]
+    return {"engine": "lab", "scenario": name, "scenario_title": sc.title, "lab_dir": str(base),
+            "target": str(base / "target"), "draft": str(base / "drafts" / sc.draft),
+            "candidate_flags": dict(sc.candidate), "fixed_flags": dict(sc.fixed),
+            "sglang_site": str(base / "site"), "sglang_version": build.SGLANG_VERSION, "target_num_layers": n,
+            "server_module": "orchestrator.lab.server", "prompts_file": str(base / "target" / "prompts.json")}
+
+
+def lab_inventory(scenario: str | None = None, *, root: Path | str | None = None) -> Inventory:
+    """Hosts ``lab`` (local transport) and ``localhost``; default target ``lab``. Builds nothing."""
+    spec = HostSpec(name="lab", transport="local", python=sys.executable, env=lab_env(root),
+                    vars=lab_host_vars(scenario, root=root))
+    local = HostSpec(name="localhost", transport="local", python=sys.executable)
+    # Inventory's validator names hosts from plain mappings
+    return Inventory(hosts={"lab": spec.model_dump(), "localhost": local.model_dump()}, default_hosts="lab",
+                     source="<lab>")
+
+
+def lab_ssh_inventory(address: str, port: int, user: str, key: str | Path, known_hosts: str | Path, *,
+                      scenario: str | None = None, root: Path | str | None = None, **extra: Any) -> Inventory:
+    """The same lab host reached over SSH (the loopback sshd of the tests): same python, paths and vars.
+
+    ``extra``: more HostSpec fields (``ssh_config``, ``state_dir``, ``connect_timeout``...).
+    """
+    spec = HostSpec(name="lab", transport="ssh", address=address, port=port, user=user, key=str(key),
+                    known_hosts=str(known_hosts), python=sys.executable, env=lab_env(root),
+                    vars=lab_host_vars(scenario, root=root), **extra)
+    return Inventory(hosts={"lab": spec.model_dump()}, default_hosts="lab", source="<lab over ssh>")

@@ -1,0 +1,119 @@
+"""``python -m orchestrator.lab.server``: the orchestrator lab's CPU stand-in for ``python -m sglang.launch_server``.
+
+It is NOT SGLang, and says so in its first log line and in /server_info. It accepts SGLang 0.5.12.post1's flags
+for speculative decoding (unknown flags exit 2 with argparse's usage message, as SGLang's do), applies SGLang's
+rules (server_args.py), loads a tiny HF Llama target and an EAGLE-3 draft in SGLang's checkpoint layout, and really
+runs greedy chain speculative decoding (server_engine.py) behind SGLang's HTTP API (server_http.py), so accept
+length and tok/s are measured. Log lines follow SGLang's (``[%Y-%m-%d %H:%M:%S] message``).
+
+Lab-only flags start with ``--lab-`` (see server_args.py). SIGTERM or SIGINT stops it at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+from orchestrator.lab.server_args import SGLANG_VERSION, StartupError, build_parser, resolve
+
+log = logging.getLogger("orchestrator.lab.server")
+WARMUP_PROMPT = "The capital city of France is"
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format="[%(asctime)s] %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S", stream=sys.stderr, force=True)
+
+
+def _fail(exc: StartupError) -> int:
+    log.error("lab server start-up failed")
+    print(f"{exc.kind}: {exc}", file=sys.stderr, flush=True)
+    return 1
+
+
+def _target_architecture(model_path: str) -> str:
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"cannot read {model_path}/config.json: {exc}", kind="OSError") from None
+    archs = config.get("architectures") or ["LlamaForCausalLM"]
+    if archs[0] != "LlamaForCausalLM":
+        raise StartupError(f"the lab serves LlamaForCausalLM targets only, {model_path} is {archs[0]}")
+    return archs[0]
+
+
+def _warmup(host: str, port: int) -> None:
+    """As SGLang's launcher does: GET /model_info, then a short /generate, over HTTP."""
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+    with urllib.request.urlopen(base + "/model_info", timeout=60) as resp:
+        resp.read()
+    body = json.dumps({"text": WARMUP_PROMPT, "sampling_params": {"temperature": 0, "max_new_tokens": 8},
+                       "_lab_warmup": True}).encode()
+    req = urllib.request.Request(base + "/generate", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        resp.read()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)  # unknown flags: argparse prints usage and exits 2
+    _configure_logging(ns.log_level)
+    log.info("orchestrator lab server: a CPU stand-in for SGLang %s's launch_server, NOT SGLang "
+             "(python -m orchestrator.lab.server, pid %d)", SGLANG_VERSION, os.getpid())
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("Received %s; the lab server exits now.", signal.Signals(signum).name)
+        logging.shutdown()
+        os._exit(0)  # nothing to flush: models are read-only, requests are batch-1
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        args = resolve(ns, target_architecture=_target_architecture(ns.model_path))
+    except StartupError as exc:
+        return _fail(exc)
+    for line in args.warnings:
+        log.warning(line)
+    log.info("server_args=%s", args.public())
+
+    from orchestrator.lab.server_http import LabHTTPServer, ServerState
+
+    state = ServerState(args=args)
+    try:
+        httpd = LabHTTPServer(state)
+    except OSError as exc:
+        return _fail(StartupError(f"cannot bind {args.host}:{args.port}: {exc.strerror or exc}", kind="OSError"))
+    threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
+    try:
+        from orchestrator.lab.server_engine import LabModels
+
+        log.info("Load weight begin. target=%s draft=%s", args.model_path, args.speculative_draft_model_path)
+        state.models = LabModels(args, log=log.info)
+    except StartupError as exc:
+        return _fail(exc)
+    models = state.models
+    for note in models.notes:
+        log.warning("draft load: %s", note)
+    if models.draft is not None:
+        log.info("speculative decoding: %s, steps=%d topk=%d draft_tokens=%d, aux hidden states (HF indices) %s",
+                 args.speculative_algorithm, args.speculative_num_steps, args.speculative_eagle_topk,
+                 args.speculative_num_draft_tokens, models.capture)
+    log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
+    try:
+        _warmup(args.host, args.port)
+    except OSError as exc:
+        return _fail(StartupError(f"warmup request failed: {exc}", kind="RuntimeError"))
+    state.ready = True
+    log.info(READY_LINE)
+    threading.Event().wait()  # serve until a signal ends the process
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""The lab server's command line: SGLang 0.5.12.post1's flags for this job, and SGLang's rules for resolving them.
+
+Rules applied (research/sglang-eagle3-facts.md, sglang server_args.py 3551-3860 in 0.5.12.post1):
+- ``--speculative-algorithm`` has no argparse choices; it is uppercased, NEXTN becomes EAGLE, an unknown name is
+  ``ValueError: Unknown speculative algorithm name: X`` at start-up (not an argparse error).
+- ``max_running_requests`` unset with speculative decoding -> 48, with SGLang's warning.
+- all three of steps/topk/draft-tokens unset -> auto-chosen by the target architecture (Llama: (5, 4, 8));
+  steps unset but topk or draft-tokens set -> SGLang's bare ``AssertionError``.
+- topk == 1 forces ``num_draft_tokens = num_steps + 1`` with SGLang's warning line.
+
+Lab-only flags (NOT SGLang flags; they start with ``--lab-``): ``--lab-capture-layers`` overrides which target
+hidden states feed the draft (HF ``hidden_states`` indices, e.g. ``0,6,11``) so a playbook can verify a wiring fix;
+``--lab-threads`` sets torch's CPU threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any
+
+SGLANG_VERSION = "0.5.12.post1"
+KNOWN_ALGORITHMS = ("DFLASH", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NONE")
+LAB_ALGORITHMS = ("EAGLE", "EAGLE3")
+
+W_MAX_RUNNING = ("Max running requests is reset to 48 for speculative decoding. You can override this by "
+                 "explicitly setting --max-running-requests.")
+W_DRAFT_TOKENS = ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                  "speculative_eagle_topk == 1")
+W_SPEC_V2 = "Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding."
+W_MIXED_CHUNK = "Mixed chunked prefill is disabled because of using eagle speculative decoding."
+
+# Auto (steps, topk, draft tokens) by target architecture, server_args.auto_choose_speculative_params.
+_AUTO_PARAMS = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
+
+
+class StartupError(Exception):
+    """A start-up failure reported the way SGLang reports it: ``kind`` is the Python exception name it raises."""
+
+    def __init__(self, message: str, *, kind: str = "ValueError") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class ServerArgs:
+    """Resolved arguments; field names follow SGLang's ``ServerArgs`` (what /server_info returns)."""
+
+    model_path: str
+    tokenizer_path: str
+    served_model_name: str
+    host: str = "127.0.0.1"
+    port: int = 30000
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    chat_template: str | None = None
+    mem_fraction_static: float | None = None
+    max_running_requests: int | None = None
+    tp_size: int = 1
+    attention_backend: str | None = None
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int | None = None
+    log_level: str = "info"
+    decode_log_interval: int = 40
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: str | None = None
+    speculative_draft_model_revision: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_token_map: str | None = None
+    random_seed: int = 0
+    enable_mixed_chunk: bool = False
+    disable_overlap_schedule: bool = False
+    device: str = "cpu"
+    lab_capture_layers: list[int] | None = None
+    lab_threads: int = 1
+    warnings: list[str] = field(default_factory=list)
+
+    def public(self) -> dict[str, Any]:
+        """The fields /server_info reports (everything but the lab's bookkeeping)."""
+        out = {k: v for k, v in self.__dict__.items() if k != "warnings"}
+        return out
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse as SGLang uses it (prog ``sglang serve``): unknown flags exit 2 with the usage line."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m orchestrator.lab.server",
+                description="The orchestrator lab's CPU stand-in for `python -m sglang.launch_server` "
+                            f"(speaks SGLang {SGLANG_VERSION}'s flags and HTTP API; NOT SGLang).")
+    p.add_argument("--model-path", "--model", dest="model_path", required=True)
+    p.add_argument("--tokenizer-path", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--dtype", default="auto", choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--chat-template", default=None)
+    p.add_argument("--mem-fraction-static", type=float, default=None)
+    p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    p.add_argument("--attention-backend", default=None,
+                   choices=["triton", "torch_native", "flex_attention", "flashinfer", "fa3", "fa4", "flashmla",
+                            "cutlass_mla", "trtllm_mla", "trtllm_mha", "aiter", "wave", "intel_amx", "ascend"])
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument("--random-seed", type=int, default=0)
+    p.add_argument("--enable-mixed-chunk", action="store_true")
+    p.add_argument("--disable-overlap-schedule", action="store_true")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--speculative-algorithm", default=None)
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model",
+                   dest="speculative_draft_model_path", default=None)
+    p.add_argument("--speculative-draft-model-revision", default=None)
+    p.add_argument("--speculative-num-steps", type=int, default=None)
+    p.add_argument("--speculative-eagle-topk", type=int, default=None)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--speculative-token-map", default=None)
+    lab = p.add_argument_group("lab-only flags (NOT SGLang flags)")
+    lab.add_argument("--lab-capture-layers", default=None,
+                     help="comma-separated HF hidden_states indices fed to the draft (0 = embedding output); "
+                          "overrides SGLang's capture rule, to verify a wiring fix")
+    lab.add_argument("--lab-threads", type=int, default=1,
+                     help="torch CPU threads (default 1: batch-1 decoding is overhead-bound, and more threads "
+                          "collapse when the CPU is shared)")
+    return p
+
+
+def _capture_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise StartupError(f"--lab-capture-layers must be comma-separated integers, got {text!r}") from None
+    if not values:
+        raise StartupError("--lab-capture-layers is empty")
+    return values
+
+
+def resolve(ns: argparse.Namespace, *, target_architecture: str) -> ServerArgs:
+    """Apply SGLang's speculative-decoding rules to parsed flags. Raises StartupError as SGLang would fail."""
+    args = ServerArgs(
+        model_path=ns.model_path, tokenizer_path=ns.tokenizer_path or ns.model_path,
+        served_model_name=ns.served_model_name or ns.model_path, host=ns.host, port=ns.port, dtype=ns.dtype,
+        trust_remote_code=ns.trust_remote_code, chat_template=ns.chat_template,
+        mem_fraction_static=ns.mem_fraction_static, max_running_requests=ns.max_running_requests,
+        tp_size=ns.tp_size, attention_backend=ns.attention_backend, disable_cuda_graph=ns.disable_cuda_graph,
+        cuda_graph_max_bs=ns.cuda_graph_max_bs, log_level=ns.log_level, decode_log_interval=ns.decode_log_interval,
+        random_seed=ns.random_seed, enable_mixed_chunk=ns.enable_mixed_chunk,
+        disable_overlap_schedule=ns.disable_overlap_schedule, device=ns.device,
+        speculative_algorithm=ns.speculative_algorithm, speculative_draft_model_path=ns.speculative_draft_model_path,
+        speculative_draft_model_revision=ns.speculative_draft_model_revision,
+        speculative_num_steps=ns.speculative_num_steps, speculative_eagle_topk=ns.speculative_eagle_topk,
+        speculative_num_draft_tokens=ns.speculative_num_draft_tokens, speculative_token_map=ns.speculative_token_map,
+        lab_capture_layers=_capture_list(ns.lab_capture_layers), lab_threads=max(1, ns.lab_threads),
+    )
+    if args.tp_size != 1:
+        raise StartupError(f"the lab runs on one CPU process; --tp-size {args.tp_size} is not supported")
+    if args.decode_log_interval < 1:
+        raise StartupError("--decode-log-interval must be >= 1")
+    if args.speculative_draft_model_path is not None and args.speculative_draft_model_revision is None:
+        args.speculative_draft_model_revision = "main"
+    algo = args.speculative_algorithm
+    if algo is not None:
+        algo = algo.upper()
+        if algo == "NEXTN":
+            algo = "EAGLE"
+        if algo not in KNOWN_ALGORITHMS:
+            raise StartupError(f"Unknown speculative algorithm name: {ns.speculative_algorithm}")
+        if algo == "NONE":
+            algo = None
+        args.speculative_algorithm = algo
+    if algo is None:
+        if args.lab_capture_layers is not None:
+            raise StartupError("--lab-capture-layers needs speculative decoding (--speculative-algorithm EAGLE3)")
+        return args
+    if algo not in LAB_ALGORITHMS:
+        raise StartupError(f"the orchestrator lab implements EAGLE and EAGLE3 only, not {algo}")
+    if args.max_running_requests is None:
+        args.max_running_requests = 48
+        args.warnings.append(W_MAX_RUNNING)
+    if args.speculative_eagle_topk is not None and args.speculative_eagle_topk > 1:
+        args.disable_overlap_schedule = True
+        args.warnings.append("Spec v1 is used for eagle/eagle3/standalone speculative decoding because "
+                             "spec v2 currently only supports topk = 1.")
+    else:
+        args.warnings.append(W_SPEC_V2)
+    if args.enable_mixed_chunk:
+        args.enable_mixed_chunk = False
+        args.warnings.append(W_MIXED_CHUNK)
+    if args.speculative_num_steps is None:
+        if args.speculative_eagle_topk is not None or args.speculative_num_draft_tokens is not None:
+            # SGLang: a bare `assert self.speculative_eagle_topk is None and ...` (no message).
+            raise StartupError("assert self.speculative_eagle_topk is None and self.speculative_num_draft_tokens is "
+                               "None (set --speculative-num-steps too, or none of the three)", kind="AssertionError")
+        steps, topk, draft = _AUTO_PARAMS.get(target_architecture, (3, 1, 4))
+        args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, draft
+    if args.speculative_eagle_topk is None:
+        args.speculative_eagle_topk = 1  # SGLang's field default once steps are given
+    if args.speculative_num_draft_tokens is None:
+        args.speculative_num_draft_tokens = args.speculative_num_steps + 1
+    if args.speculative_eagle_topk == 1 and args.speculative_num_draft_tokens != args.speculative_num_steps + 1:
+        args.warnings.append(W_DRAFT_TOKENS)
+        args.speculative_num_draft_tokens = args.speculative_num_steps + 1
+    if args.speculative_num_steps < 1:
+        raise StartupError(f"speculative_num_steps must be >= 1, got {args.speculative_num_steps}")
+    if args.speculative_eagle_topk > 1:
+        raise StartupError(
+            f"speculative_eagle_topk={args.speculative_eagle_topk} asks for tree drafting, which the orchestrator lab "
+            "does not implement (it runs greedy chain drafting only). Pass --speculative-num-steps N "
+            "--speculative-eagle-topk 1 (SGLang then uses num_draft_tokens = N + 1)."
+            + (" These values were auto-chosen for a Llama target because all three were unset."
+               if ns.speculative_num_steps is None else ""))
+    if args.speculative_draft_model_path is None:
+        raise StartupError(f"{algo} speculative decoding needs --speculative-draft-model-path on the lab")
+    return args

@@ -1,0 +1,115 @@
+"""Starting, querying and stopping lab servers from Python (tests, bench/lab_speed.py, the build's self-check).
+
+Plain ``subprocess`` in a new session (so the whole group can be signalled) on a free loopback port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def flag_argv(flags: dict[str, Any]) -> list[str]:
+    """``{"speculative-num-steps": 7, "trust-remote-code": True}`` -> argv words (True = bare flag)."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value is None or value is False:
+            continue
+        argv.append("--" + name)
+        if value is not True:
+            argv.append(str(value))
+    return argv
+
+
+def server_env(site: Path | None = None) -> dict[str, str]:
+    """The environment the lab host gives its python: the repo (orchestrator, remote_probes) and the sglang tree."""
+    env = dict(os.environ)
+    parts = [str(REPO_ROOT)] + ([str(site)] if site else []) + [p for p in [env.get("PYTHONPATH")] if p]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env.setdefault("TORCHDYNAMO_DISABLE", "1")
+    return env
+
+
+def http_json(url: str, body: Any = None, *, timeout: float = 120.0) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw, status = resp.read(), resp.status
+    except urllib.error.HTTPError as exc:
+        raw, status = exc.read(), exc.code
+    text = raw.decode()
+    try:
+        return status, json.loads(text) if text else None
+    except ValueError:
+        return status, text
+
+
+@dataclass
+class LabServer:
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def generate(self, body: dict[str, Any], timeout: float = 300.0) -> Any:
+        status, doc = http_json(self.url + "/generate", body, timeout=timeout)
+        if status != 200:
+            raise RuntimeError(f"/generate answered {status}: {doc}")
+        return doc
+
+    def stop(self, grace: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        return int(self.proc.returncode)
+
+
+def start_server(target: Path, flags: dict[str, Any], *, log_path: Path, site: Path | None = None,
+                 ready_timeout: float = 180.0) -> LabServer:
+    """Start ``python -m orchestrator.lab.server`` and wait for the ready line. Raises RuntimeError with the log."""
+    port = free_port()
+    argv = [sys.executable, "-m", "orchestrator.lab.server", "--model-path", str(target), "--port", str(port),
+            *flag_argv(flags)]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as handle:
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=server_env(site), start_new_session=True)
+    server = LabServer(proc, port, log_path)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"lab server exited with {proc.returncode}:\n{server.log()[-3000:]}")
+        if "The server is fired up and ready to roll!" in server.log():
+            return server
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"lab server not ready after {ready_timeout:.0f} s:\n{server.log()[-3000:]}")

@@ -1,0 +1,295 @@
+"""The lab server's model runner: plain greedy decoding and greedy CHAIN speculative decoding (EAGLE / EAGLE-3).
+
+Batch size 1, one request at a time. Speculative decoding really runs: the draft proposes ``num_steps`` tokens,
+the target verifies them in one forward, the longest agreeing prefix plus the target's bonus token is kept and
+both KV caches are cropped back to the verified prefix. Greedy verification makes the output identical to plain
+greedy decoding (tests assert it). Accept length = completion tokens / verify forwards, as SGLang computes it.
+
+SGLang's loading rules applied here (research/sglang-eagle3-facts.md):
+- capture: EAGLE3 -> nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` + 1, else ``[2, N//2, N-3]``
+  (HF hidden_states indices; the top-level key is ignored); EAGLE -> the last hidden state (after the final
+  norm, width H), so an EAGLE-3 draft's fc is skipped (width == hidden_size) and it drafts garbage;
+- ``draft_vocab_size`` absent (or tied embeddings) -> the target's lm_head replaces the draft's;
+- a declared draft vocab with no ``lm_head.weight`` -> a random head (SGLang loads silently);
+- ``d2t`` offsets -> target ids (``hot_token_id = d2t + arange``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from orchestrator.lab.server_args import ServerArgs, StartupError
+
+
+@dataclass
+class SpecCounters:
+    verify_ct: int = 0
+    accepted_tokens: int = 0     # tokens produced by verify cycles (accepted drafts + bonus)
+    correct_drafts: int = 0
+    proposed_drafts: int = 0
+
+    def add(self, other: SpecCounters) -> None:
+        self.verify_ct += other.verify_ct
+        self.accepted_tokens += other.accepted_tokens
+        self.correct_drafts += other.correct_drafts
+        self.proposed_drafts += other.proposed_drafts
+
+
+@dataclass
+class Generation:
+    output_ids: list[int]
+    prompt_tokens: int
+    finish_reason: dict[str, Any]
+    spec: SpecCounters
+    histogram: list[int]
+    seconds: float
+
+
+@dataclass
+class DecodeStats:
+    """What the ``Decode batch`` log line and internal_states report; reset by /flush_cache."""
+
+    forward_ct: int = 0
+    interval: SpecCounters = field(default_factory=SpecCounters)
+    interval_tokens: int = 0
+    interval_seconds: float = 0.0      # decode time only: idle time between requests is not counted
+    mark: float = field(default_factory=time.monotonic)
+    lifetime: SpecCounters = field(default_factory=SpecCounters)
+    last_gen_throughput: float = 0.0
+    tokens_in_use: int = 0
+    avg_spec_accept_length: float | None = None
+
+
+def crop_cache(cache: Any, length: int) -> None:
+    """transformers 5.x ``DynamicCache.crop`` takes a NEGATIVE count of tokens to drop."""
+    drop = cache.get_seq_length() - length
+    if drop > 0:
+        cache.crop(-drop)
+
+
+def _strip_lm_head(state: dict[str, torch.Tensor], config: dict[str, Any], notes: list[str]) -> None:
+    """SGLang: no draft_vocab_size (or tied embeddings) -> load_lm_head_from_target; the draft's head is unused."""
+    if config.get("draft_vocab_size") is None or config.get("tie_word_embeddings"):
+        if state.pop("lm_head.weight", None) is not None:
+            notes.append("draft lm_head.weight ignored: no draft_vocab_size, SGLang loads the target's lm_head")
+        d2t = state.get("d2t")
+        if d2t is not None and d2t.shape[0] != config.get("vocab_size"):
+            state.pop("d2t")
+            notes.append("d2t ignored: the target's full-vocab lm_head is used")
+
+
+class LabModels:
+    """Target + tokenizer (+ draft) loaded once; ``generate`` serves one request (callers hold a lock)."""
+
+    def __init__(self, args: ServerArgs, log: Callable[[str], None]) -> None:
+        from transformers import AutoTokenizer, DynamicCache, LlamaForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+
+        self.args = args
+        self.log = log
+        self._cache_cls = DynamicCache
+        torch.set_num_threads(args.lab_threads)
+        torch.manual_seed(args.random_seed)
+        path = Path(args.model_path)
+        if not (path / "config.json").is_file():
+            raise StartupError(f"model path {args.model_path} has no config.json (the lab loads local HF dirs only)",
+                               kind="OSError")
+        self.target = LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_path)
+        self.config = self.target.config
+        self.num_layers = int(self.config.num_hidden_layers)
+        self.eos_id = self.tokenizer.eos_token_id
+        self.stats = DecodeStats()
+        self.draft = None
+        self.capture: list[int] = []
+        self.notes: list[str] = []
+        if args.speculative_algorithm is not None:
+            self._load_draft()
+
+    @property
+    def architecture(self) -> str:
+        return (self.config.architectures or ["LlamaForCausalLM"])[0]
+
+    def _load_draft(self) -> None:
+        from remote_probes.eagle3_checkpoint import DraftLoadError, read_state_dict
+        from remote_probes.eagle3_validate import build_from_state
+        from remote_probes.eagle3_wiring import nested_ids
+
+        args = self.args
+        try:
+            config, state, notes = read_state_dict(str(args.speculative_draft_model_path))
+            _strip_lm_head(state, config, notes)
+            self.draft = build_from_state(
+                config, state, notes, strict=False, embed_tokens=self.target.get_input_embeddings().weight,
+                lm_head=self.target.lm_head.weight, target_vocab_size=self.config.vocab_size,
+                target_hidden_size=self.config.hidden_size, device="cpu", dtype=torch.float32)
+        except DraftLoadError as exc:
+            raise StartupError(f"cannot load the draft model {args.speculative_draft_model_path}: {exc}") from None
+        self.notes = list(self.draft.load_report.get("notes", []))
+        n = self.num_layers
+        if args.lab_capture_layers is not None:
+            self.capture = list(args.lab_capture_layers)
+            self.notes.append(f"lab-only --lab-capture-layers: feeding hidden_states {self.capture}")
+        elif args.speculative_algorithm == "EAGLE":
+            self.capture = [n]  # EAGLE feeds the target's last (final-normed) hidden state, width H
+        else:
+            ids = nested_ids(config)
+            self.capture = [i + 1 for i in ids] if ids is not None else [2, n // 2, n - 3]
+        limit = n if args.speculative_algorithm == "EAGLE" else n - 1
+        bad = [i for i in self.capture if i < 0 or i > limit]
+        if bad:
+            raise StartupError(f"aux hidden-state layers {self.capture} fall outside the target's {n} layers "
+                               f"(capturable HF indices 0..{limit}): {bad}")
+
+    # -- forward helpers --------------------------------------------------------------------------------------
+    def _target(self, ids: torch.Tensor, cache: Any, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        out = self.target(input_ids=ids, cache=cache, use_cache=True, output_hidden_states=hidden)
+        aux = torch.cat([out.hidden_states[i] for i in self.capture], dim=-1) if hidden else None
+        return out.logits[0].argmax(-1), aux
+
+    def _draft_chain(self, tokens: torch.Tensor, aux: torch.Tensor, dcache: Any, steps: int) -> list[int]:
+        draft = self.draft
+        assert draft is not None
+        out = draft.forward(tokens=tokens, hidden=aux, cache=dcache)
+        tok, hid = out.token_ids[:, -1:], out.hidden[:, -1:]
+        proposal = [int(tok)]
+        while len(proposal) < steps:
+            out = draft.forward(tokens=tok, hidden=hid, cache=dcache)
+            tok, hid = out.token_ids, out.hidden
+            proposal.append(int(tok))
+        return proposal
+
+    # -- public -----------------------------------------------------------------------------------------------
+    def generate(self, input_ids: list[int], *, max_new_tokens: int, stop: list[str], stop_token_ids: list[int],
+                 ignore_eos: bool, on_step: Callable[[list[int]], None] | None = None) -> Generation:
+        """Greedy generation (speculative when a draft is loaded); ``on_step`` gets the ids so far."""
+        if not input_ids:
+            raise ValueError("the prompt is empty")
+        limit = int(getattr(self.config, "max_position_embeddings", 2048))
+        if len(input_ids) + max_new_tokens + (self.args.speculative_num_draft_tokens or 0) > limit:
+            raise ValueError(f"prompt ({len(input_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                             f"model's context length {limit}")
+        started = time.monotonic()
+        stops = set(stop_token_ids) | ({self.eos_id} if not ignore_eos and self.eos_id is not None else set())
+        spec, hist = SpecCounters(), [0] * ((self.args.speculative_num_steps or 0) + 1)
+        out: list[int] = []
+        finish: dict[str, Any] = {"type": "length", "length": max_new_tokens}
+
+        def accept(tokens: list[int]) -> bool:
+            nonlocal finish
+            for t in tokens:
+                out.append(t)
+                if t in stops:
+                    finish = {"type": "stop", "matched": t}
+                    return True
+                text_hit = self._stop_string(out, stop)
+                if text_hit is not None:
+                    finish = {"type": "stop", "matched": text_hit}
+                    return True
+                if len(out) >= max_new_tokens:
+                    return True
+            return False
+
+        with torch.inference_mode():
+            cache = self._cache_cls(config=self.config)
+            ids = torch.tensor([input_ids])
+            use_spec = self.draft is not None
+            preds, aux = self._target(ids, cache, hidden=use_spec)
+            took = time.monotonic() - started
+            self.log(f"Prefill batch, #new-seq: 1, #new-token: {len(input_ids)}, #cached-token: 0, token usage: 0.00, "
+                     f"#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, "
+                     f"input throughput (token/s): {len(input_ids) / max(took, 1e-9):.2f}")
+            self.stats.mark = time.monotonic()
+            done = max_new_tokens <= 0 or accept([int(preds[-1])])
+            if use_spec and not done:
+                self._spec_loop(ids, aux, cache, out, accept, spec, hist, on_step)
+            else:
+                while not done:
+                    if on_step:
+                        on_step(out)
+                    preds, _ = self._target(torch.tensor([[out[-1]]]), cache, hidden=False)
+                    self._count_forward(1, None, cache.get_seq_length())
+                    done = accept([int(preds[-1])])
+        return Generation(output_ids=out, prompt_tokens=len(input_ids), finish_reason=finish, spec=spec,
+                          histogram=hist, seconds=time.monotonic() - started)
+
+    def _spec_loop(self, ids, aux, cache, out, accept, spec: SpecCounters, hist: list[int], on_step) -> None:
+        steps = int(self.args.speculative_num_steps or 1)
+        dcache = self.draft_cache()
+        n = ids.shape[1]                       # verified positions 0..n-1 in both caches
+        draft_tokens = torch.cat([ids[:, 1:], torch.tensor([[out[-1]]])], dim=1)
+        draft_aux = aux
+        while True:
+            if on_step:
+                on_step(out)
+            proposal = self._draft_chain(draft_tokens, draft_aux, dcache, steps)
+            verify_in = torch.tensor([[out[-1], *proposal]])
+            preds, vaux = self._target(verify_in, cache, hidden=True)
+            preds_l = preds.tolist()
+            m = 0
+            while m < steps and proposal[m] == preds_l[m]:
+                m += 1
+            new = proposal[:m] + [preds_l[m]]
+            cycle = SpecCounters(verify_ct=1, accepted_tokens=m + 1, correct_drafts=m, proposed_drafts=steps)
+            spec.add(cycle)
+            hist[m] += 1
+            crop_cache(cache, n + m + 1)       # keep out[-1] (at n) and the m accepted drafts
+            self._count_forward(m + 1, cycle, n + m + 1)
+            dcache.crop(n)                     # draft columns 0..n-1 are verified; redo the speculative ones
+            draft_tokens = torch.tensor([new])
+            draft_aux = vaux[:, : m + 1]
+            n += m + 1
+            if accept(new):
+                return
+
+    def draft_cache(self) -> Any:
+        from remote_probes.eagle3_draft import DraftKVCache
+
+        return DraftKVCache()
+
+    def _stop_string(self, out: list[int], stop: list[str]) -> str | None:
+        if not stop:
+            return None
+        text = self.tokenizer.decode(out[-32:], skip_special_tokens=True)  # a stop string ends in the tail
+        return next((s for s in stop if s and s in text), None)
+
+    def _count_forward(self, tokens: int, cycle: SpecCounters | None, in_use: int) -> None:
+        stats = self.stats
+        stats.forward_ct += 1
+        stats.tokens_in_use = in_use
+        now = time.monotonic()
+        stats.interval_seconds += now - stats.mark
+        stats.mark = now
+        stats.interval_tokens += tokens
+        if cycle is not None:
+            stats.interval.add(cycle)
+            stats.lifetime.add(cycle)
+        if stats.forward_ct % self.args.decode_log_interval == 0:
+            self._decode_log()
+
+    def _decode_log(self) -> None:
+        stats = self.stats
+        rate = stats.interval_tokens / max(stats.interval_seconds, 1e-9)
+        stats.last_gen_throughput = rate
+        spec = ""
+        if self.draft is not None and stats.interval.verify_ct:
+            acc_len = stats.interval.accepted_tokens / stats.interval.verify_ct
+            acc_rate = stats.interval.correct_drafts / max(stats.interval.proposed_drafts, 1)
+            spec = f"accept len: {acc_len:.2f}, accept rate: {acc_rate:.2f}, "
+            life = stats.lifetime
+            stats.avg_spec_accept_length = life.accepted_tokens / max(life.verify_ct, 1)
+        self.log(f"Decode batch, #running-req: 1, #token: {stats.tokens_in_use}, token usage: 0.00, {spec}"
+                 f"cuda graph: False, gen throughput (token/s): {rate:.2f}, #queue-req: 0")
+        stats.interval, stats.interval_tokens, stats.interval_seconds = SpecCounters(), 0, 0.0
+
+    def reset_stats(self) -> None:
+        self.stats = DecodeStats()

@@ -1,0 +1,59 @@
+"""Lab fixtures: one lab built per test session (cached under $ORCHESTRATOR_CACHE_DIR/lab-test), servers on free
+loopback ports, in-process model runners for the SGLang-rule tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, build_lab, cache_dir  # noqa: E402
+
+
+def lab_root() -> Path:
+    return cache_dir() / "lab-test"
+
+
+@pytest.fixture(scope="session")
+def lab() -> LabPaths:
+    """The built lab, every scenario (two trained drafts + cheap fault copies): trained once, then reused."""
+    root = lab_root()
+    for name in SCENARIO_NAMES:
+        build_lab(name, root=root)
+    return build_lab("seed-wiring", root=root)
+
+
+@pytest.fixture(scope="session")
+def prompts(lab: LabPaths) -> list[str]:
+    return json.loads((lab.target / "prompts.json").read_text())
+
+
+@pytest.fixture
+def variant(lab: LabPaths, tmp_path: Path) -> Callable[..., Path]:
+    """A copy of a lab draft with its config.json edited: ``variant("seed-wiring", drop=[...], set={...})``."""
+
+    def make(base: str, *, drop: list[str] = (), set: dict[str, Any] | None = None) -> Path:  # noqa: A002
+        dst = tmp_path / f"variant-{base}"
+        shutil.copytree(lab.root / "drafts" / base, dst, dirs_exist_ok=True)
+        config = json.loads((dst / "config.json").read_text())
+        for key in drop:
+            config.pop(key, None)
+        config.update(set or {})
+        (dst / "config.json").write_text(json.dumps(config))
+        return dst
+
+    return make

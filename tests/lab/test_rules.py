@@ -1,0 +1,117 @@
+"""SGLang's loading and capture rules, and real speculative decoding, with the lab's models in-process."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.lab.build import LabPaths, seed_wiring
+from orchestrator.lab.server_args import StartupError, build_parser, resolve
+
+pytestmark = [pytest.mark.lab, pytest.mark.torch]
+TOKENS = 48
+
+
+def trained(lab: LabPaths) -> str:
+    return ",".join(str(i) for i in seed_wiring(lab.num_layers))
+
+
+def models_for(lab: LabPaths, *argv: str):
+    from orchestrator.lab.server_engine import LabModels
+
+    ns = build_parser().parse_args(["--model-path", str(lab.target), *argv])
+    return LabModels(resolve(ns, target_architecture="LlamaForCausalLM"), log=logging.getLogger("lab-test").info)
+
+
+def spec_argv(draft: Path | str, steps: int = 7, algo: str = "EAGLE3", *extra: str) -> list[str]:
+    return ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(draft),
+            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1", *extra]
+
+
+def run(models, prompts: list[str], n: int = 4) -> dict[str, Any]:
+    """Accept length over ``n`` prompts (completion tokens / verify forwards, as SGLang) and the outputs."""
+    tokens = verifies = 0
+    outputs = []
+    for text in prompts[:n]:
+        gen = models.generate(models.tokenizer(text)["input_ids"], max_new_tokens=TOKENS, stop=[], stop_token_ids=[],
+                              ignore_eos=True)
+        tokens += len(gen.output_ids)
+        verifies += gen.spec.verify_ct
+        outputs.append(gen.output_ids)
+    return {"tau": tokens / verifies if verifies else 1.0, "outputs": outputs}
+
+
+@pytest.fixture(scope="module")
+def plain(lab: LabPaths, prompts: list[str]) -> dict[str, Any]:
+    return run(models_for(lab), prompts)
+
+
+def test_default_capture_is_sglangs_2_mid_n_minus_3(lab: LabPaths):
+    n = lab.num_layers
+    assert models_for(lab, *spec_argv(lab.drafts["seed-wiring"])).capture == [2, n // 2, n - 3]
+
+
+def test_nested_ids_get_plus_one_and_top_level_ids_are_ignored(lab: LabPaths, variant):
+    nested = variant("healthy", set={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 5, 10]},
+                                     "eagle_aux_hidden_state_layer_ids": [3, 4, 5]})
+    assert models_for(lab, *spec_argv(nested)).capture == [1, 6, 11]
+    n = lab.num_layers
+    assert models_for(lab, *spec_argv(lab.drafts["off-by-one"])).capture == [2, n // 2, n - 3]
+
+
+def test_lab_capture_layers_override(lab: LabPaths):
+    assert models_for(lab, *spec_argv(lab.drafts["seed-wiring"]), "--lab-capture-layers", trained(lab)).capture == seed_wiring(lab.num_layers)
+    with pytest.raises(StartupError, match="outside the target"):
+        models_for(lab, *spec_argv(lab.drafts["seed-wiring"]), "--lab-capture-layers", "0,6,40")
+
+
+def test_speculative_output_is_lossless(lab: LabPaths, prompts, plain):
+    for argv in (spec_argv(lab.drafts["seed-wiring"]), spec_argv(lab.drafts["healthy"], steps=3)):
+        assert run(models_for(lab, *argv), prompts)["outputs"] == plain["outputs"]
+
+
+def test_healthy_draft_accepts_clearly_more_than_the_seed_wiring(lab: LabPaths, prompts, plain):
+    seed = run(models_for(lab, *spec_argv(lab.drafts["seed-wiring"])), prompts)
+    healthy = run(models_for(lab, *spec_argv(lab.drafts["healthy"])), prompts)
+    fixed = run(models_for(lab, *spec_argv(lab.drafts["seed-wiring"]), "--lab-capture-layers",
+                           trained(lab)), prompts)
+    assert healthy["tau"] >= 1.4 * seed["tau"], (healthy["tau"], seed["tau"])
+    assert fixed["tau"] >= 1.4 * seed["tau"], (fixed["tau"], seed["tau"])
+    assert seed["outputs"] == healthy["outputs"] == fixed["outputs"] == plain["outputs"]
+
+
+def test_eagle_with_an_eagle3_draft_feeds_one_hidden_state_and_accepts_near_one(lab: LabPaths, prompts):
+    models = models_for(lab, *spec_argv(lab.drafts["healthy"], algo="EAGLE"))
+    assert models.capture == [lab.num_layers]  # the last hidden state: width H, so fc is skipped
+    eagle = run(models, prompts)
+    eagle3 = run(models_for(lab, *spec_argv(lab.drafts["healthy"])), prompts)
+    assert eagle["tau"] < 1.8 and eagle["tau"] < 0.65 * eagle3["tau"], (eagle["tau"], eagle3["tau"])
+
+
+def test_missing_lm_head_with_draft_vocab_declared_loads_a_random_head(lab: LabPaths, prompts):
+    models = models_for(lab, *spec_argv(lab.drafts["no-lm-head"]))
+    assert any("randomly initialised" in note for note in models.notes)
+    assert run(models, prompts, n=2)["tau"] < 1.3
+
+
+def test_lm_head_comes_from_the_target_without_draft_vocab_size(lab: LabPaths, variant):
+    import torch
+
+    draft = variant("healthy", drop=["draft_vocab_size"])
+    models = models_for(lab, *spec_argv(draft))
+    assert any("target's lm_head" in note for note in models.notes)
+    assert torch.equal(models.draft.lm_head.weight, models.target.lm_head.weight)
+
+
+def test_d2t_offsets_become_target_ids_and_direct_ids_break_the_mapping(lab: LabPaths, prompts):
+    import torch
+
+    good = models_for(lab, *spec_argv(lab.drafts["seed-wiring"]), "--lab-capture-layers", trained(lab))
+    hot = good.draft.to_target_ids(torch.arange(good.draft.d2t.shape[0]))
+    assert hot.min() >= 0 and hot.max() < good.config.vocab_size and len(set(hot.tolist())) == hot.shape[0]
+    bad = models_for(lab, *spec_argv(lab.drafts["direct-d2t"]), "--lab-capture-layers", trained(lab))
+    assert any("d2t" in note for note in bad.notes)
+    assert run(bad, prompts, n=2)["tau"] < run(good, prompts, n=2)["tau"] - 0.5

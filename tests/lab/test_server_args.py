@@ -1,0 +1,107 @@
+"""SGLang's start-up rules as the lab server applies them (server_args.resolve): no models needed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab.server_args import (
+    W_DRAFT_TOKENS,
+    W_MAX_RUNNING,
+    StartupError,
+    build_parser,
+    resolve,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _resolve(*argv: str, arch: str = "LlamaForCausalLM"):
+    ns = build_parser().parse_args(["--model-path", "/m", *argv])
+    return resolve(ns, target_architecture=arch)
+
+
+SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d")
+
+
+def test_topk1_forces_draft_tokens_to_steps_plus_one_with_sglangs_warning():
+    args = _resolve(*SPEC, "--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
+                    "--speculative-num-draft-tokens", "16")
+    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (1, 1, 2)
+    assert W_DRAFT_TOKENS in args.warnings
+    assert W_DRAFT_TOKENS == ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                              "speculative_eagle_topk == 1")
+
+
+def test_consistent_flags_are_kept_without_warning():
+    args = _resolve(*SPEC, "--speculative-num-steps", "7", "--speculative-eagle-topk", "1",
+                    "--speculative-num-draft-tokens", "8")
+    assert args.speculative_num_draft_tokens == 8 and W_DRAFT_TOKENS not in args.warnings
+
+
+def test_max_running_requests_reset_to_48_only_when_unset():
+    args = _resolve(*SPEC, "--speculative-num-steps", "3")
+    assert args.max_running_requests == 48 and W_MAX_RUNNING in args.warnings
+    args = _resolve(*SPEC, "--speculative-num-steps", "3", "--max-running-requests", "4")
+    assert args.max_running_requests == 4 and W_MAX_RUNNING not in args.warnings
+    assert _resolve().max_running_requests is None  # no speculative decoding: untouched
+
+
+def test_auto_params_for_llama_are_tree_drafting_which_the_lab_refuses_clearly():
+    with pytest.raises(StartupError) as info:
+        _resolve(*SPEC)
+    assert "speculative_eagle_topk=4" in str(info.value) and "auto-chosen" in str(info.value)
+
+
+def test_auto_params_for_other_architectures_are_3_1_4():
+    args = _resolve(*SPEC, arch="Qwen2ForCausalLM")
+    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (3, 1, 4)
+    assert W_DRAFT_TOKENS not in args.warnings
+
+
+def test_steps_unset_with_topk_set_is_sglangs_assertion():
+    with pytest.raises(StartupError) as info:
+        _resolve(*SPEC, "--speculative-eagle-topk", "1")
+    assert info.value.kind == "AssertionError"
+
+
+@pytest.mark.parametrize(("given", "resolved"), [("eagle3", "EAGLE3"), ("NextN", "EAGLE"), ("eagle", "EAGLE")])
+def test_algorithm_is_uppercased_and_nextn_is_eagle(given, resolved):
+    args = _resolve("--speculative-algorithm", given, "--speculative-draft-model-path", "/d",
+                    "--speculative-num-steps", "2")
+    assert args.speculative_algorithm == resolved
+
+
+def test_unknown_algorithm_is_sglangs_value_error():
+    with pytest.raises(StartupError, match="^Unknown speculative algorithm name: medusa$"):
+        _resolve("--speculative-algorithm", "medusa")
+
+
+def test_lab_capture_layers_parse_and_reject_garbage():
+    assert _resolve(*SPEC, "--speculative-num-steps", "2", "--lab-capture-layers", "0,6,11").lab_capture_layers == [0, 6, 11]
+    with pytest.raises(StartupError, match="comma-separated integers"):
+        _resolve(*SPEC, "--speculative-num-steps", "2", "--lab-capture-layers", "0;rm -rf")
+
+
+def _run_server(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "orchestrator.lab.server", *argv], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd="/")
+
+
+def test_unknown_flag_exits_2_with_usage_like_argparse():
+    proc = _run_server("--model-path", "/m", "--speculative-algorithim", "EAGLE3")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: ") and "unrecognized arguments: --speculative-algorithim" in proc.stderr
+
+
+def test_startup_errors_exit_1_with_sglangs_exception_line(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    proc = _run_server("--model-path", str(tmp_path), "--speculative-algorithm", "bogus")
+    assert proc.returncode == 1
+    assert "ValueError: Unknown speculative algorithm name: bogus" in proc.stderr
+    assert "NOT SGLang" in proc.stderr.splitlines()[0]  # the banner comes first, even on failure
