@@ -136,5 +136,13 @@ def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
         return
     from rich.console import Console
 
+    from orchestrator.cli.lab import rich_progress
+
     Console(stderr=True).print("[bold]The lab is not built yet: building it now (about 3 minutes on 2 cores, once).[/]")
-    ensure_lab(scenario)
+    progress, report = rich_progress()
+    with progress:
+        ensure_lab(scenario, progress=report)
+    # The inventory was made before the build: refresh its host vars (paths, layer count) from the built lab.
+    from orchestrator.lab.inventory import lab_host_vars
+
+    inv.hosts["lab"].vars.update(lab_host_vars(scenario))

@@ -34,7 +34,8 @@ from orchestrator.playbook.templating import evaluate, render
 from orchestrator.redact import Redactor
 from orchestrator.transport.base import Transport
 
-CONTROLLER = "controller"  # the host name for steps that run once here (`set`, notes)
+CONTROLLER = "controller"
+FINALIZER_GRACE = 30.0  # seconds a finalizer gets after an outside cancel (stopping a server takes a few)  # the host name for steps that run once here (`set`, notes)
 
 StepHook = Callable[["Engine", Step, StepFinished, dict[str, Any]], Awaitable[None]]
 
@@ -173,6 +174,7 @@ class Engine:
         )
         status = "ok"
         error: str | None = None
+        outer_cancel = False
         try:
             status = await self._run_guarded(self._run_section(self.playbook.steps))
             if self._cancelled:
@@ -181,10 +183,15 @@ class Engine:
                 always_status = await self._run_guarded(self._run_section(self.playbook.always, always=True))
                 if status == "ok" and always_status != "ok":
                     status = always_status
+        except asyncio.CancelledError:
+            # Cancelled from outside (the loop is closing, the TUI exited): still stop our servers and close
+            # the log, but bounded, then let the cancellation through.
+            outer_cancel = True
+            self._cancelled = self._force = True
         except Exception as exc:  # an engine bug must still leave a finished, readable session
             status, error = "error", f"{type(exc).__name__}: {exc}"
         finally:
-            await self._shutdown()
+            await self._shutdown(bounded=outer_cancel)
         if self._cancelled:
             status = "cancelled"
         for step_id, host, _stream in list(self._held_output):  # background output (server logs) held back
@@ -194,6 +201,8 @@ class Engine:
         for sink in self.sinks:
             with contextlib.suppress(Exception):
                 sink.close()
+        if outer_cancel:
+            raise asyncio.CancelledError
         return SessionOutcome(status=status, counts=dict(self.counts), duration=duration)
 
     async def _run_guarded(self, coro: Awaitable[str]) -> str:
@@ -207,10 +216,15 @@ class Engine:
         finally:
             self._current = None
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, *, bounded: bool = False) -> None:
+        """Finalizers (stop servers...), then workdirs and connections. ``bounded``: after an outside
+        cancel nobody waits for us, so a finalizer that waits for a person (the TUI hold) gets no time."""
         for finalize in reversed(self.finalizers):
-            with contextlib.suppress(Exception):
-                await asyncio.shield(finalize())
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                if bounded:
+                    await asyncio.wait_for(asyncio.shield(finalize()), FINALIZER_GRACE)
+                else:
+                    await asyncio.shield(finalize())
         for transport in list(self.transports.values()):
             with contextlib.suppress(Exception):
                 if not self.options.keep_remote:

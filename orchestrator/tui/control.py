@@ -74,12 +74,16 @@ class ControlGate(StepGate):
 class SessionHold:
     """An engine finalizer that keeps the session (transports, log, servers) open until released."""
 
-    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, on_change: Callable[[], None] | None = None,
+                 should_hold: Callable[[], bool] | None = None) -> None:
         self._released = asyncio.Event()
         self.holding = False
         self.on_change = on_change or (lambda: None)
+        self.should_hold = should_hold or (lambda: True)
 
     async def __call__(self) -> None:
+        if not self.should_hold():  # the session was torn down from outside: nobody is there to poke
+            return
         self.holding = True
         self.on_change()
         try:
@@ -99,7 +103,7 @@ class Controller:
         self.engine = engine
         self.gate = ControlGate(start_mode, on_change)
         engine.gate = self.gate
-        self.hold = SessionHold(on_change)
+        self.hold = SessionHold(on_change, should_hold=lambda: not engine._force)
         if hold_open:
             engine.finalizers.append(self.hold)
         self.outcome: SessionOutcome | None = None
