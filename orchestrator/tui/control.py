@@ -170,7 +170,16 @@ class Controller:
             raise UserInputError(f"step {step_id} is a {step.action} step, not a server step: it has no flags")
         if step_id in self.edited_flags:
             return dict(self.edited_flags[step_id])
-        return dict(step.args.get("flags") or {})
+        flags = step.args.get("flags") or {}
+        if not isinstance(flags, dict) or any(isinstance(v, str) and "{{" in v for v in flags.values()):
+            # templated (`flags: "{{ candidate_flags }}"`): show the values this session resolves them to
+            from orchestrator.playbook.templating import render
+
+            hosts = self.engine.inventory.resolve(step.hosts or self.engine.playbook.hosts)
+            flags = render(flags, self.engine.vars.for_host(hosts[0] if hosts else None))
+        if not isinstance(flags, dict):
+            raise UserInputError(f"step {step_id}: its flags are not a mapping ({flags!r})")
+        return dict(flags)
 
     # -- reruns and pokes: each one a recorded ad-hoc step --------------------------------------
     def _require_kind(self, kind: str) -> None:
