@@ -25,7 +25,7 @@ from pathlib import Path
 from orchestrator.lab.draft_io import DraftLayout
 from orchestrator.lab.train import DraftRecipe, ProgressFn, TargetRecipe, train_draft, train_target
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 
 def cache_root(cache_dir: Path | str | None = None) -> Path:

@@ -47,7 +47,9 @@ steps:
         assert bench["completed"] == 3 and bench["errors"] == []
         assert bench["tok_s"] > 0 and bench["latency_p50"] <= bench["latency_p99"]
         assert bench["accept_length"] >= 1.0 and bench["verify_ct"] > 0
-        assert bench["server_accept_length"] is not None
+        # SGLang (and the lab) publish the average only after a decode log line: every 40 decode iterations
+        if bench["verify_ct"] >= 40:
+            assert bench["server_accept_length"] is not None
     assert b["ttft_p50"] is not None and b2["ttft_p50"] is None  # TTFT only when streaming
 
     # Restart: new flags merged onto the old ones, a new process group, no override left.
