@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from orchestrator import __version__
-from orchestrator.actions import ActionContext, StepFailed, get_action
+from orchestrator.actions import get_action
+from orchestrator.engine.attempt import CONTROLLER, run_on_host
 from orchestrator.engine.sinks import EventSink
 from orchestrator.engine.variables import VariableState
-from orchestrator.errors import HostUnreachable, OrchestratorError, TemplateError
+from orchestrator.errors import OrchestratorError, TemplateError
 from orchestrator.events import (
     Event,
     HostOutcome,
@@ -34,8 +33,8 @@ from orchestrator.playbook.templating import evaluate, render
 from orchestrator.redact import Redactor
 from orchestrator.transport.base import Transport
 
-CONTROLLER = "controller"
-FINALIZER_GRACE = 30.0  # seconds a finalizer gets after an outside cancel (stopping a server takes a few)  # the host name for steps that run once here (`set`, notes)
+FINALIZER_GRACE = 30.0  # seconds a finalizer gets after an outside cancel (stopping a server takes a few)
+__all__ = ["CONTROLLER", "Engine", "EngineOptions", "SessionOutcome", "StepGate"]
 
 StepHook = Callable[["Engine", Step, StepFinished, dict[str, Any]], Awaitable[None]]
 
@@ -195,7 +194,7 @@ class Engine:
         if self._cancelled:
             status = "cancelled"
         for step_id, host, _stream in list(self._held_output):  # background output (server logs) held back
-            self._flush_output(step_id, host)
+            self.flush_output(step_id, host)
         duration = time.monotonic() - started
         self.emit(SessionFinished(status=status, duration=round(duration, 3), counts=dict(self.counts), error=error))
         for sink in self.sinks:
@@ -288,7 +287,7 @@ class Engine:
 
         async def one(host: str) -> tuple[HostOutcome, int]:
             async with semaphore:
-                return await self._run_on_host(step, action_cls, host)
+                return await run_on_host(self, step, action_cls, host)
 
         tasks = [asyncio.ensure_future(one(h)) for h in run_hosts]
         try:
@@ -320,7 +319,7 @@ class Engine:
             try:
                 await hook(self, step, finished, self.vars.for_host(run_hosts[0] if run_hosts[0] != CONTROLLER else None))
             except OrchestratorError as exc:
-                self._output(step.step_id, run_hosts[0], "info", f"{exc.message}\n")
+                self.emit_output(step.step_id, run_hosts[0], "info", f"{exc.message}\n")
         return finished
 
     def _skip(self, step: Step, reason: str) -> StepFinished:
@@ -343,10 +342,10 @@ class Engine:
             rendered = render(step.args, self.vars.for_host(host if host != CONTROLLER else None))
         except OrchestratorError:
             rendered = step.args
-        self._learn_secret_env(rendered)
+        self.learn_secret_env(rendered)
         return rendered if isinstance(rendered, dict) else {"value": rendered}
 
-    def _learn_secret_env(self, rendered: Any) -> None:
+    def learn_secret_env(self, rendered: Any) -> None:
         """A templated value put into a secret-named env var (``HF_TOKEN: "{{ tok }}"``) is a secret too."""
         if isinstance(rendered, dict) and isinstance(rendered.get("env"), dict):
             self.redactor.add_env(rendered["env"])
@@ -375,42 +374,7 @@ class Engine:
         self.emit(finished)
         return finished
 
-    async def _run_on_host(self, step: Step, action_cls: Any, host: str) -> tuple[HostOutcome, int]:
-        max_attempts = 1 + (step.retries if step.retries is not None else (3 if step.until else 0))
-        attempt = 0
-        outcome = HostOutcome(host=host, status="failed")
-        while attempt < max_attempts:
-            attempt += 1
-            outcome = await self._attempt(step, action_cls, host)
-            self._flush_output(step.step_id, host)
-            if outcome.status in ("cancelled", "unreachable"):
-                break
-            if step.until:
-                variables = self.vars.for_host(host if host != CONTROLLER else None)
-                bound = {**outcome.result, "status": outcome.status, "failed": outcome.status != "ok"}
-                variables["result"] = bound
-                if step.register_as:
-                    variables[step.register_as] = bound
-                try:
-                    done = bool(evaluate(step.until, variables))
-                except TemplateError as exc:
-                    outcome = HostOutcome(host=host, status="failed", result=outcome.result,
-                                          error=f"until: {exc.message}", duration=outcome.duration)
-                    break
-                if done:
-                    break
-                if attempt >= max_attempts:
-                    outcome = HostOutcome(host=host, status="failed", result=outcome.result, duration=outcome.duration,
-                                          error=f"until condition still false after {attempt} attempts")
-                    break
-            elif outcome.status == "ok":
-                break
-            if attempt < max_attempts:
-                self._output(step.step_id, host, "info", f"retrying ({attempt}/{max_attempts - 1}) in {step.delay:g}s\n")
-                await asyncio.sleep(step.delay)
-        return outcome, attempt
-
-    def _output(self, step_id: str, host: str, stream: str, text: str) -> None:
+    def emit_output(self, step_id: str, host: str, stream: str, text: str) -> None:
         # A secret may straddle two chunks; hold back a tail that could start one until more arrives.
         key = (step_id, host, stream)
         text = self._held_output.pop(key, "") + text
@@ -420,67 +384,6 @@ class Engine:
         if text:
             self.emit(Output(step_id=step_id, host=host, stream=stream, text=text))  # type: ignore[arg-type]
 
-    def _flush_output(self, step_id: str, host: str) -> None:
+    def flush_output(self, step_id: str, host: str) -> None:
         for key in [k for k in self._held_output if k[:2] == (step_id, host)]:
             self.emit(Output(step_id=step_id, host=host, stream=key[2], text=self._held_output.pop(key)))  # type: ignore[arg-type]
-
-    async def _attempt(self, step: Step, action_cls: Any, host: str) -> HostOutcome:
-        started = time.monotonic()
-        on_controller = host == CONTROLLER
-        variables = self.vars.for_host(None if on_controller else host)
-
-        def result(status: str, res: dict[str, Any] | None = None, error: str | None = None) -> HostOutcome:
-            return HostOutcome(host=host, status=status, result=res or {}, error=error,  # type: ignore[arg-type]
-                               duration=round(time.monotonic() - started, 4))
-
-        try:
-            rendered = action_cls.render_args(action_cls.normalize(step.args), variables) \
-                if isinstance(step.args, dict) else action_cls.normalize(render(step.args, variables))
-            self._learn_secret_env(rendered)
-            args = action_cls.Args.model_validate(rendered)
-        except TemplateError as exc:
-            return result("failed", error=f"{step.location}: {exc.message}")
-        except ValidationError as exc:
-            from orchestrator.playbook.yamlio import describe_pydantic_error
-
-            problems = "; ".join(describe_pydantic_error(e) for e in exc.errors())
-            return result("failed", error=f"{step.location}: invalid arguments after templating: {problems}")
-
-        transport = None
-        if not on_controller:
-            try:
-                transport = await self.transport(host)
-            except HostUnreachable as exc:
-                self.unreachable[host] = exc.message
-                return result("unreachable", error=exc.message)
-        ctx = ActionContext(
-            step_id=step.step_id, step_name=step.display_name, host=host,
-            host_spec=None if on_controller else self.inventory.host(host), transport=transport,
-            variables=variables if not on_controller else self.vars.shared, session_id=self.options.session_id,
-            session_dir=self.options.session_dir,
-            emit_output=lambda stream, text: self._output(step.step_id, host, stream, text),
-            services=self.services, emit=self.emit, timeout=step.timeout,
-        )
-        ctx.services.setdefault("engine", self)
-        action = action_cls()
-        try:
-            if step.timeout:
-                res = await asyncio.wait_for(action.run(args, ctx), step.timeout)
-            else:
-                res = await action.run(args, ctx)
-            return result("ok", res)
-        except StepFailed as exc:
-            return result(exc.status, exc.result, exc.message)
-        except asyncio.TimeoutError:
-            return result("timeout", error=f"timed out after {step.timeout:g}s")
-        except asyncio.CancelledError:
-            if self._cancelled:
-                return result("cancelled", error="cancelled")
-            raise
-        except HostUnreachable as exc:
-            self.unreachable[host] = exc.message
-            return result("unreachable", error=exc.message)
-        except OrchestratorError as exc:
-            return result("failed", error=exc.message)
-        except Exception as exc:  # an action bug: record it, keep the session going to `always:`
-            return result("failed", error=f"internal error in {step.action}: {type(exc).__name__}: {exc}")

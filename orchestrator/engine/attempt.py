@@ -1,0 +1,119 @@
+"""One step on one host: render and validate the arguments, run the action (with its timeout), and apply
+``until``/``retries``/``delay``. Every failure becomes a HostOutcome; only an outside cancel propagates."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from orchestrator.actions import ActionContext, StepFailed
+from orchestrator.errors import HostUnreachable, OrchestratorError, TemplateError
+from orchestrator.events import HostOutcome
+from orchestrator.playbook.models import Step
+from orchestrator.playbook.templating import evaluate, render
+
+if TYPE_CHECKING:
+    from orchestrator.engine.runner import Engine
+
+CONTROLLER = "controller"  # the host name for steps that run once here (`set`, notes)
+
+
+async def run_on_host(engine: Engine, step: Step, action_cls: Any, host: str) -> tuple[HostOutcome, int]:
+    max_attempts = 1 + (step.retries if step.retries is not None else (3 if step.until else 0))
+    attempt = 0
+    outcome = HostOutcome(host=host, status="failed")
+    while attempt < max_attempts:
+        attempt += 1
+        outcome = await attempt_once(engine, step, action_cls, host)
+        engine.flush_output(step.step_id, host)
+        if outcome.status in ("cancelled", "unreachable"):
+            break
+        if step.until:
+            variables = engine.vars.for_host(host if host != CONTROLLER else None)
+            bound = {**outcome.result, "status": outcome.status, "failed": outcome.status != "ok"}
+            variables["result"] = bound
+            if step.register_as:
+                variables[step.register_as] = bound
+            try:
+                done = bool(evaluate(step.until, variables))
+            except TemplateError as exc:
+                outcome = HostOutcome(host=host, status="failed", result=outcome.result,
+                                      error=f"until: {exc.message}", duration=outcome.duration)
+                break
+            if done:
+                break
+            if attempt >= max_attempts:
+                outcome = HostOutcome(host=host, status="failed", result=outcome.result, duration=outcome.duration,
+                                      error=f"until condition still false after {attempt} attempts")
+                break
+        elif outcome.status == "ok":
+            break
+        if attempt < max_attempts:
+            engine.emit_output(step.step_id, host, "info", f"retrying ({attempt}/{max_attempts - 1}) in {step.delay:g}s\n")
+            await asyncio.sleep(step.delay)
+    return outcome, attempt
+
+
+async def attempt_once(engine: Engine, step: Step, action_cls: Any, host: str) -> HostOutcome:
+    started = time.monotonic()
+    on_controller = host == CONTROLLER
+    variables = engine.vars.for_host(None if on_controller else host)
+
+    def result(status: str, res: dict[str, Any] | None = None, error: str | None = None) -> HostOutcome:
+        return HostOutcome(host=host, status=status, result=res or {}, error=error,  # type: ignore[arg-type]
+                           duration=round(time.monotonic() - started, 4))
+
+    try:
+        rendered = action_cls.render_args(action_cls.normalize(step.args), variables) \
+            if isinstance(step.args, dict) else action_cls.normalize(render(step.args, variables))
+        engine.learn_secret_env(rendered)
+        args = action_cls.Args.model_validate(rendered)
+    except TemplateError as exc:
+        return result("failed", error=f"{step.location}: {exc.message}")
+    except ValidationError as exc:
+        from orchestrator.playbook.yamlio import describe_pydantic_error
+
+        problems = "; ".join(describe_pydantic_error(e) for e in exc.errors())
+        return result("failed", error=f"{step.location}: invalid arguments after templating: {problems}")
+
+    transport = None
+    if not on_controller:
+        try:
+            transport = await engine.transport(host)
+        except HostUnreachable as exc:
+            engine.unreachable[host] = exc.message
+            return result("unreachable", error=exc.message)
+    ctx = ActionContext(
+        step_id=step.step_id, step_name=step.display_name, host=host,
+        host_spec=None if on_controller else engine.inventory.host(host), transport=transport,
+        variables=variables if not on_controller else engine.vars.shared, session_id=engine.options.session_id,
+        session_dir=engine.options.session_dir,
+        emit_output=lambda stream, text: engine.emit_output(step.step_id, host, stream, text),
+        services=engine.services, emit=engine.emit, timeout=step.timeout,
+    )
+    ctx.services.setdefault("engine", engine)
+    action = action_cls()
+    try:
+        if step.timeout:
+            res = await asyncio.wait_for(action.run(args, ctx), step.timeout)
+        else:
+            res = await action.run(args, ctx)
+        return result("ok", res)
+    except StepFailed as exc:
+        return result(exc.status, exc.result, exc.message)
+    except asyncio.TimeoutError:
+        return result("timeout", error=f"timed out after {step.timeout:g}s")
+    except asyncio.CancelledError:
+        if engine.cancelled:
+            return result("cancelled", error="cancelled")
+        raise
+    except HostUnreachable as exc:
+        engine.unreachable[host] = exc.message
+        return result("unreachable", error=exc.message)
+    except OrchestratorError as exc:
+        return result("failed", error=exc.message)
+    except Exception as exc:  # an action bug: record it, keep the session going to `always:`
+        return result("failed", error=f"internal error in {step.action}: {type(exc).__name__}: {exc}")
