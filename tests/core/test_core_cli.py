@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import subprocess_env
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from tests.core.conftest import subprocess_env
 
 OK = "name: fine\nhosts: localhost\nvars: {who: world}\nsteps:\n  - {name: greet, shell: 'echo hello {{ who }}'}\n"
 FAILS = "name: fails\nhosts: localhost\nsteps:\n  - {name: bad, shell: 'exit 5'}\n  - {name: never, shell: 'echo no'}\n"

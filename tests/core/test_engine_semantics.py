@@ -7,9 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from conftest import make_engine, marker_pids, wait_for_pids
-
 from orchestrator.inventory import Inventory
+from tests.core.conftest import make_engine, marker_pids, wait_for_pids
 
 HEAD = "name: semantics\nhosts: localhost\n"
 

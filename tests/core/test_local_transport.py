@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from conftest import marker_pids, wait_for_pids
 
 from orchestrator.transport.local import LocalTransport
+from tests.core.conftest import marker_pids, wait_for_pids
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import marker_pids, subprocess_env, wait_for_pids
+from tests.core.conftest import marker_pids, subprocess_env, wait_for_pids
 
 
 def start_run(tmp_path: Path, marker: str, inventory: Path, *extra: str) -> subprocess.Popen[str]:

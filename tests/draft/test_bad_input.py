@@ -11,8 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
-from conftest import PROBES, save_checkpoint  # noqa: E402
 from eagle3_draft import DraftLoadError, DraftOutput, load_draft  # noqa: E402
+
+from tests.draft.conftest import PROBES, save_checkpoint  # noqa: E402
 
 
 def _state(cfg: dict) -> dict:

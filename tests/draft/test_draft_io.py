@@ -10,10 +10,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
-from conftest import REPO  # noqa: E402
 from eagle3_checkpoint import read_safetensors  # noqa: E402
 from eagle3_draft import DraftConfig, DraftLoadError, Eagle3Draft, load_draft  # noqa: E402
 from eagle3_wiring import server_wiring  # noqa: E402
+
+from tests.draft.conftest import REPO  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 from orchestrator.lab.draft_io import DraftLayout, save_draft  # noqa: E402

@@ -15,8 +15,9 @@ llama3_eagle = pytest.importorskip(
     reason="reference implementation missing: pip install --no-deps specforge==0.2.0",
 )
 
-from conftest import save_checkpoint  # noqa: E402
 from eagle3_draft import DraftKVCache, load_draft  # noqa: E402
+
+from tests.draft.conftest import save_checkpoint  # noqa: E402
 
 STEPS = 4
 SEQ = 12

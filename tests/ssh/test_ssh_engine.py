@@ -6,7 +6,6 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from conftest import pgrep, wait_until
 from sshd_fixture import SshdServer, start_sshd
 
 from orchestrator.engine.runner import Engine, EngineOptions
@@ -15,6 +14,7 @@ from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook_text
 from orchestrator.session.log import SessionLog
 from orchestrator.session.reader import read_session
+from tests.ssh.conftest import pgrep, wait_until
 
 
 def _inventory(server: SshdServer, hosts: dict[str, str], **extra: object) -> Inventory:

@@ -9,12 +9,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import pgrep, wait_until
 from sshd_fixture import SshdServer, start_sshd
 
 from orchestrator.errors import HostUnreachable, TransportError
 from orchestrator.inventory import HostSpec
 from orchestrator.transport.ssh import SshTransport
+from tests.ssh.conftest import pgrep, wait_until
 
 
 def marker() -> str:
