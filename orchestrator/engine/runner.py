@@ -224,12 +224,15 @@ class Engine:
                     await asyncio.wait_for(asyncio.shield(finalize()), FINALIZER_GRACE)
                 else:
                     await asyncio.shield(finalize())
+        # After an outside cancel a second cancel may come while we tidy up: each step is short and
+        # time-boxed, so finishing it beats leaving the remote workdir behind.
+        ignored = (Exception, asyncio.CancelledError) if bounded else (Exception,)
         for transport in list(self.transports.values()):
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*ignored):
                 if not self.options.keep_remote:
-                    await transport.remove_workdir()
-            with contextlib.suppress(Exception):
-                await transport.close()
+                    await asyncio.wait_for(transport.remove_workdir(), FINALIZER_GRACE)
+            with contextlib.suppress(*ignored):
+                await asyncio.wait_for(transport.close(), FINALIZER_GRACE)
 
     def _safe_hosts(self, pattern: Any) -> list[str]:
         try:
