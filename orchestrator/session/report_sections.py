@@ -134,7 +134,12 @@ def sweeps_section(session: LoadedSession) -> list[Block]:
             blocks.append(Table(["config", "tok/s", "accept length", "status", "note"], rows))
         if res.get("best"):
             best = res["best"]
-            blocks.append(Para(f"Best: **{best.get('label', best.get('name', best))}** at {_num(best.get('tok_s'))} tok/s."))
+            speedup = best.get("speedup")
+            verdict = ""
+            if isinstance(speedup, (int, float)):
+                verdict = f" — {speedup:.2f}× the baseline" + (" (no config beats it)" if speedup <= 1.0 else "")
+            blocks.append(Para(f"Best speculative config: **{best.get('label', best.get('name', best))}** at "
+                               f"{_num(best.get('tok_s'))} tok/s{verdict}."))
     for art in session.of_type("artifact_saved"):
         if art.path.endswith((".svg", ".png")):
             blocks.append(Image(session.directory / art.path, art.description or art.path))
