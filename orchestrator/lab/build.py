@@ -221,32 +221,42 @@ def _write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
     tmp.rename(dst)
 
 
-def install_sglang_site(root: Path, progress: BuildProgress) -> Path:
-    """Link ``root/site`` to the cached sglang tree, installing it there first (pip --no-deps --target).
+def cached_sglang_tree(version: str = SGLANG_VERSION, *, timeout: float = 900) -> Path:
+    """A real sglang source tree (``pip install --no-deps --target``) under the cache dir, installed once.
 
-    :raises OrchestratorError: pip failed (offline, no such version); the message carries pip's last lines.
+    The lab links to it and the tests read it. :raises OrchestratorError: pip failed (offline, no such version);
+    the message carries pip's last lines.
     """
     from orchestrator.errors import OrchestratorError
 
-    cached = cache_dir() / "sglang-src" / SGLANG_VERSION
-    if not (cached / "sglang" / "__init__.py").is_file():
-        progress("sglang", f"pip install --no-deps --target ... sglang=={SGLANG_VERSION}", 0.0)
-        partial = cached.with_name(SGLANG_VERSION + ".partial")
+    cached = cache_dir() / "sglang-src" / version
+    if (cached / "sglang" / "__init__.py").is_file():
+        return cached
+    partial = cached.with_name(version + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--quiet",
+                           "--disable-pip-version-check", "--target", str(partial), f"sglang=={version}"],
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--quiet",
-                               "--disable-pip-version-check", "--target", str(partial), f"sglang=={SGLANG_VERSION}"],
-                              capture_output=True, text=True, timeout=900)
-        if proc.returncode != 0:
-            shutil.rmtree(partial, ignore_errors=True)
-            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-            raise OrchestratorError(f"cannot install sglang=={SGLANG_VERSION} for the lab: {tail}",
-                                    title="Lab build failed")
-        if not (cached / "sglang" / "__init__.py").is_file():  # another process may have won the race
-            shutil.rmtree(cached, ignore_errors=True)
-            partial.rename(cached)
-        else:
-            shutil.rmtree(partial, ignore_errors=True)
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        raise OrchestratorError(f"cannot install sglang=={version}: {tail}", title="sglang install failed")
+    if not (cached / "sglang" / "__init__.py").is_file():  # another process may have won the race
+        shutil.rmtree(cached, ignore_errors=True)
+        partial.rename(cached)  # atomic: an interrupted install never looks complete
+    else:
+        shutil.rmtree(partial, ignore_errors=True)
+    return cached
+
+
+def install_sglang_site(root: Path, progress: BuildProgress) -> Path:
+    """Link ``root/site`` to the cached sglang tree, installing it there first.
+
+    :raises OrchestratorError: pip failed (offline, no such version).
+    """
+    progress("sglang", f"pip install --no-deps --target ... sglang=={SGLANG_VERSION}", 0.0)
+    cached = cached_sglang_tree(SGLANG_VERSION)
     site = root / "site"
     if site.is_symlink() or site.exists():
         if site.is_symlink() or site.is_file():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,28 +17,15 @@ from orchestrator.probes import ProbeOutcome, new_nonce, parse_probe_output, pro
 SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("ORCHESTRATOR_CACHE_DIR") or Path.home() / ".cache" / "orchestrator")
-
-
 def install_sglang_tree(version: str) -> Path:
-    """``pip install --no-deps --target`` one sglang version once; later runs reuse it. Skips (with pip's reason)
-    when the install fails, e.g. offline."""
-    target = cache_dir() / "sglang-src" / version
-    if (target / "sglang" / "__init__.py").is_file():
-        return target
-    partial = target.with_name(version + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--quiet",
-                           "--disable-pip-version-check", "--target", str(partial), f"sglang=={version}"],
-                          capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        pytest.skip(f"cannot install sglang=={version} (offline?): {' | '.join(tail)}")
-    partial.rename(target)  # atomic: an interrupted install never looks complete
-    return target
+    """The product's cached install of one sglang version; skips (with pip's reason) when it fails, e.g. offline."""
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.lab.build import cached_sglang_tree
+
+    try:
+        return cached_sglang_tree(version, timeout=600)
+    except OrchestratorError as exc:
+        pytest.skip(f"{exc.message} (offline?)")
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import uuid
 from pathlib import Path
@@ -14,9 +13,6 @@ from orchestrator.engine.runner import Engine, EngineOptions
 from orchestrator.engine.sinks import ListSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook_text
-
-CACHE = Path(os.environ.get("ORCHESTRATOR_CACHE_DIR") or Path.home() / ".cache" / "orchestrator")
-SGLANG_TREE = CACHE / "sglang-src" / "0.5.12.post1"
 
 
 def _inventory(server: SshdServer) -> Inventory:
@@ -66,11 +62,10 @@ steps:
 
 @pytest.fixture(scope="session")
 def sglang_012() -> Path:
-    if not (SGLANG_TREE / "sglang").is_dir():
-        import subprocess
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.lab.build import cached_sglang_tree
 
-        result = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(SGLANG_TREE),
-                                 "sglang==0.5.12.post1"], capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.skip(f"cannot install sglang==0.5.12.post1 (offline?): {result.stderr[-300:]}")
-    return SGLANG_TREE
+    try:
+        return cached_sglang_tree("0.5.12.post1")
+    except OrchestratorError as exc:
+        pytest.skip(f"{exc.message} (offline?)")
