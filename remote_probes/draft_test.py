@@ -3,12 +3,25 @@
 Args (JSON): {"target": dir, "draft": dir, "wirings": "auto" | [[..], ..] | {"name": [..]}, "engine": "sglang",
 "prompts_file"?: path (JSON list of strings, or JSONL with "prompt"/"text"), "num_prompts"?: 16,
 "max_new_tokens"?: 96, "steps"?: 5, "chat_template"?: true|false|"auto", "device"?: "auto"|"cpu"|"cuda",
-"dtype"?: "auto"|"float32"|"bfloat16"|"float16"}.
+"dtype"?: "auto"|"float32"|"bfloat16"|"float16", "margin"?: 0.1, "confidence"?: 0.95}.
 
 The target generates greedily; ONE forward per prompt captures the hidden states any wiring needs; for each
 wiring the draft runs K chained steps from every decode column at once (eagle3_draft.ttt_forward, which equals
 serving's incremental chain). Result: per-wiring acc/alpha/tau/tau_serving/seconds sorted best first, the best,
 the wiring the engine feeds (``server``) and a one-sentence verdict.
+
+Statistics (interval_stats): every figure carries a confidence interval over prompts (``*_ci``). Wirings whose
+tau_serving intervals overlap share a ``tier`` (1 = tied with the best): they are reported as tied, not ranked.
+``vs_server`` compares each wiring with the served one on the same prompts (paired ratio of tau_serving with its
+interval); ``beats_server`` marks the wirings that pass the ``mismatch`` test below against the served one. ``decision`` is what the evidence can say about the wiring:
+
+- ``mismatch``: the best wiring's lower bound is above the served wiring's upper bound, and the paired gain's
+  lower bound is above 1 + margin (the smallest gain worth calling a fault);
+- ``fine``: the paired gain's upper bound is below 1 + margin: no wiring beats the served one by the margin;
+- ``no_signal``: even the best wiring's lower bound is not above 1 + margin: the draft accepts (almost) nothing on
+  any wiring, so the wiring cannot be judged (look at lm_head, d2t, the architecture);
+- ``inconclusive``: none of these; ``prompts_to_decide`` says how many prompts would decide if the spread per
+  prompt stays as measured.
 """
 
 from __future__ import annotations
@@ -19,8 +32,9 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from _probe import ProbeFailure, progress, run_probe
-from draft_test_metrics import Tally
+from draft_test_metrics import Tally, summarize
 from eagle3_wiring import ENGINES, auto_wirings, nested_ids, server_wiring, top_level_ids, validate_wiring
+from interval_stats import paired_ratio_interval, units_to_reach
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -37,7 +51,7 @@ def _arg(args: Dict[str, Any], key: str, kind: type, default: Any, lo: Optional[
 
 def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
     known = {"target", "draft", "wirings", "engine", "prompts_file", "num_prompts", "max_new_tokens", "steps",
-             "chat_template", "device", "dtype"}
+             "chat_template", "device", "dtype", "margin", "confidence"}
     unknown = sorted(set(args) - known)
     if unknown:
         raise ProbeFailure("bad_args", "unknown argument(s): %s" % ", ".join(unknown), field=unknown[0])
@@ -50,7 +64,13 @@ def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
            "engine": _arg(args, "engine", str, "sglang"), "prompts_file": args.get("prompts_file"),
            "num_prompts": _arg(args, "num_prompts", int, 16, 1), "max_new_tokens": _arg(args, "max_new_tokens", int, 96, 2),
            "steps": _arg(args, "steps", int, 5, 1), "chat_template": args.get("chat_template", "auto"),
-           "device": _arg(args, "device", str, "auto"), "dtype": _arg(args, "dtype", str, "auto")}
+           "device": _arg(args, "device", str, "auto"), "dtype": _arg(args, "dtype", str, "auto"),
+           "margin": args.get("margin", 0.1), "confidence": args.get("confidence", 0.95)}
+    for key, lo, hi in (("margin", 0.0, 10.0), ("confidence", 0.5, 0.999)):
+        value = out[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo < value < hi:
+            raise ProbeFailure("bad_args", "%s must be a number between %s and %s, got %r" % (key, lo, hi, value),
+                               field=key)
     if out["engine"] not in ENGINES:
         raise ProbeFailure("bad_args", "engine must be one of %s" % ", ".join(ENGINES), field="engine")
     if out["device"] not in ("auto", "cpu", "cuda"):
@@ -163,8 +183,10 @@ def _capture(torch, tokenizer, model, prompts, a, needed) -> List[Tuple[Any, int
     return runs
 
 
-def score_wiring(torch, draft, runs, wiring: List[int], steps: int) -> Dict[str, Any]:
-    tally = Tally(steps)
+def score_wiring(torch, draft, runs, wiring: List[int], steps: int, confidence: float) -> Dict[str, Any]:
+    """Figures of one wiring with intervals over prompts; ``_units`` keeps (tokens, cycles) per prompt for the
+    paired comparisons (removed before the result is returned)."""
+    tallies = []
     dtype = next(draft.parameters()).dtype
     for seq, prompt_len, hs in runs:
         length = seq.shape[1]
@@ -176,21 +198,115 @@ def score_wiring(torch, draft, runs, wiring: List[int], steps: int) -> Dict[str,
         tokens = seq[0].tolist()
         hits = [[(preds[t][k] == tokens[t + 2 + k]) if t + 2 + k < length else None for k in range(steps)]
                 for t in range(length - 1)]
+        tally = Tally(steps)
         tally.add(hits, prompt_len - 1)
-    return tally.summary()
+        tallies.append(tally)
+    out = summarize(tallies, confidence)
+    out["_units"] = ([t.tokens for t in tallies], [t.cycles for t in tallies])
+    return out
 
 
-def verdict(engine: str, best: Dict[str, Any], server: Optional[Dict[str, Any]]) -> str:
+def assign_tiers(results: List[Dict[str, Any]]) -> None:
+    """``tier`` 1, 2, ...: walking down from the best, a wiring joins the current tier while its interval overlaps
+    the interval of the tier's first wiring (results are sorted best first)."""
+    tier, head = 0, None
+    for row in results:
+        ci, head_ci = row.get("tau_serving_ci"), (head or {}).get("tau_serving_ci")
+        tied = head is not None and (ci is None or head_ci is None or (ci[1] >= head_ci[0] and ci[0] <= head_ci[1]))
+        if not tied:
+            tier, head = tier + 1, row
+        row["tier"] = tier
+
+
+def compare_with_server(results: List[Dict[str, Any]], server: Optional[Dict[str, Any]], confidence: float) -> None:
+    """``vs_server`` on every row: this wiring's tau_serving / the served wiring's, paired over prompts."""
+    for row in results:
+        row["vs_server"] = None
+        if server is None:
+            continue
+        iv = paired_ratio_interval(row["_units"][0], row["_units"][1], server["_units"][0], server["_units"][1],
+                                   confidence)
+        if iv is not None:
+            row["vs_server"] = {"ratio": round(iv.estimate, 4), "ratio_ci": iv.as_list(), "se_log": iv.se}
+
+
+def mark_beats_server(results: List[Dict[str, Any]], server: Optional[Dict[str, Any]], margin: float) -> None:
+    """``beats_server`` on every row: the ``mismatch`` test of the module doc, for this wiring against the served
+    one (its lower bound above the served upper bound, and its paired gain's lower bound above 1 + margin)."""
+    sci = (server or {}).get("tau_serving_ci")
+    for row in results:
+        ci, gain = row.get("tau_serving_ci"), (row.get("vs_server") or {}).get("ratio_ci")
+        row["beats_server"] = bool(ci and sci and gain and ci[0] > sci[1] and gain[0] > 1.0 + margin)
+
+
+def _fmt_ci(ci: Optional[List[float]]) -> str:
+    return "[%.2f, %.2f]" % (ci[0], ci[1]) if ci else "[n/a: fewer than 2 prompts]"
+
+
+def decide(engine: str, results: List[Dict[str, Any]], best: Dict[str, Any], server: Optional[Dict[str, Any]],
+           margin: float, confidence: float, prompts: int) -> Dict[str, Any]:
+    """The decision about the wiring (see the module doc), a one-sentence verdict and how many prompts would
+    decide when the sample cannot."""
     name = "SGLang" if engine == "sglang" else "vLLM"
+    pct = int(round(confidence * 100))
+    tied = [r["wiring"] for r in results if r.get("tier") == 1 and r is not best]
+    best_txt = "%s (tau %.2f, %d%% CI %s%s)" % (best["wiring"], best["tau_serving"] or 0, pct,
+                                                 _fmt_ci(best.get("tau_serving_ci")),
+                                                 "; tied with %s" % ", ".join(str(w) for w in tied[:4]) if tied else "")
+    out: Dict[str, Any] = {"decision": "inconclusive", "prompts_to_decide": None, "margin": margin,
+                           "confidence": confidence, "gain": None}
     if server is None:
-        return "%s would feed hidden states outside the target; best tested wiring %s reaches tau %.2f" % (
-            name, best["wiring"], best["tau_serving"] or 0)
-    b, s = best["tau_serving"] or 0.0, server["tau_serving"] or 0.0
-    if best["wiring"] == server["wiring"] or b <= 1.1 * s:
-        return "%s feeds %s, the best tested wiring (tau %.2f); the wiring is not the problem" % (
-            name, server["wiring"], s)
-    return "draft scores best on %s (tau %.2f); %s feeds %s (tau %.2f): a wiring mismatch costs %.1fx" % (
-        best["wiring"], b, name, server["wiring"], s, b / max(s, 1e-9))
+        out["verdict"] = "%s would feed hidden states outside the target; best tested wiring %s" % (name, best_txt)
+        return out
+    gain = best.get("vs_server")
+    out["gain"] = gain
+    bci, sci = best.get("tau_serving_ci"), server.get("tau_serving_ci")
+    gci = gain["ratio_ci"] if gain else None
+    srv_txt = "%s feeds %s (tau %.2f, CI %s)" % (name, server["wiring"], server["tau_serving"] or 0, _fmt_ci(sci))
+    bar = 1.0 + margin
+    if bci is not None and bci[0] <= bar:
+        out["decision"] = "no_signal"
+        out["verdict"] = ("the draft accepts almost nothing on any wiring (best %s, not above %.2f): the wiring "
+                          "cannot be judged; look at lm_head, d2t and the architecture" % (best_txt, bar))
+        return out
+    if best.get("beats_server"):
+        out["decision"] = "mismatch"
+        out["verdict"] = ("draft scores best on %s; %s: a wiring mismatch costs %.2fx (CI %s)"
+                          % (best_txt, srv_txt, gain["ratio"], _fmt_ci(gci)))
+        return out
+    if gci and gci[1] < bar:
+        out["decision"] = "fine"
+        out["verdict"] = ("%s; the best tested wiring %s beats it by at most %.2fx (CI %s, below the %.2fx margin): "
+                          "the wiring is not the problem" % (srv_txt, best_txt, gci[1], _fmt_ci(gci), bar))
+        return out
+    out["prompts_to_decide"] = prompts_to_decide(best, server, gain, bar, prompts, confidence)
+    more = (" %d prompts (now %d) would decide if the spread per prompt holds" % (out["prompts_to_decide"], prompts)
+            if out["prompts_to_decide"] else " more prompts are needed")
+    out["verdict"] = ("inconclusive: best %s; %s; gain %.2fx (CI %s) against the %.2fx margin.%s"
+                      % (best_txt, srv_txt, gain["ratio"] if gain else float("nan"), _fmt_ci(gci), bar, more))
+    return out
+
+
+def prompts_to_decide(best: Dict[str, Any], server: Dict[str, Any], gain: Optional[Dict[str, Any]], bar: float,
+                      prompts: int, confidence: float) -> Optional[int]:
+    """The fewest prompts with which the point estimates, at the spread seen, would give mismatch or fine."""
+    import math
+
+    if not gain or not gain.get("ratio_ci") or prompts < 2:
+        return None
+    lr, half = math.log(gain["ratio"]), math.log(gain["ratio_ci"][1]) - math.log(gain["ratio"])
+    log_bar = math.log(bar)
+    if lr > log_bar:  # heading for "mismatch": the paired gain must clear the bar, the marginals must separate
+        need = [units_to_reach(prompts, half, lr - log_bar, confidence)]
+        bci, sci = best.get("tau_serving_ci"), server.get("tau_serving_ci")
+        gap = (best["tau_serving"] or 0) - (server["tau_serving"] or 0)
+        if bci and sci and gap > 0:
+            need.append(units_to_reach(prompts, (bci[1] - bci[0] + sci[1] - sci[0]) / 2, gap, confidence))
+    else:             # heading for "fine": the paired gain's upper bound must fall under the bar
+        need = [units_to_reach(prompts, half, log_bar - lr, confidence)]
+    if any(n is None for n in need):
+        return None
+    return max(n for n in need if n is not None)
 
 
 def main(args: Dict[str, Any]) -> Dict[str, Any]:
@@ -223,17 +339,26 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     results = []
     for i, cand in enumerate(cands):
         t0 = time.monotonic()
-        stats = score_wiring(torch, draft, runs, cand["wiring"], a["steps"])
+        stats = score_wiring(torch, draft, runs, cand["wiring"], a["steps"], a["confidence"])
         entry = dict(cand, **stats, seconds=round(time.monotonic() - t0, 3))
         results.append(entry)
-        progress("wiring %s %s: tau %s" % (cand["name"], cand["wiring"], stats["tau_serving"]),
-                 wiring=i + 1, wirings=len(cands))
+        progress("wiring %s %s: tau %s %s" % (cand["name"], cand["wiring"], stats["tau_serving"],
+                                              _fmt_ci(stats["tau_serving_ci"])), wiring=i + 1, wirings=len(cands))
     results.sort(key=lambda r: (-(r["tau_serving"] or 0), -(r["tau"] or 0)))
+    assign_tiers(results)
     best = results[0]
     server = next((r for r in results if r["wiring"] == srv), None)
+    compare_with_server(results, server, a["confidence"])
+    mark_beats_server(results, server, a["margin"])
+    decision = decide(a["engine"], results, best, server, a["margin"], a["confidence"], len(runs))
+    for row in results:
+        row.pop("_units", None)
     return {
         "wirings": results, "best": best, "server_wiring": srv, "server": server, "engine": a["engine"],
-        "verdict": verdict(a["engine"], best, server), "steps": a["steps"],
+        "verdict": decision.pop("verdict"), **decision, "steps": a["steps"],
+        "best_tier": [r["wiring"] for r in results if r["tier"] == 1],
+        "method": "ratio estimator per wiring, standard error clustered by prompt, Student t with prompts - 1 df; "
+                  "vs_server paired on the same prompts (log ratio)",
         "target": {"path": a["target"], "num_layers": n_layers, "hidden_size": hidden, "vocab_size": int(embed.shape[0]),
                    "device": str(device), "dtype": str(embed.dtype).replace("torch.", "")},
         "draft": {"path": a["draft"], "num_aux": draft.num_aux, "hidden_size": draft.cfg.hidden_size,

@@ -5,11 +5,16 @@ x_{t+2+k}, None when that token lies beyond the known sequence. Definitions (res
 acc_k = P(step k right | teacher-forced); alpha_k = P(step k right | steps 0..k-1 right); per-position tau =
 mean over anchors of 1 + (longest all-right prefix, <= K); serving tau = tokens per verify cycle when the
 decoder really jumps ahead by the accepted length + 1 (SGLang's accept length, bonus token included).
+
+Each prompt gets its own ``Tally``; ``summarize`` adds them up and gives every figure a confidence interval with
+the prompt as the unit (interval_stats), since tokens of one prompt are not independent.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
+
+from interval_stats import CONFIDENCE, ratio_interval
 
 Hits = List[List[Optional[bool]]]
 
@@ -64,6 +69,35 @@ class Tally:
             "anchors": self.anchors,
             "cycles": self.cycles,
         }
+
+
+def summarize(tallies: Sequence[Tally], confidence: float = CONFIDENCE) -> Dict[str, object]:
+    """The pooled figures of per-prompt tallies, each with its interval over prompts (``*_ci``: [lo, hi] or None
+    with fewer than two prompts), and ``prompts``: how many prompts carry the figures."""
+    if not tallies:
+        raise ValueError("summarize needs at least one tally")
+    steps = tallies[0].steps
+    total = Tally(steps)
+    for t in tallies:
+        for name in ("right", "seen", "cond_right", "cond_seen"):
+            setattr(total, name, [a + b for a, b in zip(getattr(total, name), getattr(t, name))])  # noqa: B905
+        total.tau_sum += t.tau_sum
+        total.anchors += t.anchors
+        total.tokens += t.tokens
+        total.cycles += t.cycles
+    out = total.summary()
+
+    def ci(ys: List[float], xs: List[float]) -> Optional[List[float]]:
+        iv = ratio_interval(ys, xs, confidence)
+        return iv.as_list() if iv is not None else None
+
+    out["tau_serving_ci"] = ci([t.tokens for t in tallies], [t.cycles for t in tallies])
+    out["tau_ci"] = ci([t.tau_sum for t in tallies], [t.anchors for t in tallies])
+    out["acc_ci"] = [ci([t.right[k] for t in tallies], [t.seen[k] for t in tallies]) for k in range(steps)]
+    out["alpha_ci"] = [ci([t.cond_right[k] for t in tallies], [t.cond_seen[k] for t in tallies])
+                       for k in range(steps)]
+    out["prompts"] = sum(1 for t in tallies if t.cycles)
+    return out
 
 
 def accepted(row: List[Optional[bool]], k_max: int) -> int:

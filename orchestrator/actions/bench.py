@@ -6,7 +6,10 @@
                 # b.server_accept_length, b.verify_ct, b.completed, b.errors, b.per_request
 - bench: {url: "http://127.0.0.1:30000", prompts: my_prompts.json}   # a server started elsewhere
 ```
-Temperature 0 by default; ``/flush_cache`` first (it also resets SGLang's spec counters). ``accept_length`` is
+Spread: ``accept_length_ci`` / ``tok_s_ci`` are 95% intervals with the request as the unit (t interval of the
+per-request accept lengths; the wall-clock tok/s with the relative spread of per-request throughput), and
+``accept_length_sd`` / ``tok_s_sd`` the per-request standard deviations; ``completed`` is n. With fewer than two
+requests the intervals are None. Temperature 0 by default; ``/flush_cache`` first (it also resets SGLang's spec counters). ``accept_length`` is
 the mean of per-request ``meta_info.spec_accept_length``; ``server_accept_length`` the ``/server_info`` average.
 ``prompts``: the bundled set (orchestrator/data/bench_prompts.json) or a JSON file on this machine holding a list
 of strings or ``{prompts: [{text: ...}]}``.
@@ -67,6 +70,34 @@ def load_prompts(path: str | None) -> list[str]:
     return prompts
 
 
+def with_intervals(result: dict[str, Any], distinct: int | None = None, confidence: float = 0.95) -> dict[str, Any]:
+    """Add per-request spread and intervals (see the module doc) to a bench result."""
+    import statistics
+
+    from remote_probes.interval_stats import mean_interval, ratio_interval
+
+    rows = result.get("per_request") or []
+    accepts = [float(r["accept_length"]) for r in rows if r.get("accept_length") is not None]
+    # The unit is the prompt: with more requests than prompts, greedy repeats of one prompt are not new evidence,
+    # so repeats are averaged per prompt (request i used prompt i % distinct) before the interval.
+    units = accepts
+    if distinct and len(accepts) == len(rows) == result.get("n") and len(accepts) > distinct:
+        units = [statistics.mean(accepts[i::distinct]) for i in range(distinct)]
+    acc = mean_interval(units, confidence) if units else None
+    timed = [r for r in rows if r.get("latency")]
+    rate = ratio_interval([r["completion_tokens"] for r in timed], [r["latency"] for r in timed], confidence)
+    tok_s = result.get("tok_s")
+    tok_ci = None
+    if rate is not None and rate.decided and rate.estimate > 0 and tok_s:
+        tok_ci = [round(tok_s * rate.lo / rate.estimate, 2), round(tok_s * rate.hi / rate.estimate, 2)]  # type: ignore[operator]
+    rates = [r["completion_tokens"] / r["latency"] for r in timed]
+    return {**result, "confidence": confidence,
+            "accept_length_ci": acc.as_list() if acc is not None else None,
+            "accept_length_sd": round(statistics.stdev(accepts), 4) if len(accepts) > 1 else None,
+            "accept_length_n": len(units),
+            "tok_s_ci": tok_ci, "tok_s_sd": round(statistics.stdev(rates), 2) if len(rates) > 1 else None}
+
+
 async def run_bench(client: Any, url: str, settings: BenchSettings) -> dict[str, Any]:
     """One benchmark through a ServerClient; :raises StepFailed: when no request succeeded."""
     payload = {
@@ -76,10 +107,15 @@ async def run_bench(client: Any, url: str, settings: BenchSettings) -> dict[str,
         "flush": settings.flush, "timeout": settings.request_timeout,
     }
     result = await client.call("bench", payload, timeout=settings.request_timeout * settings.n + 120)
+    distinct = len(payload["prompts"])
     if not result["completed"]:
         errors = "; ".join(result["errors"][:3]) or "no answer"
         raise StepFailed(f"bench: no request succeeded against {url}: {errors}", result)
-    return result
+    return with_intervals(result, distinct)
+
+
+def _ci(ci: list[float] | None) -> str:
+    return f"[95% CI {ci[0]:g}-{ci[1]:g}]" if ci else "[no interval: n < 2]"
 
 
 class BenchAction(Action[BenchArgs]):
@@ -105,6 +141,7 @@ class BenchAction(Action[BenchArgs]):
             result = await run_bench(client, url, args)
         except OrchestratorError as exc:
             raise StepFailed(exc.message) from None
-        ctx.output(f"bench {label}: {result['tok_s']} tok/s, accept length {result['accept_length']} "
+        ctx.output(f"bench {label}: n={result['completed']} {result['tok_s']} tok/s {_ci(result['tok_s_ci'])}, "
+                   f"accept length {result['accept_length']} {_ci(result['accept_length_ci'])} "
                    f"(server {result['server_accept_length']}), p50 {result['latency_p50']}s\n")
         return {**result, "server": label, "url": url}

@@ -5,6 +5,10 @@ wirings, on the host (torch + transformers there; GPU when available).
 - draft_test: {target: "{{ target }}", draft: "{{ draft }}", wirings: auto, engine: sglang, steps: 5}
   register: dt       # dt.best.wiring, dt.best.tau_serving, dt.server_wiring, dt.server.tau_serving, dt.verdict
 ```
+Every figure has a 95% interval over prompts (``dt.best.tau_serving_ci`` = [lo, hi], ``acc_ci``, ``alpha_ci``);
+wirings whose intervals overlap share a ``tier`` (1 = tied with the best); ``vs_server`` is each wiring's paired
+gain over the served wiring; ``dt.decision`` is mismatch | fine | no_signal | inconclusive, with
+``dt.prompts_to_decide`` when the sample cannot decide (remote_probes/draft_test.py documents the rules).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class DraftTestArgs(ActionArgs):
     chat_template: bool | Literal["auto"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    margin: float = Field(default=0.1, gt=0, lt=10, description="smallest gain over the served wiring called a fault")
+    confidence: float = Field(default=0.95, gt=0.5, lt=0.999)
     python: str | None = None
 
 
@@ -42,11 +48,16 @@ class DraftTestAction(Action[DraftTestArgs]):
         result = await run_probe_step(ctx, "draft_test", probe_args, python=args.python)
         rows = result.get("wirings", [])
         if rows:
-            ctx.output(f"{'wiring':<26} {'tau(serving)':>12} {'tau':>6}  acc\n", "stdout")
+            ctx.output(f"{'tier':>4} {'wiring':<30} {'tau(serving)':>12} {'95% CI':>14} {'vs served':>10}  acc\n",
+                       "stdout")
             for row in rows:
-                acc = " ".join(f"{a:.2f}" for a in row.get("acc", [])[:6])
-                ctx.output(f"{row.get('name', '')[:18]:<18} {str(row.get('wiring')):<8}"
-                           f"{row.get('tau_serving', 0):>12.2f} {row.get('tau', 0):>6.2f}  {acc}\n", "stdout")
+                acc = " ".join(f"{a:.2f}" for a in (row.get("acc") or [])[:6] if a is not None)
+                ci = row.get("tau_serving_ci")
+                vs = (row.get("vs_server") or {}).get("ratio")
+                ctx.output(f"{row.get('tier', ''):>4} {row.get('name', '')[:18]:<18} {str(row.get('wiring')):<12}"
+                           f"{row.get('tau_serving') or 0:>12.2f} "
+                           f"{f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else 'n/a':>14} "
+                           f"{f'{vs:.2f}x' if vs is not None else '':>10}  {acc}\n", "stdout")
         if result.get("verdict"):
-            ctx.output(f"verdict: {result['verdict']}\n", "stdout")
+            ctx.output(f"decision: {result.get('decision')}: {result['verdict']}\n", "stdout")
         return result

@@ -43,6 +43,7 @@ class Scenario:
     fixed: dict[str, Any]            # flags that fix it on the lab
     fault: str = ""                  # what is planted
     fixed_draft: str | None = None   # the draft the fix uses, when it differs
+    confirms: tuple[str, ...] = ()   # the hypotheses the flagship must confirm (and no other fault)
 
 
 def seed_wiring(num_layers: int) -> list[int]:
@@ -70,20 +71,23 @@ def scenarios(lab: Path, num_layers: int) -> dict[str, Scenario]:
         # The user asks for 16 draft tokens, as in the seed; with topk 1 SGLang silently caps them at steps + 1.
         Scenario("seed-wiring", "draft trained embedding-first, SGLang feeds its default layers", "seed-wiring",
                  _spec(seed, tokens=16), fixed_seed, f"trained on {seed_wiring(num_layers)}, served "
-                 f"{sglang_wiring(num_layers)}"),
+                 f"{sglang_wiring(num_layers)}", confirms=("wiring",)),
         Scenario("healthy", "draft trained on SGLang's own wiring", "healthy", _spec(healthy), _spec(healthy),
                  "none"),
         Scenario("no-lm-head", "draft_vocab_size declared, lm_head.weight missing (random head)", "no-lm-head",
-                 _spec(str(d / "no-lm-head")), fixed_seed, "lm_head.weight dropped", "seed-wiring"),
+                 _spec(str(d / "no-lm-head")), fixed_seed, "lm_head.weight dropped", "seed-wiring",
+                 confirms=("lm_head_missing",)),
         Scenario("direct-d2t", "d2t stored as target ids instead of offsets", "direct-d2t",
-                 _spec(str(d / "direct-d2t")), fixed_seed, "d2t = target ids", "seed-wiring"),
+                 _spec(str(d / "direct-d2t")), fixed_seed, "d2t = target ids", "seed-wiring",
+                 confirms=("d2t_mapping",)),
         Scenario("off-by-one", "layer ids stored top-level (vLLM's convention), which SGLang ignores", "off-by-one",
                  _spec(str(d / "off-by-one")), {**_spec(str(d / "off-by-one")), **capture},
-                 "eagle_aux_hidden_state_layer_ids at the top level"),
+                 "eagle_aux_hidden_state_layer_ids at the top level", confirms=("layer_id_convention", "wiring")),
         Scenario("topk-override", "flags SGLang silently overrides (num_draft_tokens forced to steps+1)", "healthy",
-                 _spec(healthy, steps=1, topk=1, tokens=16), _spec(healthy), "flags only"),
+                 _spec(healthy, steps=1, topk=1, tokens=16), _spec(healthy), "flags only",
+                 confirms=("flags_override",)),
         Scenario("eagle-not-eagle3", "--speculative-algorithm EAGLE with an EAGLE-3 draft (fc skipped)", "healthy",
-                 _spec(healthy, algo="EAGLE"), _spec(healthy), "flags only"),
+                 _spec(healthy, algo="EAGLE"), _spec(healthy), "flags only", confirms=("wrong_algorithm",)),
     ]}
 
 
@@ -273,15 +277,18 @@ def _noop(_stage: str, _message: str, _fraction: float) -> None:
 
 
 def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
-              progress: BuildProgress | None = None) -> LabPaths:
+              progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True) -> LabPaths:
     """Build whatever ``scenario`` needs and is missing (target, drafts, sglang tree); returns the paths.
 
-    Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy.
+    Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy. ``seed`` seeds
+    the target and the first draft attempt. With ``calibrate`` the trained drafts are checked against the flagship's
+    rules (orchestrator.lab.calibrate) and retrained with the next seed and more steps when a planted fault is not
+    clearly decidable (at most ``CALIBRATION_ATTEMPTS`` trainings a draft); lab.json records every attempt.
     :raises UserInputError: unknown scenario. :raises OrchestratorError: the sglang install failed.
     """
     from transformers.utils import logging as hf_logging
 
-    from orchestrator.lab.models import cached_draft, cached_target
+    from orchestrator.lab.models import cached_target
 
     hf_logging.disable_progress_bar()  # the core reports through `progress`, never by printing
     hf_logging.set_verbosity_error()
@@ -302,7 +309,7 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     target_cache: Path | None = None
     if not _complete(base / "target"):
         t0 = time.monotonic()
-        target_cache = cached_target(progress=stage("target"))
+        target_cache = cached_target(seed=seed, progress=stage("target"))
         _copy_model(target_cache, base / "target")
         timings["target"] = round(time.monotonic() - t0, 1)
         report("target", "target ready", 1.0)
@@ -314,16 +321,17 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
             continue
         t0 = time.monotonic()
         if kind in ("seed-wiring", "healthy") or not _complete(drafts / "seed-wiring"):
-            target_cache = target_cache or cached_target(progress=stage("target"))
-            wiring = sglang_wiring(n) if kind == "healthy" else seed_wiring(n)
             key = "healthy" if kind == "healthy" else "seed-wiring"
-            trained = cached_draft(target_cache, wiring=wiring, progress=stage(f"draft {key}"))
+            trained = _train_draft(key, n, seed, 0, stage(f"draft {key}"))
             _copy_model(trained, drafts / key)
             timings[f"draft {key}"] = round(time.monotonic() - t0, 1)
+            wiring = sglang_wiring(n) if key == "healthy" else seed_wiring(n)
             report(f"draft {key}", f"draft {key} ready (trained on hidden_states {wiring})", 1.0)
         if kind not in ("seed-wiring", "healthy"):
             _write_variant(drafts / "seed-wiring", drafts / kind, kind, n)
             report(f"draft {kind}", f"draft {kind} written (fault planted)", 1.0)
+    if calibrate:
+        _calibrate(base, n, name, state, report, seed)
     built = state.setdefault("drafts", {})
     for kind in sorted(p.name for p in drafts.iterdir() if _complete(p)) if drafts.is_dir() else []:
         built.setdefault(kind, {"path": str(drafts / kind), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
@@ -333,6 +341,65 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
                   "built_at": state.get("built_at") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     _write_state(base, state)
     return paths(name, root=base)
+
+
+CALIBRATION_ATTEMPTS = 3
+
+
+def _train_draft(kind: str, num_layers: int, seed: int, attempt: int,
+                 progress: Callable[[str, float], None]) -> Path:
+    """The cached trained draft ``kind`` for calibration attempt ``attempt``: the next seed, 50% more steps each."""
+    from orchestrator.lab.models import cached_draft, cached_target
+    from orchestrator.lab.train import DraftRecipe
+
+    target_cache = cached_target(seed=seed)
+    wiring = sglang_wiring(num_layers) if kind == "healthy" else seed_wiring(num_layers)
+    steps = None if attempt == 0 else int(DraftRecipe().steps * (1 + 0.5 * attempt))
+    return cached_draft(target_cache, wiring=wiring, seed=seed + attempt, steps=steps, progress=progress)
+
+
+def _calibrate(base: Path, n: int, name: str, state: dict[str, Any], report: BuildProgress, seed: int) -> None:
+    """Check each trained draft the scenario uses; retrain (bounded) until every planted fault is clear."""
+    from orchestrator.lab.calibrate import FIX_SCENARIOS, CalibrationFailed, calibrate_draft
+
+    sc_all = scenarios(base, n)
+    sc = sc_all[name]
+    family = {"healthy": "healthy"}
+    kinds = sorted({family.get(d, "seed-wiring") for d in (sc.draft, sc.fixed_draft or sc.draft)})
+    records: dict[str, Any] = state.setdefault("calibration", {})
+    drafts = base / "drafts"
+    for kind in kinds:
+        built = [s for s in FIX_SCENARIOS[kind] if _complete(drafts / sc_all[s].draft)]
+        identity = (drafts / kind / "lab_recipe.json").read_text() if (drafts / kind / "lab_recipe.json").is_file() else ""
+        old = records.get(kind) or {}
+        if old.get("passed") and old.get("identity") == identity and set(built) <= set(old.get("scenarios", [])):
+            continue
+        attempts = []
+        for attempt in range(CALIBRATION_ATTEMPTS):
+            report("calibrate", f"calibrating draft {kind} (attempt {attempt + 1}/{CALIBRATION_ATTEMPTS})",
+                   attempt / CALIBRATION_ATTEMPTS)
+            if attempt:  # retrain with the next seed and more steps; fault copies of seed-wiring follow it
+                trained = _train_draft(kind, n, seed, attempt, lambda m, f, k=kind: report(f"draft {k}", m, f))
+                _copy_model(trained, drafts / kind)
+                if kind == "seed-wiring":
+                    for variant in ("no-lm-head", "direct-d2t", "off-by-one"):
+                        if _complete(drafts / variant):
+                            _write_variant(drafts / kind, drafts / variant, variant, n)
+            checks = calibrate_draft(kind, base, sc_all)
+            recipe = json.loads((drafts / kind / "lab_recipe.json").read_text())
+            passed = all(c.passed for c in checks)
+            attempts.append({"seed": recipe.get("seed"), "steps": recipe.get("steps"), "passed": passed,
+                             "checks": [c.to_dict() for c in checks]})
+            for c in checks:
+                report("calibrate", f"{'ok  ' if c.passed else 'FAIL'} {c.scenario}: {c.detail}", 1.0)
+            if passed:
+                break
+        identity = (drafts / kind / "lab_recipe.json").read_text()
+        records[kind] = {"passed": attempts[-1]["passed"], "attempts": attempts, "scenarios": built,
+                         "identity": identity}
+        _write_state(base, state)
+        if not attempts[-1]["passed"]:
+            raise CalibrationFailed(kind, attempts)
 
 
 def paths(scenario: str | None = None, *, root: Path | str | None = None) -> LabPaths:

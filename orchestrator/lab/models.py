@@ -2,7 +2,8 @@
 
 The cache root is ``$ORCHESTRATOR_CACHE_DIR`` (default ``~/.cache/orchestrator``) unless a directory is given.
 The hash covers every recipe field, the seed, the Python and torch versions (the corpus is the running
-Python's stdlib) and ``RECIPE_VERSION`` (bump it when training code changes what it produces). Builds go to a
+Python's stdlib), the pinned numerics (orchestrator.lab.train_job) and ``RECIPE_VERSION`` (bump it when training
+code changes what it produces). Training runs in a pinned child process (train_job.run_job). Builds go to a
 temporary directory renamed into place, under a file lock, so concurrent test workers build once.
 
 Public API: ``cached_target(...) -> Path``, ``cached_draft(target_dir, *, wiring, ...) -> Path``,
@@ -23,9 +24,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from orchestrator.lab.draft_io import DraftLayout
-from orchestrator.lab.train import DraftRecipe, ProgressFn, TargetRecipe, train_draft, train_target
+from orchestrator.lab.train import DraftRecipe, ProgressFn, TargetRecipe
+from orchestrator.lab.train_job import pinned_env, run_job
 
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 
 
 def cache_root(cache_dir: Path | str | None = None) -> Path:
@@ -36,7 +38,8 @@ def cache_root(cache_dir: Path | str | None = None) -> Path:
 def _digest(payload: dict) -> str:
     import torch
 
-    payload = dict(payload, python=sys.version.split()[0], torch=torch.__version__, version=RECIPE_VERSION)
+    payload = dict(payload, python=sys.version.split()[0], torch=torch.__version__, version=RECIPE_VERSION,
+                   numerics={k: v for k, v in pinned_env(1).items() if "THREADS" not in k})
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
@@ -72,7 +75,8 @@ def cached_target(*, seed: int = 0, recipe: TargetRecipe = TargetRecipe(), cache
     """The tiny target's HF directory, trained on first use (about 100-130 s on 2 cores)."""
     key = _digest({"target": asdict(recipe), "seed": seed})
     final = cache_root(cache_dir) / key / "target"
-    return _build_once(final, lambda tmp: train_target(tmp, seed=seed, progress=progress, recipe=recipe))
+    job = {"kind": "target", "seed": seed, "recipe": asdict(recipe)}
+    return _build_once(final, lambda tmp: run_job({**job, "out": str(tmp)}, progress))
 
 
 def cached_draft(target_dir: Path, *, wiring: list[int], seed: int = 0, steps: int | None = None,
@@ -83,6 +87,6 @@ def cached_draft(target_dir: Path, *, wiring: list[int], seed: int = 0, steps: i
     key = _digest({"wiring": list(wiring), "seed": seed, "steps": steps, "layout": asdict(layout),
                    "recipe": asdict(recipe), "target": target_dir.parent.name})
     final = target_dir.parent / ("draft-" + key)
-    return _build_once(final, lambda tmp: train_draft(target_dir, tmp, wiring=list(wiring), seed=seed,
-                                                      steps=steps, progress=progress, layout=layout,
-                                                      recipe=recipe))
+    job = {"kind": "draft", "target_dir": str(target_dir), "wiring": list(wiring), "seed": seed, "steps": steps,
+           "layout": asdict(layout), "recipe": asdict(recipe)}
+    return _build_once(final, lambda tmp: run_job({**job, "out": str(tmp)}, progress))

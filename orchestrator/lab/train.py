@@ -7,7 +7,7 @@ Public API:
 - ``train_draft(target_dir, out_dir, *, wiring, seed=0, steps=None, progress=None, layout=DraftLayout(),
   recipe=DraftRecipe()) -> Path``  an EAGLE-3 draft trained on ``wiring`` (HF hidden_states indices)
 - ``ProgressFn = Callable[[str, float], None]`` (message, fraction done of the current stage)
-Caching lives in ``orchestrator.lab.models``.
+Caching lives in ``orchestrator.lab.models``; the pinned child process that runs these in ``orchestrator.lab.train_job``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _prompts(held_out: dict[str, str], tokenizer, per_file: int = 3, length: int
 
 
 def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = None,
-                 recipe: TargetRecipe = TargetRecipe()) -> Path:
+                 recipe: TargetRecipe = TargetRecipe(), numerics: dict[str, Any] | None = None) -> Path:
     """Train the tiny Llama target from scratch on the stdlib corpus and save it in HF format."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -135,7 +135,7 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
     (out_dir / "prompts.json").write_text(json.dumps(_prompts(corpus.held_out, tokenizer), indent=1) + "\n")
     facts = {"recipe": asdict(recipe), "seed": seed, "loss_first": loss_first, "loss_last": loss_last,
              "seconds": round(time.monotonic() - started, 1), "corpus_files": corpus.files,
-             "corpus_tokens": int(tokens.numel()), "held_out": sorted(corpus.held_out)}
+             "corpus_tokens": int(tokens.numel()), "held_out": sorted(corpus.held_out), "numerics": numerics}
     (out_dir / "lab_recipe.json").write_text(json.dumps(facts, indent=2) + "\n")
     return out_dir
 
@@ -160,7 +160,7 @@ def _aux_dataset(model, tokens, wiring: list[int], recipe: DraftRecipe, seed: in
 
 def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int = 0, steps: int | None = None,
                 progress: ProgressFn | None = None, layout: DraftLayout = DraftLayout(),
-                recipe: DraftRecipe = DraftRecipe()) -> Path:
+                recipe: DraftRecipe = DraftRecipe(), numerics: dict[str, Any] | None = None) -> Path:
     """Train a one-layer EAGLE-3 draft on ``wiring`` with 3 test-time-training steps; save in SpecForge layout.
 
     Embedding shared from the target (frozen); lm_head rows and final norm initialised from the target's.
@@ -227,5 +227,6 @@ def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int
             report(f"draft step {step + 1}/{total} loss {loss_last:.2f}", 0.1 + 0.9 * (step + 1) / total)
     draft.eval()
     facts: dict[str, Any] = {"recipe": asdict(recipe), "seed": seed, "steps": total, "loss_first": loss_first,
-                             "loss_last": loss_last, "seconds": round(time.monotonic() - started, 1)}
+                             "loss_last": loss_last, "seconds": round(time.monotonic() - started, 1),
+                             "numerics": numerics}
     return save_draft(draft, Path(out_dir), wiring=list(wiring), layout=layout, recipe=facts)

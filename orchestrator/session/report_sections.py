@@ -104,12 +104,23 @@ def servers_section(session: LoadedSession) -> list[Block]:
         rows = []
         for step, r in benches:
             res = r.result
-            rows.append([step.name, str(res.get("server", "")), _num(res.get("tok_s")), _num(res.get("accept_length")),
-                         _num(res.get("server_accept_length")), _num(res.get("latency_p50")), _num(res.get("latency_p99")),
-                         str(res.get("n", ""))])
+            rows.append([step.name, str(res.get("server", "")), _num(res.get("tok_s")), _ci(res.get("tok_s_ci")),
+                         _num(res.get("accept_length")), _ci(res.get("accept_length_ci")),
+                         _num(res.get("accept_length_sd")), _num(res.get("server_accept_length")),
+                         _num(res.get("latency_p50")), _num(res.get("latency_p99")),
+                         str(res.get("completed", res.get("n", "")))])
         blocks += [Heading("Benchmarks", 3),
-                   Table(["step", "server", "tok/s", "accept length", "server avg accept", "p50 s", "p99 s", "n"], rows)]
+                   Para("Intervals are 95% over requests (t interval; the request is the unit); sd is per request."),
+                   Table(["step", "server", "tok/s", "tok/s 95% CI", "accept length", "accept 95% CI", "accept sd",
+                          "server avg accept", "p50 s", "p99 s", "n"], rows)]
     return blocks
+
+
+def _ci(value: Any, digits: int = 2) -> str:
+    """An interval [lo, hi] as text; a missing one says why it is missing."""
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+        return f"{value[0]:.{digits}f}–{value[1]:.{digits}f}"
+    return "— (n < 2)"
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -194,12 +205,27 @@ def draft_test_section(session: LoadedSession) -> list[Block]:
     blocks: list[Block] = [Heading("Standalone draft test")]
     for step, r in tests:
         res = r.result
-        rows = [[str(w.get("name")), str(w.get("wiring")), _num(w.get("tau_serving")), _num(w.get("tau")),
-                 " ".join(f"{a:.2f}" for a in (w.get("acc") or [])[:5]), _num(w.get("seconds"), 1)]
+        rows = [[str(w.get("tier", "")), str(w.get("name")), str(w.get("wiring")), _num(w.get("tau_serving")),
+                 _ci(w.get("tau_serving_ci")), _vs(w.get("vs_server")), _num(w.get("tau")),
+                 " ".join(f"{a:.2f}" for a in (w.get("acc") or [])[:5] if a is not None),
+                 " ".join(_ci(c) for c in (w.get("acc_ci") or [])[:2]), _num(w.get("seconds"), 1)]
                 for w in res.get("wirings", [])]
-        blocks.append(Para(f"Step {step.step_id} on {r.host}: {res.get('verdict', '')}"))
+        decision = res.get("decision")
+        head = f"**{decision}** — " if decision else ""
+        blocks.append(Para(f"Step {step.step_id} on {r.host}: {head}{res.get('verdict', '')}"))
+        if res.get("prompts_to_decide"):
+            blocks.append(Para(f"The sample ({res.get('prompts')} prompts) cannot decide; about "
+                               f"{res['prompts_to_decide']} prompts would, if the spread per prompt holds."))
         if rows:
-            blocks.append(Table(["candidate", "wiring (HF hidden_states)", "tau (serving)", "tau", "acc_0..4", "s"], rows))
+            blocks.append(Para(f"{res.get('prompts', '?')} prompts, K={res.get('steps', '?')}; 95% intervals over "
+                               "prompts; wirings in the same tier have overlapping intervals (tied, not ranked); "
+                               "\"vs served\" is the paired gain over the wiring the engine feeds."))
+            blocks.append(Table(["tier", "candidate", "wiring (HF hidden_states)", "tau (serving)", "95% CI",
+                                 "vs served (95% CI)", "tau", "acc_0..4", "acc_0, acc_1 95% CI", "s"], rows))
     return blocks
 
 
+def _vs(value: Any) -> str:
+    if not isinstance(value, dict) or not isinstance(value.get("ratio"), (int, float)):
+        return "—"
+    return f"{value['ratio']:.2f}× ({_ci(value.get('ratio_ci'))})"

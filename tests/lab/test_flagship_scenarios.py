@@ -1,5 +1,6 @@
-"""The diagnostic-power suite: the flagship playbook, end to end against every lab scenario, must confirm the
-planted fault (and, on the healthy lab, no fault at all) — and the report must name the cause and its evidence."""
+"""The diagnostic-power suite: the flagship playbook, end to end against every lab scenario, at its own default
+sample sizes (the ones the lab calibrates for), must confirm the planted fault and no other (and, on the healthy lab,
+no fault at all, with `wiring` refuted) — and the report must name the cause and show its intervals."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import LabPaths
+from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, scenarios
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
@@ -19,23 +20,22 @@ FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
 FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
           "lm_head_missing", "architecture", "rope_mismatch"}
 
-# scenario -> (hypotheses that must be confirmed, hypotheses that must be refuted)
-EXPECTED = {
-    "seed-wiring": ({"wiring"}, {"d2t_mapping", "lm_head_sharing", "lm_head_missing", "wrong_algorithm", "architecture"}),
-    "healthy": (set(), {"wiring", "flags_override", "d2t_mapping", "lm_head_missing", "wrong_algorithm"}),
-    "no-lm-head": ({"lm_head_missing"}, {"d2t_mapping", "wrong_algorithm"}),
-    "direct-d2t": ({"d2t_mapping"}, {"lm_head_missing", "wrong_algorithm"}),
-    "off-by-one": ({"layer_id_convention", "wiring"}, {"d2t_mapping", "lm_head_missing"}),
-    "topk-override": ({"flags_override"}, {"wiring", "d2t_mapping", "lm_head_missing", "wrong_algorithm"}),
-    "eagle-not-eagle3": ({"wrong_algorithm"}, {"wiring", "d2t_mapping", "lm_head_missing", "flags_override"}),
+# scenario -> hypotheses that must be refuted (what must be confirmed is the scenario's own `confirms`)
+MUST_REFUTE = {
+    "seed-wiring": {"d2t_mapping", "lm_head_sharing", "lm_head_missing", "wrong_algorithm", "architecture"},
+    "healthy": {"wiring", "flags_override", "d2t_mapping", "lm_head_missing", "wrong_algorithm"},
+    "no-lm-head": {"d2t_mapping", "wrong_algorithm"},
+    "direct-d2t": {"lm_head_missing", "wrong_algorithm"},
+    "off-by-one": {"d2t_mapping", "lm_head_missing"},
+    "topk-override": {"wiring", "d2t_mapping", "lm_head_missing", "wrong_algorithm"},
+    "eagle-not-eagle3": {"wiring", "d2t_mapping", "lm_head_missing", "flags_override"},
 }
 
 
 async def _run(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:
     inventory = lab_inventory(scenario, root=lab.root)
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
-    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=sessions,
-                                     extra_vars={"bench_n": 4, "bench_tokens": 48, "dt_prompts": 4, "dt_tokens": 48})
+    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=sessions)
     outcome = await run_with_signals(engine)
     write_reports(directory)
     session = read_session(directory)
@@ -44,16 +44,18 @@ async def _run(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, Hypo
 
 @pytest.mark.lab
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", list(EXPECTED))
+@pytest.mark.parametrize("scenario", list(MUST_REFUTE))
 async def test_flagship_names_the_planted_fault(scenario: str, lab: LabPaths, tmp_path: Path) -> None:
     directory, board, status = await _run(scenario, lab, tmp_path / "sessions")
     states = {hid: entry.state for hid, entry in board.entries.items()}
-    must_confirm, must_refute = EXPECTED[scenario]
+    must_confirm = set(scenarios(lab.root, lab.num_layers)[scenario].confirms)
+    must_refute = MUST_REFUTE[scenario]
     confirmed = {hid for hid, state in states.items() if state == "confirmed"}
     assert confirmed & FAULTS == must_confirm, f"{scenario}: {states}"
     for hid in must_refute:
         assert states[hid] == "refuted", f"{scenario}: {hid} is {states[hid]} ({states})"
     assert status == "ok"
+    assert set(MUST_REFUTE) == set(SCENARIO_NAMES)
 
     report = (directory / "report.md").read_text()
     verdict = report.split("## Verdict", 1)[1].split("\n## ", 1)[0]
@@ -64,4 +66,8 @@ async def test_flagship_names_the_planted_fault(scenario: str, lab: LabPaths, tm
         assert "Decisive evidence (step s" in verdict
     else:
         assert "**No hypothesis confirmed.**" in verdict
+    # every measured verdict carries its interval: the draft test and the benchmarks show theirs
+    assert "95% CI" in report and "tier" in report
+    for hid in must_confirm & {"wiring", "flags_override", "wrong_algorithm"}:
+        assert any("[" in (h.evidence or "") for h in board.entries[hid].history if h.state == "confirmed"), hid
     assert (directory / "report.html").read_text().startswith("<!doctype html>")

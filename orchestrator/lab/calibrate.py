@@ -1,0 +1,186 @@
+"""The lab checks itself after training: every planted fault must be decidable by the flagship's own interval
+rules, at the flagship's own sample sizes, with a clear margin — on whatever CPU trained the models.
+
+Two kinds of check, both deterministic (greedy decoding, fixed prompts, fixed threads), so what passes here is
+what the flagship will see on this machine:
+
+- ``draft_test``: the standalone draft test (remote_probes/draft_test.py, run as the probe runs) on a trained draft.
+  The seed-wiring draft must give ``mismatch`` with its trained wiring in the best tier; the healthy draft must give
+  ``fine`` with its own wiring (SGLang's default) in the best tier.
+- ``fix``: a scenario's candidate flags against its fixed flags on the lab's own decoding loop (what the lab server
+  runs), over the flagship's bench prompts: the fixed accept length's lower bound must clear the candidate's upper
+  bound (the flagship's "the fix recovers the accept length" rule).
+
+A check's ``margin`` is how far it clears its rule (> 1 passes the rule; ``CLEAR`` is asked for, a safety factor
+so that a difference in the last bits between two runs cannot flip a verdict). The build retrains a draft that
+fails with the next seed and more steps (bounded) and records every attempt in lab.json.
+
+Public API: ``FlagshipSample``, ``Check``, ``calibrate_draft(kind, root, scenarios, sample) -> list[Check]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.lab.build import Scenario, seed_wiring, sglang_wiring
+
+#: a check must clear its rule by this factor (intervals 5% apart) to count as clear
+CLEAR = 1.05
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class FlagshipSample:
+    """The sample sizes of playbooks/eagle3.yaml's vars (tests/lab/test_calibration.py keeps them equal)."""
+
+    bench_n: int = 6
+    bench_tokens: int = 64
+    dt_prompts: int = 6
+    dt_tokens: int = 64
+    dt_steps: int = 5
+    wiring_margin: float = 0.1
+
+
+class CalibrationFailed(OrchestratorError):
+    """A trained draft still leaves a planted fault undecidable after every allowed retraining."""
+
+    def __init__(self, kind: str, attempts: list[dict[str, Any]]) -> None:
+        failing = [c["detail"] for c in attempts[-1]["checks"] if not c["passed"]]
+        super().__init__(f"lab calibration failed for draft {kind} after {len(attempts)} trainings: "
+                         + "; ".join(failing), title="lab calibration failed")
+        self.kind, self.attempts = kind, attempts
+
+
+@dataclass
+class Check:
+    scenario: str
+    kind: str                     # draft_test | fix
+    passed: bool
+    margin: float | None          # > 1 clears the rule; >= CLEAR is a clear pass
+    detail: str
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- draft test
+def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[str, Any]:
+    """The draft_test probe as a subprocess, the way the probe runner starts it. :raises RuntimeError: it failed."""
+    from orchestrator.probes.protocol import parse_probe_output
+
+    nonce = uuid.uuid4().hex
+    args = {"target": str(target), "draft": str(draft), "wirings": "auto", "engine": "sglang",
+            "steps": sample.dt_steps, "num_prompts": sample.dt_prompts, "max_new_tokens": sample.dt_tokens,
+            "margin": sample.wiring_margin}
+    env = dict(os.environ, ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1", TORCHDYNAMO_DISABLE="1")
+    proc = subprocess.run([sys.executable, str(REPO / "remote_probes" / "draft_test.py")], input=json.dumps(args),
+                          capture_output=True, text=True, env=env, cwd=str(REPO / "remote_probes"), timeout=1800)
+    outcome = parse_probe_output(proc.stdout, nonce, exit_status=proc.returncode, stderr=proc.stderr)
+    if not outcome.ok or outcome.result is None:
+        err = outcome.error
+        raise RuntimeError(f"draft_test on {draft} failed: {err.kind if err else '?'}: {err.message if err else ''}")
+    return outcome.result
+
+
+def check_draft_test(scenario: str, result: dict[str, Any], want: str, own_wiring: list[int],
+                     margin: float) -> Check:
+    """``want`` = mismatch (seed-wiring) or fine (healthy); ``own_wiring`` must be in the best tier."""
+    rows = result["wirings"]
+    own = next((r for r in rows if r["wiring"] == own_wiring), None)
+    in_best = own is not None and own.get("tier") == 1
+    best, server = result["best"], result.get("server") or {}
+    bar = 1.0 + margin
+    value: float | None = None
+    gain = (best.get("vs_server") or {}).get("ratio_ci")
+    if want == "mismatch" and best.get("tau_serving_ci") and server.get("tau_serving_ci") and gain:
+        value = min(best["tau_serving_ci"][0] / server["tau_serving_ci"][1], gain[0] / bar)
+    elif want == "fine" and gain:
+        value = bar / gain[1]
+    passed = result.get("decision") == want and in_best and value is not None and value >= CLEAR
+    figures = {"decision": result.get("decision"), "best": best["wiring"], "best_tier": result.get("best_tier"),
+               "own_wiring": own_wiring, "own_tier": own.get("tier") if own else None,
+               "best_tau_ci": best.get("tau_serving_ci"), "served_tau_ci": server.get("tau_serving_ci"),
+               "gain_ci": gain, "prompts": result.get("prompts")}
+    detail = (f"draft test: {result.get('decision')} (want {want}), own wiring {own_wiring} in tier "
+              f"{figures['own_tier']}, margin {value if value is None else round(value, 3)}")
+    return Check(scenario, "draft_test", passed, None if value is None else round(value, 4), detail, figures)
+
+
+# ---------------------------------------------------------------- fix verification on the lab's decoding loop
+def accept_lengths(target: Path, flags: dict[str, Any], sample: FlagshipSample) -> list[float]:
+    """Per-request accept lengths (completion tokens / verify cycles, SGLang's meta_info) for the bench prompts."""
+    import logging
+
+    from orchestrator.actions.bench import load_prompts
+    from orchestrator.engines.flags import flags_to_argv
+    from orchestrator.lab.server_args import build_parser, resolve
+    from orchestrator.lab.server_engine import LabModels
+
+    argv = ["--model-path", str(target), *flags_to_argv(flags)]
+    args = resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM")
+    models = LabModels(args, log=logging.getLogger("orchestrator.lab.calibrate").debug)
+    prompts = load_prompts(None)
+    out = []
+    for i in range(sample.bench_n):
+        gen = models.generate(models.tokenizer(prompts[i % len(prompts)])["input_ids"],
+                              max_new_tokens=sample.bench_tokens, stop=[], stop_token_ids=[], ignore_eos=False)
+        if gen.spec.verify_ct:
+            out.append(len(gen.output_ids) / gen.spec.verify_ct)
+    return out
+
+
+def check_fix(sc: Scenario, target: Path, sample: FlagshipSample,
+              cache: dict[str, list[float]] | None = None) -> Check:
+    from remote_probes.interval_stats import mean_interval
+
+    cache = cache if cache is not None else {}
+
+    def measured(flags: dict[str, Any]) -> list[float]:
+        key = json.dumps(flags, sort_keys=True)
+        if key not in cache:
+            cache[key] = accept_lengths(target, flags, sample)
+        return cache[key]
+
+    cand, fixed = mean_interval(measured(sc.candidate)), mean_interval(measured(sc.fixed))
+    if cand is None or fixed is None or not (cand.decided and fixed.decided):
+        return Check(sc.name, "fix", False, None, "fix: no interval (fewer than 2 requests with verify cycles)")
+    value = fixed.lo / cand.hi if cand.hi else None  # type: ignore[operator]
+    passed = value is not None and value >= CLEAR
+    detail = (f"fix: accept length {cand.estimate:.2f} {cand.as_list(2)} -> {fixed.estimate:.2f} "
+              f"{fixed.as_list(2)}, margin {value if value is None else round(value, 3)}")
+    return Check(sc.name, "fix", passed, None if value is None else round(value, 4), detail,
+                 {"candidate": cand.to_dict(), "fixed": fixed.to_dict()})
+
+
+# ---------------------------------------------------------------- per draft
+#: which checks each trained draft is answerable for (scenarios whose verdict depends on its quality)
+FIX_SCENARIOS = {"seed-wiring": ("seed-wiring", "off-by-one"), "healthy": ("topk-override", "eagle-not-eagle3")}
+
+
+def calibrate_draft(kind: str, root: Path, scenarios: dict[str, Scenario],
+                    sample: FlagshipSample = FlagshipSample()) -> list[Check]:
+    """Every check that depends on the trained draft ``kind`` (seed-wiring or healthy) of the lab at ``root``."""
+    target = root / "target"
+    n = json.loads((target / "config.json").read_text())["num_hidden_layers"]
+    checks: list[Check] = []
+    draft = root / "drafts" / kind
+    result = run_draft_test(target, draft, sample)
+    if kind == "seed-wiring":
+        checks.append(check_draft_test("seed-wiring", result, "mismatch", seed_wiring(n), sample.wiring_margin))
+    else:
+        checks.append(check_draft_test("healthy", result, "fine", sglang_wiring(n), sample.wiring_margin))
+    cache: dict[str, list[float]] = {}
+    for name in FIX_SCENARIOS[kind]:
+        sc = scenarios[name]
+        if (root / "drafts" / sc.draft / ".complete").is_file():  # a fault copy not built yet is checked later
+            checks.append(check_fix(sc, target, sample, cache))
+    return checks
