@@ -174,7 +174,11 @@ def status(root: Path | None = None) -> dict[str, Any]:
     built = {name: lab_is_built(name, root=root) for name in SCENARIO_NAMES}
     return {"lab_dir": str(root), "exists": root.is_dir(), "target": _complete(root / "target"),
             "sglang_site": str(root / "site") if _site_ok(root) else None, "sglang_version": SGLANG_VERSION,
-            "scenarios": built, "timings": state.get("timings", {}), "built_at": state.get("built_at")}
+            "scenarios": built, "timings": state.get("timings", {}), "built_at": state.get("built_at"),
+            "calibration": {kind: {"passed": rec.get("passed"), "trainings": len(rec.get("attempts", [])),
+                                   "margins": {f"{c['scenario']}/{c['kind']}": c["margin"]
+                                               for c in (rec.get("attempts") or [{}])[-1].get("checks", [])}}
+                            for kind, rec in state.get("calibration", {}).items()}}
 
 
 def clean(root: Path | None = None) -> Path:
