@@ -10,6 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from tests import realparts
 from tests.core.conftest import subprocess_env
 
 OK = "name: fine\nhosts: localhost\nvars: {who: world}\nsteps:\n  - {name: greet, shell: 'echo hello {{ who }}'}\n"
@@ -68,7 +69,7 @@ def test_schema_is_json_with_every_action(cli, cli_inproc, tmp_path: Path) -> No
 def test_schema_validates_playbooks_when_jsonschema_is_available() -> None:
     import pytest
 
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = realparts.importorskip("jsonschema")
     from orchestrator.playbook.schema import playbook_schema
 
     schema = playbook_schema()

@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("safetensors")
+from tests import realparts
+
+torch = realparts.importorskip("torch")
+realparts.importorskip("safetensors")
 
 from eagle3_draft import DraftLoadError, DraftOutput, load_draft  # noqa: E402
 

@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("safetensors")
+from tests import realparts
+
+torch = realparts.importorskip("torch")
+realparts.importorskip("safetensors")
 
 from eagle3_checkpoint import read_safetensors  # noqa: E402
 from eagle3_draft import DraftConfig, DraftLoadError, Eagle3Draft, load_draft  # noqa: E402

@@ -13,9 +13,11 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
+from tests import realparts
+
+realparts.importorskip("torch")
+realparts.importorskip("transformers")
+realparts.importorskip("tokenizers")
 
 from tests.draft.conftest import PROBES, REPO  # noqa: E402
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-llama3_eagle = pytest.importorskip(
+from tests import realparts
+
+torch = realparts.importorskip("torch")
+realparts.importorskip("transformers")
+llama3_eagle = realparts.importorskip(
     "specforge.modeling.draft.llama3_eagle",
     reason="reference implementation missing: pip install --no-deps specforge==0.2.0",
 )

@@ -18,8 +18,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from tests import realparts  # noqa: E402
+
+realparts.importorskip("torch")
+realparts.importorskip("transformers")
 
 from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, build_lab, cache_dir  # noqa: E402
 

@@ -10,9 +10,10 @@ import pytest
 
 from orchestrator.probes import parse_result
 from orchestrator.probes.models import DraftInspectResult
+from tests import realparts
 
-torch = pytest.importorskip("torch")
-safetensors_torch = pytest.importorskip("safetensors.torch")
+torch = realparts.importorskip("torch")
+safetensors_torch = realparts.importorskip("safetensors.torch")
 pytestmark = pytest.mark.torch
 
 H, V, VD, N = 64, 512, 128, 12  # draft hidden, target vocab, draft vocab, target layers

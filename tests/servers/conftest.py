@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.inventory import Inventory
+from tests import realparts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,7 +48,7 @@ def lab_models() -> dict[str, str]:
     override = os.environ.get("ORCH_TEST_LAB_TARGET"), os.environ.get("ORCH_TEST_LAB_DRAFT")
     if all(override):  # models built elsewhere (a CI cache, a developer's lab dir)
         return {"target": str(override[0]), "draft": str(override[1])}
-    pytest.importorskip("torch")
+    realparts.importorskip("torch")
     from orchestrator.lab.models import cached_draft, cached_target
 
     target = cached_target()

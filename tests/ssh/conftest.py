@@ -17,6 +17,7 @@ from sshd_fixture import SshdServer, sshd_missing_reason, sshd_server, start_ssh
 
 from orchestrator.inventory import HostSpec  # noqa: E402
 from orchestrator.transport.ssh import SshTransport  # noqa: E402
+from tests import realparts  # noqa: E402
 
 pytestmark = pytest.mark.ssh
 
@@ -62,7 +63,7 @@ def private_sshd(tmp_path: Path):  # noqa: ANN201
     """A sshd of this test's own, which the test may kill."""
     reason = sshd_missing_reason()
     if reason:
-        pytest.skip(reason)
+        realparts.missing(reason)
     server = start_sshd(tmp_path / "sshd", hosts=1)
     try:
         yield server

@@ -13,6 +13,7 @@ from orchestrator.engine.runner import Engine, EngineOptions
 from orchestrator.engine.sinks import ListSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook_text
+from tests import realparts
 
 
 def _inventory(server: SshdServer) -> Inventory:
@@ -68,4 +69,4 @@ def sglang_012() -> Path:
     try:
         return cached_sglang_tree("0.5.12.post1")
     except OrchestratorError as exc:
-        pytest.skip(f"{exc.message} (offline?)")
+        realparts.missing(f"{exc.message} (offline?)")

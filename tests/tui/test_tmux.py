@@ -11,10 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from tests import realparts
 from tests.tui.conftest import write_playbook
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _tmux_installed() -> None:
+    realparts.require(shutil.which("tmux"), "tmux is not installed")
 
 
 def _tmux(*args: str) -> str:
