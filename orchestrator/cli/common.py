@@ -136,10 +136,10 @@ def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
         return
     from rich.console import Console
 
-    from orchestrator.cli.lab import rich_progress
+    from orchestrator.cli.progress import build_progress
 
     Console(stderr=True).print("[bold]The lab is not built yet: building it now (about 3 minutes on 2 cores, once).[/]")
-    progress, report = rich_progress()
+    progress, report = build_progress()  # Rich bars on a terminal, else a plain line per stage and 10 %
     with progress:
         ensure_lab(scenario, progress=report)
     # The inventory was made before the build: refresh its host vars (paths, layer count) from the built lab.

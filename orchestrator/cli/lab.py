@@ -9,27 +9,12 @@ from pathlib import Path
 import typer
 
 from orchestrator.cli.common import handle_errors
+from orchestrator.cli.progress import build_progress
 
 lab_app = typer.Typer(help="The embedded CPU lab: tiny target + EAGLE-3 drafts, the lab server, fault scenarios.",
                       no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 DIR_HELP = "Lab directory (default $ORCHESTRATOR_LAB_DIR, else ~/.local/share/orchestrator/lab)."
-
-
-def rich_progress():
-    """A Rich progress display and a BuildProgress callback feeding it (one bar per stage)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn("[bold]{task.fields[stage]:<18}"), BarColumn(), TextColumn("{task.description}"),
-                        TimeElapsedColumn(), transient=False)
-    tasks: dict[str, int] = {}
-
-    def report(stage: str, message: str, fraction: float) -> None:
-        if stage not in tasks:
-            tasks[stage] = progress.add_task(message, total=1.0, stage=stage)
-        progress.update(tasks[stage], completed=max(0.0, min(1.0, fraction)), description=message)
-
-    return progress, report
 
 
 @lab_app.command("build")
@@ -46,7 +31,7 @@ def build_cmd(
 
     names = list(SCENARIO_NAMES) if scenario == "all" else [check_scenario(scenario)]
     console = Console(stderr=True)
-    progress, report = rich_progress()
+    progress, report = build_progress()  # Rich bars on a terminal, else a plain line per stage and 10 %
     started = time.monotonic()
     with progress:
         for name in names:
