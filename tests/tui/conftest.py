@@ -52,9 +52,10 @@ def write_playbook(tmp_path: Path, text: str = SMALL, name: str = "small.yaml") 
 class Live:
     """A live session app plus the handles a test needs."""
 
-    def __init__(self, tmp_path: Path, text: str = SMALL, *, start_mode: str = "paused") -> None:
+    def __init__(self, tmp_path: Path, text: str = SMALL, *, start_mode: str = "paused",
+                 sink: TuiSink | None = None) -> None:
         pb = load_playbook(write_playbook(tmp_path, text))
-        self.sink = TuiSink()
+        self.sink = sink if sink is not None else TuiSink()
         self.engine, self.directory = build_engine(pb, Inventory(), sinks=[self.sink],
                                                    sessions_dir=tmp_path / "sessions")
         self.controller = Controller(self.engine, start_mode=start_mode)  # type: ignore[arg-type]
