@@ -3,7 +3,8 @@
 Args (JSON): {"target": dir, "draft": dir, "wirings": "auto" | [[..], ..] | {"name": [..]}, "engine": "sglang",
 "prompts_file"?: path (JSON list of strings, or JSONL with "prompt"/"text"), "num_prompts"?: 16,
 "max_new_tokens"?: 96, "steps"?: 5, "chat_template"?: true|false|"auto", "device"?: "auto"|"cpu"|"cuda",
-"dtype"?: "auto"|"float32"|"bfloat16"|"float16", "margin"?: 0.1, "confidence"?: 0.95}.
+"dtype"?: "auto"|"float32"|"bfloat16"|"float16", "margin"?: 0.2, "confidence"?: 0.95,
+"batch_size"?: 16 (prompts generated at once)}.
 
 The target generates greedily; ONE forward per prompt captures the hidden states any wiring needs; for each
 wiring the draft runs K chained steps from every decode column at once (eagle3_draft.ttt_forward, which equals
@@ -51,7 +52,7 @@ def _arg(args: Dict[str, Any], key: str, kind: type, default: Any, lo: Optional[
 
 def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
     known = {"target", "draft", "wirings", "engine", "prompts_file", "num_prompts", "max_new_tokens", "steps",
-             "chat_template", "device", "dtype", "margin", "confidence"}
+             "chat_template", "device", "dtype", "margin", "confidence", "batch_size"}
     unknown = sorted(set(args) - known)
     if unknown:
         raise ProbeFailure("bad_args", "unknown argument(s): %s" % ", ".join(unknown), field=unknown[0])
@@ -63,9 +64,10 @@ def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
     out = {"target": args["target"], "draft": args["draft"], "wirings": args.get("wirings", "auto"),
            "engine": _arg(args, "engine", str, "sglang"), "prompts_file": args.get("prompts_file"),
            "num_prompts": _arg(args, "num_prompts", int, 16, 1), "max_new_tokens": _arg(args, "max_new_tokens", int, 96, 2),
-           "steps": _arg(args, "steps", int, 5, 1), "chat_template": args.get("chat_template", "auto"),
+           "steps": _arg(args, "steps", int, 5, 1), "batch_size": _arg(args, "batch_size", int, 16, 1),
+           "chat_template": args.get("chat_template", "auto"),
            "device": _arg(args, "device", str, "auto"), "dtype": _arg(args, "dtype", str, "auto"),
-           "margin": args.get("margin", 0.1), "confidence": args.get("confidence", 0.95)}
+           "margin": args.get("margin", 0.2), "confidence": args.get("confidence", 0.95)}
     for key, lo, hi in (("margin", 0.0, 10.0), ("confidence", 0.5, 0.999)):
         value = out[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo < value < hi:
@@ -168,18 +170,32 @@ def _encode(tokenizer, prompt: str, chat: Any) -> List[int]:
 
 
 def _capture(torch, tokenizer, model, prompts, a, needed) -> List[Tuple[Any, int, Dict[int, Any]]]:
-    """Greedy generation + one forward per prompt; keep only the hidden_states indices some wiring needs."""
+    """Greedy generation in left-padded batches, then one unpadded forward per prompt; keep only the
+    hidden_states indices some wiring needs. Batching changes no token here (each row is masked to itself; checked
+    against one-prompt-at-a-time generation on the lab: 16/16 identical) and is several times faster."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+    encoded = [_encode(tokenizer, prompt, a["chat_template"]) for prompt in prompts]
     runs = []
-    for i, prompt in enumerate(prompts):
-        ids = torch.tensor([_encode(tokenizer, prompt, a["chat_template"])], device=model.device)
+    for start in range(0, len(encoded), a["batch_size"]):
+        chunk = encoded[start:start + a["batch_size"]]
+        width = max(len(e) for e in chunk)
+        ids = torch.tensor([[pad] * (width - len(e)) + e for e in chunk], device=model.device)
+        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in chunk], device=model.device)
         with torch.no_grad():
-            seq = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=a["max_new_tokens"],
-                                 do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
-            out = model(input_ids=seq, output_hidden_states=True)
-        runs.append((seq, ids.shape[1], {j: out.hidden_states[j] for j in needed}))
-        del out
-        progress("prompt %d/%d captured" % (i + 1, len(prompts)), prompt=i + 1, prompts=len(prompts),
-                 tokens=int(seq.shape[1]))
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=a["max_new_tokens"], do_sample=False,
+                                 pad_token_id=pad)
+        for row, prompt_ids in enumerate(chunk):
+            generated = out[row, width:].tolist()
+            if eos is not None and eos in generated:  # a finished row is padded after its EOS: cut there
+                generated = generated[:generated.index(eos) + 1]
+            seq = torch.tensor([prompt_ids + generated], device=model.device)
+            with torch.no_grad():
+                hidden = model(input_ids=seq, output_hidden_states=True).hidden_states
+            runs.append((seq, len(prompt_ids), {j: hidden[j] for j in needed}))
+            del hidden
+            progress("prompt %d/%d captured" % (len(runs), len(prompts)), prompt=len(runs), prompts=len(prompts),
+                     tokens=int(seq.shape[1]))
     return runs
 
 

@@ -33,8 +33,9 @@ class DraftTestArgs(ActionArgs):
     chat_template: bool | Literal["auto"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    margin: float = Field(default=0.1, gt=0, lt=10, description="smallest gain over the served wiring called a fault")
+    margin: float = Field(default=0.2, gt=0, lt=10, description="smallest gain over the served wiring called a fault")
     confidence: float = Field(default=0.95, gt=0.5, lt=0.999)
+    batch_size: int | None = Field(default=None, ge=1, le=1024, description="prompts generated at once (default 16)")
     python: str | None = None
 
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -364,7 +364,13 @@ def _train_draft(kind: str, num_layers: int, seed: int, attempt: int,
 
 def _calibrate(base: Path, n: int, name: str, state: dict[str, Any], report: BuildProgress, seed: int) -> None:
     """Check each trained draft the scenario uses; retrain (bounded) until every planted fault is clear."""
-    from orchestrator.lab.calibrate import FIX_SCENARIOS, CalibrationFailed, calibrate_draft
+    from orchestrator.lab.calibrate import (
+        FIX_SCENARIOS,
+        CalibrationFailed,
+        FlagshipSample,
+        calibrate_draft,
+        check_fix,
+    )
 
     sc_all = scenarios(base, n)
     sc = sc_all[name]
@@ -376,8 +382,20 @@ def _calibrate(base: Path, n: int, name: str, state: dict[str, Any], report: Bui
         built = [s for s in FIX_SCENARIOS[kind] if _complete(drafts / sc_all[s].draft)]
         identity = (drafts / kind / "lab_recipe.json").read_text() if (drafts / kind / "lab_recipe.json").is_file() else ""
         old = records.get(kind) or {}
-        if old.get("passed") and old.get("identity") == identity and set(built) <= set(old.get("scenarios", [])):
-            continue
+        sample = asdict(FlagshipSample())
+        if old.get("passed") and old.get("identity") == identity and old.get("sample") == sample:
+            added = [s for s in built if s not in old.get("scenarios", [])]
+            if not added:
+                continue
+            # the draft was calibrated before a fault copy of it was built: check only the new scenarios' fixes
+            checks = [check_fix(sc_all[s], base / "target", FlagshipSample()) for s in added]
+            for c in checks:
+                report("calibrate", f"{'ok  ' if c.passed else 'FAIL'} {c.scenario}: {c.detail}", 1.0)
+            if all(c.passed for c in checks):
+                old["attempts"][-1]["checks"] += [c.to_dict() for c in checks]
+                old["scenarios"] = built
+                _write_state(base, state)
+                continue
         attempts = []
         for attempt in range(CALIBRATION_ATTEMPTS):
             report("calibrate", f"calibrating draft {kind} (attempt {attempt + 1}/{CALIBRATION_ATTEMPTS})",
@@ -400,7 +418,7 @@ def _calibrate(base: Path, n: int, name: str, state: dict[str, Any], report: Bui
                 break
         identity = (drafts / kind / "lab_recipe.json").read_text()
         records[kind] = {"passed": attempts[-1]["passed"], "attempts": attempts, "scenarios": built,
-                         "identity": identity}
+                         "identity": identity, "sample": sample}
         _write_state(base, state)
         if not attempts[-1]["passed"]:
             raise CalibrationFailed(kind, attempts)

@@ -41,12 +41,12 @@ REPO = Path(__file__).resolve().parents[2]
 class FlagshipSample:
     """The sample sizes of playbooks/eagle3.yaml's vars (tests/lab/test_calibration.py keeps them equal)."""
 
-    bench_n: int = 6
+    bench_n: int = 12
     bench_tokens: int = 64
-    dt_prompts: int = 6
+    dt_prompts: int = 16
     dt_tokens: int = 64
     dt_steps: int = 5
-    wiring_margin: float = 0.1
+    wiring_margin: float = 0.2
 
 
 class CalibrationFailed(OrchestratorError):
