@@ -100,18 +100,18 @@ def with_intervals(result: dict[str, Any], distinct: int | None = None, confiden
 
 async def run_bench(client: Any, url: str, settings: BenchSettings) -> dict[str, Any]:
     """One benchmark through a ServerClient; :raises StepFailed: when no request succeeded."""
+    prompts = load_prompts(settings.prompts)
     payload = {
-        "url": url.rstrip("/"), "prompts": load_prompts(settings.prompts), "n": settings.n,
+        "url": url.rstrip("/"), "prompts": prompts, "n": settings.n,
         "concurrency": settings.concurrency, "max_new_tokens": settings.max_new_tokens,
         "temperature": settings.temperature, "stream": settings.stream, "ignore_eos": settings.ignore_eos,
         "flush": settings.flush, "timeout": settings.request_timeout,
     }
     result = await client.call("bench", payload, timeout=settings.request_timeout * settings.n + 120)
-    distinct = len(payload["prompts"])
     if not result["completed"]:
         errors = "; ".join(result["errors"][:3]) or "no answer"
         raise StepFailed(f"bench: no request succeeded against {url}: {errors}", result)
-    return with_intervals(result, distinct)
+    return with_intervals(result, len(prompts))
 
 
 def _ci(ci: list[float] | None) -> str:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -135,13 +135,13 @@ def read_state(root: Path) -> dict[str, Any]:
         return {}
 
 
-def _write_state(root: Path, state: dict[str, Any]) -> None:
+def write_state(root: Path, state: dict[str, Any]) -> None:
     tmp = root / "lab.json.tmp"
     tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
     tmp.replace(root / "lab.json")
 
 
-def _complete(path: Path) -> bool:
+def is_complete(path: Path) -> bool:
     return (path / ".complete").is_file()
 
 
@@ -160,11 +160,11 @@ def lab_is_built(scenario: str | None = None, *, root: Path | None = None) -> bo
     """True when the target, the sglang tree and the scenario's draft(s) are all present."""
     root = lab_dir(root)
     name = check_scenario(scenario or DEFAULT_SCENARIO)
-    if not (_complete(root / "target") and _site_ok(root)):
+    if not (is_complete(root / "target") and _site_ok(root)):
         return False
     sc = scenarios(root, num_layers_of(root))[name]
     needed = {sc.draft, sc.fixed_draft or sc.draft}
-    return all(_complete(root / "drafts" / d) for d in needed)
+    return all(is_complete(root / "drafts" / d) for d in needed)
 
 
 def status(root: Path | None = None) -> dict[str, Any]:
@@ -172,7 +172,7 @@ def status(root: Path | None = None) -> dict[str, Any]:
     root = lab_dir(root)
     state = read_state(root)
     built = {name: lab_is_built(name, root=root) for name in SCENARIO_NAMES}
-    return {"lab_dir": str(root), "exists": root.is_dir(), "target": _complete(root / "target"),
+    return {"lab_dir": str(root), "exists": root.is_dir(), "target": is_complete(root / "target"),
             "sglang_site": str(root / "site") if _site_ok(root) else None, "sglang_version": SGLANG_VERSION,
             "scenarios": built, "timings": state.get("timings", {}), "built_at": state.get("built_at"),
             "calibration": {kind: {"passed": rec.get("passed"), "trainings": len(rec.get("attempts", [])),
@@ -194,7 +194,7 @@ def clean(root: Path | None = None) -> Path:
 
 
 # -- building ------------------------------------------------------------------------------------------------------
-def _copy_model(src: Path, dst: Path, *, skip: tuple[str, ...] = ("lab_tokens.pt", ".complete")) -> None:
+def copy_model(src: Path, dst: Path, *, skip: tuple[str, ...] = ("lab_tokens.pt", ".complete")) -> None:
     tmp = dst.with_name(dst.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(*skip))
@@ -203,7 +203,7 @@ def _copy_model(src: Path, dst: Path, *, skip: tuple[str, ...] = ("lab_tokens.pt
     tmp.rename(dst)
 
 
-def _write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
+def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
     """A cheap copy of the seed draft with one checkpoint fault applied (no training)."""
     import torch
     from safetensors.torch import load_file, save_file
@@ -286,8 +286,8 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
 
     Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy. ``seed`` seeds
     the target and the first draft attempt. With ``calibrate`` the trained drafts are checked against the flagship's
-    rules (orchestrator.lab.calibrate) and retrained with the next seed and more steps when a planted fault is not
-    clearly decidable (at most ``CALIBRATION_ATTEMPTS`` trainings a draft); lab.json records every attempt.
+    rules and retrained with the next seed and more steps when a planted fault is not clearly decidable
+    (``orchestrator.lab.calibrate.calibrate_lab``); lab.json records every attempt.
     :raises UserInputError: unknown scenario. :raises OrchestratorError: the sglang install failed.
     """
     from transformers.utils import logging as hf_logging
@@ -311,46 +311,45 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
         install_sglang_site(base, report)
         timings["sglang"] = round(time.monotonic() - started, 1)
     target_cache: Path | None = None
-    if not _complete(base / "target"):
+    if not is_complete(base / "target"):
         t0 = time.monotonic()
         target_cache = cached_target(seed=seed, progress=stage("target"))
-        _copy_model(target_cache, base / "target")
+        copy_model(target_cache, base / "target")
         timings["target"] = round(time.monotonic() - t0, 1)
         report("target", "target ready", 1.0)
     n = num_layers_of(base)
     sc = scenarios(base, n)[name]
     drafts = base / "drafts"
     for kind in dict.fromkeys([sc.draft, sc.fixed_draft or sc.draft]):
-        if _complete(drafts / kind):
+        if is_complete(drafts / kind):
             continue
         t0 = time.monotonic()
-        if kind in ("seed-wiring", "healthy") or not _complete(drafts / "seed-wiring"):
+        if kind in ("seed-wiring", "healthy") or not is_complete(drafts / "seed-wiring"):
             key = "healthy" if kind == "healthy" else "seed-wiring"
-            trained = _train_draft(key, n, seed, 0, stage(f"draft {key}"))
-            _copy_model(trained, drafts / key)
+            trained = train_draft_attempt(key, n, seed, 0, stage(f"draft {key}"))
+            copy_model(trained, drafts / key)
             timings[f"draft {key}"] = round(time.monotonic() - t0, 1)
             wiring = sglang_wiring(n) if key == "healthy" else seed_wiring(n)
             report(f"draft {key}", f"draft {key} ready (trained on hidden_states {wiring})", 1.0)
         if kind not in ("seed-wiring", "healthy"):
-            _write_variant(drafts / "seed-wiring", drafts / kind, kind, n)
+            write_variant(drafts / "seed-wiring", drafts / kind, kind, n)
             report(f"draft {kind}", f"draft {kind} written (fault planted)", 1.0)
     if calibrate:
-        _calibrate(base, n, name, state, report, seed)
+        from orchestrator.lab.calibrate import calibrate_lab
+
+        calibrate_lab(base, name, state, report, seed)
     built = state.setdefault("drafts", {})
-    for kind in sorted(p.name for p in drafts.iterdir() if _complete(p)) if drafts.is_dir() else []:
+    for kind in sorted(p.name for p in drafts.iterdir() if is_complete(p)) if drafts.is_dir() else []:
         built.setdefault(kind, {"path": str(drafts / kind), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                         time.gmtime())})
     state.update({"format": LAB_FORMAT, "sglang_version": SGLANG_VERSION, "target": str(base / "target"),
                   "site": str(base / "site"), "num_layers": n, "python": sys.version.split()[0],
                   "built_at": state.get("built_at") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    _write_state(base, state)
+    write_state(base, state)
     return paths(name, root=base)
 
 
-CALIBRATION_ATTEMPTS = 3
-
-
-def _train_draft(kind: str, num_layers: int, seed: int, attempt: int,
+def train_draft_attempt(kind: str, num_layers: int, seed: int, attempt: int,
                  progress: Callable[[str, float], None]) -> Path:
     """The cached trained draft ``kind`` for calibration attempt ``attempt``: the next seed, 50% more steps each."""
     from orchestrator.lab.models import cached_draft, cached_target
@@ -360,68 +359,6 @@ def _train_draft(kind: str, num_layers: int, seed: int, attempt: int,
     wiring = sglang_wiring(num_layers) if kind == "healthy" else seed_wiring(num_layers)
     steps = None if attempt == 0 else int(DraftRecipe().steps * (1 + 0.5 * attempt))
     return cached_draft(target_cache, wiring=wiring, seed=seed + attempt, steps=steps, progress=progress)
-
-
-def _calibrate(base: Path, n: int, name: str, state: dict[str, Any], report: BuildProgress, seed: int) -> None:
-    """Check each trained draft the scenario uses; retrain (bounded) until every planted fault is clear."""
-    from orchestrator.lab.calibrate import (
-        FIX_SCENARIOS,
-        CalibrationFailed,
-        FlagshipSample,
-        calibrate_draft,
-        check_fix,
-    )
-
-    sc_all = scenarios(base, n)
-    sc = sc_all[name]
-    family = {"healthy": "healthy"}
-    kinds = sorted({family.get(d, "seed-wiring") for d in (sc.draft, sc.fixed_draft or sc.draft)})
-    records: dict[str, Any] = state.setdefault("calibration", {})
-    drafts = base / "drafts"
-    for kind in kinds:
-        built = [s for s in FIX_SCENARIOS[kind] if _complete(drafts / sc_all[s].draft)]
-        identity = (drafts / kind / "lab_recipe.json").read_text() if (drafts / kind / "lab_recipe.json").is_file() else ""
-        old = records.get(kind) or {}
-        sample = asdict(FlagshipSample())
-        if old.get("passed") and old.get("identity") == identity and old.get("sample") == sample:
-            added = [s for s in built if s not in old.get("scenarios", [])]
-            if not added:
-                continue
-            # the draft was calibrated before a fault copy of it was built: check only the new scenarios' fixes
-            checks = [check_fix(sc_all[s], base / "target", FlagshipSample()) for s in added]
-            for c in checks:
-                report("calibrate", f"{'ok  ' if c.passed else 'FAIL'} {c.scenario}: {c.detail}", 1.0)
-            if all(c.passed for c in checks):
-                old["attempts"][-1]["checks"] += [c.to_dict() for c in checks]
-                old["scenarios"] = built
-                _write_state(base, state)
-                continue
-        attempts = []
-        for attempt in range(CALIBRATION_ATTEMPTS):
-            report("calibrate", f"calibrating draft {kind} (attempt {attempt + 1}/{CALIBRATION_ATTEMPTS})",
-                   attempt / CALIBRATION_ATTEMPTS)
-            if attempt:  # retrain with the next seed and more steps; fault copies of seed-wiring follow it
-                trained = _train_draft(kind, n, seed, attempt, lambda m, f, k=kind: report(f"draft {k}", m, f))
-                _copy_model(trained, drafts / kind)
-                if kind == "seed-wiring":
-                    for variant in ("no-lm-head", "direct-d2t", "off-by-one"):
-                        if _complete(drafts / variant):
-                            _write_variant(drafts / kind, drafts / variant, variant, n)
-            checks = calibrate_draft(kind, base, sc_all)
-            recipe = json.loads((drafts / kind / "lab_recipe.json").read_text())
-            passed = all(c.passed for c in checks)
-            attempts.append({"seed": recipe.get("seed"), "steps": recipe.get("steps"), "passed": passed,
-                             "checks": [c.to_dict() for c in checks]})
-            for c in checks:
-                report("calibrate", f"{'ok  ' if c.passed else 'FAIL'} {c.scenario}: {c.detail}", 1.0)
-            if passed:
-                break
-        identity = (drafts / kind / "lab_recipe.json").read_text()
-        records[kind] = {"passed": attempts[-1]["passed"], "attempts": attempts, "scenarios": built,
-                         "identity": identity, "sample": sample}
-        _write_state(base, state)
-        if not attempts[-1]["passed"]:
-            raise CalibrationFailed(kind, attempts)
 
 
 def paths(scenario: str | None = None, *, root: Path | str | None = None) -> LabPaths:

@@ -33,9 +33,17 @@ def _to_json(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
+def _interval(value: Any, digits: int = 2) -> str:
+    """``[lo, hi]`` as "[1.74, 1.90]"; anything else (no interval: fewer than two units) says so."""
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
+        return f"[{value[0]:.{digits}f}, {value[1]:.{digits}f}]"
+    return "[no interval]"
+
+
 def _make_env(finalize: Any = None) -> SandboxedEnvironment:
     env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, finalize=finalize, keep_trailing_newline=True)
     env.filters["to_json"] = _to_json
+    env.filters["interval"] = _interval
     env.filters["quote"] = lambda v: shlex.quote(str(v))
     env.globals.update(
         min=min, max=max, abs=abs, round=round, len=len, sum=sum, sorted=sorted, zip=zip, any=any, all=all,
