@@ -3,15 +3,14 @@ samples are the flagship's own, and a draft that does not behave as its scenario
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
-from orchestrator.lab.build import LabPaths, read_state, scenarios, seed_wiring
-from orchestrator.lab.calibrate import CLEAR, FlagshipSample, calibrate_draft
+from orchestrator.lab.build import LabPaths, read_state, seed_wiring, sglang_wiring
+from orchestrator.lab.calibrate import CLEAR, FlagshipSample, check_draft_test, run_draft_test
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -34,14 +33,11 @@ def test_the_built_lab_records_a_clear_calibration_for_each_trained_draft(lab: L
             assert check["passed"] and check["margin"] >= CLEAR, check
 
 
-def test_a_draft_that_does_not_prefer_its_own_wiring_fails_calibration(lab: LabPaths, tmp_path: Path) -> None:
-    """Swap the seed-wiring draft in as the 'healthy' one: the healthy checks must fail (mismatch, not fine)."""
-    root = tmp_path / "lab"
-    (root / "drafts").mkdir(parents=True)
-    (root / "target").symlink_to(lab.target, target_is_directory=True)
-    shutil.copytree(lab.root / "drafts" / "seed-wiring", root / "drafts" / "healthy")
-    checks = calibrate_draft("healthy", root, scenarios(root, lab.num_layers))
-    by = {(c.scenario, c.kind): c for c in checks}
-    dt = by[("healthy", "draft_test")]
-    assert not dt.passed and dt.figures["decision"] == "mismatch"
-    assert dt.figures["best_tier"] and seed_wiring(lab.num_layers) in dt.figures["best_tier"]
+def test_a_draft_that_does_not_prefer_its_own_wiring_fails_calibration(lab: LabPaths) -> None:
+    """The seed-wiring draft, checked as if it were the healthy one: its draft test says mismatch, not fine."""
+    n = lab.num_layers
+    result = run_draft_test(lab.target, lab.root / "drafts" / "seed-wiring", FlagshipSample())
+    check = check_draft_test("healthy", result, "fine", sglang_wiring(n), FlagshipSample().wiring_margin)
+    assert not check.passed and check.figures["decision"] == "mismatch"
+    assert seed_wiring(n) in check.figures["best_tier"] and check.figures["own_tier"] != 1
+    assert check_draft_test("seed-wiring", result, "mismatch", seed_wiring(n), FlagshipSample().wiring_margin).passed

@@ -12,7 +12,6 @@ from orchestrator.lab.build import LabPaths, seed_wiring
 from orchestrator.lab.server_args import StartupError, build_parser, resolve
 
 pytestmark = [pytest.mark.lab, pytest.mark.torch]
-TOKENS = 48
 
 
 def trained(lab: LabPaths) -> str:
@@ -31,19 +30,21 @@ def spec_argv(draft: Path | str, steps: int = 7, algo: str = "EAGLE3", *extra: s
             "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1", *extra]
 
 
-def run(models, prompts: list[str], n: int = 6) -> dict[str, Any]:
-    """Accept length over ``n`` prompts (completion tokens / verify forwards, as SGLang), its 95% interval with the
-    prompt as the unit, and the outputs."""
-    from remote_probes.interval_stats import ratio_interval
+def run(models) -> dict[str, Any]:
+    """Accept length per request over the flagship's own bench sample (the bundled prompts, its n and tokens: what
+    the lab's calibration checked), its 95% interval with the request as the unit, and the outputs."""
+    from orchestrator.actions.bench import load_prompts
+    from orchestrator.lab.calibrate import FlagshipSample
+    from remote_probes.interval_stats import mean_interval
 
-    tokens, verifies, outputs = [], [], []
-    for text in prompts[:n]:
-        gen = models.generate(models.tokenizer(text)["input_ids"], max_new_tokens=TOKENS, stop=[], stop_token_ids=[],
-                              ignore_eos=True)
-        tokens.append(len(gen.output_ids))
-        verifies.append(gen.spec.verify_ct)
+    sample = FlagshipSample()
+    accepts, outputs = [], []
+    for text in load_prompts(None)[:sample.bench_n]:
+        gen = models.generate(models.tokenizer(text)["input_ids"], max_new_tokens=sample.bench_tokens, stop=[],
+                              stop_token_ids=[], ignore_eos=False)
+        accepts.append(len(gen.output_ids) / gen.spec.verify_ct if gen.spec.verify_ct else 1.0)
         outputs.append(gen.output_ids)
-    iv = ratio_interval(tokens, verifies) if any(verifies) else None
+    iv = mean_interval(accepts)
     return {"tau": iv.estimate if iv else 1.0, "ci": iv.as_list() if iv else None, "outputs": outputs}
 
 
@@ -53,8 +54,8 @@ def clearly_below(low: dict[str, Any], high: dict[str, Any]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def plain(lab: LabPaths, prompts: list[str]) -> dict[str, Any]:
-    return run(models_for(lab), prompts)
+def plain(lab: LabPaths) -> dict[str, Any]:
+    return run(models_for(lab))
 
 
 def test_default_capture_is_sglangs_2_mid_n_minus_3(lab: LabPaths):
@@ -76,34 +77,33 @@ def test_lab_capture_layers_override(lab: LabPaths):
         models_for(lab, *spec_argv(lab.drafts["seed-wiring"]), "--lab-capture-layers", "0,6,40")
 
 
-def test_speculative_output_is_lossless(lab: LabPaths, prompts, plain):
+def test_speculative_output_is_lossless(lab: LabPaths, plain):
     for argv in (spec_argv(lab.drafts["seed-wiring"]), spec_argv(lab.drafts["healthy"], steps=3)):
-        assert run(models_for(lab, *argv), prompts)["outputs"] == plain["outputs"]
+        assert run(models_for(lab, *argv))["outputs"] == plain["outputs"]
 
 
-def test_healthy_draft_accepts_clearly_more_than_the_seed_wiring(lab: LabPaths, prompts, plain):
-    seed = run(models_for(lab, *spec_argv(lab.drafts["seed-wiring"])), prompts)
-    healthy = run(models_for(lab, *spec_argv(lab.drafts["healthy"])), prompts)
-    fixed = run(models_for(lab, *spec_argv(lab.drafts["seed-wiring"]), "--lab-capture-layers",
-                           trained(lab)), prompts)
+def test_healthy_draft_accepts_clearly_more_than_the_seed_wiring(lab: LabPaths, plain):
+    seed = run(models_for(lab, *spec_argv(lab.drafts["seed-wiring"])))
+    healthy = run(models_for(lab, *spec_argv(lab.drafts["healthy"])))
+    fixed = run(models_for(lab, *spec_argv(lab.drafts["seed-wiring"]), "--lab-capture-layers", trained(lab)))
     assert clearly_below(seed, healthy), (seed["ci"], healthy["ci"])
     assert clearly_below(seed, fixed), (seed["ci"], fixed["ci"])
     assert seed["outputs"] == healthy["outputs"] == fixed["outputs"] == plain["outputs"]
 
 
-def test_eagle_with_an_eagle3_draft_feeds_one_hidden_state_and_accepts_clearly_less(lab: LabPaths, prompts):
+def test_eagle_with_an_eagle3_draft_feeds_one_hidden_state_and_accepts_clearly_less(lab: LabPaths):
     models = models_for(lab, *spec_argv(lab.drafts["healthy"], algo="EAGLE"))
     assert models.capture == [lab.num_layers]  # the last hidden state: width H, so fc is skipped
-    eagle = run(models, prompts)
-    eagle3 = run(models_for(lab, *spec_argv(lab.drafts["healthy"])), prompts)
+    eagle = run(models)
+    eagle3 = run(models_for(lab, *spec_argv(lab.drafts["healthy"])))
     assert clearly_below(eagle, eagle3), (eagle["ci"], eagle3["ci"])
 
 
-def test_missing_lm_head_with_draft_vocab_declared_loads_a_random_head(lab: LabPaths, prompts):
+def test_missing_lm_head_with_draft_vocab_declared_loads_a_random_head(lab: LabPaths):
     models = models_for(lab, *spec_argv(lab.drafts["no-lm-head"]))
     assert any("randomly initialised" in note for note in models.notes)
     good = models_for(lab, *spec_argv(lab.drafts["seed-wiring"]), "--lab-capture-layers", trained(lab))
-    assert clearly_below(run(models, prompts), run(good, prompts))
+    assert clearly_below(run(models), run(good))
 
 
 def test_lm_head_comes_from_the_target_without_draft_vocab_size(lab: LabPaths, variant):
@@ -115,7 +115,7 @@ def test_lm_head_comes_from_the_target_without_draft_vocab_size(lab: LabPaths, v
     assert torch.equal(models.draft.lm_head.weight, models.target.lm_head.weight)
 
 
-def test_d2t_offsets_become_target_ids_and_direct_ids_break_the_mapping(lab: LabPaths, prompts):
+def test_d2t_offsets_become_target_ids_and_direct_ids_break_the_mapping(lab: LabPaths):
     import torch
 
     good = models_for(lab, *spec_argv(lab.drafts["seed-wiring"]), "--lab-capture-layers", trained(lab))
@@ -123,4 +123,4 @@ def test_d2t_offsets_become_target_ids_and_direct_ids_break_the_mapping(lab: Lab
     assert hot.min() >= 0 and hot.max() < good.config.vocab_size and len(set(hot.tolist())) == hot.shape[0]
     bad = models_for(lab, *spec_argv(lab.drafts["direct-d2t"]), "--lab-capture-layers", trained(lab))
     assert any("d2t" in note for note in bad.notes)
-    assert clearly_below(run(bad, prompts), run(good, prompts))
+    assert clearly_below(run(bad), run(good))

@@ -21,7 +21,6 @@ from orchestrator.tui.screens.forms import FlagEditor
 from tests.tui.conftest import wait_for
 
 FLAGSHIP = Path(__file__).resolve().parents[2] / "playbooks" / "eagle3.yaml"
-FAST = {"bench_n": 3, "bench_tokens": 32, "dt_prompts": 3, "dt_tokens": 32}
 
 
 @pytest.mark.lab
@@ -30,8 +29,8 @@ async def test_flagship_in_the_tui_then_replay(lab: LabPaths, tmp_path: Path) ->
     inventory = lab_inventory("seed-wiring", root=lab.root)
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
     sink = TuiSink()
-    engine, directory = build_engine(playbook, inventory, sinks=[sink], sessions_dir=tmp_path / "sessions",
-                                     extra_vars=FAST)
+    # the flagship's own sample sizes: the ones the lab is calibrated for (a smaller sample is rightly inconclusive)
+    engine, directory = build_engine(playbook, inventory, sinks=[sink], sessions_dir=tmp_path / "sessions")
     controller = Controller(engine, start_mode="running")
     app = OrchestratorApp(controller=controller, sink=sink, session_dir=directory)
     async with app.run_test(size=(120, 36)) as pilot:
