@@ -78,6 +78,8 @@ async def test_flagship_in_the_tui_then_replay(lab: LabPaths, tmp_path: Path) ->
         assert isinstance(pilot.app.screen, QuitDialog)
         await pilot.click("#ok")
         await wait_for(pilot, lambda: controller.finished, timeout=120)
+        # the app writes the report after the session ends, then exits: wait for that, not for time to pass
+        await wait_for(pilot, lambda: (directory / "report.md").is_file() or not app.is_running, timeout=120)
 
     loaded = read_session(directory)
     started = {e.step_id: e for e in loaded.of_type("step_started")}
