@@ -67,6 +67,10 @@ def status_cmd(
     console.print(table)
     if info["timings"]:
         console.print("build seconds: " + ", ".join(f"{k} {v}" for k, v in info["timings"].items()))
+    for kind, cal in info.get("calibration", {}).items():
+        margins = ", ".join(f"{check} {margin}" for check, margin in cal["margins"].items())
+        console.print(f"calibration of draft {kind}: {'passed' if cal['passed'] else 'FAILED'} after "
+                      f"{cal['trainings']} training(s); margins (>= 1.05 is clear): {margins}")
 
 
 @lab_app.command("clean")
