@@ -14,7 +14,8 @@ the wiring the engine feeds (``server``) and a one-sentence verdict.
 Statistics (interval_stats): every figure carries a confidence interval over prompts (``*_ci``). Wirings whose
 tau_serving intervals overlap share a ``tier`` (1 = tied with the best): they are reported as tied, not ranked.
 ``vs_server`` compares each wiring with the served one on the same prompts (paired ratio of tau_serving with its
-interval); ``beats_server`` marks the wirings that pass the ``mismatch`` test below against the served one. ``decision`` is what the evidence can say about the wiring:
+interval); ``beats_server`` marks the wirings that pass the ``mismatch`` test below against the served one.
+``decision`` is what the evidence can say about the wiring:
 
 - ``mismatch``: the best wiring's lower bound is above the served wiring's upper bound, and the paired gain's
   lower bound is above 1 + margin (the smallest gain worth calling a fault);
@@ -28,6 +29,7 @@ interval); ``beats_server`` marks the wirings that pass the ``mismatch`` test be
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -306,8 +308,6 @@ def decide(engine: str, results: List[Dict[str, Any]], best: Dict[str, Any], ser
 def prompts_to_decide(best: Dict[str, Any], server: Dict[str, Any], gain: Optional[Dict[str, Any]], bar: float,
                       prompts: int, confidence: float) -> Optional[int]:
     """The fewest prompts with which the point estimates, at the spread seen, would give mismatch or fine."""
-    import math
-
     if not gain or not gain.get("ratio_ci") or prompts < 2:
         return None
     lr, half = math.log(gain["ratio"]), math.log(gain["ratio_ci"][1]) - math.log(gain["ratio"])
