@@ -1,7 +1,8 @@
-"""End to end: train (cached) the lab's tiny target and a draft on the embedding-first wiring W = [0, N/2, N-1],
-then run the draft_test probe as a subprocess and check that it finds W and the cost of SGLang's default wiring.
+"""End to end: the lab's tiny target and its draft trained on the embedding-first wiring W = [0, N/2, N-1]
+(built and calibrated once), then the draft_test probe as a subprocess: it must put W in the best tier and find
+the cost of SGLang's default wiring.
 
-First run trains both models (~3 min on 2 cores); later runs reuse $ORCHESTRATOR_CACHE_DIR/lab-models.
+First run trains both models (~6 min on 2 cores); later runs reuse $ORCHESTRATOR_CACHE_DIR.
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]
 
 @pytest.fixture(scope="session")
 def lab_pair():
+    """The lab's calibrated seed-wiring draft (trained on W, retrained by the build if a machine's first training
+    was not clear) and its target: the same lab directory the lab tests use."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from orchestrator.lab.models import cached_draft, cached_target
+    from orchestrator.lab.build import build_lab, cache_dir, seed_wiring
 
-    target = cached_target()
-    n = json.loads((target / "config.json").read_text())["num_hidden_layers"]
-    wiring = [0, n // 2, n - 1]
-    return target, cached_draft(target, wiring=wiring), wiring, n
+    lab = build_lab("seed-wiring", root=cache_dir() / "lab-test")
+    return lab.target, lab.drafts["seed-wiring"], seed_wiring(lab.num_layers), lab.num_layers
 
 
 def run_draft_test(tmp_path, args: dict) -> dict:
@@ -55,9 +56,13 @@ def test_draft_test_finds_the_trained_wiring(tmp_path, lab_pair):
     config = json.loads((draft / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLMEagle3"]
     assert "eagle_aux_hidden_state_layer_ids" not in config["eagle_config"]  # the seed's pipeline wrote none
+    from orchestrator.lab.calibrate import FlagshipSample
+
+    sample = FlagshipSample()  # the sample the lab's calibration checked this draft with
     result = run_draft_test(tmp_path, {"target": str(target), "draft": str(draft), "wirings": "auto",
-                                       "engine": "sglang", "prompts_file": str(target / "prompts.json"),
-                                       "num_prompts": 12, "max_new_tokens": 64, "steps": 5})
+                                       "engine": "sglang", "num_prompts": sample.dt_prompts,
+                                       "max_new_tokens": sample.dt_tokens, "steps": sample.dt_steps,
+                                       "margin": sample.wiring_margin})
     by_wiring = {tuple(w["wiring"]): w for w in result["wirings"]}
     default = [2, n // 2, n - 3]
     ranking = [(w["wiring"], w["tau_serving"], w["tau_serving_ci"], w["tier"]) for w in result["wirings"]]
@@ -81,6 +86,6 @@ def test_draft_test_on_explicit_wirings_and_vllm(tmp_path, lab_pair):
                                        "wirings": {"trained": wiring, "no-embed": [n // 2, n - 1, n]},
                                        "prompts_file": str(target / "prompts.json"), "num_prompts": 4,
                                        "max_new_tokens": 32, "steps": 3})
-    names = [w["name"] for w in result["wirings"]]
-    assert names[0] == "trained" and "server(vllm)" in names  # the engine's wiring is always measured
+    by_name = {w["name"]: w for w in result["wirings"]}
+    assert by_name["trained"]["tier"] == 1 and "server(vllm)" in by_name  # the engine's wiring is always measured
     assert result["server"]["wiring"] == [2, n // 2, n - 3]
