@@ -89,6 +89,10 @@ def main() -> int:
                 last = record["attempts"][-1]
                 margins.append(f"{kind}: {len(record['attempts'])} training(s), "
                                + ", ".join(f"{c['scenario']}/{c['kind']} {c['margin']}" for c in last["checks"]))
+            rejected = [f"target seed {r['seed']} rejected ({r['draft']} unclear)"
+                        for r in state.get("targets_rejected", [])]
+            margins.insert(0, f"target seed {state.get('target_seed')}" + (f" [{', '.join(rejected)}]"
+                                                                            if rejected else ""))
             calibration[seed] = "; ".join(margins)
             print(f"seed {seed}: lab built in {time.monotonic() - t0:.0f} s; calibration {calibration[seed]}",
                   flush=True)

@@ -67,6 +67,10 @@ def status_cmd(
     console.print(table)
     if info["timings"]:
         console.print("build seconds: " + ", ".join(f"{k} {v}" for k, v in info["timings"].items()))
+    if info.get("target_seed") is not None:
+        rejected = "; ".join(f"seed {r['seed']} rejected (draft {r['draft']} unclear)"
+                             for r in info.get("targets_rejected", []))
+        console.print(f"target seed {info['target_seed']}" + (f" ({rejected})" if rejected else ""))
     for kind, cal in info.get("calibration", {}).items():
         margins = ", ".join(f"{check} {margin}" for check, margin in cal["margins"].items())
         console.print(f"calibration of draft {kind}: {'passed' if cal['passed'] else 'FAILED'} after "

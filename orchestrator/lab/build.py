@@ -91,6 +91,8 @@ def scenarios(lab: Path, num_layers: int) -> dict[str, Scenario]:
     ]}
 
 
+#: the drafts that are trained; every other draft is a fault copy of seed-wiring
+TRAINED_DRAFTS = ("seed-wiring", "healthy")
 SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one", "topk-override",
                   "eagle-not-eagle3")
 DEFAULT_SCENARIO = "seed-wiring"
@@ -175,6 +177,8 @@ def status(root: Path | None = None) -> dict[str, Any]:
     return {"lab_dir": str(root), "exists": root.is_dir(), "target": is_complete(root / "target"),
             "sglang_site": str(root / "site") if _site_ok(root) else None, "sglang_version": SGLANG_VERSION,
             "scenarios": built, "timings": state.get("timings", {}), "built_at": state.get("built_at"),
+            "target_seed": state.get("target_seed"),
+            "targets_rejected": [{"seed": r["seed"], "draft": r["draft"]} for r in state.get("targets_rejected", [])],
             "calibration": {kind: {"passed": rec.get("passed"), "trainings": len(rec.get("attempts", [])),
                                    "margins": {f"{c['scenario']}/{c['kind']}": c["margin"]
                                                for c in (rec.get("attempts") or [{}])[-1].get("checks", [])}}
@@ -286,13 +290,12 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
 
     Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy. ``seed`` seeds
     the target and the first draft attempt. With ``calibrate`` the trained drafts are checked against the flagship's
-    rules and retrained with the next seed and more steps when a planted fault is not clearly decidable
-    (``orchestrator.lab.calibrate.calibrate_lab``); lab.json records every attempt.
+    rules; when a planted fault is not clearly decidable the draft is retrained with the next seed and more steps,
+    and when that does not help either, the target is retrained with the next seed and every draft with it
+    (bounded; ``orchestrator.lab.calibrate.calibrate_lab``). lab.json records every attempt and the target seed.
     :raises UserInputError: unknown scenario. :raises OrchestratorError: the sglang install failed.
     """
     from transformers.utils import logging as hf_logging
-
-    from orchestrator.lab.models import cached_target
 
     hf_logging.disable_progress_bar()  # the core reports through `progress`, never by printing
     hf_logging.set_verbosity_error()
@@ -302,43 +305,24 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     report = progress or _noop
     state = read_state(base) or {"format": LAB_FORMAT}
     timings: dict[str, float] = state.setdefault("timings", {})
-
-    def stage(key: str):
-        return lambda message, fraction: report(key, message, fraction)
-
     started = time.monotonic()
     if not _site_ok(base):
         install_sglang_site(base, report)
         timings["sglang"] = round(time.monotonic() - started, 1)
-    target_cache: Path | None = None
+    # a lab whose calibration moved on to another target seed keeps it: that seed is the one known to be clear here
+    target_seed = int(state.get("target_seed", seed))
     if not is_complete(base / "target"):
-        t0 = time.monotonic()
-        target_cache = cached_target(seed=seed, progress=stage("target"))
-        copy_model(target_cache, base / "target")
-        timings["target"] = round(time.monotonic() - t0, 1)
-        report("target", "target ready", 1.0)
+        install_target(base, target_seed, report, timings)
+    state["target_seed"] = target_seed
     n = num_layers_of(base)
     sc = scenarios(base, n)[name]
-    drafts = base / "drafts"
-    for kind in dict.fromkeys([sc.draft, sc.fixed_draft or sc.draft]):
-        if is_complete(drafts / kind):
-            continue
-        t0 = time.monotonic()
-        if kind in ("seed-wiring", "healthy") or not is_complete(drafts / "seed-wiring"):
-            key = "healthy" if kind == "healthy" else "seed-wiring"
-            trained = train_draft_attempt(key, n, seed, 0, stage(f"draft {key}"))
-            copy_model(trained, drafts / key)
-            timings[f"draft {key}"] = round(time.monotonic() - t0, 1)
-            wiring = sglang_wiring(n) if key == "healthy" else seed_wiring(n)
-            report(f"draft {key}", f"draft {key} ready (trained on hidden_states {wiring})", 1.0)
-        if kind not in ("seed-wiring", "healthy"):
-            write_variant(drafts / "seed-wiring", drafts / kind, kind, n)
-            report(f"draft {kind}", f"draft {kind} written (fault planted)", 1.0)
+    build_drafts(base, [sc.draft, sc.fixed_draft or sc.draft], n, target_seed, report, timings)
     if calibrate:
         from orchestrator.lab.calibrate import calibrate_lab
 
-        calibrate_lab(base, name, state, report, seed)
+        calibrate_lab(base, state, report)
     built = state.setdefault("drafts", {})
+    drafts = base / "drafts"
     for kind in sorted(p.name for p in drafts.iterdir() if is_complete(p)) if drafts.is_dir() else []:
         built.setdefault(kind, {"path": str(drafts / kind), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                         time.gmtime())})
@@ -349,9 +333,45 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     return paths(name, root=base)
 
 
+def _stage_progress(report: BuildProgress, stage: str) -> Callable[[str, float], None]:
+    return lambda message, fraction: report(stage, message, fraction)
+
+
+def install_target(base: Path, seed: int, report: BuildProgress, timings: dict[str, float]) -> None:
+    """Train (or take from the cache) the target for ``seed`` and copy it to ``base/target``."""
+    from orchestrator.lab.models import cached_target
+
+    t0 = time.monotonic()
+    trained = cached_target(seed=seed, progress=_stage_progress(report, "target"))
+    copy_model(trained, base / "target")
+    timings["target"] = round(time.monotonic() - t0, 1)
+    report("target", f"target ready (seed {seed})", 1.0)
+
+
+def build_drafts(base: Path, kinds: list[str], n: int, target_seed: int, report: BuildProgress,
+                 timings: dict[str, float]) -> None:
+    """Build the missing drafts among ``kinds``: the two trained ones, or fault copies of the seed-wiring one."""
+    drafts = base / "drafts"
+    for kind in dict.fromkeys(kinds):
+        if is_complete(drafts / kind):
+            continue
+        t0 = time.monotonic()
+        if kind in TRAINED_DRAFTS or not is_complete(drafts / "seed-wiring"):
+            key = "healthy" if kind == "healthy" else "seed-wiring"
+            trained = train_draft_attempt(key, n, target_seed, 0, _stage_progress(report, f"draft {key}"))
+            copy_model(trained, drafts / key)
+            timings[f"draft {key}"] = round(time.monotonic() - t0, 1)
+            wiring = sglang_wiring(n) if key == "healthy" else seed_wiring(n)
+            report(f"draft {key}", f"draft {key} ready (trained on hidden_states {wiring})", 1.0)
+        if kind not in TRAINED_DRAFTS:
+            write_variant(drafts / "seed-wiring", drafts / kind, kind, n)
+            report(f"draft {kind}", f"draft {kind} written (fault planted)", 1.0)
+
+
 def train_draft_attempt(kind: str, num_layers: int, seed: int, attempt: int,
-                 progress: Callable[[str, float], None]) -> Path:
-    """The cached trained draft ``kind`` for calibration attempt ``attempt``: the next seed, 50% more steps each."""
+                        progress: Callable[[str, float], None]) -> Path:
+    """The cached trained draft ``kind`` on the target of ``seed``, for calibration attempt ``attempt``: the next
+    draft seed and 50% more steps each attempt."""
     from orchestrator.lab.models import cached_draft, cached_target
     from orchestrator.lab.train import DraftRecipe
 

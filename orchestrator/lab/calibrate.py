@@ -13,9 +13,10 @@ what the flagship will see on this machine:
 
 A check's ``margin`` is how far it clears its rule (> 1 passes the rule; ``CLEAR`` is asked for, a safety factor
 so that a difference in the last bits between two runs cannot flip a verdict). The build retrains a draft that
-fails with the next seed and more steps (bounded) and records every attempt in lab.json.
+fails with the next seed and more steps; when that does not help, it retrains the target with the next seed and
+every draft on it (both bounded), and records every attempt in lab.json.
 
-Public API: ``calibrate_lab(base, scenario, state, report, seed)`` (the build's loop), ``FlagshipSample``,
+Public API: ``calibrate_lab(base, state, report)`` (the build's loop), ``CalibrationSteps``, ``FlagshipSample``,
 ``Check``, ``calibrate_draft(kind, root, scenarios, sample) -> list[Check]``, ``CalibrationFailed``.
 """
 
@@ -23,18 +24,23 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab.build import (
+    TRAINED_DRAFTS,
     BuildProgress,
     Scenario,
+    build_drafts,
     copy_model,
+    install_target,
     is_complete,
     num_layers_of,
     scenarios,
@@ -65,11 +71,12 @@ class FlagshipSample:
 class CalibrationFailed(OrchestratorError):
     """A trained draft still leaves a planted fault undecidable after every allowed retraining."""
 
-    def __init__(self, kind: str, attempts: list[dict[str, Any]]) -> None:
+    def __init__(self, kind: str, attempts: list[dict[str, Any]], targets: list[int] | None = None) -> None:
         failing = [c["detail"] for c in attempts[-1]["checks"] if not c["passed"]]
-        super().__init__(f"lab calibration failed for draft {kind} after {len(attempts)} trainings: "
+        tried = f" on each of {len(targets)} targets (seeds {', '.join(map(str, targets))})" if targets else ""
+        super().__init__(f"lab calibration failed for draft {kind} after {len(attempts)} trainings{tried}: "
                          + "; ".join(failing), title="lab calibration failed")
-        self.kind, self.attempts = kind, attempts
+        self.kind, self.attempts, self.targets = kind, attempts, targets or []
 
 
 @dataclass
@@ -200,7 +207,12 @@ def calibrate_draft(kind: str, root: Path, scenarios: dict[str, Scenario],
 
 
 # ---------------------------------------------------------------- the build's calibration loop
-CALIBRATION_ATTEMPTS = 3
+#: draft trainings per target: the first, then the next draft seed with 50% more steps
+DRAFT_ATTEMPTS = 2
+#: targets tried: the build's seed, then the next seeds. A target can leave a planted fault unclear whatever the
+#: draft (seed 1's target serves the seed wiring nearly as well as the trained one), so retraining the draft
+#: alone cannot mend every machine.
+TARGET_ATTEMPTS = 3
 #: fault copies written from the seed-wiring draft (they follow it when it is retrained)
 SEED_COPIES = ("no-lm-head", "direct-d2t", "off-by-one")
 
@@ -210,34 +222,74 @@ def trained_drafts_of(sc: Scenario) -> list[str]:
     return sorted({"healthy" if d == "healthy" else "seed-wiring" for d in (sc.draft, sc.fixed_draft or sc.draft)})
 
 
-def calibrate_lab(base: Path, name: str, state: dict[str, Any], report: BuildProgress, seed: int) -> None:
-    """Check each trained draft scenario ``name`` uses; retrain it (bounded) until every planted fault is clear.
+@dataclass(frozen=True)
+class CalibrationSteps:
+    """The two expensive steps of the loop (tests put cheap ones in to exercise the escalation)."""
 
-    Results go to ``state["calibration"][kind]`` (written to lab.json). A draft already calibrated with the same
-    weights and sample is not checked again; when a fault copy of it appeared since, only that copy's fix is.
-    :raises CalibrationFailed: still unclear after ``CALIBRATION_ATTEMPTS`` trainings.
+    #: check draft ``kind`` of the lab at ``base``, retraining it up to DRAFT_ATTEMPTS times; the record
+    calibrate_draft: Callable[[Path, str, BuildProgress], dict[str, Any]]
+    #: replace the target with the one trained for ``seed`` and rebuild every draft the lab had on it
+    retrain_target: Callable[[Path, int, BuildProgress], None]
+
+
+def calibrate_lab(base: Path, state: dict[str, Any], report: BuildProgress,
+                  steps: CalibrationSteps | None = None) -> None:
+    """Check every trained draft of the lab; retrain what leaves a planted fault unclear, bounded.
+
+    First the draft is retrained (``DRAFT_ATTEMPTS``); when its faults stay unclear the target is retrained with the
+    next seed, every draft with it, and all checks run again (``TARGET_ATTEMPTS`` targets). Records go to
+    ``state["calibration"][kind]``, the target seed to ``state["target_seed"]`` and each target given up on to
+    ``state["targets_rejected"]`` (all written to lab.json as they happen). A draft already calibrated with the
+    same weights and sample is not checked again; when a fault copy of it appeared since, only that copy's fix is.
+    :raises CalibrationFailed: still unclear on the last target.
     """
+    steps = steps or CalibrationSteps(_calibrate_draft_until_clear, _retrain_target)
+    rejected: list[dict[str, Any]] = state.setdefault("targets_rejected", [])
+    while True:
+        failed = _calibrate_built_drafts(base, state, report, steps)
+        if failed is None:
+            return
+        seed = int(state.get("target_seed", 0))
+        record = state["calibration"][failed]
+        rejected.append({"seed": seed, "draft": failed, "attempts": record["attempts"]})
+        write_state(base, state)
+        if len(rejected) >= TARGET_ATTEMPTS:
+            raise CalibrationFailed(failed, record["attempts"], targets=[r["seed"] for r in rejected])
+        report("calibrate", f"the target of seed {seed} leaves draft {failed} unclear after "
+               f"{len(record['attempts'])} training(s): retraining the target with seed {seed + 1}", 1.0)
+        steps.retrain_target(base, seed + 1, report)
+        state.update(target_seed=seed + 1, calibration={}, drafts={})
+        write_state(base, state)
+
+
+def _calibrate_built_drafts(base: Path, state: dict[str, Any], report: BuildProgress,
+                            steps: CalibrationSteps) -> str | None:
+    """Calibrate each trained draft present (seed-wiring first: it carries most faults); the first that fails."""
     n = num_layers_of(base)
     sc_all = scenarios(base, n)
     records: dict[str, Any] = state.setdefault("calibration", {})
     sample = FlagshipSample()
-    for kind in trained_drafts_of(sc_all[name]):
+    for kind in TRAINED_DRAFTS:
+        if not is_complete(base / "drafts" / kind):
+            continue
         built = [s for s in FIX_SCENARIOS[kind] if is_complete(base / "drafts" / sc_all[s].draft)]
         old = records.get(kind) or {}
-        if (old.get("passed") and old.get("identity") == _identity(base, kind)
+        if (old.get("passed") and old.get("identity") == draft_identity(base, kind)
                 and old.get("sample") == asdict(sample) and _recheck_added(base, old, built, sc_all, report)):
             write_state(base, state)
             continue
-        records[kind] = _calibrate_draft_until_clear(base, kind, n, sc_all, report, seed)
+        records[kind] = steps.calibrate_draft(base, kind, report)
         records[kind]["scenarios"] = built
         write_state(base, state)
         if not records[kind]["passed"]:
-            raise CalibrationFailed(kind, records[kind]["attempts"])
+            return kind
+    return None
 
 
-def _identity(base: Path, kind: str) -> str:
-    recipe = base / "drafts" / kind / "lab_recipe.json"
-    return recipe.read_text() if recipe.is_file() else ""
+def draft_identity(base: Path, kind: str) -> str:
+    """The draft's training recipe and the target's: a record holds only for the same weights on the same target."""
+    parts = [base / "drafts" / kind / "lab_recipe.json", base / "target" / "lab_recipe.json"]
+    return "\n".join(p.read_text() if p.is_file() else "" for p in parts)
 
 
 def _say(report: BuildProgress, checks: list[Check]) -> None:
@@ -258,15 +310,31 @@ def _recheck_added(base: Path, record: dict[str, Any], built: list[str], sc_all:
     return True
 
 
-def _calibrate_draft_until_clear(base: Path, kind: str, n: int, sc_all: dict[str, Scenario],
-                                 report: BuildProgress, seed: int) -> dict[str, Any]:
+def _retrain_target(base: Path, seed: int, report: BuildProgress) -> None:
+    """The target for ``seed`` in place of the old one; every draft the lab had is rebuilt on it (they were
+    trained on the old target's hidden states, so none of them carries over)."""
     drafts = base / "drafts"
+    kinds = sorted(p.name for p in drafts.iterdir() if is_complete(p)) if drafts.is_dir() else []
+    shutil.rmtree(drafts, ignore_errors=True)
+    timings: dict[str, float] = {}
+    install_target(base, seed, report, timings)
+    build_drafts(base, sorted(kinds, key=lambda k: k not in TRAINED_DRAFTS), num_layers_of(base), seed, report,
+                 timings)
+
+
+def _calibrate_draft_until_clear(base: Path, kind: str, report: BuildProgress) -> dict[str, Any]:
+    drafts = base / "drafts"
+    n = num_layers_of(base)
+    sc_all = scenarios(base, n)
+    recipe = json.loads((base / "target" / "lab_recipe.json").read_text())
+    target_seed = int(recipe.get("seed", 0))
     attempts: list[dict[str, Any]] = []
-    for attempt in range(CALIBRATION_ATTEMPTS):
-        report("calibrate", f"calibrating draft {kind} (attempt {attempt + 1}/{CALIBRATION_ATTEMPTS})",
-               attempt / CALIBRATION_ATTEMPTS)
+    for attempt in range(DRAFT_ATTEMPTS):
+        report("calibrate", f"calibrating draft {kind} (attempt {attempt + 1}/{DRAFT_ATTEMPTS}, target seed "
+               f"{target_seed})", attempt / DRAFT_ATTEMPTS)
         if attempt:  # retrain with the next seed and more steps; the fault copies of seed-wiring follow it
-            trained = train_draft_attempt(kind, n, seed, attempt, lambda m, f: report(f"draft {kind}", m, f))
+            trained = train_draft_attempt(kind, n, target_seed, attempt,
+                                          lambda m, f: report(f"draft {kind}", m, f))
             copy_model(trained, drafts / kind)
             if kind == "seed-wiring":
                 for copy in SEED_COPIES:
@@ -274,10 +342,11 @@ def _calibrate_draft_until_clear(base: Path, kind: str, n: int, sc_all: dict[str
                         write_variant(drafts / kind, drafts / copy, copy, n)
         checks = calibrate_draft(kind, base, sc_all)
         _say(report, checks)
-        recipe = json.loads((drafts / kind / "lab_recipe.json").read_text())
-        attempts.append({"seed": recipe.get("seed"), "steps": recipe.get("steps"),
-                         "passed": all(c.passed for c in checks), "checks": [c.to_dict() for c in checks]})
+        draft_recipe = json.loads((drafts / kind / "lab_recipe.json").read_text())
+        attempts.append({"seed": draft_recipe.get("seed"), "steps": draft_recipe.get("steps"),
+                         "target_seed": target_seed, "passed": all(c.passed for c in checks),
+                         "checks": [c.to_dict() for c in checks]})
         if attempts[-1]["passed"]:
             break
-    return {"passed": attempts[-1]["passed"], "attempts": attempts, "identity": _identity(base, kind),
+    return {"passed": attempts[-1]["passed"], "attempts": attempts, "identity": draft_identity(base, kind),
             "sample": asdict(FlagshipSample())}
