@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.engines.base import EngineAdapter
+from orchestrator.engines.sglang import SglangAdapter
 from orchestrator.errors import ProbeError, ServerError
 from orchestrator.probes.models import SERVER_CLIENT_RESULTS
 from orchestrator.transport.base import Transport
@@ -23,11 +24,8 @@ class ServerClient:
     def __init__(self, transport: Transport, python: str, adapter: EngineAdapter | None = None) -> None:
         self.transport = transport
         self.python = python
-        if adapter is None:  # a server started elsewhere (``bench: {url: ...}``, cleanup): SGLang's interface
-            from orchestrator.engines.sglang import SglangAdapter
-
-            adapter = SglangAdapter()
-        self.adapter = adapter
+        # A server started elsewhere (``bench: {url: ...}``, cleanup) is assumed to speak SGLang's interface.
+        self.adapter = adapter if adapter is not None else SglangAdapter()
 
     async def call(
         self,
