@@ -40,7 +40,14 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
     stop_grace: ClassVar[float] = 20.0
     ready_line: ClassVar[str | None] = "The server is fired up and ready to roll!"
     health_path: ClassVar[str] = "/health"
+    #: tried in order; the first that answers 200 with a JSON object is the server's info document
     info_paths: ClassVar[tuple[str, ...]] = ("/server_info", "/get_server_info")
+    generate_path: ClassVar[str] = "/generate"
+    #: POSTed before a benchmark (SGLang: also resets the speculative counters); None: no flush
+    flush_path: ClassVar[str | None] = "/flush_cache"
+    #: per-request statistics in a /generate answer's ``meta_info``: the bench's name -> the engine's key
+    request_stat_keys: ClassVar[dict[str, str]] = {"accept_length": "spec_accept_length",
+                                                   "verify_ct": "spec_verify_ct"}
     #: how list values become argv: "nargs" (``--x 1 2``) or "repeat" (``--x 1 --x 2``)
     list_style: ClassVar[str] = "nargs"
     #: flags the manager sets itself (from the step's model/port), never from ``flags``
@@ -82,6 +89,16 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
             argv += ["--model-path", spec.model]
         argv += ["--host", spec.bind, "--port", str(spec.port)]
         return argv + flags_to_argv(spec.flags, list_style=self.list_style)
+
+    # -- talking to the server (remote_probes/server_client.py runs it next to the server) -----
+    def client_args(self, command: str) -> dict[str, Any]:
+        """What the server client needs to know about this engine for ``command`` (sent as its arguments)."""
+        if command == "wait":
+            return {"health_path": self.health_path, "ready_line": self.ready_line}
+        if command == "bench":
+            return {"info_paths": list(self.info_paths), "generate_path": self.generate_path,
+                    "flush_path": self.flush_path, "request_stat_keys": dict(self.request_stat_keys)}
+        return {}
 
     # -- reading answers ---------------------------------------------------------------------
     def effective_args(self, info: Mapping[str, Any]) -> dict[str, Any]:

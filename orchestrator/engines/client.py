@@ -1,25 +1,31 @@
-"""Runs ``server_client.py`` on a server's host through its transport and parses the one JSON answer."""
+"""Runs the ``server_client`` probe (remote_probes/server_client.py) next to a server, on the probe protocol.
+
+The engine adapter supplies what is engine-specific (health and info paths, per-request stat keys) as the
+probe's arguments, and reads the server's info document with its own parsing (``server_accept_length``).
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import ServerError
+from orchestrator.engines.base import EngineAdapter
+from orchestrator.engines.sglang import SglangAdapter
+from orchestrator.errors import ProbeError, ServerError
+from orchestrator.probes.models import SERVER_CLIENT_RESULTS
 from orchestrator.transport.base import Transport
 
-SCRIPT = Path(__file__).with_name("server_client.py")
-BEGIN, END = "@@SERVER-CLIENT-BEGIN@@", "@@SERVER-CLIENT-END@@"
+PROBE = "server_client"
 
 
 class ServerClient:
     """HTTP calls, readiness waits and benchmarks executed next to the server (same code locally and over SSH)."""
 
-    def __init__(self, transport: Transport, python: str) -> None:
+    def __init__(self, transport: Transport, python: str, adapter: EngineAdapter | None = None) -> None:
         self.transport = transport
         self.python = python
+        # A server started elsewhere (``bench: {url: ...}``, cleanup) is assumed to speak SGLang's interface.
+        self.adapter = adapter if adapter is not None else SglangAdapter()
 
     async def call(
         self,
@@ -29,28 +35,22 @@ class ServerClient:
         on_log: Callable[[str], None] | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """Run one client command; :raises ServerError: when the script cannot run or reports an error."""
-        remote = await self.transport.put_cached(SCRIPT)
+        """Run one client command; :raises ServerError: when the script cannot run, reports an error, or answers
+        with a result of the wrong shape."""
+        from orchestrator.probes.runner import run_probe
 
-        def forward(stream: str, text: str) -> None:
-            if stream == "stderr" and on_log is not None:
-                on_log(text)
-
-        result = await self.transport.run(
-            [self.python, remote, command], stdin=json.dumps(args), timeout=timeout,
-            on_output=forward if on_log is not None else None,
-        )
-        start = result.stdout.rfind(BEGIN)
-        stop = result.stdout.find(END, start + 1)
-        if start < 0 or stop < 0:
-            tail = (result.stderr or result.stdout).strip()[-800:]
-            raise ServerError(
-                f"{self.transport.host}: the server client ({self.python}) did not answer (exit {result.exit_code})"
-                + (f": {tail}" if tail else ""))
-        document = json.loads(result.stdout[start + len(BEGIN):stop])
-        if not document.get("ok"):
-            raise ServerError(f"{self.transport.host}: server client {command} failed: {document.get('error')}")
-        return dict(document["result"])
+        if command not in SERVER_CLIENT_RESULTS:
+            raise ServerError(f"unknown server client command {command!r} (known: {', '.join(SERVER_CLIENT_RESULTS)})")
+        payload = {**self.adapter.client_args(command), **args, "command": command}
+        try:
+            result = await run_probe(self.transport, PROBE, payload, python=self.python, timeout=timeout,
+                                     on_stderr=on_log, result_model=SERVER_CLIENT_RESULTS[command])
+        except ProbeError as exc:
+            raise ServerError(f"server client {command}: {exc.message}") from None
+        if command == "bench":
+            info = result.pop("server_info", None)
+            result["server_accept_length"] = self.adapter.server_accept_length(info) if isinstance(info, dict) else None
+        return result
 
     async def get_json(self, url: str, *, timeout: float = 10.0) -> tuple[int, Any]:
         answer = await self.call("request", {"url": url, "timeout": timeout}, timeout=timeout + 30)

@@ -103,7 +103,7 @@ class ServerManager:
         if old is not None and old.status in ("starting", "ready"):
             raise UserInputError(f"server {name!r} is already running on {old.host} (port {old.spec.port}); "
                                  "stop or restart it")
-        client = ServerClient(transport, client_python)
+        client = ServerClient(transport, client_python, adapter)
         record = ServerRecord(name=name, host=host, adapter=adapter, transport=transport, client=client, spec=spec,
                               keep=keep, grace=grace, step_id=step_id)
         if auto_port:
@@ -127,7 +127,7 @@ class ServerManager:
         try:
             wait = await client.call(
                 "wait", {"url": record.url, "log": record.handle.log_path, "pgid": record.handle.pgid,
-                         "timeout": timeout, "ready_line": adapter.ready_line},
+                         "timeout": timeout},
                 on_log=on_log, timeout=timeout + 60,
             )
         except BaseException:

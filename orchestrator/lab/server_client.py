@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.engines.flags import flags_to_argv
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,18 +27,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def flag_argv(flags: dict[str, Any]) -> list[str]:
-    """``{"speculative-num-steps": 7, "trust-remote-code": True}`` -> argv words (True = bare flag)."""
-    argv: list[str] = []
-    for name, value in flags.items():
-        if value is None or value is False:
-            continue
-        argv.append("--" + name)
-        if value is not True:
-            argv.append(str(value))
-    return argv
 
 
 def server_env(site: Path | None = None) -> dict[str, str]:
@@ -98,7 +88,7 @@ def start_server(target: Path, flags: dict[str, Any], *, log_path: Path, site: P
     """Start ``python -m orchestrator.lab.server`` and wait for the ready line. Raises RuntimeError with the log."""
     port = free_port()
     argv = [sys.executable, "-m", "orchestrator.lab.server", "--model-path", str(target), "--port", str(port),
-            *flag_argv(flags)]
+            *flags_to_argv(flags)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as handle:
         proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

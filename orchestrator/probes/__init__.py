@@ -56,19 +56,28 @@ def validate_args(probe: str, args: dict[str, Any]) -> dict[str, Any]:
     return model.model_dump(exclude_none=True)
 
 
-def parse_result(probe: str, outcome: ProbeOutcome) -> BaseModel:
-    """The typed result of a successful run. :raises ProbeError: the run failed or the result does not match."""
-    result = outcome.unwrap(probe)
-    model = PROBES[probe][1] if probe in PROBES else None
-    if model is None:
-        raise ProbeError(f"unknown probe {probe!r}")
+def check_result(probe: str, model: type[BaseModel], result: dict[str, Any], *, host: str | None = None) -> BaseModel:
+    """``result`` as ``model``. :raises ProbeError: (kind ``bad_result``) naming each field at fault, so a probe and
+    an orchestrator that disagree fail as one clear error instead of a KeyError somewhere later."""
     try:
         return model.model_validate(result)
     except ValidationError as exc:
-        raise ProbeError(f"probe {probe} returned a result of the wrong shape: {exc.errors()[:3]}") from None
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()[:5])
+        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+        where = f" on {host}" if host else ""
+        raise ProbeError(f"probe {probe}{where} failed (bad_result): it returned a result of the wrong shape for "
+                         f"{model.__name__}: {problems}{more}") from None
+
+
+def parse_result(probe: str, outcome: ProbeOutcome) -> BaseModel:
+    """The typed result of a successful run. :raises ProbeError: the run failed or the result does not match."""
+    result = outcome.unwrap(probe)
+    if probe not in PROBES:
+        raise ProbeError(f"unknown probe {probe!r}")
+    return check_result(probe, PROBES[probe][1], result)
 
 
 __all__ = [
-    "PROBES", "PROTOCOL_KINDS", "ProbeErrorInfo", "ProbeOutcome", "new_nonce", "parse_probe_output",
+    "PROBES", "PROTOCOL_KINDS", "ProbeErrorInfo", "ProbeOutcome", "check_result", "new_nonce", "parse_probe_output",
     "parse_progress_line", "parse_result", "probes_dir", "validate_args",
 ]

@@ -244,3 +244,62 @@ class DraftInspectResult(_Result):
     def worst(self) -> Severity:
         order = {"info": 0, "warning": 1, "error": 2}
         return max((f.severity for f in self.findings), key=order.__getitem__, default="info")
+
+
+# ---------------------------------------------------------------- server_client (one result model per command)
+
+
+class ServerRequestResult(_Result):
+    status: int  # 0: the connection itself failed (text says why)
+    text: str
+    json_doc: Any = Field(default=None, alias="json")
+
+
+class ServerWaitResult(_Result):
+    ready: bool
+    reason: Literal["ready", "exited", "timeout"]
+    waited: float
+    ready_line_seen: bool | None = None
+    health: int | None = None  # the last health status when not ready
+
+
+class ServerPortResult(_Result):
+    free: bool
+    port: int
+
+
+class BenchRequestRow(_Result):
+    latency: float
+    ttft: float | None = None
+    completion_tokens: int
+    prompt_tokens: int
+    accept_length: float | None = None
+    verify_ct: int | None = None
+    finish: str | None = None
+
+
+class ServerBenchResult(_Result):
+    n: int
+    completed: int
+    errors: list[str]
+    concurrency: int
+    stream: bool
+    flush_status: int | None = None
+    wall_s: float | None = None
+    completion_tokens: int
+    tok_s: float | None = None
+    latency_mean: float | None = None
+    latency_p50: float | None = None
+    latency_p99: float | None = None
+    ttft_p50: float | None = None
+    ttft_p99: float | None = None
+    accept_length: float | None = None
+    verify_ct: int | None = None
+    server_info: dict[str, Any] | None = None  # read by the engine adapter (server_accept_length), then dropped
+    server_info_path: str | None = None
+    per_request: list[BenchRequestRow]
+
+
+SERVER_CLIENT_RESULTS: dict[str, type[_Result]] = {
+    "request": ServerRequestResult, "wait": ServerWaitResult, "port": ServerPortResult, "bench": ServerBenchResult,
+}

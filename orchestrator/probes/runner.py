@@ -1,13 +1,23 @@
 """Running a probe on a host: push the probe directory once per session (content hash), run the
-script with the host's python, args on stdin, a fresh nonce, progress lines streamed as they come."""
+script with the host's python, args on stdin, a fresh nonce, progress lines streamed as they come, and check
+the result against the probe's pydantic model before anyone reads it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from orchestrator.errors import ProbeError
-from orchestrator.probes import new_nonce, parse_probe_output, parse_progress_line, probes_dir
+from orchestrator.probes import (
+    PROBES,
+    check_result,
+    new_nonce,
+    parse_probe_output,
+    parse_progress_line,
+    probes_dir,
+)
 
 if TYPE_CHECKING:
     from orchestrator.transport.base import Transport
@@ -52,10 +62,14 @@ async def run_probe(
     timeout: float | None = None,
     on_progress: ProgressCallback | None = None,
     on_stderr: Callable[[str], None] | None = None,
+    result_model: type[BaseModel] | None = None,
 ) -> dict[str, Any]:
     """Run ``remote_probes/<probe>.py`` on the transport's host and return its result.
 
-    :raises ProbeError: the probe reported an error, crashed, printed no result, or timed out.
+    The result is validated with ``result_model`` (default: the probe's model in ``PROBES``, when it has one).
+
+    :raises ProbeError: the probe reported an error, crashed, printed no result, timed out, or returned a result
+        that does not match its model (kind ``bad_result``).
     :raises HostUnreachable: the host went away.
     """
     source = probes_dir()
@@ -90,4 +104,8 @@ async def run_probe(
             detail = "\n" + str(tb or err.details.get("stderr_tail"))[-1500:]
         raise ProbeError(f"probe {probe} on {transport.host} failed ({err.kind}): {err.message}{detail}")
     assert outcome.result is not None
+    model = result_model or (PROBES[probe][1] if probe in PROBES else None)
+    if model is not None:
+        check_result(probe, model, outcome.result, host=transport.host)
     return outcome.result
+

@@ -68,6 +68,36 @@ class ProcessHandle:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
+# The one TERM -> KILL sequence for process groups (kill_group, SSH cancel/timeout, the SSH guardian):
+# ``term_kill SIG TICKS PGID...`` sends SIG to every group, polls every 0.05 s for up to TICKS ticks, SIGKILLs
+# what is left, and returns 0 when every group is gone, 1 otherwise.
+TERM_KILL = r"""
+term_kill() {
+  local sig=$1 ticks=$2 id alive i; shift 2
+  for id in "$@"; do kill -"$sig" -- "-$id" 2>/dev/null; done
+  for i in $(seq 1 "$ticks"); do
+    alive=0; for id in "$@"; do kill -0 -- "-$id" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && return 0; sleep 0.05
+  done
+  for id in "$@"; do kill -KILL -- "-$id" 2>/dev/null; done
+  sleep 0.1
+  for id in "$@"; do kill -0 -- "-$id" 2>/dev/null && return 1; done
+  return 0
+}
+"""
+
+
+def term_kill_script(pgids: Sequence[int] | str, grace: float, *, sig: int = signal.SIGTERM) -> str:
+    """A bash script that stops process groups with TERM_KILL; ``pgids`` may be a shell word list such as
+    ``"${!live[@]}"``. Refuses PGIDs <= 1 (0 and 1 would signal our own group or every process)."""
+    if not isinstance(pgids, str):
+        if any(int(p) <= 1 for p in pgids):
+            raise TransportError(f"refusing to signal process group(s) {list(pgids)}")
+        pgids = " ".join(str(int(p)) for p in pgids)
+    ticks = max(1, int(grace / 0.05))
+    return f"{TERM_KILL}term_kill {int(sig)} {ticks} {pgids}"
+
+
 def to_shell(command: Command) -> str:
     """Render a command as one shell string: scripts pass through, argv lists are quoted word by word."""
     if isinstance(command, str):
@@ -245,13 +275,8 @@ class Transport(ABC):
         pgid = int(handle.pgid)
         if pgid <= 1:
             raise TransportError(f"refusing to signal process group {pgid}")
-        ticks = max(1, int(grace / 0.05))
-        script = (
-            f"kill -{int(sig)} -- -{pgid} 2>/dev/null; "
-            f"for i in $(seq 1 {ticks}); do kill -0 -- -{pgid} 2>/dev/null || break; sleep 0.05; done; "
-            f"if kill -0 -- -{pgid} 2>/dev/null; then kill -9 -- -{pgid} 2>/dev/null; sleep 0.1; fi; "
-            f"if kill -0 -- -{pgid} 2>/dev/null; then echo alive; else rm -f {shlex.quote(handle.pidfile)}; echo gone; fi"
-        )
+        script = (term_kill_script([pgid], grace, sig=sig)
+                  + f" && {{ rm -f {shlex.quote(handle.pidfile)}; echo gone; }} || echo alive")
         result = await self.run(script, timeout=grace + 30)
         return result.stdout.strip().endswith("gone")
 

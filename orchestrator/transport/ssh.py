@@ -32,7 +32,15 @@ import asyncssh
 
 from orchestrator.errors import HostUnreachable, TransportError
 from orchestrator.inventory import HostSpec
-from orchestrator.transport.base import Command, OutputCallback, RunResult, Transport, env_prefix, to_shell
+from orchestrator.transport.base import (
+    Command,
+    OutputCallback,
+    RunResult,
+    Transport,
+    env_prefix,
+    term_kill_script,
+    to_shell,
+)
 from orchestrator.transport.known_hosts import connect_kwargs, refusal, resolve_target, target_address
 from orchestrator.transport.local import _Capture
 
@@ -45,15 +53,11 @@ GUARDIAN = r"""
 exec 2>/dev/null; trap '' HUP PIPE INT  # stdout stays: sshd may share it with stdin
 declare -A live
 while IFS= read -r line; do
-  id=${line#?}; case $id in ''|*[!0-9]*) continue;; esac
+  id=${line#?}; case $id in ''|*[!0-9]*|0|1) continue;; esac
   case $line in +*) live[$id]=1;; -*) unset "live[$id]";; esac
 done
 [ ${#live[@]} -eq 0 ] && exit 0
-for id in "${!live[@]}"; do kill -TERM -- "-$id"; done
-for i in $(seq 1 40); do alive=0; for id in "${!live[@]}"; do kill -0 -- "-$id" && alive=1; done
-  [ $alive = 0 ] && exit 0; sleep 0.05; done
-for id in "${!live[@]}"; do kill -KILL -- "-$id"; done
-"""
+""" + term_kill_script('"${!live[@]}"', KILL_GRACE) + "\n"
 
 # Run once per connection: is the login shell bash, and is it its own process-group leader?
 PROBE = 'printf "%s|%s|" "$$" "${BASH_VERSION:-}"; cat /proc/$$/stat 2>/dev/null || ps -o pgid= -p $$'
@@ -316,12 +320,7 @@ class SshTransport(Transport):
         """TERM the group, KILL it after ``grace`` seconds; on its own channel, outside the pool."""
         if pgid <= 1 or self._conn is None:
             return
-        ticks = max(1, int(grace / 0.05))
-        script = (
-            f"kill -TERM -- -{pgid} 2>/dev/null; "
-            f"for i in $(seq 1 {ticks}); do kill -0 -- -{pgid} 2>/dev/null || exit 0; sleep 0.05; done; "
-            f"kill -KILL -- -{pgid} 2>/dev/null; true"
-        )
+        script = f"bash -c {shlex.quote(term_kill_script([pgid], grace))}"
         async with self._kill_channel:
             with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError):
                 await self._conn.run(script, check=False, timeout=grace + 15)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.engines.flags import flags_to_argv
 from orchestrator.lab.build import LabPaths
 from orchestrator.lab.inventory import lab_env
-from orchestrator.lab.server_client import flag_argv, free_port, http_json
+from orchestrator.lab.server_client import free_port, http_json
 
 pytestmark = [pytest.mark.lab, pytest.mark.torch]
 READY = "The server is fired up and ready to roll!"
@@ -33,7 +34,7 @@ def served(lab: LabPaths, tmp_path_factory):
              "speculative-num-steps": 3, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 16,
              "decode-log-interval": 5}
     argv = [sys.executable, "-m", "orchestrator.lab.server", "--model-path", str(lab.target), "--port", str(port),
-            *flag_argv(flags)]
+            *flags_to_argv(flags)]
     env = lab_env(lab.root)
     handle = asyncio.run(transport.spawn_detached(argv, name="labserver", env=env))
     base = f"http://127.0.0.1:{port}"

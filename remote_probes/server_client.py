@@ -1,13 +1,22 @@
-"""Runs ON the server's host with its python (stdlib only, >= 3.9): HTTP calls, readiness wait, benchmark.
+"""Probe: talk to an inference server from its own host (standard library only, Python >= 3.9).
 
-The orchestrator pushes this file once per session and runs it through the host's transport, so the same
-code measures the lab over the local transport and a GPU host over SSH (latency is measured next to the
-server, not across the SSH link). Input: one JSON document on stdin. Output: one JSON line on stdout
-between ``@@SERVER-CLIENT-BEGIN@@`` / ``@@SERVER-CLIENT-END@@``; server log lines go to stderr as they arrive.
+HTTP calls, the readiness wait and the benchmark run next to the server, so latency is measured there and
+not across the SSH link; the same code measures the lab over the local transport and a GPU host over SSH.
+It speaks the probe protocol (_probe.py) like every probe; server log lines go to stderr as they arrive.
 
-Commands: ``request`` (one HTTP call), ``wait`` (poll /health while tailing the log until ready, the
-process group exits, or the timeout), ``port`` (is a port free / pick a free one), ``bench``.
+Args: ``{"command": "request" | "wait" | "port" | "bench", ...}``. What is engine-specific comes from the
+orchestrator's engine adapter as arguments (``health_path``, ``info_paths``, ``flush_path``, ``generate_path``,
+``request_stat_keys``); nothing here knows SGLang beyond its ``/generate`` request and ``meta_info`` shape.
+
+- ``request``: ``{"url", "method"?, "body"?, "timeout"?}`` -> ``{"status", "text", "json"}`` (status 0: no connection)
+- ``wait``: ``{"url", "log", "pgid", "timeout", "health_path", "ready_line"?, "line_grace"?, "interval"?}``:
+  poll the health path while tailing the log until ready, the process group exits, or the timeout
+- ``port``: ``{"host"?, "port"?, "wait"?}`` -> ``{"free", "port"}`` (no port, 0 or "auto": pick a free one)
+- ``bench``: ``{"url", "prompts", "n", "max_new_tokens", ...}`` -> throughput, latency, per-request stats and the
+  server's info document (``server_info``, from the first of ``info_paths`` that answers) for the adapter to read
 """
+
+from __future__ import annotations
 
 import json
 import os
@@ -18,8 +27,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import Any, Callable, Dict
 
-BEGIN, END = "@@SERVER-CLIENT-BEGIN@@", "@@SERVER-CLIENT-END@@"
+from _probe import ProbeFailure, run_probe
+
+DEFAULT_STAT_KEYS = {"accept_length": "spec_accept_length", "verify_ct": "spec_verify_ct"}
 
 
 def http(url, method="GET", body=None, timeout=10.0):
@@ -38,7 +50,7 @@ def http(url, method="GET", body=None, timeout=10.0):
 
 
 def cmd_request(args):
-    status, text = http(args["url"], args.get("method", "GET"), args.get("body"), float(args.get("timeout", 10)))
+    status, text = http(_need(args, "url"), args.get("method", "GET"), args.get("body"), float(args.get("timeout", 10)))
     try:
         parsed = json.loads(text) if text.strip()[:1] in ("{", "[") else None
     except ValueError:
@@ -56,10 +68,18 @@ def _group_alive(pgid):
         return True
 
 
+def _need(args, name):
+    """A required argument; its absence is the caller's mistake (bad_args), not a crash."""
+    if args.get(name) is None:
+        raise ProbeFailure("bad_args", "server_client %s needs %r" % (args.get("command"), name))
+    return args[name]
+
+
 def cmd_wait(args):
-    """Ready = /health 200 and (the ready line seen, or no ready line expected, or health kept OK for grace s)."""
-    url, log_path, pgid = args["url"], args["log"], args["pgid"]
-    timeout, ready_line = float(args["timeout"]), args.get("ready_line")
+    """Ready = health 200 and (the ready line seen, or no ready line expected, or health kept OK for grace s)."""
+    url, log_path, pgid = _need(args, "url"), _need(args, "log"), _need(args, "pgid")
+    health_path = _need(args, "health_path")
+    timeout, ready_line = float(_need(args, "timeout")), args.get("ready_line")
     line_grace = float(args.get("line_grace", 10))
     started = time.monotonic()
     offset, pending, seen_line, health_ok_since = 0, b"", False, None
@@ -81,7 +101,7 @@ def cmd_wait(args):
                 if ready_line and ready_line in line:
                     seen_line = True
             sys.stderr.flush()
-        status, _ = http(url + "/health", timeout=5)
+        status, _ = http(url + health_path, timeout=5)
         last_status = status
         now = time.monotonic()
         if status == 200:
@@ -136,9 +156,9 @@ def _percentile(values, q):
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def _one_request(url, prompt, params, stream, timeout):
+def _one_request(url, prompt, params, stream, timeout, stat_keys):
     body = {"text": prompt, "sampling_params": params, "stream": bool(stream)}
-    req = urllib.request.Request(url + "/generate", data=json.dumps(body).encode(), method="POST")
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
     req.add_header("Content-Type", "application/json")
     started = time.monotonic()
     ttft, final = None, None
@@ -164,19 +184,48 @@ def _one_request(url, prompt, params, stream, timeout):
         final = final[0]
     meta = (final or {}).get("meta_info", {}) or {}
     return {"latency": latency, "ttft": ttft, "completion_tokens": int(meta.get("completion_tokens") or 0),
-            "prompt_tokens": int(meta.get("prompt_tokens") or 0), "accept_length": meta.get("spec_accept_length"),
-            "verify_ct": meta.get("spec_verify_ct"), "finish": (meta.get("finish_reason") or {}).get("type")}
+            "prompt_tokens": int(meta.get("prompt_tokens") or 0),
+            "accept_length": _number(meta.get(stat_keys["accept_length"])),
+            "verify_ct": _number(meta.get(stat_keys["verify_ct"])),
+            "finish": _finish(meta.get("finish_reason"))}
+
+
+def _number(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _finish(reason):
+    return reason.get("type") if isinstance(reason, dict) else (reason if isinstance(reason, str) else None)
+
+
+def _server_info(url, paths):
+    """(path, document) from the first info path answering 200 with a JSON object; (None, None) when none does."""
+    for path in paths:
+        status, text = http(url + path, timeout=10)
+        if status != 200:
+            continue
+        try:
+            document = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(document, dict):
+            return path, document
+    return None, None
 
 
 def cmd_bench(args):
-    url, prompts, n = args["url"], list(args["prompts"]), int(args["n"])
+    url, prompts, n = _need(args, "url"), list(_need(args, "prompts")), int(_need(args, "n"))
+    if not prompts:
+        raise ProbeFailure("bad_args", "bench needs at least one prompt")
+    stat_keys = dict(DEFAULT_STAT_KEYS, **(args.get("request_stat_keys") or {}))
+    generate_url = url + str(args.get("generate_path") or "/generate")
     concurrency, stream, timeout = max(1, int(args.get("concurrency", 1))), bool(args.get("stream")), float(args.get("timeout", 600))
-    params = {"max_new_tokens": int(args["max_new_tokens"]), "temperature": float(args.get("temperature", 0.0))}
+    params = {"max_new_tokens": int(_need(args, "max_new_tokens")), "temperature": float(args.get("temperature", 0.0))}
     if args.get("ignore_eos"):
         params["ignore_eos"] = True
     flushed = None
-    if args.get("flush", True):
-        flushed, _ = http(url + "/flush_cache", "POST", None, timeout=30)
+    if args.get("flush", True) and args.get("flush_path"):
+        flushed, _ = http(url + args["flush_path"], "POST", None, timeout=30)
     jobs = [prompts[i % len(prompts)] for i in range(n)]
     results, errors, lock = [None] * n, [], threading.Lock()
     cursor = [0]
@@ -189,7 +238,7 @@ def cmd_bench(args):
             if i >= n:
                 return
             try:
-                results[i] = _one_request(url, jobs[i], params, stream, timeout)
+                results[i] = _one_request(generate_url, jobs[i], params, stream, timeout, stat_keys)
             except Exception as exc:  # noqa: BLE001 - one failed request is a row, not a crash
                 with lock:
                     errors.append(f"request {i}: {type(exc).__name__}: {exc}")
@@ -207,17 +256,7 @@ def cmd_bench(args):
     ttfts = [r["ttft"] for r in done if r["ttft"] is not None]
     accepts = [float(r["accept_length"]) for r in done if r["accept_length"] is not None]
     verify = [int(r["verify_ct"]) for r in done if r["verify_ct"] is not None]
-    status, text = http(url + "/server_info", timeout=10)
-    if status == 404:
-        status, text = http(url + "/get_server_info", timeout=10)
-    server_accept = None
-    try:
-        states = json.loads(text).get("internal_states") or [] if status == 200 else []
-        vals = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
-        vals = [float(v) for v in vals if v is not None]
-        server_accept = round(sum(vals) / len(vals), 4) if vals else None
-    except (ValueError, AttributeError):
-        pass
+    info_path, info = _server_info(url, list(args.get("info_paths") or []))
     r4 = lambda v: None if v is None else round(v, 4)  # noqa: E731
     return {
         "n": n, "completed": len(done), "errors": errors, "concurrency": concurrency, "stream": stream,
@@ -227,27 +266,22 @@ def cmd_bench(args):
         "latency_p50": r4(_percentile(lat, 0.5)), "latency_p99": r4(_percentile(lat, 0.99)),
         "ttft_p50": r4(_percentile(ttfts, 0.5)), "ttft_p99": r4(_percentile(ttfts, 0.99)),
         "accept_length": r4(statistics.mean(accepts)) if accepts else None,
-        "server_accept_length": server_accept, "verify_ct": sum(verify) if verify else None,
+        "verify_ct": sum(verify) if verify else None, "server_info": info, "server_info_path": info_path,
         "per_request": [dict(r, latency=r4(r["latency"]), ttft=r4(r["ttft"])) for r in done],
     }
 
 
-COMMANDS = {"request": cmd_request, "wait": cmd_wait, "port": cmd_port, "bench": cmd_bench}
+COMMANDS: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
+    "request": cmd_request, "wait": cmd_wait, "port": cmd_port, "bench": cmd_bench}
 
 
-def main():
-    command = sys.argv[1] if len(sys.argv) > 1 else ""
+def main(args: Dict[str, Any]) -> Dict[str, Any]:
+    command = args.get("command")
     if command not in COMMANDS:
-        sys.stderr.write("usage: server_client.py {" + "|".join(COMMANDS) + "} < args.json\n")
-        return 2
-    try:
-        result = {"ok": True, "result": COMMANDS[command](json.loads(sys.stdin.read() or "{}"))}
-    except Exception as exc:  # noqa: BLE001 - reported to the orchestrator as data
-        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    sys.stdout.write("\n" + BEGIN + "\n" + json.dumps(result) + "\n" + END + "\n")
-    sys.stdout.flush()
-    return 0
+        raise ProbeFailure("bad_args", "server_client needs a command: one of %s (got %r)"
+                           % (", ".join(COMMANDS), command))
+    return COMMANDS[command](args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_probe(main)
