@@ -82,14 +82,16 @@ def test_hosts_trust_records_only_on_confirm(sshd_server: SshdServer, tmp_path: 
 
 def test_hosts_trust_replaces_a_changed_key_after_confirming(sshd_server: SshdServer, tmp_path: Path) -> None:
     impostor = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh").decode().split()
+    other = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh").decode().split()
+    keep = f"other.example {other[0]} {other[1]}"
     pattern = f"[{sshd_server.addresses[0]}]:{sshd_server.port}"
-    known = _known_hosts_with(tmp_path / "kh", f"other.example ssh-ed25519 AAAAkeep\n{pattern} {impostor[0]} {impostor[1]}\n")
+    known = _known_hosts_with(tmp_path / "kh", f"{keep}\n{pattern} {impostor[0]} {impostor[1]}\n")
     inventory = _inventory(tmp_path, sshd_server, known)
     result = CliRunner().invoke(hosts_app, ["trust", "gpu1", "-i", str(inventory)], input="y\n")
     assert result.exit_code == 0, result.output
     assert "CHANGED" in result.output
     lines = known.read_text().splitlines()
-    assert lines[0] == "other.example ssh-ed25519 AAAAkeep" and len(lines) == 2 and impostor[1] not in lines[1]
+    assert lines[0] == keep and len(lines) == 2 and impostor[1] not in lines[1]
     assert asyncio.run(_connect(HostSpec(**sshd_server.host_spec("gpu1", known_hosts=str(known))))) == "connected\n"
 
 
