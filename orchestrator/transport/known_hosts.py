@@ -159,7 +159,7 @@ class KnownHosts(asyncssh.SSHKnownHosts):
         revoked = list(revoked)
         if port:
             revoked += [k for k in self._match(host, addr, port)[2] if k not in revoked]
-        self.last = HostKeys(host, addr, port, list(trusted), list(authorities), revoked)
+        self.last = HostKeys(host, addr, port, _unique(trusted), _unique(authorities), _unique(revoked))
         return (trusted, authorities, revoked, *x509)
 
     def lookup(self, host: str, port: int, addr: str = "") -> HostKeys:
@@ -176,6 +176,11 @@ class KnownHosts(asyncssh.SSHKnownHosts):
     def where(self, key: asyncssh.SSHKey, marker: str | None = None) -> list[str]:
         """``file:line`` of each entry of ``key`` under ``marker`` (None: plain entries)."""
         return list(self._where.get((marker, key), []))
+
+
+def _unique(keys: Sequence[asyncssh.SSHKey]) -> list[asyncssh.SSHKey]:
+    """Keys once each (asyncssh lists a key twice when both the name and the address match)."""
+    return list(dict.fromkeys(keys))
 
 
 def load_known_hosts(files: Sequence[Path]) -> KnownHosts:
