@@ -90,7 +90,7 @@ def trust(
     out.print(f"File      {target.known_hosts}")
     if verdict == "revoked":
         out.print("[bold red]Status    the key is REVOKED[/]; not recorded")
-        err.print(Panel(escape(revoked_message(spec, target, known, [key])), title="Host key revoked", border_style="red"))
+        err.print(Panel(escape(revoked_message(spec, target, known, [key], refusing="Not recording it")), title="Host key revoked", border_style="red"))
         raise typer.Exit(1)
     if verdict == "trusted":
         out.print("Status    already trusted; nothing to do")

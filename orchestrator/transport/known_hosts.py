@@ -328,10 +328,10 @@ def _places(known: KnownHosts, keys: Sequence[asyncssh.SSHKey], marker: str | No
 
 
 def revoked_message(spec: HostSpec, target: Target, known: KnownHosts, keys: Sequence[asyncssh.SSHKey],
-                    what: str = "host key") -> str:
+                    what: str = "host key", refusing: str = "Refusing to connect") -> str:
     return (
         f"{spec.name}: the {what} of {target.host}:{target.port} is REVOKED: it is listed under @revoked in "
-        f"{_places(known, keys, 'revoked')} ({_prints(keys)}). Refusing to connect, even where the same key is "
+        f"{_places(known, keys, 'revoked')} ({_prints(keys)}). {refusing}, even where the same key is "
         f"also listed as trusted. The server must get a new key; remove the @revoked line only if it was "
         f"written by mistake."
     )

@@ -191,3 +191,15 @@ def test_record_key_replaces_only_the_plain_entry_for_the_pattern(tmp_path: Path
     found = load_known_hosts([path]).lookup("127.0.0.1", 2222)
     assert found.verdict(_public(new)) == "trusted" and found.verdict(_public(revoked)) == "revoked"
     assert found.authorities == [_public(ca)]
+
+
+async def test_ssh_config_known_hosts_files_and_none_does_not_turn_checking_off(tmp_path: Path) -> None:
+    from orchestrator.transport.known_hosts import DEFAULT_KNOWN_HOSTS, resolve_target
+
+    config = tmp_path / "config"
+    config.write_text(f"Host two\n  UserKnownHostsFile {tmp_path}/a {tmp_path}/b\nHost off\n  UserKnownHostsFile none\n")
+    two = await resolve_target(HostSpec(name="two", ssh_config=str(config)))
+    assert two.files == [tmp_path / "a", tmp_path / "b"] and two.known_hosts == tmp_path / "a"
+    # asyncssh alone would stop checking host keys here; we check against the default file instead.
+    off = await resolve_target(HostSpec(name="off", ssh_config=str(config)))
+    assert off.files == [Path(DEFAULT_KNOWN_HOSTS).expanduser()]
