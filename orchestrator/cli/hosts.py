@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 
 from orchestrator.errors import OrchestratorError, UserInputError
@@ -65,26 +66,40 @@ def trust(
 ) -> None:
     """Show HOST's SSH host key fingerprint and record it in known_hosts once you confirm."""
     # asyncssh is heavy: imported only when a host is actually contacted (keeps `--help` fast).
-    from orchestrator.transport.known_hosts import fetch_host_key, fingerprint, record_key, recorded_keys
+    from orchestrator.transport.known_hosts import (
+        fetch_host_key,
+        fingerprint,
+        load_known_hosts,
+        record_key,
+        revoked_message,
+    )
 
     out, err = Console(), Console(stderr=True)
     try:
         spec = _spec_for(host, inventory, known_hosts, ssh_config)
         target, key = asyncio.run(fetch_host_key(spec))
+        known = load_known_hosts(target.files)  # a bad line is an error (file:line), before anything is written
     except OrchestratorError as exc:
-        err.print(Panel(exc.message, title=exc.title, border_style="red"))
+        err.print(Panel(escape(exc.message), title=exc.title, border_style="red"))
         raise typer.Exit(exc.exit_code) from None
-    recorded = recorded_keys(target.known_hosts, target.pattern)
+    found = known.lookup(target.host, target.port)
+    verdict = found.verdict(key)
     new_print = fingerprint(key)
     out.print(f"Host      {spec.name} -> {target.host}:{target.port}")
     out.print(f"Key       {key.get_algorithm()} {new_print}")
     out.print(f"File      {target.known_hosts}")
-    if any(fingerprint(k) == new_print for k in recorded):
+    if verdict == "revoked":
+        out.print("[bold red]Status    the key is REVOKED[/]; not recorded")
+        err.print(Panel(escape(revoked_message(spec, target, known, [key], refusing="Not recording it")), title="Host key revoked", border_style="red"))
+        raise typer.Exit(1)
+    if verdict == "trusted":
         out.print("Status    already trusted; nothing to do")
         return
-    if recorded:
-        old = ", ".join(fingerprint(k) for k in recorded)
+    if found.trusted:
+        old = ", ".join(fingerprint(k) for k in found.trusted)
         out.print(f"[bold red]Status    the key CHANGED[/] (recorded: {old}); trusting replaces the old entry")
+    elif found.authorities:
+        out.print("Status    not recorded (this host is covered by @cert-authority lines; its plain key is not)")
     else:
         out.print("Status    not recorded yet")
     if not yes and not typer.confirm("Compare the fingerprint with the server's. Trust this key?", default=False):
@@ -93,6 +108,6 @@ def trust(
     try:
         record_key(target.known_hosts, target.pattern, key)
     except OSError as exc:
-        err.print(Panel(f"cannot write {target.known_hosts}: {exc}", title="Host key not recorded", border_style="red"))
+        err.print(Panel(escape(f"cannot write {target.known_hosts}: {exc}"), title="Host key not recorded", border_style="red"))
         raise typer.Exit(1) from None
     out.print(f"Recorded  {target.pattern} in {target.known_hosts}")

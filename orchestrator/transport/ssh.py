@@ -41,7 +41,13 @@ from orchestrator.transport.base import (
     term_kill_script,
     to_shell,
 )
-from orchestrator.transport.known_hosts import connect_kwargs, refusal, resolve_target, target_address
+from orchestrator.transport.known_hosts import (
+    connect_kwargs,
+    load_known_hosts,
+    refusal,
+    resolve_target,
+    target_address,
+)
 from orchestrator.transport.local import _Capture
 
 KILL_GRACE = 2.0
@@ -172,12 +178,16 @@ class SshTransport(Transport):
 
     async def _open(self) -> asyncssh.SSHClientConnection:
         host, port = target_address(self.spec)
+        # The one host-key check: asyncssh matches the server (key or @cert-authority certificate) against
+        # these files, parsed by us so a bad line is named; the same object then explains a refusal.
+        target = await resolve_target(self.spec)
+        known = load_known_hosts(target.files)
         try:
-            return await asyncssh.connect(host, port, client_factory=lambda: _Client(self), **connect_kwargs(self.spec))
+            return await asyncssh.connect(host, port, client_factory=lambda: _Client(self), known_hosts=known,
+                                          **connect_kwargs(self.spec))
         except asyncssh.HostKeyNotVerifiable as exc:
-            raise refusal(self.spec, await resolve_target(self.spec), str(exc)) from None
+            raise refusal(self.spec, target, str(exc), known) from None
         except asyncssh.PermissionDenied as exc:
-            target = await resolve_target(self.spec)
             raise HostUnreachable(
                 f"{self.host}: authentication failed for {target} ({exc.reason}); check `user` and `key` "
                 f"in the inventory or User/IdentityFile in ~/.ssh/config"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncssh
@@ -82,14 +83,16 @@ def test_hosts_trust_records_only_on_confirm(sshd_server: SshdServer, tmp_path: 
 
 def test_hosts_trust_replaces_a_changed_key_after_confirming(sshd_server: SshdServer, tmp_path: Path) -> None:
     impostor = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh").decode().split()
+    other = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh").decode().split()
+    keep = f"other.example {other[0]} {other[1]}"
     pattern = f"[{sshd_server.addresses[0]}]:{sshd_server.port}"
-    known = _known_hosts_with(tmp_path / "kh", f"other.example ssh-ed25519 AAAAkeep\n{pattern} {impostor[0]} {impostor[1]}\n")
+    known = _known_hosts_with(tmp_path / "kh", f"{keep}\n{pattern} {impostor[0]} {impostor[1]}\n")
     inventory = _inventory(tmp_path, sshd_server, known)
     result = CliRunner().invoke(hosts_app, ["trust", "gpu1", "-i", str(inventory)], input="y\n")
     assert result.exit_code == 0, result.output
     assert "CHANGED" in result.output
     lines = known.read_text().splitlines()
-    assert lines[0] == "other.example ssh-ed25519 AAAAkeep" and len(lines) == 2 and impostor[1] not in lines[1]
+    assert lines[0] == keep and len(lines) == 2 and impostor[1] not in lines[1]
     assert asyncio.run(_connect(HostSpec(**sshd_server.host_spec("gpu1", known_hosts=str(known))))) == "connected\n"
 
 
@@ -140,3 +143,97 @@ async def test_ssh_config_proxyjump(sshd_server: SshdServer, tmp_path: Path) -> 
     dead = SshTransport(HostSpec(name="behind-dead", ssh_config=str(config), connect_timeout=5), session_id="jump")
     with pytest.raises(HostUnreachable):
         await dead.connect()
+
+
+# -- asyncssh's own matching, end to end: @revoked, wildcards and negation, @cert-authority, bad lines --------
+
+def _public_line(key: asyncssh.SSHKey) -> str:
+    return " ".join(key.export_public_key("openssh").decode().split()[:2])
+
+
+async def test_revoked_host_key_is_refused_even_if_trusted(sshd_server: SshdServer, tmp_path: Path) -> None:
+    pattern = f"[{sshd_server.addresses[0]}]:{sshd_server.port}"
+    path = _known_hosts_with(tmp_path / "kh", f"{pattern} {_public_line(sshd_server.host_key)}\n"
+                                              f"@revoked [127.0.0.*]:{sshd_server.port} {_public_line(sshd_server.host_key)}\n")
+    with pytest.raises(HostKeyError) as info:
+        await _connect(HostSpec(**sshd_server.host_spec("gpu1", known_hosts=str(path))))
+    assert info.value.title == "Host key revoked"
+    assert "REVOKED" in info.value.message and f"{path}:2" in info.value.message
+    assert sshd_server.host_key.get_fingerprint("sha256") in info.value.message
+
+
+def test_hosts_trust_will_not_record_a_revoked_key(sshd_server: SshdServer, tmp_path: Path) -> None:
+    text = f"@revoked * {_public_line(sshd_server.host_key)}\n"
+    known = _known_hosts_with(tmp_path / "kh", text)
+    inventory = _inventory(tmp_path, sshd_server, known)
+    result = CliRunner(env={"COLUMNS": "1000"}).invoke(hosts_app, ["trust", "gpu1", "-i", str(inventory), "--yes"])
+    assert result.exit_code == 1 and "REVOKED" in result.output and f"{known}:1" in result.output
+    assert known.read_text() == text
+
+
+async def test_wildcard_and_negated_entries(sshd_server: SshdServer, tmp_path: Path) -> None:
+    first, second = sshd_server.addresses[:2]
+    key, port = _public_line(sshd_server.host_key), sshd_server.port
+    wildcard = _known_hosts_with(tmp_path / "wild", f"[127.0.0.?]:{port} {key}\n")
+    assert await _connect(HostSpec(**sshd_server.host_spec("gpu1", first, known_hosts=str(wildcard)))) == "connected\n"
+    negated = _known_hosts_with(tmp_path / "neg", f"[127.0.0.*]:{port},![{first}]:{port} {key}\n")
+    assert await _connect(HostSpec(**sshd_server.host_spec("gpu2", second, known_hosts=str(negated)))) == "connected\n"
+    with pytest.raises(HostKeyError, match="not known.*orchestrator hosts trust gpu1"):
+        await _connect(HostSpec(**sshd_server.host_spec("gpu1", first, known_hosts=str(negated))))
+
+
+async def test_a_bad_known_hosts_line_is_named_not_a_traceback(sshd_server: SshdServer, tmp_path: Path) -> None:
+    path = _known_hosts_with(tmp_path / "kh", f"# mine\n[127.0.0.*]:{sshd_server.port} ssh-ed25519 AAAA-oops\n")
+    with pytest.raises(HostKeyError) as info:
+        await _connect(HostSpec(**sshd_server.host_spec("gpu1", known_hosts=str(path))))
+    assert info.value.title == "Invalid known_hosts file" and info.value.message.startswith(f"{path}:2: ")
+
+
+def test_hosts_trust_names_a_bad_known_hosts_line(sshd_server: SshdServer, tmp_path: Path) -> None:
+    text = f"[127.0.0.*]:{sshd_server.port} ssh-ed25519 AAAA-oops\n"
+    path = _known_hosts_with(tmp_path / "kh", text)
+    inventory = _inventory(tmp_path, sshd_server, path)
+    result = CliRunner(env={"COLUMNS": "1000"}).invoke(hosts_app, ["trust", "gpu1", "-i", str(inventory), "--yes"])
+    assert result.exit_code == 1 and f"{path}:1: the ssh-ed25519 key does not parse" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output and path.read_text() == text  # nothing written over the user's file
+
+
+@pytest.fixture(scope="module")
+def cert_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshdServer, asyncssh.SSHKey]]:
+    """An sshd on one loopback address presenting a host certificate signed by a fresh CA."""
+    from sshd_fixture import start_sshd
+
+    server = start_sshd(tmp_path_factory.mktemp("certsshd"), hosts=1)
+    server.stop()
+    ca = asyncssh.generate_private_key("ssh-ed25519")
+    cert = ca.generate_host_certificate(server.host_key, "gpu-cert", principals=[server.addresses[0]])
+    cert_path = server.directory / "ssh_host_ed25519_key-cert.pub"
+    cert_path.write_bytes(cert.export_certificate("openssh"))
+    assert server.config_path is not None
+    with server.config_path.open("a") as config:
+        config.write(f"HostCertificate {cert_path}\n")
+    server.start()
+    try:
+        yield server, ca
+    finally:
+        server.stop()
+
+
+async def test_cert_authority_trusts_a_host_certificate(cert_sshd: tuple[SshdServer, asyncssh.SSHKey],
+                                                        tmp_path: Path) -> None:
+    server, ca = cert_sshd
+    trusted_ca = _known_hosts_with(tmp_path / "ca", f"@cert-authority [127.0.0.*]:{server.port} {_public_line(ca)}\n")
+    assert await _connect(HostSpec(**server.host_spec("gpu1", known_hosts=str(trusted_ca)))) == "connected\n"
+
+    other_ca = asyncssh.generate_private_key("ssh-ed25519")
+    wrong = _known_hosts_with(tmp_path / "wrong", f"@cert-authority * {_public_line(other_ca)}\n")
+    with pytest.raises(HostKeyError) as info:
+        await _connect(HostSpec(**server.host_spec("gpu1", known_hosts=str(wrong))))
+    assert "CHANGED" in info.value.message and "@cert-authority" in info.value.message
+
+    revoked = _known_hosts_with(tmp_path / "revoked", f"@cert-authority * {_public_line(ca)}\n@revoked * {_public_line(ca)}\n")
+    with pytest.raises(HostKeyError) as info:
+        await _connect(HostSpec(**server.host_spec("gpu1", known_hosts=str(revoked))))
+    assert info.value.title == "Host key revoked" and "certificate authority" in info.value.message
+    assert f"{revoked}:2" in info.value.message
