@@ -61,6 +61,8 @@ def tui(
     controller = Controller(engine, start_mode="running" if run_all else "paused")
     app = OrchestratorApp(controller=controller, sink=sink, session_dir=directory)
     code = app.run()
+    for problem in [*engine.problems.summary(), *app.report_failures]:  # said in the app too, but it is gone now
+        typer.echo(f"orchestrator: {problem}", err=True)
     typer.echo(f"session saved: {directory}", err=True)
     raise typer.Exit(code or 0)
 

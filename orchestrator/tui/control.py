@@ -103,7 +103,7 @@ class Controller:
         self.engine = engine
         self.gate = ControlGate(start_mode, on_change)
         engine.gate = self.gate
-        self.hold = SessionHold(on_change, should_hold=lambda: not engine._force)
+        self.hold = SessionHold(on_change, should_hold=lambda: not engine.force_cancelled)
         if hold_open:
             engine.finalizers.append(self.hold)
         self.outcome: SessionOutcome | None = None
