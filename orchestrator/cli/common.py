@@ -88,6 +88,17 @@ def parse_host_ref(ref: str) -> dict[str, Any]:
     return {"address": ref, "user": user, "port": port}
 
 
+def inventory_var_names(inv: object, extra: dict[str, Any]) -> set[str]:
+    """Every variable name the inventory and ``-e`` define, so the playbook check knows them."""
+    names = set(extra)
+    names.update(getattr(inv, "vars", {}) or {})
+    for group in getattr(inv, "groups", {}).values():
+        names.update(group.vars)
+    for spec in getattr(inv, "hosts", {}).values():
+        names.update(spec.vars)
+    return names
+
+
 def resolve_inventory(inventory: Path | None, host: str | None) -> Any:
     """The inventory for a run: the file given, else the embedded lab's; ``--host`` adds/targets one host."""
     from orchestrator.inventory import LOCAL_NAMES, Inventory, load_inventory

@@ -36,7 +36,7 @@ class ControlGate(StepGate):
         self.waiting: Step | None = None  # the step held at the gate, if any
         self._skip_next = False
         self._wake = asyncio.Event()
-        self._on_change = on_change or (lambda: None)
+        self.on_change = on_change or (lambda: None)  # the TUI repaints its status line
 
     async def before_step(self, step: Step) -> str:
         while True:
@@ -52,18 +52,18 @@ class ControlGate(StepGate):
                 self._leave()
                 return "run"
             self.waiting = step
-            self._on_change()
+            self.on_change()
             self._wake.clear()
             await self._wake.wait()
 
     def _leave(self) -> None:
         self.waiting = None
-        self._on_change()
+        self.on_change()
 
     def set_mode(self, mode: Mode) -> None:
         self.mode = mode
         self._wake.set()
-        self._on_change()
+        self.on_change()
 
     def skip_next(self) -> None:
         """Skip the step at the gate now, or the next one to reach it."""
@@ -128,7 +128,7 @@ class Controller:
 
     def set_listener(self, on_change: Callable[[], None]) -> None:
         """Called (in the loop) whenever the mode changes: the TUI repaints its status line."""
-        self.gate._on_change = on_change
+        self.gate.on_change = on_change
         self.hold.on_change = on_change
 
     # -- stepping -------------------------------------------------------------------------------
