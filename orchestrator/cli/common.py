@@ -116,13 +116,10 @@ def resolve_inventory(inventory: Path | None, host: str | None) -> Any:
 
 
 def default_inventory() -> Any:
-    """With no ``-i``: the lab (when the lab package is present), else just localhost."""
-    from orchestrator.inventory import Inventory
+    """With no ``-i``: the embedded lab (a first-party package: if it cannot be imported, that is a bug to
+    see, not a reason to fall back to localhost)."""
+    from orchestrator.lab.inventory import lab_inventory
 
-    try:
-        from orchestrator.lab.inventory import lab_inventory
-    except ImportError:
-        return Inventory()
     return lab_inventory()
 
 
@@ -132,13 +129,12 @@ def stderr_is_tty() -> bool:
 
 def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
     """Build the embedded lab first (with a progress display) when a run targets it and it is missing."""
-    try:
-        from orchestrator.lab.inventory import ensure_lab, lab_is_built
-    except ImportError:
-        return
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.lab.inventory import ensure_lab, lab_is_built
+
     try:
         names = inv.resolve(hosts)
-    except Exception:
+    except OrchestratorError:  # a bad host pattern: the engine reports it, located, when the run starts
         return
     if "lab" not in names or "lab" not in getattr(inv, "hosts", {}):
         return

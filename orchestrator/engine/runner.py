@@ -15,6 +15,7 @@ from orchestrator import __version__
 from orchestrator.actions import get_action
 from orchestrator.engine.attempt import CONTROLLER, run_on_host
 from orchestrator.engine.problems import Problems, say_on_stderr
+from orchestrator.engine.services import SessionServices, build_services
 from orchestrator.engine.sinks import EventSink
 from orchestrator.engine.variables import VariableState
 from orchestrator.errors import OrchestratorError, TemplateError
@@ -27,7 +28,7 @@ from orchestrator.events import (
     StepFinished,
     StepStarted,
 )
-from orchestrator.inventory import Inventory, make_transport
+from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook, Step
 from orchestrator.playbook.templating import evaluate, render
 from orchestrator.redact import Redactor
@@ -97,9 +98,9 @@ class Engine:
         self.transports: dict[str, Transport] = {}
         self._transport_locks: dict[str, asyncio.Lock] = {}
         self.unreachable: dict[str, str] = {}
-        self.services: dict[str, Any] = {}  # per-session helpers added by step kinds (servers, probes)
         self.step_hooks: list[StepHook] = []  # e.g. the hypothesis board's rule evaluation
         self.finalizers: list[Callable[[], Awaitable[None]]] = []  # run before transports close
+        self.services: SessionServices = build_services(self)  # servers, board, transports
         self.counts: dict[str, int] = {}
         self._seq = 0
         self._current: asyncio.Task[Any] | None = None
@@ -144,7 +145,7 @@ class Engine:
             if host in self.transports:
                 return self.transports[host]
             spec = self.inventory.host(host)
-            transport = make_transport(spec, session_id=self.options.session_id)
+            transport = self.services.make_transport(spec, self.options.session_id)
             await transport.connect()
             self.transports[host] = transport
             return transport

@@ -4,7 +4,6 @@ commands (run, exec, read) and usable from tests in-process."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,20 +59,7 @@ def build_engine(
         session_dir=directory, argv=list(argv or []),
     )
     engine = Engine(playbook, inventory=inventory, sinks=[log, *sinks], options=options)
-    install_extensions(engine)
     return engine, directory
-
-
-def install_extensions(engine: Engine) -> None:
-    """Per-session services other areas plug in (hypothesis board, servers). Imported lazily."""
-    with contextlib.suppress(ImportError):
-        from orchestrator.hypotheses.board import attach_board
-
-        attach_board(engine)
-    with contextlib.suppress(ImportError):
-        from orchestrator.engines.registry import attach_servers
-
-        attach_servers(engine)
 
 
 async def run_with_signals(engine: Engine) -> SessionOutcome:

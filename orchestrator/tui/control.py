@@ -243,8 +243,8 @@ class Controller:
     def note(self, text: str, *, hypothesis_id: str | None = None, step_id: str | None = None) -> NoteAdded:
         if not text.strip():
             raise UserInputError("a note needs some text")
-        board = self.engine.services.get("board")
-        if hypothesis_id and board is not None and hypothesis_id not in board.entries:
+        board = self.engine.services.board
+        if hypothesis_id and hypothesis_id not in board.entries:
             raise UserInputError(f"unknown hypothesis {hypothesis_id!r} (known: {', '.join(board.entries) or 'none'})")
         event = NoteAdded(text=text.strip(), hypothesis_id=hypothesis_id or None, step_id=step_id or None,
                           author=_author())
