@@ -16,6 +16,7 @@ from orchestrator.actions import get_action
 from orchestrator.engine.attempt import CONTROLLER, run_on_host
 from orchestrator.engine.problems import Problems, say_on_stderr
 from orchestrator.engine.services import SessionServices, build_services
+from orchestrator.engine.shutdown import shut_down
 from orchestrator.engine.sinks import EventSink
 from orchestrator.engine.variables import VariableState
 from orchestrator.errors import OrchestratorError, TemplateError
@@ -34,7 +35,6 @@ from orchestrator.playbook.templating import evaluate, render
 from orchestrator.redact import Redactor
 from orchestrator.transport.base import Transport
 
-FINALIZER_GRACE = 30.0  # seconds a finalizer gets after an outside cancel (stopping a server takes a few)
 __all__ = ["CONTROLLER", "Engine", "EngineOptions", "SessionOutcome", "StepGate"]
 
 StepHook = Callable[["Engine", Step, StepFinished, dict[str, Any]], Awaitable[None]]
@@ -231,30 +231,9 @@ class Engine:
             self._current = None
 
     async def _shutdown(self, *, bounded: bool = False) -> None:
-        """Finalizers (stop servers...), then workdirs and connections. ``bounded``: after an outside
-        cancel nobody waits for us, so a finalizer that waits for a person (the TUI hold) gets no time."""
-        for finalize in reversed(self.finalizers):
-            name = getattr(finalize, "__qualname__", type(finalize).__name__)
-            try:
-                if bounded:
-                    await asyncio.wait_for(asyncio.shield(finalize()), FINALIZER_GRACE)
-                else:
-                    await asyncio.shield(finalize())
-            except (Exception, asyncio.CancelledError) as exc:  # the next finalizer still runs
-                self.problems.add(f"finalizer {name}", exc)
-        # After an outside cancel a second cancel may come while we tidy up: each step is short and
-        # time-boxed, so finishing it beats leaving the remote workdir behind.
-        tolerated = (Exception, asyncio.CancelledError) if bounded else (Exception,)
-        for host, transport in list(self.transports.items()):
-            try:
-                if not self.options.keep_remote:
-                    await asyncio.wait_for(transport.remove_workdir(), FINALIZER_GRACE)
-            except tolerated as exc:
-                self.problems.add(f"host {host}: removing the remote workdir", exc)
-            try:
-                await asyncio.wait_for(transport.close(), FINALIZER_GRACE)
-            except tolerated as exc:
-                self.problems.add(f"host {host}: closing the connection", exc)
+        """Finalizers (stop servers...), then workdirs and connections; see ``engine.shutdown``."""
+        await shut_down(self.finalizers, self.transports, self.problems,
+                        keep_remote=self.options.keep_remote, bounded=bounded)
 
     def _safe_hosts(self, pattern: Any) -> list[str]:
         try:
