@@ -11,13 +11,13 @@ from orchestrator.engine.services import SessionServices
 from orchestrator.engines.manager import ServerManager
 from orchestrator.hypotheses.board import HypothesisBoard
 from orchestrator.inventory import Inventory
-from orchestrator.playbook.models import Playbook
+from orchestrator.playbook.models import Hypothesis, Playbook
 from orchestrator.transport.factory import make_transport
 from orchestrator.transport.local import LocalTransport
 
 
 def test_every_engine_has_typed_services() -> None:
-    engine = Engine(Playbook(name="p", steps=[], hypotheses=[{"id": "h1", "title": "t"}]))
+    engine = Engine(Playbook(name="p", steps=[], hypotheses=[Hypothesis(id="h1", title="t")]))
     services = engine.services
     assert isinstance(services, SessionServices)
     assert isinstance(services.servers, ServerManager) and isinstance(services.board, HypothesisBoard)
