@@ -7,9 +7,9 @@ event types from newer writers (``schema_version`` tells them what to expect).
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 SCHEMA_VERSION = 1
 
@@ -136,6 +136,8 @@ class SessionFinished(EventBase):
     duration: float
     counts: dict[str, int] = {}
     error: str | None = None
+    problems: list[str] = []  # failures that did not stop the session: a sink that raised, a failed cleanup
+    incomplete: bool = False  # a sink missed events (a full disk under the log): the record is not whole
 
 
 Event = Annotated[
@@ -152,11 +154,34 @@ Event = Annotated[
 ]
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+KNOWN_TYPES: frozenset[str] = frozenset(
+    name
+    for model in (SessionStarted, StepStarted, Output, StepFinished, ServerEvent, HypothesisUpdated, NoteAdded,
+                  ArtifactSaved, SessionFinished)
+    for name in get_args(model.model_fields["type"].annotation)
+)
+
+
+class MalformedEvent(ValueError):
+    """A logged event of a type this version knows, whose fields do not fit it (a bug or a hand edit):
+    unlike an unknown type from a newer writer, this is a hole in the record and is reported."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
 
 
 def parse_event(data: dict[str, Any]) -> Event | None:
-    """Parse one logged event; ``None`` for an event type this version does not know."""
+    """Parse one logged event; ``None`` for an event type this version does not know (a newer writer's).
+    Raises ``MalformedEvent`` for a known type with a missing or ill-typed field."""
+    kind = data.get("type")
+    if not isinstance(kind, str) or kind not in KNOWN_TYPES:
+        return None
     try:
         return EVENT_ADAPTER.validate_python(data)
-    except Exception:
-        return None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"][1:]) or "event"  # loc[0] is the union's tag
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise MalformedEvent(kind, f"{where}: {first['msg']}{more}") from exc

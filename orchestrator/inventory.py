@@ -132,14 +132,3 @@ def load_inventory(path: str | Path) -> Inventory:
                 raise UserInputError(f"{path}: group {gname!r} lists unknown host {h!r}")
     inventory.source = str(path)
     return inventory
-
-
-def make_transport(spec: HostSpec, *, session_id: str) -> Any:
-    """The transport for a host; SSH is imported only when needed (asyncssh is heavy)."""
-    if spec.kind == "local":
-        from orchestrator.transport.local import LocalTransport
-
-        return LocalTransport(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env)
-    from orchestrator.transport.ssh import SshTransport
-
-    return SshTransport(spec, session_id=session_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.playbook.templating import render, render_shell
 
 if TYPE_CHECKING:
+    from orchestrator.engine.services import SessionServices
     from orchestrator.inventory import HostSpec
     from orchestrator.transport.base import Transport
 
@@ -54,7 +55,7 @@ class ActionContext:
     session_id: str
     session_dir: Path | None
     emit_output: Callable[[str, str], None]  # (stream, text)
-    services: dict[str, Any] = field(default_factory=dict)  # shared per-session helpers (servers, probes)
+    services: SessionServices  # the session's servers, hypothesis board and transport factory
     emit: Callable[[Any], None] | None = None  # emit a typed event (server lifecycle, artifacts)
     timeout: float | None = None
 

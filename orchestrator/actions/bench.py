@@ -125,14 +125,12 @@ class BenchAction(Action[BenchArgs]):
 
     async def run(self, args: BenchArgs, ctx: ActionContext) -> dict[str, Any]:
         from orchestrator.engines.client import ServerClient
-        from orchestrator.engines.registry import servers_of
-
         try:
             if args.url:
                 python = ctx.host_spec.python if ctx.host_spec is not None else "python3"
                 client, url, label = ServerClient(ctx.require_transport(), python), args.url, args.url
             else:
-                manager = servers_of(ctx.services)
+                manager = ctx.services.servers
                 name = args.server or ("server" if "server" in manager.servers else next(iter(manager.servers), ""))
                 record = manager.get(name)
                 if record.status != "ready":

@@ -91,9 +91,7 @@ class ServerAction(Action[ServerArgs]):
 
     async def run(self, args: ServerArgs, ctx: ActionContext) -> dict[str, Any]:
         from orchestrator.engines.manager import ServerStartError
-        from orchestrator.engines.registry import servers_of
-
-        manager = servers_of(ctx.services)
+        manager = ctx.services.servers
         on_log = manager.log_forwarder(ctx.step_id, ctx.host)
         try:
             if args.action == "start":

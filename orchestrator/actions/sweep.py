@@ -86,9 +86,7 @@ class SweepAction(Action[SweepArgs]):
     summary = "Start->bench->stop per flag set (matrix or list) plus a no-spec baseline; table + SVG chart saved."
 
     async def run(self, args: SweepArgs, ctx: ActionContext) -> dict[str, Any]:
-        from orchestrator.engines.registry import servers_of
-
-        manager = servers_of(ctx.services)
+        manager = ctx.services.servers
         try:
             adapter, base_spec, client_python, auto = launch_parts(args, ctx)
         except OrchestratorError as exc:

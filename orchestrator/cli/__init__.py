@@ -7,10 +7,14 @@ import sys
 
 import typer
 
+from orchestrator.cli import cleanup as _cleanup
+from orchestrator.cli import hosts as _hosts
+from orchestrator.cli import lab as _lab
 from orchestrator.cli import notes as _notes
 from orchestrator.cli import read as _read
 from orchestrator.cli import run as _run
 from orchestrator.cli import sessions as _sessions
+from orchestrator.cli import tui as _tui
 from orchestrator.cli.common import report_error
 
 app = typer.Typer(
@@ -25,22 +29,10 @@ _run.register(app)
 _sessions.register(app)
 _notes.register(app)
 _read.register(app)
-
-
-def _register_optional() -> None:
-    """Sub-apps that other areas add. Each import is cheap (they import heavy things lazily)."""
-    from orchestrator.cli import cleanup, hosts, lab, tui
-
-    app.add_typer(hosts.hosts_app, name="hosts")
-    cleanup.register(app)
-    app.add_typer(lab.lab_app, name="lab")
-    app.command("tui")(tui.tui)
-
-
-try:
-    _register_optional()
-except ImportError:  # pragma: no cover - a partially installed tree still gets the core commands
-    pass
+app.add_typer(_hosts.hosts_app, name="hosts")
+_cleanup.register(app)
+app.add_typer(_lab.lab_app, name="lab")
+app.command("tui")(_tui.tui)
 
 
 def main() -> None:

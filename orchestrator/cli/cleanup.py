@@ -37,12 +37,12 @@ def cleanup(
 
 async def _cleanup_all(inv: Any, names: list[str], *, dry_run: bool, everything: bool) -> list[dict[str, Any]]:
     from orchestrator.engines.cleanup import cleanup_host
-    from orchestrator.inventory import make_transport
+    from orchestrator.transport.factory import make_transport
 
     rows: list[dict[str, Any]] = []
     for name in names:
         spec = inv.host(name)
-        transport = make_transport(spec, session_id="cleanup")
+        transport = make_transport(spec, "cleanup")
         await transport.connect()
         try:
             found = await cleanup_host(transport, python=spec.python, dry_run=dry_run, everything=everything)

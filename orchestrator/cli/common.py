@@ -88,6 +88,17 @@ def parse_host_ref(ref: str) -> dict[str, Any]:
     return {"address": ref, "user": user, "port": port}
 
 
+def inventory_var_names(inv: object, extra: dict[str, Any]) -> set[str]:
+    """Every variable name the inventory and ``-e`` define, so the playbook check knows them."""
+    names = set(extra)
+    names.update(getattr(inv, "vars", {}) or {})
+    for group in getattr(inv, "groups", {}).values():
+        names.update(group.vars)
+    for spec in getattr(inv, "hosts", {}).values():
+        names.update(spec.vars)
+    return names
+
+
 def resolve_inventory(inventory: Path | None, host: str | None) -> Any:
     """The inventory for a run: the file given, else the embedded lab's; ``--host`` adds/targets one host."""
     from orchestrator.inventory import LOCAL_NAMES, Inventory, load_inventory
@@ -105,13 +116,10 @@ def resolve_inventory(inventory: Path | None, host: str | None) -> Any:
 
 
 def default_inventory() -> Any:
-    """With no ``-i``: the lab (when the lab package is present), else just localhost."""
-    from orchestrator.inventory import Inventory
+    """With no ``-i``: the embedded lab (a first-party package: if it cannot be imported, that is a bug to
+    see, not a reason to fall back to localhost)."""
+    from orchestrator.lab.inventory import lab_inventory
 
-    try:
-        from orchestrator.lab.inventory import lab_inventory
-    except ImportError:
-        return Inventory()
     return lab_inventory()
 
 
@@ -121,13 +129,12 @@ def stderr_is_tty() -> bool:
 
 def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
     """Build the embedded lab first (with a progress display) when a run targets it and it is missing."""
-    try:
-        from orchestrator.lab.inventory import ensure_lab, lab_is_built
-    except ImportError:
-        return
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.lab.inventory import ensure_lab, lab_is_built
+
     try:
         names = inv.resolve(hosts)
-    except Exception:
+    except OrchestratorError:  # a bad host pattern: the engine reports it, located, when the run starts
         return
     if "lab" not in names or "lab" not in getattr(inv, "hosts", {}):
         return

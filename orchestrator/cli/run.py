@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import handle_errors, parse_extra_vars, resolve_inventory
+from orchestrator.cli.common import handle_errors, inventory_var_names, parse_extra_vars, resolve_inventory
 
 InventoryOpt = Annotated[Path | None, typer.Option("-i", "--inventory", help="Inventory YAML (default: the embedded lab).")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="Target one host: an inventory name or [user@]address[:port].")]
@@ -42,7 +42,7 @@ def run(
 
     extra = parse_extra_vars(extra_vars)
     inv = resolve_inventory(inventory, host)
-    pb = load_playbook(playbook, extra_names=_inventory_names(inv, extra))
+    pb = load_playbook(playbook, extra_names=inventory_var_names(inv, extra))
     if host:
         pb = pb.model_copy(update={"hosts": host})
     ensure_lab_for(inv, pb.hosts)
@@ -53,16 +53,6 @@ def run(
         console_sink.session_dir = str(directory)
     result = run_session(engine, directory)
     raise typer.Exit(result.outcome.exit_code)
-
-
-def _inventory_names(inv: object, extra: dict) -> set[str]:
-    names = set(extra)
-    names.update(getattr(inv, "vars", {}) or {})
-    for group in getattr(inv, "groups", {}).values():
-        names.update(group.vars)
-    for spec in getattr(inv, "hosts", {}).values():
-        names.update(spec.vars)
-    return names
 
 
 def _sinks(verbose: bool, json_events: bool) -> tuple[list, object | None]:
@@ -90,7 +80,7 @@ def validate(
 
     extra = parse_extra_vars(extra_vars)
     inv = load_inventory(inventory) if inventory else _default_inventory_quiet()
-    pb = load_playbook(playbook, extra_names=_inventory_names(inv or Inventory(), extra))
+    pb = load_playbook(playbook, extra_names=inventory_var_names(inv or Inventory(), extra))
     Console(highlight=False).print(
         f"[green]✓[/] {playbook}: playbook {pb.name!r} is valid — {len(pb.steps)} steps, {len(pb.always)} always, "
         f"{len(pb.hypotheses)} hypotheses"

@@ -33,8 +33,10 @@ def list_cmd(sessions_dir: SessionsOpt = None) -> None:
         loaded = read_session(path)
         started, finished = loaded.started, loaded.finished
         steps = len(loaded.of_type("step_finished"))
-        table.add_row(path.name, started.playbook if started else "?",
-                      finished.status if finished else "[yellow]incomplete[/]", str(steps),
+        status = finished.status if finished else "[yellow]incomplete[/]"
+        if finished and loaded.incomplete:
+            status += " [yellow](incomplete)[/]"
+        table.add_row(path.name, started.playbook if started else "?", status, str(steps),
                       f"{finished.duration:.1f}s" if finished else "-")
     console = Console(highlight=False)
     if not table.rows:
@@ -87,8 +89,12 @@ def show_cmd(
         console.print(f"[bold]■ {fin.status}[/] in {fin.duration:.1f}s")
     else:
         console.print("[yellow]■ incomplete[/] (no session_finished event: the run was killed)")
-    if loaded.torn_lines:
-        console.print(f"[yellow]{loaded.torn_lines} unreadable line(s) skipped (torn write)[/]")
+    problems = loaded.problems
+    if problems:
+        label = "incomplete record" if loaded.incomplete else "problems"
+        console.print(f"[yellow]{label}:[/]")
+        for problem in problems:
+            console.print(f"  [yellow]{escape(problem)}[/]", soft_wrap=True)
 
 
 @handle_errors
@@ -106,8 +112,10 @@ def report(
     if fmt not in ("md", "html"):
         raise UserInputError(f"--format must be md or html (got {fmt!r})")
     directory = find_session(session, sessions_dir)
+    failures: list[str] = []
     if stdout:
-        typer.echo(render_report(directory, fmt=fmt))
-        return
-    path = write_report(directory, fmt=fmt)
-    typer.echo(str(path))
+        typer.echo(render_report(directory, fmt=fmt, failures=failures))
+    else:
+        typer.echo(str(write_report(directory, fmt=fmt, failures=failures)))
+    for failure in failures:  # the report says it too, in the section's place
+        typer.echo(f"orchestrator: report.{fmt}: {failure}", err=True)

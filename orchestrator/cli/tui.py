@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import handle_errors, parse_extra_vars, resolve_inventory
+from orchestrator.cli.common import handle_errors, inventory_var_names, parse_extra_vars, resolve_inventory
 
 InventoryOpt = Annotated[Path | None, typer.Option("-i", "--inventory", help="Inventory YAML (default: the embedded lab).")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="Target one host: an inventory name or [user@]address[:port].")]
@@ -43,7 +43,6 @@ def tui(
     if playbook is None:
         raise UserInputError("give a playbook to run (or --replay SESSION to replay one)")
 
-    from orchestrator.cli.run import _inventory_names
     from orchestrator.playbook.loader import load_playbook
     from orchestrator.session.runner import build_engine
     from orchestrator.tui.app import OrchestratorApp
@@ -52,7 +51,7 @@ def tui(
 
     extra = parse_extra_vars(extra_vars)
     inv = resolve_inventory(inventory, host)
-    pb = load_playbook(playbook, extra_names=_inventory_names(inv, extra))
+    pb = load_playbook(playbook, extra_names=inventory_var_names(inv, extra))
     if host:
         pb = pb.model_copy(update={"hosts": host})
     sink = TuiSink()
@@ -61,6 +60,8 @@ def tui(
     controller = Controller(engine, start_mode="running" if run_all else "paused")
     app = OrchestratorApp(controller=controller, sink=sink, session_dir=directory)
     code = app.run()
+    for problem in [*engine.problems.summary(), *app.report_failures]:  # said in the app too, but it is gone now
+        typer.echo(f"orchestrator: {problem}", err=True)
     typer.echo(f"session saved: {directory}", err=True)
     raise typer.Exit(code or 0)
 

@@ -94,7 +94,6 @@ async def attempt_once(engine: Engine, step: Step, action_cls: Any, host: str) -
         emit_output=lambda stream, text: engine.emit_output(step.step_id, host, stream, text),
         services=engine.services, emit=engine.emit, timeout=step.timeout,
     )
-    ctx.services.setdefault("engine", engine)
     action = action_cls()
     try:
         if step.timeout:

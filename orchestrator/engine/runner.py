@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -15,6 +14,9 @@ from typing import Any
 from orchestrator import __version__
 from orchestrator.actions import get_action
 from orchestrator.engine.attempt import CONTROLLER, run_on_host
+from orchestrator.engine.problems import Problems, say_on_stderr
+from orchestrator.engine.services import SessionServices, build_services
+from orchestrator.engine.shutdown import shut_down
 from orchestrator.engine.sinks import EventSink
 from orchestrator.engine.variables import VariableState
 from orchestrator.errors import OrchestratorError, TemplateError
@@ -27,13 +29,12 @@ from orchestrator.events import (
     StepFinished,
     StepStarted,
 )
-from orchestrator.inventory import Inventory, make_transport
+from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook, Step
 from orchestrator.playbook.templating import evaluate, render
 from orchestrator.redact import Redactor
 from orchestrator.transport.base import Transport
 
-FINALIZER_GRACE = 30.0  # seconds a finalizer gets after an outside cancel (stopping a server takes a few)
 __all__ = ["CONTROLLER", "Engine", "EngineOptions", "SessionOutcome", "StepGate"]
 
 StepHook = Callable[["Engine", Step, StepFinished, dict[str, Any]], Awaitable[None]]
@@ -56,6 +57,7 @@ class EngineOptions:
     session_id: str = "session"
     session_dir: Path | None = None
     argv: list[str] = field(default_factory=list)
+    say: Callable[[str], None] = say_on_stderr  # where a swallowed failure is told (the TUI: a notification)
 
 
 @dataclass
@@ -63,6 +65,8 @@ class SessionOutcome:
     status: str  # ok | failed | cancelled | error
     counts: dict[str, int]
     duration: float
+    problems: list[str] = field(default_factory=list)  # failures that did not stop the session (Problems)
+    incomplete: bool = False  # a sink missed events: the record is not the whole session
 
     @property
     def exit_code(self) -> int:
@@ -85,6 +89,7 @@ class Engine:
         self.sinks: list[EventSink] = list(sinks)
         self.options = options or EngineOptions()
         self.redactor = Redactor()
+        self.problems = Problems(self.options.say)
         self.vars = VariableState(
             playbook=playbook, inventory=self.inventory, extra=dict(self.options.extra_vars),
             session={"id": self.options.session_id, "dir": str(self.options.session_dir or "")},
@@ -93,9 +98,9 @@ class Engine:
         self.transports: dict[str, Transport] = {}
         self._transport_locks: dict[str, asyncio.Lock] = {}
         self.unreachable: dict[str, str] = {}
-        self.services: dict[str, Any] = {}  # per-session helpers added by step kinds (servers, probes)
         self.step_hooks: list[StepHook] = []  # e.g. the hypothesis board's rule evaluation
         self.finalizers: list[Callable[[], Awaitable[None]]] = []  # run before transports close
+        self.services: SessionServices = build_services(self)  # servers, board, transports
         self.counts: dict[str, int] = {}
         self._seq = 0
         self._current: asyncio.Task[Any] | None = None
@@ -128,8 +133,9 @@ class Engine:
         for sink in self.sinks:
             try:
                 sink.handle(delivered)
-            except Exception:  # a broken sink must not take the session down
-                continue
+            except Exception as exc:  # a broken sink must not take the session down, nor go unseen
+                self.problems.add(f"event sink {type(sink).__name__}", exc, loses_events=True,
+                                  context=f"on {delivered.type} #{delivered.seq}")
 
     # -- transports ---------------------------------------------------------------------------
     async def transport(self, host: str) -> Transport:
@@ -139,7 +145,7 @@ class Engine:
             if host in self.transports:
                 return self.transports[host]
             spec = self.inventory.host(host)
-            transport = make_transport(spec, session_id=self.options.session_id)
+            transport = self.services.make_transport(spec, self.options.session_id)
             await transport.connect()
             self.transports[host] = transport
             return transport
@@ -156,6 +162,11 @@ class Engine:
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+    @property
+    def force_cancelled(self) -> bool:
+        """Cancelled twice (or from outside): ``always:`` is skipped and nothing should wait for a person."""
+        return self._force
 
     async def run(self) -> SessionOutcome:
         started = time.monotonic()
@@ -196,13 +207,17 @@ class Engine:
         for step_id, host, _stream in list(self._held_output):  # background output (server logs) held back
             self.flush_output(step_id, host)
         duration = time.monotonic() - started
-        self.emit(SessionFinished(status=status, duration=round(duration, 3), counts=dict(self.counts), error=error))
+        self.emit(SessionFinished(status=status, duration=round(duration, 3), counts=dict(self.counts), error=error,
+                                  problems=self.problems.summary(), incomplete=self.problems.incomplete))
         for sink in self.sinks:
-            with contextlib.suppress(Exception):
+            try:
                 sink.close()
+            except Exception as exc:  # after session_finished: only said, the log cannot carry it any more
+                self.problems.add(f"event sink {type(sink).__name__}", exc, loses_events=True, context="on close")
         if outer_cancel:
             raise asyncio.CancelledError
-        return SessionOutcome(status=status, counts=dict(self.counts), duration=duration)
+        return SessionOutcome(status=status, counts=dict(self.counts), duration=duration,
+                              problems=self.problems.summary(), incomplete=self.problems.incomplete)
 
     async def _run_guarded(self, coro: Awaitable[str]) -> str:
         self._current = asyncio.ensure_future(coro)
@@ -216,23 +231,9 @@ class Engine:
             self._current = None
 
     async def _shutdown(self, *, bounded: bool = False) -> None:
-        """Finalizers (stop servers...), then workdirs and connections. ``bounded``: after an outside
-        cancel nobody waits for us, so a finalizer that waits for a person (the TUI hold) gets no time."""
-        for finalize in reversed(self.finalizers):
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                if bounded:
-                    await asyncio.wait_for(asyncio.shield(finalize()), FINALIZER_GRACE)
-                else:
-                    await asyncio.shield(finalize())
-        # After an outside cancel a second cancel may come while we tidy up: each step is short and
-        # time-boxed, so finishing it beats leaving the remote workdir behind.
-        ignored = (Exception, asyncio.CancelledError) if bounded else (Exception,)
-        for transport in list(self.transports.values()):
-            with contextlib.suppress(*ignored):
-                if not self.options.keep_remote:
-                    await asyncio.wait_for(transport.remove_workdir(), FINALIZER_GRACE)
-            with contextlib.suppress(*ignored):
-                await asyncio.wait_for(transport.close(), FINALIZER_GRACE)
+        """Finalizers (stop servers...), then workdirs and connections; see ``engine.shutdown``."""
+        await shut_down(self.finalizers, self.transports, self.problems,
+                        keep_remote=self.options.keep_remote, bounded=bounded)
 
     def _safe_hosts(self, pattern: Any) -> list[str]:
         try:

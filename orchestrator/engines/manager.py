@@ -75,7 +75,7 @@ class ServerRecord:
 
 
 class ServerManager:
-    """One per session (``engine.services["servers"]``)."""
+    """One per session (``SessionServices.servers``)."""
 
     def __init__(self, *, emit: Emit | None = None, session_id: str = "") -> None:
         self.emit = emit

@@ -1,9 +1,8 @@
-"""Engine adapters by name, and the per-session server service the session runner installs."""
+"""Engine adapters by name (the per-session ServerManager is built with the other services: engine/services.py)."""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 from orchestrator.engines.base import EngineAdapter
 from orchestrator.errors import UserInputError
@@ -22,30 +21,3 @@ def get_adapter(name: str) -> EngineAdapter:
         raise UserInputError(f"unknown engine {name!r} (known: {', '.join(sorted(ADAPTERS))})")
     module_name, class_name = target.split(":")
     return getattr(importlib.import_module(module_name), class_name)()
-
-
-def attach_servers(engine: Any) -> Any:
-    """Register a ServerManager as ``engine.services["servers"]`` and stop its servers at session end
-    (after success, failure or cancel) unless a step said ``keep: true``."""
-    from orchestrator.engines.manager import ServerManager
-
-    manager = ServerManager(emit=engine.emit, session_id=engine.options.session_id)
-    engine.services["servers"] = manager
-
-    async def stop_servers() -> None:
-        await manager.stop_all(include_kept=False)
-
-    engine.finalizers.append(stop_servers)
-    return manager
-
-
-def servers_of(services: dict[str, Any]) -> Any:
-    """The session's ServerManager, created on first use when nobody attached one (an engine built by hand)."""
-    from orchestrator.engines.manager import ServerManager
-
-    manager = services.get("servers")
-    if manager is None:
-        engine = services.get("engine")
-        manager = attach_servers(engine) if engine is not None else ServerManager()
-        services["servers"] = manager
-    return manager

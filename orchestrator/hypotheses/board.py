@@ -9,6 +9,7 @@ Evidence that does not change the state (a second "supports") is still recorded:
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -117,10 +118,8 @@ def evaluate_rules(step: Step, variables: dict[str, Any]) -> list[tuple[str, str
     return hits
 
 
-def attach_board(engine: Engine) -> HypothesisBoard:
-    """Give the engine a board (engine.services["board"]) and evaluate evidence rules after each step."""
-    board = HypothesisBoard(engine.playbook.hypotheses)
-    engine.services["board"] = board
+def rule_hook(board: HypothesisBoard) -> Callable[[Engine, Step, StepFinished, dict[str, Any]], Awaitable[None]]:
+    """The engine step hook that evaluates a step's evidence rules against ``board`` after it finishes."""
 
     async def on_step(engine: Engine, step: Step, finished: StepFinished, variables: dict[str, Any]) -> None:
         if not step.evidence:
@@ -142,13 +141,12 @@ def attach_board(engine: Engine) -> HypothesisBoard:
             board.apply(event)
             engine.emit(event)
 
-    engine.step_hooks.append(on_step)
-    return board
+    return on_step
 
 
 def manual_verdict(engine: Engine, hid: str, state: str, because: str, *, author: str | None = None) -> HypothesisUpdated:
     """A person's verdict during a live session (TUI): recorded exactly like a rule's."""
-    board: HypothesisBoard = engine.services.get("board") or attach_board(engine)
+    board = engine.services.board
     event = board.decide(hid, state, source="manual", evidence=because, author=author)
     board.apply(event)
     engine.emit(event)

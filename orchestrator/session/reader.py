@@ -1,4 +1,6 @@
-"""Reading sessions back: tolerant of a torn last line (kill -9 mid-write) and of unknown events."""
+"""Reading sessions back: tolerant of a torn last line (kill -9 mid-write) and of unknown events (a newer
+writer's), but never silent about what it skipped: torn lines and malformed known events are counted and
+said by ``problems``, next to the failures the session itself recorded in ``session_finished``."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import SessionError
-from orchestrator.events import Event, parse_event
+from orchestrator.events import Event, MalformedEvent, parse_event
 from orchestrator.session.log import EVENTS_FILE
 
 DEFAULT_SESSIONS_DIR = "sessions"
@@ -26,6 +28,7 @@ class LoadedSession:
     events: list[Event]
     raw: list[dict[str, Any]] = field(default_factory=list)
     torn_lines: int = 0  # lines that could not be parsed (at most the last one after a crash)
+    malformed: list[str] = field(default_factory=list)  # "line N: kind: field: why", one per skipped known event
 
     @property
     def started(self) -> Any:
@@ -42,20 +45,41 @@ class LoadedSession:
     def of_type(self, kind: str) -> list[Any]:
         return [e for e in self.events if e.type == kind]
 
+    @property
+    def problems(self) -> list[str]:
+        """Everything that makes this record less than the whole session, in words (empty: nothing known)."""
+        found = list(self.finished.problems) if self.finished is not None else []
+        if self.torn_lines:
+            found.append(f"{self.torn_lines} unreadable line(s) skipped (torn write)")
+        found.extend(f"malformed event skipped: {m}" for m in self.malformed)
+        return found
+
+    @property
+    def incomplete(self) -> bool:
+        """Not finished, or events are missing from the log (a sink failed, a line is torn or malformed)."""
+        fin = self.finished
+        return fin is None or fin.incomplete or bool(self.torn_lines or self.malformed)
+
 
 def iter_raw(path: Path) -> Iterator[dict[str, Any] | None]:
     """Yield each line's JSON object, or None for a line that does not parse (torn write)."""
+    for _number, data in iter_numbered(path):
+        yield data
+
+
+def iter_numbered(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """``iter_raw`` with each line's number in the file (1-based), so a skipped line can be named."""
     with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
             line = line.strip()
             if not line:
                 continue
             try:
                 data = json.loads(line)
             except json.JSONDecodeError:
-                yield None
+                yield number, None
                 continue
-            yield data if isinstance(data, dict) else None
+            yield number, data if isinstance(data, dict) else None
 
 
 def read_session(directory: str | Path) -> LoadedSession:
@@ -66,15 +90,20 @@ def read_session(directory: str | Path) -> LoadedSession:
     events: list[Event] = []
     raw: list[dict[str, Any]] = []
     torn = 0
-    for data in iter_raw(path):
+    malformed: list[str] = []
+    for number, data in iter_numbered(path):
         if data is None:
             torn += 1
             continue
         raw.append(data)
-        event = parse_event(data)
+        try:
+            event = parse_event(data)
+        except MalformedEvent as exc:
+            malformed.append(f"line {number}: {exc}")
+            continue
         if event is not None:
             events.append(event)
-    return LoadedSession(directory=directory, events=events, raw=raw, torn_lines=torn)
+    return LoadedSession(directory=directory, events=events, raw=raw, torn_lines=torn, malformed=malformed)
 
 
 def list_sessions(root: str | Path | None = None) -> list[Path]:

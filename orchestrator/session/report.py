@@ -50,6 +50,12 @@ def header_section(session: LoadedSession) -> list[Block]:
     else:
         facts.append("The session did not finish (killed or still running): this report covers what was logged.")
     blocks.extend(Para(f) for f in facts)
+    problems = session.problems
+    if problems:
+        label = "Incomplete record" if session.incomplete else "Problems"
+        blocks.append(Para(f"**{label}**: {len(problems)} thing(s) went wrong beside the steps; "
+                           "what follows may miss what they cost."))
+        blocks.append(Table(["problem"], [[p] for p in problems]))
     return blocks
 
 
@@ -101,27 +107,32 @@ def _investigation_sections() -> list[Section]:
 SECTIONS: list[Section] = [header_section, *_investigation_sections(), timeline_section, notes_section]
 
 
-def build_blocks(session: LoadedSession) -> list[Block]:
+def build_blocks(session: LoadedSession, failures: list[str] | None = None) -> list[Block]:
+    """The report's blocks; a section that raises is replaced by a line saying so, and named in
+    ``failures`` (when given) so the caller can say it too."""
     blocks: list[Block] = []
     for section in SECTIONS:
         try:
             blocks.extend(section(session))
         except Exception as exc:  # one broken section must not hide the others
-            blocks.append(Para(f"(section {getattr(section, '__name__', section)} failed: {exc})"))
+            failure = f"section {getattr(section, '__name__', section)} failed: {type(exc).__name__}: {exc}"
+            blocks.append(Para(f"({failure})"))
+            if failures is not None:
+                failures.append(failure)
     return blocks
 
 
-def render_report(directory: str | Path, *, fmt: str = "md") -> str:
+def render_report(directory: str | Path, *, fmt: str = "md", failures: list[str] | None = None) -> str:
     directory = Path(directory)
     session = read_session(directory)
-    blocks = build_blocks(session)
+    blocks = build_blocks(session, failures)
     if fmt == "html":
         return to_html(blocks, directory, f"Postmortem {session.name}")
     return to_markdown(blocks, directory)
 
 
-def write_report(directory: str | Path, *, fmt: str = "md") -> Path:
+def write_report(directory: str | Path, *, fmt: str = "md", failures: list[str] | None = None) -> Path:
     directory = Path(directory)
     path = directory / f"report.{fmt}"
-    path.write_text(render_report(directory, fmt=fmt), encoding="utf-8")
+    path.write_text(render_report(directory, fmt=fmt, failures=failures), encoding="utf-8")
     return path

@@ -4,18 +4,28 @@ commands (run, exec, read) and usable from tests in-process."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.engine import Engine, EngineOptions, SessionOutcome
+from orchestrator.engine.problems import describe_error, say_on_stderr
 from orchestrator.engine.sinks import EventSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook
 from orchestrator.session.log import SessionLog, new_session_dir
 from orchestrator.session.reader import sessions_root
+from orchestrator.session.report import write_report
+
+REPORT_FORMATS = ("md", "html")
+
+
+@dataclass
+class ReportsWritten:
+    written: list[Path] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # a report not written, or a section of one that failed
 
 
 @dataclass
@@ -23,6 +33,7 @@ class SessionRun:
     outcome: SessionOutcome
     directory: Path
     engine: Engine
+    reports: ReportsWritten = field(default_factory=ReportsWritten)
 
 
 def prepare_session(playbook: Playbook, root: str | Path | None) -> tuple[Path, str]:
@@ -48,20 +59,7 @@ def build_engine(
         session_dir=directory, argv=list(argv or []),
     )
     engine = Engine(playbook, inventory=inventory, sinks=[log, *sinks], options=options)
-    install_extensions(engine)
     return engine, directory
-
-
-def install_extensions(engine: Engine) -> None:
-    """Per-session services other areas plug in (hypothesis board, servers). Imported lazily."""
-    with contextlib.suppress(ImportError):
-        from orchestrator.hypotheses.board import attach_board
-
-        attach_board(engine)
-    with contextlib.suppress(ImportError):
-        from orchestrator.engines.registry import attach_servers
-
-        attach_servers(engine)
 
 
 async def run_with_signals(engine: Engine) -> SessionOutcome:
@@ -81,21 +79,25 @@ async def run_with_signals(engine: Engine) -> SessionOutcome:
             loop.remove_signal_handler(sig)
 
 
-def write_reports(directory: Path) -> list[Path]:
-    """Write report.md (and report.html) for a finished session; never fails the run."""
-    written = []
-    try:
-        from orchestrator.session.report import write_report
-
-        written.append(write_report(directory, fmt="md"))
-        with contextlib.suppress(Exception):
-            written.append(write_report(directory, fmt="html"))
-    except Exception:  # the log is the record; a report bug must not lose the session's exit code
-        pass
-    return written
+def write_reports(directory: Path, say: Callable[[str], None] = say_on_stderr) -> ReportsWritten:
+    """Write report.md and report.html for a session. A failure does not fail the run (the log is the
+    record; the exit code is the playbook's) but it is said, naming the report, and returned."""
+    reports = ReportsWritten()
+    for fmt in REPORT_FORMATS:
+        broken_sections: list[str] = []
+        try:
+            reports.written.append(write_report(directory, fmt=fmt, failures=broken_sections))
+        except Exception as exc:
+            stale = " (an older one is left there, out of date)" if (directory / f"report.{fmt}").exists() else ""
+            reports.failures.append(f"report.{fmt} was not written{stale}: {describe_error(exc)}")
+            continue
+        reports.failures.extend(f"report.{fmt}: {failure}" for failure in broken_sections)
+    for failure in reports.failures:
+        say(f"{failure} — the session log is intact; `orchestrator report {directory}` tries again")
+    return reports
 
 
 def run_session(engine: Engine, directory: Path) -> SessionRun:
     outcome = asyncio.run(run_with_signals(engine))
-    write_reports(directory)
-    return SessionRun(outcome=outcome, directory=directory, engine=engine)
+    reports = write_reports(directory, say=engine.problems.say)
+    return SessionRun(outcome=outcome, directory=directory, engine=engine, reports=reports)

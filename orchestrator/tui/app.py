@@ -63,6 +63,7 @@ class OrchestratorApp(App[int]):
         self.model = SessionModel(line_cap=line_cap)
         self._session_worker: Worker[Any] | None = None
         self.exit_code = 0
+        self.report_failures: list[str] = []  # reports that could not be written (said, and repeated on exit)
 
     # -- start ------------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -73,6 +74,7 @@ class OrchestratorApp(App[int]):
         self.sub_title = self.controller.engine.playbook.name
         self.push_screen(MainScreen(self.model))
         self.controller.set_listener(self.update_status)
+        self.controller.engine.problems.say = self.say_problem
         self.sink.post = self.post_message
         if self.sink.queue:
             self.post_message(EventsArrived())
@@ -85,10 +87,19 @@ class OrchestratorApp(App[int]):
         if self.session_dir is not None:
             from orchestrator.session.runner import write_reports
 
-            await asyncio.to_thread(write_reports, self.session_dir)
+            reports = await asyncio.to_thread(write_reports, self.session_dir, self._say_problem_from_thread)
+            self.report_failures = reports.failures
         self.exit_code = outcome.exit_code
         self.update_status()
         return outcome
+
+    def say_problem(self, message: str) -> None:
+        """A failure the session survived (a sink, a cleanup, a report): shown for half a minute; the CLI
+        repeats the session's list on stderr after the app exits."""
+        self.notify(message, title="problem", severity="error", timeout=30)
+
+    def _say_problem_from_thread(self, message: str) -> None:
+        self.call_from_thread(self.say_problem, message)
 
     # -- events in --------------------------------------------------------------------------------
     def on_events_arrived(self, _: EventsArrived) -> None:

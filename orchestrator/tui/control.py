@@ -36,7 +36,7 @@ class ControlGate(StepGate):
         self.waiting: Step | None = None  # the step held at the gate, if any
         self._skip_next = False
         self._wake = asyncio.Event()
-        self._on_change = on_change or (lambda: None)
+        self.on_change = on_change or (lambda: None)  # the TUI repaints its status line
 
     async def before_step(self, step: Step) -> str:
         while True:
@@ -52,18 +52,18 @@ class ControlGate(StepGate):
                 self._leave()
                 return "run"
             self.waiting = step
-            self._on_change()
+            self.on_change()
             self._wake.clear()
             await self._wake.wait()
 
     def _leave(self) -> None:
         self.waiting = None
-        self._on_change()
+        self.on_change()
 
     def set_mode(self, mode: Mode) -> None:
         self.mode = mode
         self._wake.set()
-        self._on_change()
+        self.on_change()
 
     def skip_next(self) -> None:
         """Skip the step at the gate now, or the next one to reach it."""
@@ -103,7 +103,7 @@ class Controller:
         self.engine = engine
         self.gate = ControlGate(start_mode, on_change)
         engine.gate = self.gate
-        self.hold = SessionHold(on_change, should_hold=lambda: not engine._force)
+        self.hold = SessionHold(on_change, should_hold=lambda: not engine.force_cancelled)
         if hold_open:
             engine.finalizers.append(self.hold)
         self.outcome: SessionOutcome | None = None
@@ -128,7 +128,7 @@ class Controller:
 
     def set_listener(self, on_change: Callable[[], None]) -> None:
         """Called (in the loop) whenever the mode changes: the TUI repaints its status line."""
-        self.gate._on_change = on_change
+        self.gate.on_change = on_change
         self.hold.on_change = on_change
 
     # -- stepping -------------------------------------------------------------------------------
@@ -243,8 +243,8 @@ class Controller:
     def note(self, text: str, *, hypothesis_id: str | None = None, step_id: str | None = None) -> NoteAdded:
         if not text.strip():
             raise UserInputError("a note needs some text")
-        board = self.engine.services.get("board")
-        if hypothesis_id and board is not None and hypothesis_id not in board.entries:
+        board = self.engine.services.board
+        if hypothesis_id and hypothesis_id not in board.entries:
             raise UserInputError(f"unknown hypothesis {hypothesis_id!r} (known: {', '.join(board.entries) or 'none'})")
         event = NoteAdded(text=text.strip(), hypothesis_id=hypothesis_id or None, step_id=step_id or None,
                           author=_author())

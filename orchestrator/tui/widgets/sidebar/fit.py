@@ -18,5 +18,7 @@ def fit_column(table: DataTable[Any], key: str, *, minimum: int = 6) -> None:
     if column.width != new or column.auto_width:
         column.auto_width = False
         column.width = new
+        # Textual (8.x) has no public call to re-measure after a column's width changes; this is the flag
+        # its own column-width updates set. Revisit when Textual grows one.
         table._require_update_dimensions = True
         table.refresh()

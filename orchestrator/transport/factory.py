@@ -1,0 +1,26 @@
+"""The transport for an inventory host: local (subprocess) or SSH. Lives here, not in the inventory, so the
+inventory knows nothing of transports (the SSH transport reads ``HostSpec``; the reverse made a cycle)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from orchestrator.transport.base import Transport
+
+if TYPE_CHECKING:
+    from orchestrator.inventory import HostSpec
+
+TransportFactory = Callable[["HostSpec", str], Transport]  # (host spec, session id) -> an unconnected transport
+
+
+def make_transport(spec: HostSpec, session_id: str) -> Transport:
+    """An unconnected transport for ``spec``. SSH is imported only when a host needs it (asyncssh is heavy);
+    a broken import fails here, loudly."""
+    if spec.kind == "local":
+        from orchestrator.transport.local import LocalTransport
+
+        return LocalTransport(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env)
+    from orchestrator.transport.ssh import SshTransport
+
+    return SshTransport(spec, session_id=session_id)

@@ -1,0 +1,51 @@
+"""The session's services are one typed object built with the engine: servers, the hypothesis board and
+the transport factory are there for an engine built by hand too, and a step reaches them through its
+ActionContext (no string-keyed dict, no import that may silently fail)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.engine import Engine
+from orchestrator.engine.services import SessionServices
+from orchestrator.engines.manager import ServerManager
+from orchestrator.hypotheses.board import HypothesisBoard
+from orchestrator.inventory import Inventory
+from orchestrator.playbook.models import Hypothesis, Playbook
+from orchestrator.transport.factory import make_transport
+from orchestrator.transport.local import LocalTransport
+
+
+def test_every_engine_has_typed_services() -> None:
+    engine = Engine(Playbook(name="p", steps=[], hypotheses=[Hypothesis(id="h1", title="t")]))
+    services = engine.services
+    assert isinstance(services, SessionServices)
+    assert isinstance(services.servers, ServerManager) and isinstance(services.board, HypothesisBoard)
+    assert list(services.board.entries) == ["h1"]
+    assert services.make_transport is make_transport
+    assert len(engine.finalizers) == 1 and len(engine.step_hooks) == 1  # servers stop; rules are judged
+
+
+def test_the_transport_factory_lives_in_transport_and_makes_local_transports() -> None:
+    spec = Inventory().host("localhost")
+    transport = make_transport(spec, "sid")
+    assert isinstance(transport, LocalTransport)
+
+
+async def test_the_engine_reaches_hosts_through_the_services_factory(run_playbook, monkeypatch: Any) -> None:
+    made: list[tuple[str, str]] = []
+    original_init = Engine.__init__
+
+    def init(self: Engine, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+
+        def recording_factory(spec: Any, session_id: str) -> Any:
+            made.append((spec.name, session_id))
+            return make_transport(spec, session_id)
+
+        self.services.make_transport = recording_factory
+
+    monkeypatch.setattr(Engine, "__init__", init)
+    run = await run_playbook("name: t\nhosts: localhost\nsteps:\n  - {name: hi, shell: echo hi}\n")
+    assert run.outcome.status == "ok"
+    assert made == [("localhost", run.engine.options.session_id)]
