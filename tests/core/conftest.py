@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +114,9 @@ def make_engine(path: Path, session_dir: Path, *, extra_vars: dict[str, Any] | N
     sink = ListSink()
     session_dir.mkdir(parents=True, exist_ok=True)
     engine = Engine(playbook, inventory=inventory or Inventory(), sinks=[SessionLog(session_dir), sink],
-                    options=EngineOptions(extra_vars=extra_vars or {}, session_id=session_dir.name,
+                    # unique: the remote workdir (~/.orchestrator/sessions/<id>) is shared by concurrent test runs
+                    options=EngineOptions(extra_vars=extra_vars or {},
+                                          session_id=f"{session_dir.name}-{uuid.uuid4().hex[:8]}",
                                           session_dir=session_dir))
     return engine, sink
 
