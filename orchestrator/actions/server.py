@@ -13,7 +13,10 @@
 ```
 Flags: ``name: 3`` -> ``--name 3``; true -> bare flag; false/null -> omitted; lists -> ``--name a b``.
 ``srv.overrides`` lists every requested flag the server resolved differently:
-``{flag, requested, effective, source: server_info|log, detail}``. ``engine`` defaults to the host var
+``{flag, requested, effective, source: server_info|log, detail}``. A start that fails registers ``srv.failure``
+(with ``ignore_errors: true`` the playbook goes on): ``{cause, label, summary, reason, exit_code, error_lines,
+last_lines}``, cause one of unknown_flag, invalid_flag, port_in_use, out_of_memory, draft_load, timeout, error,
+exited (orchestrator/engines/startlog.py); ``srv.failure`` is null on success. ``engine`` defaults to the host var
 ``engine`` (the lab inventory sets ``lab``), else ``sglang``; ``model`` to the host var ``target``.
 The server is stopped at session end (also on failure or cancel) unless ``keep: true``.
 """

@@ -130,7 +130,8 @@ class SweepAction(Action[SweepArgs]):
         except StepFailed as exc:
             return {**row, "status": "failed", "reason": exc.message}
         except OrchestratorError as exc:
-            return {**row, "status": "failed", "reason": exc.message.splitlines()[0],
+            failure = (getattr(exc, "result", None) or {}).get("failure") or {}
+            return {**row, "status": "failed", "reason": exc.message.splitlines()[0], "cause": failure.get("cause"),
                     "log_tail": getattr(exc, "result", {}).get("log_tail")}
         keys = ("tok_s", "accept_length", "server_accept_length", "latency_p50", "latency_p99", "ttft_p50",
                 "verify_ct", "completed", "completion_tokens")

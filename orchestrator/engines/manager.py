@@ -19,13 +19,16 @@ from typing import Any
 
 from orchestrator.engines.base import EngineAdapter, LaunchSpec
 from orchestrator.engines.client import ServerClient
-from orchestrator.engines.flags import requested_vs_effective
+from orchestrator.engines.flags import flag_key, requested_vs_effective
+from orchestrator.engines.startlog import StartFailure, analyse_start_failure
 from orchestrator.errors import ServerError, UserInputError
 from orchestrator.events import Output, ServerEvent
 from orchestrator.transport.base import ProcessHandle, Transport
 
 Emit = Callable[[Any], None]
 LOG_TAIL_LINES = 40
+#: how much of a failed start's log is read for its error (SGLang's usage text alone runs to hundreds of lines)
+FAILURE_LOG_LINES = 2000
 
 
 class ServerStartError(ServerError):
@@ -55,6 +58,7 @@ class ServerRecord:
     log_tail: str = ""
     exit_code: int | None = None
     step_id: str | None = None
+    failure: StartFailure | None = None
 
     @property
     def url(self) -> str:
@@ -71,6 +75,7 @@ class ServerRecord:
             "effective": self.diff.get("effective", {}), "overrides": self.diff.get("overrides", []),
             "adjustments": self.diff.get("adjustments", []), "unverified": self.diff.get("unverified", []),
             "ready_s": self.ready_s, "exit_code": self.exit_code, "log_tail": self.log_tail, "keep": self.keep,
+            "failure": self.failure.as_dict() if self.failure else None,
         }
 
 
@@ -112,9 +117,9 @@ class ServerManager:
             answer = await client.call("port", {"host": spec.bind, "port": spec.port})
             if not answer["free"]:
                 record.status = "failed"
-                raise ServerStartError(
-                    f"port {spec.port} on {host} is already in use; pick another port or `port: auto`",
-                    record.as_result())
+                why = f"port {spec.port} on {host} is already in use"
+                record.failure = StartFailure(cause="port_in_use", summary=why, reason="not_started")
+                raise ServerStartError(f"{why}; pick another port or `port: auto`", record.as_result())
         record.argv = adapter.build_argv(spec)
         meta = {"kind": "server", "engine": adapter.name, "port": spec.port, "bind": spec.bind, "keep": keep,
                 "controller_host": socket.gethostname(), "controller_pid": os.getpid(), "started_at": time.time()}
@@ -155,12 +160,14 @@ class ServerManager:
         else:
             why = f"did not become ready within {timeout:g}s (/health: {wait.get('health') or 'no answer'})"
         await transport.kill_group(record.handle, grace=min(record.grace or record.adapter.stop_grace, 5.0))
-        record.log_tail = await transport.read_file_tail(record.handle.log_path, lines=LOG_TAIL_LINES)
+        log_text = await transport.read_file_tail(record.handle.log_path, lines=FAILURE_LOG_LINES)
+        record.log_tail = "\n".join(log_text.rstrip().splitlines()[-LOG_TAIL_LINES:])
+        failure = record.failure = analyse_start_failure(
+            log_text, reason=str(wait.get("reason") or "timeout"), exit_code=record.exit_code, timeout=timeout,
+            draft_path=_draft_path(record.spec.flags))
         record.status = "failed"
-        self._event("server_failed", record, detail=why)
-        tail = "\n".join(record.log_tail.rstrip().splitlines()[-15:]) or "(the log is empty)"
-        raise ServerStartError(f"server {record.name!r} ({record.adapter.name}) on {record.host} {why}; "
-                               f"last log lines:\n{tail}", record.as_result())
+        self._event("server_failed", record, detail=f"{why}; {failure.label}: {failure.summary}")
+        raise ServerStartError(failure_message(record, why, failure), record.as_result())
 
     async def _abort(self, record: ServerRecord, why: str) -> None:
         assert record.handle is not None
@@ -259,3 +266,26 @@ class ServerManager:
             if self.emit is not None:
                 self.emit(Output(step_id=step_id, host=host, stream="server_log", text=text))
         return forward
+
+
+def _draft_path(flags: dict[str, Any]) -> str | None:
+    for name, value in flags.items():
+        if flag_key(str(name)) in ("speculative_draft_model_path", "speculative_draft_model") and value:
+            return str(value)
+    return None
+
+
+def failure_message(record: ServerRecord, why: str, failure: StartFailure) -> str:
+    """The step's error: what happened and the likely cause, then the server's own error lines (access-log noise
+    left out), then where the whole log is. Short enough for a console's first dozen lines."""
+    head = (f"server {record.name!r} ({record.adapter.name}) on {record.host} {why}\n"
+            f"cause: {failure.label} — {failure.summary}")
+    if failure.error_lines:
+        body = "the server's own error:\n" + "\n".join(f"  {line}" for line in failure.error_lines)
+    elif failure.last_lines:
+        body = "no error in its log; its last lines (access log left out):\n" + \
+            "\n".join(f"  {line}" for line in failure.last_lines)
+    else:
+        body = "(the log is empty)"
+    where = f"\nfull log: {record.handle.log_path}" if record.handle is not None else ""
+    return f"{head}\n{body}{where}"

@@ -78,7 +78,7 @@ class Ran:
         return [e for e in self.events if e["type"] == kind]
 
 
-def run_playbook(text: str, inventory: Inventory, sessions: Path) -> Ran:
+def run_playbook(text: str, inventory: Inventory, sessions: Path, sinks: list[Any] | None = None) -> Ran:
     import json
 
     from orchestrator.playbook.loader import load_playbook_text
@@ -86,7 +86,7 @@ def run_playbook(text: str, inventory: Inventory, sessions: Path) -> Ran:
 
     names = {name for host in inventory.hosts for name in inventory.host_vars(host)}
     playbook = load_playbook_text(text, extra_names=names)
-    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=sessions)
+    engine, directory = build_engine(playbook, inventory, sinks=list(sinks or []), sessions_dir=sessions)
     run = run_session(engine, directory)
     events = [json.loads(line) for line in (directory / "events.jsonl").read_text().splitlines() if line.strip()]
     return Ran(status=run.outcome.status, directory=directory, events=events, engine=engine)

@@ -15,20 +15,77 @@ def _error(ran, step_id: str = "s1") -> str:
 
 
 def test_bad_flag_fails_with_exit_code_and_usage(inventory: Inventory, tmp_path: Path, marker: str) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from orchestrator.console import ConsoleSink
+    from orchestrator.session.report import render_report
+
+    screen = StringIO()
     ran = run_playbook(f"""
 name: bad flag
 steps:
   - server: {{engine: lab, model: /nonexistent, flags: {{no-such-flag: 3}}, env: {{MARK: {marker}}}, ready_timeout: 60}}
     register: srv
-""", inventory, tmp_path / "sessions")
+""", inventory, tmp_path / "sessions", sinks=[ConsoleSink(Console(file=screen, width=300, highlight=False))])
     assert ran.status == "failed"
     error = _error(ran)
     assert "exited with code 2 during start-up" in error
     assert "unrecognized arguments: --no-such-flag 3" in error
     result = ran.result("s1")["result"]
     assert result["exit_code"] == 2 and "usage:" in result["log_tail"]
-    assert [e["type"] for e in ran.of_type("server_started") + ran.of_type("server_failed")] == \
-        ["server_started", "server_failed"]
+    failure = result["failure"]
+    assert failure["cause"] == "unknown_flag" and failure["reason"] == "exited" and failure["exit_code"] == 2
+    assert failure["error_lines"] == [
+        "python -m orchestrator.lab.server: error: unrecognized arguments: --no-such-flag 3"]
+    # the console shows the cause and the server's own error line, not its usage text
+    shown = screen.getvalue()
+    assert "cause: unknown flag — the server does not accept a flag (unrecognized arguments: --no-such-flag 3)" \
+        in shown
+    assert "  python -m orchestrator.lab.server: error: unrecognized arguments: --no-such-flag 3" in shown
+    assert "usage:" not in shown
+    # so does the report: the step's error, and the servers table's state
+    report = render_report(ran.directory)
+    assert "cause: unknown flag" in report
+    assert "failed: exited with code 2 during start-up; unknown flag: the server does not accept a flag" in report
+    failed = ran.of_type("server_failed")
+    assert [e["type"] for e in ran.of_type("server_started") + failed] == ["server_started", "server_failed"]
+    assert processes_with(marker) == []
+
+
+def test_health_polls_do_not_hide_the_servers_error(inventory: Inventory, tmp_path: Path, marker: str) -> None:
+    # A server that answers /health 503 for a while, then dies with a traceback, then logs more polls (the
+    # access log of SGLang's readiness poll): the error shown is the traceback's, not the polls.
+    script = (
+        "import sys, time\n"
+        "for i in range(20): print(f'[2026-11-30 10:00:{i:02d}] INFO:     127.0.0.1:{50000 + i} - "
+        "\"GET /health HTTP/1.1\" 503 Service Unavailable', file=sys.stderr)\n"
+        "print('[2026-11-30 10:00:20 TP0] Scheduler hit an exception: Traceback (most recent call last):\\n'\n"
+        "      '  File \"/opt/sglang/srt/speculative/eagle_worker.py\", line 131, in __init__\\n'\n"
+        "      '    super().__init__(\\n'\n"
+        "      'RuntimeError: Error(s) in loading state_dict for LlamaForCausalLMEagle3\\n', file=sys.stderr)\n"
+        "for i in range(20): print(f'[2026-11-30 10:00:{i + 21:02d}] INFO:     127.0.0.1:{50100 + i} - "
+        "\"GET /health HTTP/1.1\" 503 Service Unavailable', file=sys.stderr)\n"
+        "sys.exit(1)\n")
+    (tmp_path / "fake_server.py").write_text(script)
+    ran = run_playbook(f"""
+name: traceback then polls
+steps:
+  - server:
+      engine: lab
+      launcher: [python, {tmp_path / "fake_server.py"}]
+      env: {{MARK: {marker}}}
+      ready_timeout: 60
+    register: srv
+""", inventory, tmp_path / "sessions")
+    assert ran.status == "failed"
+    error = _error(ran)
+    assert "cause: draft load error — the draft model could not be loaded (RuntimeError: Error(s) in loading " \
+        "state_dict for LlamaForCausalLMEagle3)" in error
+    assert 'File "/opt/sglang/srt/speculative/eagle_worker.py", line 131, in __init__' in error
+    assert "GET /health" not in error
+    assert ran.result("s1")["result"]["failure"]["cause"] == "draft_load"
     assert processes_with(marker) == []
 
 

@@ -1,0 +1,277 @@
+"""Why a server failed to start, read from its own log: the error lines, and the likely cause.
+
+A failed SGLang start leaves the server's own error a few lines above a run of uvicorn access lines
+(``[ts] INFO:     127.0.0.1:54321 - "GET /health HTTP/1.1" 503 Service Unavailable``, the readiness poll), so
+the last lines of the log say nothing. This module is pure (text in, ``StartFailure`` out): it drops access-log
+and progress-bar noise, pulls out what the server itself said went wrong (argparse's ``error:`` line, each
+Python traceback's last frame and exception, ``...Error``/``...Exception`` lines, SGLang's own failure lines
+such as "Received sigquit from a child process"), and classifies the common causes so a playbook rule can
+branch on ``srv.failure.cause``:
+
+``unknown_flag``  argparse ``error: unrecognized arguments`` / ``ambiguous option`` (exit 2)
+``invalid_flag``  another argparse error (a bad value, a missing required flag), or an unknown speculative
+                  algorithm
+``port_in_use``   ``address already in use`` (uvicorn, Errno 98) or SGLang's "Port is already in use"
+``out_of_memory`` CUDA OOM (``torch.OutOfMemoryError``), SGLang's "Not enough memory", a scheduler killed by -9
+``draft_load``    the draft model did not load (a traceback through ``srt/speculative/``, an error naming the
+                  draft or its path)
+``timeout``       not ready within the limit, and nothing above explains why
+``error``         the server reported an error that none of the above matches
+``exited``        it exited and its log says nothing recognisable
+
+Log shapes follow SGLang 0.5.x (research/sglang-interface.md): ``[%Y-%m-%d %H:%M:%S{ TPn}] message``, no level
+name; uvicorn's lines carry ``INFO:``/``ERROR:``; a child's traceback is one log record that begins
+"Scheduler hit an exception: Traceback (most recent call last):".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+#: how many error lines a failure keeps (and a console shows)
+MAX_ERROR_LINES = 8
+#: a longer line is cut (SGLang's one-line ``server_args=ServerArgs(...)`` dump runs to 10k characters)
+MAX_LINE = 240
+
+CAUSE_LABELS = {
+    "unknown_flag": "unknown flag",
+    "invalid_flag": "invalid flag value",
+    "port_in_use": "port in use",
+    "out_of_memory": "out of memory",
+    "draft_load": "draft load error",
+    "timeout": "timeout",
+    "error": "server error",
+    "exited": "exited",
+}
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?: [^\]]*)?\]\s?")
+_ACCESS = re.compile(
+    r'^(?:INFO|WARNING|ERROR|DEBUG):\s+\S+:\d+ - "(?:GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH) \S+ HTTP/[\d.]+" \d{3}')
+_PROGRESS = re.compile(r"\d+%(?: Completed)?\s*\|.*\d+/\d+")  # tqdm: "Loading safetensors checkpoint shards:  50% Completed | 1/2 ..."
+_TRACEBACK = "Traceback (most recent call last):"
+_FRAME = re.compile(r'^\s+File "([^"]+)", line \d+, in \S+')
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning)\b(?::|$)")
+_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+_ERROR_CASED = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b|^ERROR:|\berror: ")
+_ERROR_PHRASE = re.compile(r"\bErrno \d+|out of memory|already in use|Received sigquit|scheduler died|"
+                           r"Initialization failed|hit an exception|start-up failed", re.IGNORECASE)
+
+_UNKNOWN_FLAG = re.compile(r"error: (unrecognized arguments: .*|ambiguous option: .*)")
+_ARGPARSE_ERROR = re.compile(r"^\S.*: error: (.*)$")
+_PORT = re.compile(r"address already in use|Errno 98\b|Port is already in use|port \S+ is already in use",
+                   re.IGNORECASE)
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|Not enough memory\. Please try to "
+                  r"increase --mem-fraction-static|out of memory|scheduler died during initialization \(exit code: -9\)",
+                  re.IGNORECASE)
+_BAD_ALGO = re.compile(r"Unknown speculative algorithm name: \S+")
+_DRAFT_FRAME = re.compile(r"/speculative/|eagle_worker|draft_worker|_eagle3?\.py|llama_eagle")
+_DRAFT_WORD = re.compile(r"\bdraft\b|speculative_draft_model", re.IGNORECASE)
+
+
+@dataclass
+class Traceback:
+    """One Python traceback in the log: what introduced it, its last frame, its exception line(s)."""
+
+    intro: str = ""
+    frames: list[str] = field(default_factory=list)  # the File lines, in order
+    last_frame: list[str] = field(default_factory=list)  # the last File line and its source line
+    exception: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        head = [f"{self.intro} {_TRACEBACK}".strip()] if self.intro else []
+        return head + self.last_frame + self.exception
+
+
+@dataclass
+class StartFailure:
+    """What went wrong, for the step's result (``srv.failure``), the console and the report."""
+
+    cause: str
+    summary: str
+    reason: str  # exited | timeout
+    exit_code: int | None = None
+    error_lines: list[str] = field(default_factory=list)
+    last_lines: list[str] = field(default_factory=list)  # the log's last lines without access-log noise
+
+    @property
+    def label(self) -> str:
+        return CAUSE_LABELS.get(self.cause, self.cause)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cause": self.cause, "label": self.label, "summary": self.summary, "reason": self.reason,
+                "exit_code": self.exit_code, "error_lines": list(self.error_lines), "last_lines": list(self.last_lines)}
+
+
+def clean(line: str) -> str:
+    return _ANSI.sub("", line).rstrip()
+
+
+def strip_prefix(line: str) -> str:
+    """The message without SGLang's ``[2026-11-30 10:00:00 TP0] `` prefix."""
+    return _PREFIX.sub("", line, count=1)
+
+
+def is_noise(line: str) -> bool:
+    """A line that never explains a failure: blank, a uvicorn access line, a progress bar."""
+    message = strip_prefix(clean(line)).strip()
+    return not message or bool(_ACCESS.match(message)) or bool(_PROGRESS.search(message))
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= MAX_LINE else line[:MAX_LINE - 1] + "…"
+
+
+def parse_tracebacks(lines: list[str]) -> tuple[list[Traceback], set[int]]:
+    """Every traceback in ``lines`` (cleaned), and the indices of the lines they span."""
+    found: list[Traceback] = []
+    spans: set[int] = set()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if _TRACEBACK not in line:
+            i += 1
+            continue
+        intro = line.split(_TRACEBACK, 1)[0].rstrip()
+        tb = Traceback(intro=intro if strip_prefix(intro).strip() else "")
+        spans.add(i)
+        i += 1
+        while i < len(lines):
+            text = lines[i]
+            if _FRAME.match(text):
+                tb.frames.append(text.strip())
+                tb.last_frame = [text.strip()]
+            elif text.startswith((" ", "\t")):
+                # the frame's source line (and caret markers): keep the first one under the last frame
+                if len(tb.last_frame) == 1 and text.strip() and set(text.strip()) - set("^~ "):
+                    tb.last_frame.append("    " + text.strip())
+            else:
+                break
+            spans.add(i)
+            i += 1
+        # the exception: the first unindented line, and its continuation up to a blank or a new log record
+        while i < len(lines):
+            text = lines[i]
+            if not text.strip() or _PREFIX.match(text) or _TRACEBACK in text or text.startswith(_CHAIN):
+                break
+            if tb.exception and len(tb.exception) >= 3:
+                spans.add(i)
+                i += 1
+                continue
+            tb.exception.append(text.strip())
+            spans.add(i)
+            i += 1
+        found.append(tb)
+    return found, spans
+
+
+def _error_items(lines: list[str]) -> tuple[list[list[str]], list[Traceback]]:
+    """The server's own error lines, as items in log order: one per traceback, one per standalone error line."""
+    tracebacks, spans = parse_tracebacks(lines)
+    starts = {}
+    it = iter(tracebacks)
+    for index, line in enumerate(lines):
+        if _TRACEBACK in line:
+            starts[index] = next(it)
+    items: list[list[str]] = []
+    seen: set[str] = set()
+    for index, line in enumerate(lines):
+        if index in starts:
+            tb_lines = [_cut(x) for x in starts[index].lines()]
+            key = "\n".join(strip_prefix(x) for x in tb_lines)
+            if key not in seen:
+                seen.add(key)
+                items.append(tb_lines)
+            continue
+        if index in spans or is_noise(line):
+            continue
+        message = strip_prefix(line)
+        if message.startswith("usage:") or message.startswith(" "):
+            continue
+        if (_ERROR_CASED.search(message) or _ERROR_PHRASE.search(message)) and not _looks_like_dump(message):
+            if message not in seen:
+                seen.add(message)
+                items.append([_cut(line)])
+    return items, tracebacks
+
+
+def _looks_like_dump(message: str) -> bool:
+    """SGLang's ``server_args=ServerArgs(...)`` line names every option; it is not an error."""
+    return message.startswith(("server_args=", "ServerArgs("))
+
+
+def _pick(items: list[list[str]], limit: int) -> list[str]:
+    """At most ``limit`` lines: the first item (often the root cause), then the latest ones that fit."""
+    if not items:
+        return []
+    first, rest = items[0][:limit], items[1:]
+    tail: list[list[str]] = []
+    room = limit - len(first)
+    for item in reversed(rest):
+        if len(item) > room:
+            break
+        tail.insert(0, item)
+        room -= len(item)
+    return first + [line for item in tail for line in item]
+
+
+def analyse_start_failure(log_text: str, *, reason: str, exit_code: int | None = None,
+                          timeout: float | None = None, draft_path: str | None = None) -> StartFailure:
+    """Read a failed start's log. ``reason``: exited | timeout (the readiness wait's answer)."""
+    lines = [clean(line) for line in log_text.splitlines()]
+    items, tracebacks = _error_items(lines)
+    error_lines = _pick(items, MAX_ERROR_LINES)
+    last_lines = [_cut(line) for line in lines if not is_noise(line)][-MAX_ERROR_LINES:]
+    messages = [strip_prefix(line) for line in lines if not is_noise(line)]
+    text = "\n".join(messages)
+    cause, summary = _classify(text, messages, tracebacks, reason=reason, exit_code=exit_code, timeout=timeout,
+                               draft_path=draft_path)
+    return StartFailure(cause=cause, summary=summary, reason=reason, exit_code=exit_code, error_lines=error_lines,
+                        last_lines=last_lines)
+
+
+def _last_exception(tracebacks: list[Traceback], messages: list[str]) -> str | None:
+    for tb in reversed(tracebacks):
+        if tb.exception:
+            return tb.exception[0]
+    for message in reversed(messages):
+        if _EXCEPTION.match(message):
+            return message
+    return None
+
+
+def _classify(text: str, messages: list[str], tracebacks: list[Traceback], *, reason: str, exit_code: int | None,
+              timeout: float | None, draft_path: str | None) -> tuple[str, str]:
+    flag = _UNKNOWN_FLAG.search(text)
+    if flag:
+        return "unknown_flag", f"the server does not accept a flag ({flag.group(1)})"
+    argparse_error = next((m for m in map(_ARGPARSE_ERROR.match, messages) if m), None)
+    if argparse_error and (exit_code == 2 or any(m.startswith("usage:") for m in messages)):
+        return "invalid_flag", f"the server's argument parser refused the command line ({argparse_error.group(1)})"
+    port = _PORT.search(text)
+    if port:
+        line = next((m for m in reversed(messages) if _PORT.search(m)), port.group(0))
+        return "port_in_use", f"a port the server needs is already in use ({_cut(line.strip())})"
+    oom = next((m for m in reversed(messages) if _OOM.search(m)), None)
+    if oom:
+        return "out_of_memory", f"out of memory while starting ({_cut(oom.strip())})"
+    algo = _BAD_ALGO.search(text)
+    if algo:
+        return "invalid_flag", f"the server refused the speculative algorithm ({algo.group(0)})"
+    exception = _last_exception(tracebacks, messages)
+    draft_frames = any(_DRAFT_FRAME.search(f) for tb in tracebacks for f in tb.frames)
+    error_messages = [m for m in messages if _ERROR_CASED.search(m) and not _looks_like_dump(m)]
+    names_draft = any(_DRAFT_WORD.search(m) or (draft_path and draft_path in m) for m in error_messages)
+    if draft_frames or names_draft:
+        what = exception or next((m for m in reversed(error_messages) if _DRAFT_WORD.search(m)), None)
+        return "draft_load", "the draft model could not be loaded" + (f" ({_cut(what)})" if what else "")
+    if reason == "timeout":
+        limit = f"{timeout:g}s" if timeout is not None else "the limit"
+        tail = f"; last error: {_cut(exception)}" if exception else ""
+        return "timeout", f"not ready within {limit}{tail}"
+    if exception or error_messages:
+        return "error", _cut(exception or error_messages[-1])
+    code = f" with code {exit_code}" if exit_code is not None else ""
+    return "exited", f"exited{code}; the log names no error"
