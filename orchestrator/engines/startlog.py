@@ -53,16 +53,16 @@ _ACCESS = re.compile(
 _PROGRESS = re.compile(r"\d+%(?: Completed)?\s*\|.*\d+/\d+")  # tqdm: "Loading safetensors checkpoint shards:  50% Completed | 1/2 ..."
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s+File "([^"]+)", line \d+, in \S+')
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning)\b(?::|$)")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b(?::|$)")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
-_ERROR_CASED = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b|^ERROR:|\berror: ")
+_ERROR_CASED = re.compile(r"\b(?:[A-Z]\w*)?(?:Error|Exception)\b|^ERROR:|\berror: ")
 _ERROR_PHRASE = re.compile(r"\bErrno \d+|out of memory|already in use|Received sigquit|scheduler died|"
                            r"Initialization failed|hit an exception|start-up failed", re.IGNORECASE)
 
 _UNKNOWN_FLAG = re.compile(r"error: (unrecognized arguments: .*|ambiguous option: .*)")
 _ARGPARSE_ERROR = re.compile(r"^\S.*: error: (.*)$")
-_PORT = re.compile(r"address already in use|Errno 98\b|Port is already in use|port \S+ is already in use",
-                   re.IGNORECASE)
+# (not SGLang's INFO "Port 30001 is already in use, trying port 30002": it picks its internal ports that way)
+_PORT = re.compile(r"(?i:address already in use)|Errno 98\b|Port is already in use\.|is used by a process already")
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|Not enough memory\. Please try to "
                   r"increase --mem-fraction-static|out of memory|scheduler died during initialization \(exit code: -9\)",
                   re.IGNORECASE)
@@ -75,6 +75,7 @@ _DRAFT_WORD = re.compile(r"\bdraft\b|speculative_draft_model", re.IGNORECASE)
 class Traceback:
     """One Python traceback in the log: what introduced it, its last frame, its exception line(s)."""
 
+    start: int = 0  # the index of its "Traceback" line
     intro: str = ""
     frames: list[str] = field(default_factory=list)  # the File lines, in order
     last_frame: list[str] = field(default_factory=list)  # the last File line and its source line
@@ -135,7 +136,7 @@ def parse_tracebacks(lines: list[str]) -> tuple[list[Traceback], set[int]]:
             i += 1
             continue
         intro = line.split(_TRACEBACK, 1)[0].rstrip()
-        tb = Traceback(intro=intro if strip_prefix(intro).strip() else "")
+        tb = Traceback(start=i, intro=intro if strip_prefix(intro).strip() else "")
         spans.add(i)
         i += 1
         while i < len(lines):
@@ -170,11 +171,7 @@ def parse_tracebacks(lines: list[str]) -> tuple[list[Traceback], set[int]]:
 def _error_items(lines: list[str]) -> tuple[list[list[str]], list[Traceback]]:
     """The server's own error lines, as items in log order: one per traceback, one per standalone error line."""
     tracebacks, spans = parse_tracebacks(lines)
-    starts = {}
-    it = iter(tracebacks)
-    for index, line in enumerate(lines):
-        if _TRACEBACK in line:
-            starts[index] = next(it)
+    starts = {tb.start: tb for tb in tracebacks}
     items: list[list[str]] = []
     seen: set[str] = set()
     for index, line in enumerate(lines):

@@ -147,6 +147,22 @@ def test_port_in_use_after_the_model_loaded() -> None:
     assert failure.error_lines == [log.splitlines()[1]]
 
 
+def test_sglang_picking_its_internal_ports_is_not_a_port_clash() -> None:
+    # network.py logs this at INFO on every start that finds a port taken and moves on
+    log = ("[2026-11-30 10:00:01] Port 30001 is already in use, trying port 30002\n"
+           "[2026-11-30 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+           '  File "/opt/sglang/srt/model_executor/model_runner.py", line 412, in load_model\n'
+           "    self.model = get_model(\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n\n")
+    assert analyse_start_failure(log, reason="exited", exit_code=-9).cause == "out_of_memory"
+
+
+def test_a_bare_error_line_is_shown() -> None:
+    log = "[2026-11-30 10:00:01] loading\nError: the NCCL library is missing\n" + _polls(3)
+    failure = analyse_start_failure(log, reason="exited", exit_code=1)
+    assert failure.cause == "error" and failure.error_lines == ["Error: the NCCL library is missing"]
+
+
 def test_timeout_with_nothing_in_the_log() -> None:
     log = ("[2026-11-30 10:00:02 TP0] Load weight begin. avail mem=78.50 GB\n"
            "Loading safetensors checkpoint shards:  10% Completed | 3/30 [00:40<06:00, 13.3s/it]\n" + _polls(20))
