@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 SCHEMA_VERSION = 1
 
 StepStatus = Literal["ok", "failed", "skipped", "timeout", "cancelled", "unreachable"]
+SessionStatus = Literal["ok", "failed", "cancelled", "error"]
+OutputStream = Literal["stdout", "stderr", "progress", "server_log", "info"]
 STEP_STATUSES: tuple[str, ...] = ("ok", "failed", "skipped", "timeout", "cancelled", "unreachable")
 
 
@@ -55,7 +57,7 @@ class Output(EventBase):
     type: Literal["output"] = "output"
     step_id: str
     host: str
-    stream: Literal["stdout", "stderr", "progress", "server_log", "info"] = "stdout"
+    stream: OutputStream = "stdout"
     text: str
 
 
@@ -132,7 +134,7 @@ class ArtifactSaved(EventBase):
 
 class SessionFinished(EventBase):
     type: Literal["session_finished"] = "session_finished"
-    status: Literal["ok", "failed", "cancelled", "error"]
+    status: SessionStatus
     duration: float
     counts: dict[str, int] = {}
     error: str | None = None

@@ -14,11 +14,14 @@ vars: {port: 30000}             # for every host
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import UserInputError
+
+if TYPE_CHECKING:
+    from orchestrator.transport.base import Transport
 
 LOCAL_NAMES = {"localhost", "local", "127.0.0.1"}
 
@@ -134,7 +137,7 @@ def load_inventory(path: str | Path) -> Inventory:
     return inventory
 
 
-def make_transport(spec: HostSpec, *, session_id: str) -> Any:
+def make_transport(spec: HostSpec, *, session_id: str) -> Transport:
     """The transport for a host; SSH is imported only when needed (asyncssh is heavy)."""
     if spec.kind == "local":
         from orchestrator.transport.local import LocalTransport

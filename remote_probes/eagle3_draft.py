@@ -43,16 +43,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-try:
+if TYPE_CHECKING:  # the checker reads the package; at run time a sibling script works too
     from .eagle3_checkpoint import DraftLoadError, read_state_dict
-except ImportError:
-    from eagle3_checkpoint import DraftLoadError, read_state_dict  # type: ignore[no-redef]
+else:
+    try:
+        from .eagle3_checkpoint import DraftLoadError, read_state_dict
+    except ImportError:
+        from eagle3_checkpoint import DraftLoadError, read_state_dict
 
 __all__ = ["DraftConfig", "DraftKVCache", "DraftLoadError", "DraftOutput", "Eagle3Draft", "load_draft"]
 
@@ -129,7 +132,7 @@ class DraftKVCache:
         return 0 if self.k is None else self.k.shape[2]
 
     def crop(self, n: int) -> None:
-        if self.k is not None:
+        if self.k is not None and self.v is not None:  # set together by append()
             self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -232,6 +235,8 @@ class _MidLayer(nn.Module):
 
 class Eagle3Draft(nn.Module):
     """EAGLE-3 draft; parameter names follow SpecForge (``fc``, ``midlayer.*``, ``norm``, ``lm_head``)."""
+
+    d2t: torch.Tensor  # a buffer (registered in __init__): draft id -> offset to the target id
 
     def __init__(self, cfg: DraftConfig, num_aux: int = 3) -> None:
         super().__init__()
@@ -346,10 +351,14 @@ def load_draft(path: str, *, embed_tokens: Optional[torch.Tensor] = None, lm_hea
 
     :raises DraftLoadError: missing tensors or config fields, wrong shapes, a draft for another vocab or width.
     """
-    try:  # imported lazily: eagle3_validate builds an Eagle3Draft (circular at module level)
+    # imported lazily: eagle3_validate builds an Eagle3Draft (circular at module level)
+    if TYPE_CHECKING:
         from .eagle3_validate import build_from_state
-    except ImportError:
-        from eagle3_validate import build_from_state  # type: ignore[no-redef]
+    else:
+        try:
+            from .eagle3_validate import build_from_state
+        except ImportError:
+            from eagle3_validate import build_from_state
     config, state, notes = read_state_dict(path)
     return build_from_state(config, state, notes, strict=strict, embed_tokens=embed_tokens, lm_head=lm_head,
                             target_vocab_size=target_vocab_size, target_hidden_size=target_hidden_size,

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from orchestrator.cli.common import handle_errors, parse_extra_vars, resolve_inventory
+
+if TYPE_CHECKING:
+    from orchestrator.console import ConsoleSink
+    from orchestrator.engine.sinks import EventSink
 
 InventoryOpt = Annotated[Path | None, typer.Option("-i", "--inventory", help="Inventory YAML (default: the embedded lab).")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="Target one host: an inventory name or [user@]address[:port].")]
@@ -65,7 +69,7 @@ def _inventory_names(inv: object, extra: dict) -> set[str]:
     return names
 
 
-def _sinks(verbose: bool, json_events: bool) -> tuple[list, object | None]:
+def _sinks(verbose: bool, json_events: bool) -> tuple[list[EventSink], ConsoleSink | None]:
     if json_events:
         from orchestrator.console import JsonLinesSink
 

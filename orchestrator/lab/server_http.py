@@ -82,8 +82,10 @@ class ServerState:
                 raise RequestError("text must be a string or a non-empty list of strings")
             prompts = [models.tokenizer(t)["input_ids"] for t in texts]
         else:
-            batched = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
-            prompts = ids if batched else [ids]
+            if isinstance(ids, list) and ids and isinstance(ids[0], list):
+                batched, prompts = True, ids
+            else:
+                batched, prompts = False, [ids]
             vocab = int(models.config.vocab_size)
             if not all(isinstance(p, list) and p and all(isinstance(i, int) and 0 <= i < vocab for i in p)
                        for p in prompts):
