@@ -15,6 +15,8 @@ SCHEMA_VERSION = 1
 
 StepStatus = Literal["ok", "failed", "skipped", "timeout", "cancelled", "unreachable"]
 SessionStatus = Literal["ok", "failed", "cancelled", "error"]
+HypothesisState = Literal["open", "supported", "refuted", "confirmed", "inconclusive"]
+ServerEventType = Literal["server_started", "server_ready", "server_stopped", "server_failed"]
 OutputStream = Literal["stdout", "stderr", "progress", "server_log", "info"]
 STEP_STATUSES: tuple[str, ...] = ("ok", "failed", "skipped", "timeout", "cancelled", "unreachable")
 
@@ -88,7 +90,7 @@ class StepFinished(EventBase):
 class ServerEvent(EventBase):
     """A server's lifecycle: ``type`` says which moment."""
 
-    type: Literal["server_started", "server_ready", "server_stopped", "server_failed"]
+    type: ServerEventType
     server_id: str
     step_id: str | None = None
     host: str
@@ -104,7 +106,7 @@ class ServerEvent(EventBase):
 class HypothesisUpdated(EventBase):
     type: Literal["hypothesis_updated"] = "hypothesis_updated"
     hypothesis_id: str
-    state: Literal["open", "supported", "refuted", "confirmed", "inconclusive"]
+    state: HypothesisState
     previous: str | None = None
     source: Literal["rule", "manual"] = "rule"
     step_id: str | None = None

@@ -72,7 +72,7 @@ class Action(ABC, Generic[A]):
     """A step kind. Subclasses set ``kind``, ``Args`` and implement ``run``."""
 
     kind: ClassVar[str]
-    Args: ClassVar[type[ActionArgs]]
+    Args: ClassVar[type[BaseModel]]  # an ActionArgs, except `set`'s RootModel (any variable names)
     #: the field a bare string value maps to (``shell: "echo hi"`` -> command)
     shorthand: ClassVar[str | None] = None
     #: fields rendered with shell quoting for every ``{{ }}``
