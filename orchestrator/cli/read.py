@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -40,7 +40,7 @@ def read(
         raise UserInputError("give exactly one of: an ADDRESS (after FILE), --symbol, or --pattern")
     if address and not file:
         raise UserInputError("a line ADDRESS needs a FILE")
-    args: dict = {"package": package}
+    args: dict[str, Any] = {"package": package}
     if file:
         args["file"] = file
     if address:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -59,7 +59,7 @@ def run(
     raise typer.Exit(result.outcome.exit_code)
 
 
-def _inventory_names(inv: object, extra: dict) -> set[str]:
+def _inventory_names(inv: object, extra: dict[str, Any]) -> set[str]:
     names = set(extra)
     names.update(getattr(inv, "vars", {}) or {})
     for group in getattr(inv, "groups", {}).values():
