@@ -135,7 +135,7 @@ def candidate_wirings(spec: Any, config: Dict[str, Any], n_layers: int, num_aux:
     return [c for c in cands if len(c["wiring"]) == num_aux]
 
 
-def _load_target(a: Dict[str, Any]):
+def _load_target(a: Dict[str, Any]) -> Tuple[Any, Any, Any, str]:  # torch, tokenizer, model, device
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -160,7 +160,7 @@ def _load_target(a: Dict[str, Any]):
     return torch, tokenizer, model, device
 
 
-def _encode(tokenizer, prompt: str, chat: Any) -> List[int]:
+def _encode(tokenizer: Any, prompt: str, chat: Any) -> List[int]:
     use_chat = bool(getattr(tokenizer, "chat_template", None)) if chat == "auto" else bool(chat)
     if use_chat:
         if not getattr(tokenizer, "chat_template", None):
@@ -171,7 +171,8 @@ def _encode(tokenizer, prompt: str, chat: Any) -> List[int]:
     return tokenizer(prompt)["input_ids"]
 
 
-def _capture(torch, tokenizer, model, prompts, a, needed) -> List[Tuple[Any, int, Dict[int, Any]]]:
+def _capture(torch: Any, tokenizer: Any, model: Any, prompts: List[str], a: Dict[str, Any],
+             needed: List[int]) -> List[Tuple[Any, int, Dict[int, Any]]]:
     """Greedy generation in left-padded batches, then one unpadded forward per prompt; keep only the
     hidden_states indices some wiring needs. Batching changes no token here (each row is masked to itself; checked
     against one-prompt-at-a-time generation on the lab: 16/16 identical) and is several times faster."""
@@ -201,7 +202,8 @@ def _capture(torch, tokenizer, model, prompts, a, needed) -> List[Tuple[Any, int
     return runs
 
 
-def score_wiring(torch, draft, runs, wiring: List[int], steps: int, confidence: float) -> Dict[str, Any]:
+def score_wiring(torch: Any, draft: Any, runs: List[Tuple[Any, int, Dict[int, Any]]], wiring: List[int], steps: int,
+                 confidence: float) -> Dict[str, Any]:
     """Figures of one wiring with intervals over prompts; ``_units`` keeps (tokens, cycles) per prompt for the
     paired comparisons (removed before the result is returned)."""
     tallies = []

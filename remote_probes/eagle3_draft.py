@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -135,9 +135,11 @@ class DraftKVCache:
         if self.k is not None and self.v is not None:  # set together by append()
             self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Add columns; return all the cached keys and values."""
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
 
 
 @dataclass
@@ -191,7 +193,8 @@ class _Attention(nn.Module):
         self.o_proj = nn.Linear(nh * hd, cfg.hidden_size, bias=False)
         self.nh, self.nkv, self.hd = nh, nkv, hd
 
-    def qkv(self, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor):
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor,
+            inv_freq: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
@@ -293,8 +296,7 @@ class Eagle3Draft(nn.Module):
         attn = self.midlayer.self_attn
         q, k, v = attn.qkv(self._attn_input(tokens, h), positions, self._rope(tokens.device))
         if cache is not None:
-            cache.append(k, v)
-            k, v = cache.k, cache.v
+            k, v = cache.append(k, v)
         total = k.shape[2]
         # query i sits at absolute slot start+i and sees slots 0..start+i
         mask = torch.arange(total, device=tokens.device)[None, :] <= positions[:, None]
