@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 SCHEMA_VERSION = 1
 
 StepStatus = Literal["ok", "failed", "skipped", "timeout", "cancelled", "unreachable"]
+SessionStatus = Literal["ok", "failed", "cancelled", "error"]
+HypothesisState = Literal["open", "supported", "refuted", "confirmed", "inconclusive"]
+ServerEventType = Literal["server_started", "server_ready", "server_stopped", "server_failed"]
+OutputStream = Literal["stdout", "stderr", "progress", "server_log", "info"]
 STEP_STATUSES: tuple[str, ...] = ("ok", "failed", "skipped", "timeout", "cancelled", "unreachable")
 
 
@@ -55,7 +59,7 @@ class Output(EventBase):
     type: Literal["output"] = "output"
     step_id: str
     host: str
-    stream: Literal["stdout", "stderr", "progress", "server_log", "info"] = "stdout"
+    stream: OutputStream = "stdout"
     text: str
 
 
@@ -86,7 +90,7 @@ class StepFinished(EventBase):
 class ServerEvent(EventBase):
     """A server's lifecycle: ``type`` says which moment."""
 
-    type: Literal["server_started", "server_ready", "server_stopped", "server_failed"]
+    type: ServerEventType
     server_id: str
     step_id: str | None = None
     host: str
@@ -102,7 +106,7 @@ class ServerEvent(EventBase):
 class HypothesisUpdated(EventBase):
     type: Literal["hypothesis_updated"] = "hypothesis_updated"
     hypothesis_id: str
-    state: Literal["open", "supported", "refuted", "confirmed", "inconclusive"]
+    state: HypothesisState
     previous: str | None = None
     source: Literal["rule", "manual"] = "rule"
     step_id: str | None = None
@@ -132,7 +136,7 @@ class ArtifactSaved(EventBase):
 
 class SessionFinished(EventBase):
     type: Literal["session_finished"] = "session_finished"
-    status: Literal["ok", "failed", "cancelled", "error"]
+    status: SessionStatus
     duration: float
     counts: dict[str, int] = {}
     error: str | None = None

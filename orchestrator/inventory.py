@@ -14,11 +14,14 @@ vars: {port: 30000}             # for every host
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import UserInputError
+
+if TYPE_CHECKING:
+    pass
 
 LOCAL_NAMES = {"localhost", "local", "127.0.0.1"}
 

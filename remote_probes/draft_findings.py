@@ -219,7 +219,7 @@ def check_feeds(raw: dict[str, Any], n_layers: int | None) -> tuple[dict[str, An
     details = {"location": where, "nested_ids": nested, "top_level_ids": top, "default": default,
                "target_num_layers": n_layers, "feeds": feeds}
     beyond = [i for i in (sglang or []) + (vllm or []) if n_layers and (i < 0 or i >= n_layers)]
-    if beyond:
+    if beyond and n_layers:  # beyond is empty without n_layers
         return feeds, _finding("aux_layer_ids", "error", f"Aux hidden-state indices {sorted(set(beyond))} are "
                                f"never captured: a {n_layers}-layer target captures indices 0..{n_layers - 1} at "
                                "layer entry.", **details)

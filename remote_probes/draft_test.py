@@ -104,9 +104,9 @@ def load_prompts(path: Optional[str], limit: int) -> List[str]:
         except ValueError:
             raise ProbeFailure("bad_args", "prompts_file %s is neither JSON nor JSONL" % path,
                                field="prompts_file") from None
-    prompts = [p if isinstance(p, str) else (p.get("prompt") or p.get("text")) if isinstance(p, dict) else None
-               for p in (items if isinstance(items, list) else [])]
-    prompts = [p for p in prompts if isinstance(p, str) and p.strip()]
+    candidates = [p if isinstance(p, str) else (p.get("prompt") or p.get("text")) if isinstance(p, dict) else None
+                  for p in (items if isinstance(items, list) else [])]
+    prompts = [p for p in candidates if isinstance(p, str) and p.strip()]
     if not prompts:
         raise ProbeFailure("bad_args", "prompts_file %s holds no prompts (a JSON list of strings, or JSONL with "
                            "\"prompt\")" % path, field="prompts_file")
@@ -135,7 +135,7 @@ def candidate_wirings(spec: Any, config: Dict[str, Any], n_layers: int, num_aux:
     return [c for c in cands if len(c["wiring"]) == num_aux]
 
 
-def _load_target(a: Dict[str, Any]):
+def _load_target(a: Dict[str, Any]) -> Tuple[Any, Any, Any, str]:  # torch, tokenizer, model, device
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -160,7 +160,7 @@ def _load_target(a: Dict[str, Any]):
     return torch, tokenizer, model, device
 
 
-def _encode(tokenizer, prompt: str, chat: Any) -> List[int]:
+def _encode(tokenizer: Any, prompt: str, chat: Any) -> List[int]:
     use_chat = bool(getattr(tokenizer, "chat_template", None)) if chat == "auto" else bool(chat)
     if use_chat:
         if not getattr(tokenizer, "chat_template", None):
@@ -171,7 +171,8 @@ def _encode(tokenizer, prompt: str, chat: Any) -> List[int]:
     return tokenizer(prompt)["input_ids"]
 
 
-def _capture(torch, tokenizer, model, prompts, a, needed) -> List[Tuple[Any, int, Dict[int, Any]]]:
+def _capture(torch: Any, tokenizer: Any, model: Any, prompts: List[str], a: Dict[str, Any],
+             needed: List[int]) -> List[Tuple[Any, int, Dict[int, Any]]]:
     """Greedy generation in left-padded batches, then one unpadded forward per prompt; keep only the
     hidden_states indices some wiring needs. Batching changes no token here (each row is masked to itself; checked
     against one-prompt-at-a-time generation on the lab: 16/16 identical) and is several times faster."""
@@ -201,7 +202,8 @@ def _capture(torch, tokenizer, model, prompts, a, needed) -> List[Tuple[Any, int
     return runs
 
 
-def score_wiring(torch, draft, runs, wiring: List[int], steps: int, confidence: float) -> Dict[str, Any]:
+def score_wiring(torch: Any, draft: Any, runs: List[Tuple[Any, int, Dict[int, Any]]], wiring: List[int], steps: int,
+                 confidence: float) -> Dict[str, Any]:
     """Figures of one wiring with intervals over prompts; ``_units`` keeps (tokens, cycles) per prompt for the
     paired comparisons (removed before the result is returned)."""
     tallies = []
@@ -227,7 +229,8 @@ def score_wiring(torch, draft, runs, wiring: List[int], steps: int, confidence: 
 def assign_tiers(results: List[Dict[str, Any]]) -> None:
     """``tier`` 1, 2, ...: walking down from the best, a wiring joins the current tier while its interval overlaps
     the interval of the tier's first wiring (results are sorted best first)."""
-    tier, head = 0, None
+    tier = 0
+    head: Optional[Dict[str, Any]] = None
     for row in results:
         ci, head_ci = row.get("tau_serving_ci"), (head or {}).get("tau_serving_ci")
         tied = head is not None and (ci is None or head_ci is None or (ci[1] >= head_ci[0] and ci[0] <= head_ci[1]))
@@ -287,7 +290,7 @@ def decide(engine: str, results: List[Dict[str, Any]], best: Dict[str, Any], ser
         out["verdict"] = ("the draft accepts almost nothing on any wiring (best %s, not above %.2f): the wiring "
                           "cannot be judged; look at lm_head, d2t and the architecture" % (best_txt, bar))
         return out
-    if best.get("beats_server"):
+    if best.get("beats_server") and gain:  # beats_server implies a vs_server gain (mark_beats_server)
         out["decision"] = "mismatch"
         out["verdict"] = ("draft scores best on %s; %s: a wiring mismatch costs %.2fx (CI %s)"
                           % (best_txt, srv_txt, gain["ratio"], _fmt_ci(gci)))

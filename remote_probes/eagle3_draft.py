@@ -43,16 +43,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-try:
+if TYPE_CHECKING:  # the checker reads the package; at run time a sibling script works too
     from .eagle3_checkpoint import DraftLoadError, read_state_dict
-except ImportError:
-    from eagle3_checkpoint import DraftLoadError, read_state_dict  # type: ignore[no-redef]
+else:
+    try:
+        from .eagle3_checkpoint import DraftLoadError, read_state_dict
+    except ImportError:
+        from eagle3_checkpoint import DraftLoadError, read_state_dict
 
 __all__ = ["DraftConfig", "DraftKVCache", "DraftLoadError", "DraftOutput", "Eagle3Draft", "load_draft"]
 
@@ -129,12 +132,14 @@ class DraftKVCache:
         return 0 if self.k is None else self.k.shape[2]
 
     def crop(self, n: int) -> None:
-        if self.k is not None:
+        if self.k is not None and self.v is not None:  # set together by append()
             self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Add columns; return all the cached keys and values."""
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
 
 
 @dataclass
@@ -188,7 +193,8 @@ class _Attention(nn.Module):
         self.o_proj = nn.Linear(nh * hd, cfg.hidden_size, bias=False)
         self.nh, self.nkv, self.hd = nh, nkv, hd
 
-    def qkv(self, x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor):
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor,
+            inv_freq: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.nkv, self.hd).transpose(1, 2)
@@ -232,6 +238,8 @@ class _MidLayer(nn.Module):
 
 class Eagle3Draft(nn.Module):
     """EAGLE-3 draft; parameter names follow SpecForge (``fc``, ``midlayer.*``, ``norm``, ``lm_head``)."""
+
+    d2t: torch.Tensor  # a buffer (registered in __init__): draft id -> offset to the target id
 
     def __init__(self, cfg: DraftConfig, num_aux: int = 3) -> None:
         super().__init__()
@@ -288,8 +296,7 @@ class Eagle3Draft(nn.Module):
         attn = self.midlayer.self_attn
         q, k, v = attn.qkv(self._attn_input(tokens, h), positions, self._rope(tokens.device))
         if cache is not None:
-            cache.append(k, v)
-            k, v = cache.k, cache.v
+            k, v = cache.append(k, v)
         total = k.shape[2]
         # query i sits at absolute slot start+i and sees slots 0..start+i
         mask = torch.arange(total, device=tokens.device)[None, :] <= positions[:, None]
@@ -346,10 +353,14 @@ def load_draft(path: str, *, embed_tokens: Optional[torch.Tensor] = None, lm_hea
 
     :raises DraftLoadError: missing tensors or config fields, wrong shapes, a draft for another vocab or width.
     """
-    try:  # imported lazily: eagle3_validate builds an Eagle3Draft (circular at module level)
+    # imported lazily: eagle3_validate builds an Eagle3Draft (circular at module level)
+    if TYPE_CHECKING:
         from .eagle3_validate import build_from_state
-    except ImportError:
-        from eagle3_validate import build_from_state  # type: ignore[no-redef]
+    else:
+        try:
+            from .eagle3_validate import build_from_state
+        except ImportError:
+            from eagle3_validate import build_from_state
     config, state, notes = read_state_dict(path)
     return build_from_state(config, state, notes, strict=strict, embed_tokens=embed_tokens, lm_head=lm_head,
                             target_vocab_size=target_vocab_size, target_hidden_size=target_hidden_size,

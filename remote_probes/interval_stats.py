@@ -41,14 +41,14 @@ class Interval:
 
     def overlaps(self, other: "Interval") -> bool:
         """True when the two intervals share a point (or either is undecided: then nothing can be told apart)."""
-        if not (self.decided and other.decided):
+        if self.lo is None or self.hi is None or other.lo is None or other.hi is None:  # not decided
             return True
-        return self.lo <= other.hi and other.lo <= self.hi  # type: ignore[operator]
+        return self.lo <= other.hi and other.lo <= self.hi
 
     def as_list(self, digits: int = 4) -> Optional[List[float]]:
-        if not self.decided:
+        if self.lo is None or self.hi is None:  # not decided
             return None
-        return [round(self.lo, digits), round(self.hi, digits)]  # type: ignore[arg-type]
+        return [round(self.lo, digits), round(self.hi, digits)]
 
     def to_dict(self, digits: int = 4) -> Dict[str, object]:
         return {"estimate": round(self.estimate, digits), "ci": self.as_list(digits), "n": self.n,

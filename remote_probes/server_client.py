@@ -27,14 +27,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from _probe import ProbeFailure, run_probe
 
+Args = Dict[str, Any]
 DEFAULT_STAT_KEYS = {"accept_length": "spec_accept_length", "verify_ct": "spec_verify_ct"}
 
 
-def http(url, method="GET", body=None, timeout=10.0):
+def http(url: str, method: str = "GET", body: Any = None, timeout: float = 10.0) -> Tuple[int, str]:
     """(status, text); status 0 with the error text when the connection itself failed."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method)
@@ -49,7 +50,7 @@ def http(url, method="GET", body=None, timeout=10.0):
         return 0, str(exc)
 
 
-def cmd_request(args):
+def cmd_request(args: Args) -> Dict[str, Any]:
     status, text = http(_need(args, "url"), args.get("method", "GET"), args.get("body"), float(args.get("timeout", 10)))
     try:
         parsed = json.loads(text) if text.strip()[:1] in ("{", "[") else None
@@ -58,7 +59,7 @@ def cmd_request(args):
     return {"status": status, "text": text[:200000], "json": parsed}
 
 
-def _group_alive(pgid):
+def _group_alive(pgid: Any) -> bool:
     try:
         os.killpg(int(pgid), 0)
         return True
@@ -68,14 +69,14 @@ def _group_alive(pgid):
         return True
 
 
-def _need(args, name):
+def _need(args: Args, name: str) -> Any:
     """A required argument; its absence is the caller's mistake (bad_args), not a crash."""
     if args.get(name) is None:
         raise ProbeFailure("bad_args", "server_client %s needs %r" % (args.get("command"), name))
     return args[name]
 
 
-def cmd_wait(args):
+def cmd_wait(args: Args) -> Dict[str, Any]:
     """Ready = health 200 and (the ready line seen, or no ready line expected, or health kept OK for grace s)."""
     url, log_path, pgid = _need(args, "url"), _need(args, "log"), _need(args, "pgid")
     health_path = _need(args, "health_path")
@@ -118,7 +119,7 @@ def cmd_wait(args):
         time.sleep(float(args.get("interval", 0.25)))
 
 
-def cmd_port(args):
+def cmd_port(args: Args) -> Dict[str, Any]:
     host, port = args.get("host", "127.0.0.1"), args.get("port")
     if port in (None, 0, "auto"):
         with socket.socket() as sock:
@@ -132,7 +133,7 @@ def cmd_port(args):
         time.sleep(0.1)
 
 
-def _port_free(host, port):
+def _port_free(host: str, port: int) -> bool:
     # Something listening answers a connect; a bind test alone misses SO_REUSEPORT listeners.
     with socket.socket() as probe:
         probe.settimeout(0.5)
@@ -147,7 +148,7 @@ def _port_free(host, port):
     return True
 
 
-def _percentile(values, q):
+def _percentile(values: List[float], q: float) -> Optional[float]:
     if not values:
         return None
     ordered = sorted(values)
@@ -156,7 +157,8 @@ def _percentile(values, q):
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def _one_request(url, prompt, params, stream, timeout, stat_keys):
+def _one_request(url: str, prompt: str, params: Dict[str, Any], stream: bool, timeout: float,
+                 stat_keys: Dict[str, str]) -> Dict[str, Any]:
     body = {"text": prompt, "sampling_params": params, "stream": bool(stream)}
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
     req.add_header("Content-Type", "application/json")
@@ -190,15 +192,15 @@ def _one_request(url, prompt, params, stream, timeout, stat_keys):
             "finish": _finish(meta.get("finish_reason"))}
 
 
-def _number(value):
+def _number(value: Any) -> Optional[float]:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _finish(reason):
+def _finish(reason: Any) -> Optional[str]:
     return reason.get("type") if isinstance(reason, dict) else (reason if isinstance(reason, str) else None)
 
 
-def _server_info(url, paths):
+def _server_info(url: str, paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
     """(path, document) from the first info path answering 200 with a JSON object; (None, None) when none does."""
     for path in paths:
         status, text = http(url + path, timeout=10)
@@ -213,7 +215,7 @@ def _server_info(url, paths):
     return None, None
 
 
-def cmd_bench(args):
+def cmd_bench(args: Args) -> Dict[str, Any]:
     url, prompts, n = _need(args, "url"), list(_need(args, "prompts")), int(_need(args, "n"))
     if not prompts:
         raise ProbeFailure("bad_args", "bench needs at least one prompt")
@@ -227,10 +229,12 @@ def cmd_bench(args):
     if args.get("flush", True) and args.get("flush_path"):
         flushed, _ = http(url + args["flush_path"], "POST", None, timeout=30)
     jobs = [prompts[i % len(prompts)] for i in range(n)]
-    results, errors, lock = [None] * n, [], threading.Lock()
+    results: List[Optional[Dict[str, Any]]] = [None] * n
+    errors: List[str] = []
+    lock = threading.Lock()
     cursor = [0]
 
-    def worker():
+    def worker() -> None:
         while True:
             with lock:
                 i = cursor[0]

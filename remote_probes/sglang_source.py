@@ -164,7 +164,7 @@ def package_files(root: str) -> list[str]:
     """Every .py file of the package, sorted, so whole-package searches are deterministic."""
     if os.path.isfile(root):
         return [root]
-    found = []
+    found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         found.extend(os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".py"))
@@ -247,7 +247,7 @@ def _read_pattern(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) 
         if not pattern.search(cache.text(abs_path)):
             continue
         lines = cache.lines(abs_path)
-        hits = []
+        hits: list[int] = []
         for n, line in enumerate(lines, 1):
             if pattern.search(line):
                 if count >= limit:
@@ -256,13 +256,13 @@ def _read_pattern(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) 
                 hits.append(n)
                 count += 1
         group: list[int] = []
-        for n in hits + [None]:  # merge hits whose context windows touch, as grep does
-            if group and (n is None or n - context > group[-1] + context + 1):
+        for hit in [*hits, None]:  # merge hits whose context windows touch, as grep does
+            if group and (hit is None or hit - context > group[-1] + context + 1):
                 start, end = max(1, group[0] - context), min(len(lines), group[-1] + context)
                 hunks.append(dict(_span(cache, rel, abs_path, start, end, budget), match_lines=group))
                 group = []
-            if n is not None:
-                group.append(n)
+            if hit is not None:
+                group.append(hit)
         if count >= limit and ctx.get("truncated"):
             break
     return hunks

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from functools import cache
+from typing import Any
 
 from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
 
@@ -21,8 +22,8 @@ BUILTIN_ACTIONS: dict[str, str] = {
 
 
 @cache
-def registry() -> dict[str, type[Action]]:
-    kinds: dict[str, type[Action]] = {}
+def registry() -> dict[str, type[Action[Any]]]:
+    kinds: dict[str, type[Action[Any]]] = {}
     for kind, target in BUILTIN_ACTIONS.items():
         module_name, class_name = target.split(":")
         cls = getattr(importlib.import_module(module_name), class_name)
@@ -30,7 +31,7 @@ def registry() -> dict[str, type[Action]]:
     return kinds
 
 
-def get_action(kind: str) -> type[Action] | None:
+def get_action(kind: str) -> type[Action[Any]] | None:
     return registry().get(kind)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.events import OutputStream, StepStatus
 from orchestrator.playbook.templating import render, render_shell
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ A = TypeVar("A", bound=ActionArgs)
 class StepFailed(Exception):
     """The step ran and failed; ``result`` is still registered and recorded."""
 
-    def __init__(self, message: str, result: dict[str, Any] | None = None, *, status: str = "failed") -> None:
+    def __init__(self, message: str, result: dict[str, Any] | None = None, *, status: StepStatus = "failed") -> None:
         super().__init__(message)
         self.message = message
         self.result = result or {}
@@ -54,12 +55,12 @@ class ActionContext:
     variables: dict[str, Any]
     session_id: str
     session_dir: Path | None
-    emit_output: Callable[[str, str], None]  # (stream, text)
+    emit_output: Callable[[OutputStream, str], None]  # (stream, text)
     services: SessionServices  # the session's servers, hypothesis board and transport factory
     emit: Callable[[Any], None] | None = None  # emit a typed event (server lifecycle, artifacts)
     timeout: float | None = None
 
-    def output(self, text: str, stream: str = "info") -> None:
+    def output(self, text: str, stream: OutputStream = "info") -> None:
         self.emit_output(stream, text)
 
     def require_transport(self) -> Transport:
@@ -72,7 +73,7 @@ class Action(ABC, Generic[A]):
     """A step kind. Subclasses set ``kind``, ``Args`` and implement ``run``."""
 
     kind: ClassVar[str]
-    Args: ClassVar[type[ActionArgs]]
+    Args: ClassVar[type[BaseModel]]  # an ActionArgs, except `set`'s RootModel (any variable names)
     #: the field a bare string value maps to (``shell: "echo hi"`` -> command)
     shorthand: ClassVar[str | None] = None
     #: fields rendered with shell quoting for every ``{{ }}``

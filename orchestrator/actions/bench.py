@@ -65,9 +65,10 @@ def load_prompts(path: str | None) -> list[str]:
         raise UserInputError(f"prompts: {source} is not JSON: {exc}") from None
     items = data.get("prompts") if isinstance(data, dict) else data
     prompts = [p.get("text") if isinstance(p, dict) else p for p in items] if isinstance(items, list) else None
-    if not prompts or not all(isinstance(p, str) and p for p in prompts):
+    texts = [p for p in prompts or [] if isinstance(p, str) and p]
+    if not prompts or len(texts) != len(prompts):
         raise UserInputError(f"prompts: {source} must hold a non-empty list of strings or of {{text: ...}}")
-    return prompts
+    return texts
 
 
 def with_intervals(result: dict[str, Any], distinct: int | None = None, confidence: float = 0.95) -> dict[str, Any]:
@@ -89,7 +90,7 @@ def with_intervals(result: dict[str, Any], distinct: int | None = None, confiden
     tok_s = result.get("tok_s")
     tok_ci = None
     if rate is not None and rate.decided and rate.estimate > 0 and tok_s:
-        tok_ci = [round(tok_s * rate.lo / rate.estimate, 2), round(tok_s * rate.hi / rate.estimate, 2)]  # type: ignore[operator]
+        tok_ci = [round(tok_s * rate.lo / rate.estimate, 2), round(tok_s * rate.hi / rate.estimate, 2)]
     rates = [r["completion_tokens"] / r["latency"] for r in timed]
     return {**result, "confidence": confidence,
             "accept_length_ci": acc.as_list() if acc is not None else None,

@@ -25,7 +25,7 @@ class SetArgs(RootModel[dict[str, Any]]):
 
 class SetAction(Action[Any]):
     kind = "set"
-    Args = SetArgs  # type: ignore[assignment]
+    Args = SetArgs
     per_host = False
     summary = "Compute variables (each value templated to its native type) for later steps."
 

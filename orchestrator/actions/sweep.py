@@ -65,6 +65,7 @@ class SweepArgs(ServerLaunchArgs):
 
 def expand(args: SweepArgs) -> list[dict[str, Any]]:
     """The flag sets to run, each merged onto the base flags (baseline not included)."""
+    sets: list[dict[str, Any]]
     if args.matrix is not None:
         names = list(args.matrix)
         sets = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(args.matrix[n] for n in names))]

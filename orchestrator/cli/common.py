@@ -6,11 +6,12 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import typer
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def report_error(exc: Any) -> None:
@@ -30,11 +31,11 @@ def report_error(exc: Any) -> None:
     console.print(Panel(escape(exc.message), title=getattr(exc, "title", "Error"), border_style="red", expand=False))
 
 
-def handle_errors(func: F) -> F:
+def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn OrchestratorError into a panel + its exit code; never a traceback for a user mistake."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         from orchestrator.errors import OrchestratorError
 
         try:
@@ -45,7 +46,7 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def parse_extra_vars(items: list[str] | None) -> dict[str, Any]:

@@ -57,12 +57,12 @@ def is_terminal(stream: Any) -> bool:
 def rich_progress(stream: TextIO | None = None) -> tuple[Any, BuildProgress]:
     """A Rich progress display on ``stream`` (default stderr) and a BuildProgress feeding it, one bar a stage."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     console = Console(file=stream) if stream is not None else Console(stderr=True)
     progress = Progress(TextColumn("[bold]{task.fields[stage]:<18}"), BarColumn(), TextColumn("{task.description}"),
                         TimeElapsedColumn(), transient=False, console=console)
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
 
     def report(stage: str, message: str, fraction: float) -> None:
         if stage not in tasks:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from orchestrator.cli.common import handle_errors, resolve_inventory
+
+if TYPE_CHECKING:
+    from orchestrator.events import Event
 
 
 def register(app: typer.Typer) -> None:
@@ -37,7 +40,7 @@ def read(
         raise UserInputError("give exactly one of: an ADDRESS (after FILE), --symbol, or --pattern")
     if address and not file:
         raise UserInputError("a line ADDRESS needs a FILE")
-    args: dict = {"package": package}
+    args: dict[str, Any] = {"package": package}
     if file:
         args["file"] = file
     if address:
@@ -68,9 +71,9 @@ def _ensure_lab_if_targeted(inv: object, hosts: list[str]) -> None:
 class _SourcePrinter:
     """Prints the read's stdout (the numbered source) as it arrives, plainly, for piping."""
 
-    def handle(self, event: object) -> None:
-        if getattr(event, "type", None) == "output" and getattr(event, "stream", None) == "stdout":
-            sys.stdout.write(event.text)  # type: ignore[attr-defined]
+    def handle(self, event: Event) -> None:
+        if event.type == "output" and event.stream == "stdout":
+            sys.stdout.write(event.text)
             sys.stdout.flush()
 
     def close(self) -> None:

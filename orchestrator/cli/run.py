@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from orchestrator.cli.common import handle_errors, inventory_var_names, parse_extra_vars, resolve_inventory
+
+if TYPE_CHECKING:
+    from orchestrator.console import ConsoleSink
+    from orchestrator.engine.sinks import EventSink
 
 InventoryOpt = Annotated[Path | None, typer.Option("-i", "--inventory", help="Inventory YAML (default: the embedded lab).")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="Target one host: an inventory name or [user@]address[:port].")]
@@ -55,7 +59,7 @@ def run(
     raise typer.Exit(result.outcome.exit_code)
 
 
-def _sinks(verbose: bool, json_events: bool) -> tuple[list, object | None]:
+def _sinks(verbose: bool, json_events: bool) -> tuple[list[EventSink], ConsoleSink | None]:
     if json_events:
         from orchestrator.console import JsonLinesSink
 

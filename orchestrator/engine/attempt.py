@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from orchestrator.actions import ActionContext, StepFailed
 from orchestrator.errors import HostUnreachable, OrchestratorError, TemplateError
-from orchestrator.events import HostOutcome
+from orchestrator.events import HostOutcome, StepStatus
 from orchestrator.playbook.models import Step
 from orchestrator.playbook.templating import evaluate, render
 
@@ -62,8 +62,8 @@ async def attempt_once(engine: Engine, step: Step, action_cls: Any, host: str) -
     on_controller = host == CONTROLLER
     variables = engine.vars.for_host(None if on_controller else host)
 
-    def result(status: str, res: dict[str, Any] | None = None, error: str | None = None) -> HostOutcome:
-        return HostOutcome(host=host, status=status, result=res or {}, error=error,  # type: ignore[arg-type]
+    def result(status: StepStatus, res: dict[str, Any] | None = None, error: str | None = None) -> HostOutcome:
+        return HostOutcome(host=host, status=status, result=res or {}, error=error,
                            duration=round(time.monotonic() - started, 4))
 
     try:

@@ -24,10 +24,13 @@ from orchestrator.events import (
     Event,
     HostOutcome,
     Output,
+    OutputStream,
     SessionFinished,
     SessionStarted,
+    SessionStatus,
     StepFinished,
     StepStarted,
+    StepStatus,
 )
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook, Step
@@ -62,7 +65,7 @@ class EngineOptions:
 
 @dataclass
 class SessionOutcome:
-    status: str  # ok | failed | cancelled | error
+    status: SessionStatus
     counts: dict[str, int]
     duration: float
     problems: list[str] = field(default_factory=list)  # failures that did not stop the session (Problems)
@@ -103,11 +106,11 @@ class Engine:
         self.services: SessionServices = build_services(self)  # servers, board, transports
         self.counts: dict[str, int] = {}
         self._seq = 0
-        self._current: asyncio.Task[Any] | None = None
+        self._current: asyncio.Task[SessionStatus] | None = None
         self._cancelled = False
         self._force = False
         self.step_results: dict[str, StepFinished] = {}
-        self._held_output: dict[tuple[str, str, str], str] = {}  # see _output
+        self._held_output: dict[tuple[str, str, OutputStream], str] = {}  # see _output
         self.gate: StepGate = StepGate()
         self._adhoc_count = 0
 
@@ -182,7 +185,7 @@ class Engine:
                 orchestrator_version=__version__, argv=self.options.argv,
             )
         )
-        status = "ok"
+        status: SessionStatus = "ok"
         error: str | None = None
         outer_cancel = False
         try:
@@ -219,7 +222,7 @@ class Engine:
         return SessionOutcome(status=status, counts=dict(self.counts), duration=duration,
                               problems=self.problems.summary(), incomplete=self.problems.incomplete)
 
-    async def _run_guarded(self, coro: Awaitable[str]) -> str:
+    async def _run_guarded(self, coro: Awaitable[SessionStatus]) -> SessionStatus:
         self._current = asyncio.ensure_future(coro)
         try:
             return await self._current
@@ -241,8 +244,8 @@ class Engine:
         except OrchestratorError:
             return []
 
-    async def _run_section(self, steps: list[Step], *, always: bool = False) -> str:
-        status = "ok"
+    async def _run_section(self, steps: list[Step], *, always: bool = False) -> SessionStatus:
+        status: SessionStatus = "ok"
         for step in steps:
             if self._cancelled and not always:
                 break
@@ -308,6 +311,7 @@ class Engine:
         attempts = max(p[1] for p in pairs)
         outcomes += [HostOutcome(host=h, status="skipped") for h in hosts if h not in run_hosts]
         statuses = {o.status for o in outcomes}
+        status: StepStatus
         for bad in ("cancelled", "timeout", "failed"):
             if bad in statuses:
                 status = bad
@@ -354,12 +358,12 @@ class Engine:
         if isinstance(rendered, dict) and isinstance(rendered.get("env"), dict):
             self.redactor.add_env(rendered["env"])
 
-    def _finish_early(self, step: Step, status: str, error: str, started: float) -> StepFinished:
+    def _finish_early(self, step: Step, status: StepStatus, error: str, started: float) -> StepFinished:
         self.emit(StepStarted(step_id=step.step_id, name=step.display_name, action=step.action, section=step.section,
                               location=str(step.location) if step.location else None))
         return self._record(step, status, [], started, error, 1)
 
-    def _record(self, step: Step, status: str, outcomes: list[HostOutcome], started: float,
+    def _record(self, step: Step, status: StepStatus, outcomes: list[HostOutcome], started: float,
                 error: str | None, attempts: int) -> StepFinished:
         ignored = status in ("failed", "timeout") and step.ignore_errors
         if step.register_as and outcomes:
@@ -369,7 +373,7 @@ class Engine:
                 for o in outcomes
             })
         finished = StepFinished(
-            step_id=step.step_id, name=step.display_name, action=step.action, status=status,  # type: ignore[arg-type]
+            step_id=step.step_id, name=step.display_name, action=step.action, status=status,
             duration=round(time.monotonic() - started, 4), attempts=attempts, ignored=ignored, error=error,
             results=outcomes, registered_as=step.register_as,
         )
@@ -378,7 +382,7 @@ class Engine:
         self.emit(finished)
         return finished
 
-    def emit_output(self, step_id: str, host: str, stream: str, text: str) -> None:
+    def emit_output(self, step_id: str, host: str, stream: OutputStream, text: str) -> None:
         # A secret may straddle two chunks; hold back a tail that could start one until more arrives.
         key = (step_id, host, stream)
         text = self._held_output.pop(key, "") + text
@@ -386,8 +390,8 @@ class Engine:
         if hold:
             self._held_output[key], text = text[-hold:], text[:-hold]
         if text:
-            self.emit(Output(step_id=step_id, host=host, stream=stream, text=text))  # type: ignore[arg-type]
+            self.emit(Output(step_id=step_id, host=host, stream=stream, text=text))
 
     def flush_output(self, step_id: str, host: str) -> None:
         for key in [k for k in self._held_output if k[:2] == (step_id, host)]:
-            self.emit(Output(step_id=step_id, host=host, stream=key[2], text=self._held_output.pop(key)))  # type: ignore[arg-type]
+            self.emit(Output(step_id=step_id, host=host, stream=key[2], text=self._held_output.pop(key)))

@@ -22,7 +22,7 @@ from orchestrator.engines.client import ServerClient
 from orchestrator.engines.flags import flag_key, requested_vs_effective
 from orchestrator.engines.startlog import StartFailure, analyse_start_failure
 from orchestrator.errors import ServerError, UserInputError
-from orchestrator.events import Output, ServerEvent
+from orchestrator.events import Output, ServerEvent, ServerEventType
 from orchestrator.transport.base import ProcessHandle, Transport
 
 Emit = Callable[[Any], None]
@@ -238,7 +238,7 @@ class ServerManager:
 
     async def status(self, name: str) -> dict[str, Any]:
         record = self.get(name)
-        alive = bool(record.handle) and await record.transport.is_running(record.handle)  # type: ignore[arg-type]
+        alive = record.handle is not None and await record.transport.is_running(record.handle)
         health = None
         if alive:
             answer = await record.client.call("request", {"url": record.url + record.adapter.health_path, "timeout": 5})
@@ -251,11 +251,11 @@ class ServerManager:
         return {**record.as_result(), "alive": alive, "health": health}
 
     # -- events ------------------------------------------------------------------------------
-    def _event(self, kind: str, record: ServerRecord, *, detail: str | None = None) -> None:
+    def _event(self, kind: ServerEventType, record: ServerRecord, *, detail: str | None = None) -> None:
         if self.emit is None:
             return
         self.emit(ServerEvent(
-            type=kind, server_id=record.name, step_id=record.step_id, host=record.host, engine=record.adapter.name,  # type: ignore[arg-type]
+            type=kind, server_id=record.name, step_id=record.step_id, host=record.host, engine=record.adapter.name,
             port=record.spec.port, pgid=record.handle.pgid if record.handle else None, flags=dict(record.spec.flags),
             effective=record.diff.get("effective", {}), overrides=record.diff.get("overrides", []), detail=detail,
         ))

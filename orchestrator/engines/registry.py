@@ -20,4 +20,5 @@ def get_adapter(name: str) -> EngineAdapter:
     if target is None:
         raise UserInputError(f"unknown engine {name!r} (known: {', '.join(sorted(ADAPTERS))})")
     module_name, class_name = target.split(":")
-    return getattr(importlib.import_module(module_name), class_name)()
+    adapter: EngineAdapter = getattr(importlib.import_module(module_name), class_name)()  # ADAPTERS name adapters
+    return adapter

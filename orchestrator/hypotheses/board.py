@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from orchestrator.errors import OrchestratorError, UserInputError
-from orchestrator.events import Event, HypothesisUpdated, NoteAdded
+from orchestrator.events import Event, HypothesisState, HypothesisUpdated, NoteAdded
 from orchestrator.playbook.models import VERDICT_KEYS, Hypothesis, Step
 from orchestrator.playbook.templating import evaluate, render
 
@@ -22,15 +22,19 @@ if TYPE_CHECKING:
     from orchestrator.engine.runner import Engine
     from orchestrator.events import StepFinished
 
-STATES = ("open", "supported", "refuted", "confirmed", "inconclusive")
-RULE_STATE = {"confirm_if": "confirmed", "support_if": "supported", "refute_if": "refuted", "inconclusive_if": "inconclusive"}
-POSITIVE = {"supported", "confirmed"}
+STATES: tuple[HypothesisState, ...] = ("open", "supported", "refuted", "confirmed", "inconclusive")
+RULE_STATE: dict[str, HypothesisState] = {"confirm_if": "confirmed", "support_if": "supported", "refute_if": "refuted", "inconclusive_if": "inconclusive"}
+POSITIVE: set[HypothesisState] = {"supported", "confirmed"}
+
+
+def is_state(value: str) -> TypeGuard[HypothesisState]:
+    return value in STATES
 
 
 @dataclass
 class BoardEntry:
     hypothesis: Hypothesis
-    state: str = "open"
+    state: HypothesisState = "open"
     history: list[HypothesisUpdated] = field(default_factory=list)
 
     @property
@@ -42,7 +46,7 @@ class BoardEntry:
         return any(h.conflicts_with for h in self.history)
 
 
-def next_state(current: str, verdict: str) -> tuple[str, str | None]:
+def next_state(current: HypothesisState, verdict: HypothesisState) -> tuple[HypothesisState, HypothesisState | None]:
     """The state after a verdict, and the contradicted state if any."""
     if verdict == "inconclusive":
         return (current if current != "open" else "inconclusive"), None
@@ -84,7 +88,7 @@ class HypothesisBoard:
         if hid not in self.entries:
             known = ", ".join(self.entries) or "none"
             raise UserInputError(f"unknown hypothesis {hid!r} (known: {known})")
-        if verdict not in STATES:
+        if not is_state(verdict):
             raise UserInputError(f"state must be one of {', '.join(STATES)} (got {verdict!r})")
         current = self.entries[hid].state
         if fields.get("source") == "manual":
@@ -92,7 +96,7 @@ class HypothesisBoard:
                                         or (current == "refuted" and verdict in POSITIVE) else None)
         else:
             state, conflict = next_state(current, verdict)
-        return HypothesisUpdated(hypothesis_id=hid, state=state, previous=current, conflicts_with=conflict, **fields)  # type: ignore[arg-type]
+        return HypothesisUpdated(hypothesis_id=hid, state=state, previous=current, conflicts_with=conflict, **fields)
 
     def confirmed(self) -> list[BoardEntry]:
         return [e for e in self.entries.values() if e.state == "confirmed"]
@@ -101,9 +105,9 @@ class HypothesisBoard:
         return [e for e in self.entries.values() if e.state in ("open", "supported", "inconclusive")]
 
 
-def evaluate_rules(step: Step, variables: dict[str, Any]) -> list[tuple[str, str, str, str | None]]:
+def evaluate_rules(step: Step, variables: dict[str, Any]) -> list[tuple[str, HypothesisState, str, str | None]]:
     """(hypothesis id, verdict, rule text, because) for every rule on ``step`` that holds."""
-    hits = []
+    hits: list[tuple[str, HypothesisState, str, str | None]] = []
     for hid, rule in step.evidence.items():
         matched = []
         for key in VERDICT_KEYS:

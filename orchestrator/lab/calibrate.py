@@ -173,7 +173,7 @@ def check_fix(sc: Scenario, target: Path, sample: FlagshipSample,
     cand, fixed = mean_interval(measured(sc.candidate)), mean_interval(measured(sc.fixed))
     if cand is None or fixed is None or not (cand.decided and fixed.decided):
         return Check(sc.name, "fix", False, None, "fix: no interval (fewer than 2 requests with verify cycles)")
-    value = fixed.lo / cand.hi if cand.hi else None  # type: ignore[operator]
+    value = fixed.lo / cand.hi if cand.hi and fixed.lo is not None else None  # fixed.lo: decided above
     passed = value is not None and value >= CLEAR
     detail = (f"fix: accept length {cand.estimate:.2f} {cand.as_list(2)} -> {fixed.estimate:.2f} "
               f"{fixed.as_list(2)}, margin {value if value is None else round(value, 3)}")

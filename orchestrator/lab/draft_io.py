@@ -16,9 +16,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from remote_probes.eagle3_draft import Eagle3Draft
 
 IdsLocation = Literal["auto", "nested", "top-level", "none"]
 
@@ -75,7 +78,7 @@ def draft_config(*, hidden_size: int, intermediate_size: int, num_heads: int, nu
     return config
 
 
-def save_draft(draft: torch.nn.Module, out_dir: Path, *, wiring: list[int], layout: DraftLayout = DraftLayout(),
+def save_draft(draft: Eagle3Draft, out_dir: Path, *, wiring: list[int], layout: DraftLayout = DraftLayout(),
                recipe: dict[str, Any] | None = None) -> Path:
     """Write ``draft`` (a remote_probes.eagle3_draft.Eagle3Draft) to ``out_dir`` in the SpecForge layout.
 

@@ -59,8 +59,8 @@ def lab_inventory(scenario: str | None = None, *, root: Path | str | None = None
                     vars=lab_host_vars(scenario, root=root))
     local = HostSpec(name="localhost", transport="local", python=sys.executable)
     # Inventory's validator names hosts from plain mappings
-    return Inventory(hosts={"lab": spec.model_dump(), "localhost": local.model_dump()}, default_hosts="lab",
-                     source="<lab>")
+    return Inventory.model_validate({"hosts": {"lab": spec.model_dump(), "localhost": local.model_dump()},
+                                     "default_hosts": "lab", "source": "<lab>"})
 
 
 def lab_ssh_inventory(address: str, port: int, user: str, key: str | Path, known_hosts: str | Path, *,
@@ -72,4 +72,5 @@ def lab_ssh_inventory(address: str, port: int, user: str, key: str | Path, known
     spec = HostSpec(name="lab", transport="ssh", address=address, port=port, user=user, key=str(key),
                     known_hosts=str(known_hosts), python=sys.executable, env=lab_env(root),
                     vars=lab_host_vars(scenario, root=root), **extra)
-    return Inventory(hosts={"lab": spec.model_dump()}, default_hosts="lab", source="<lab over ssh>")
+    return Inventory.model_validate({"hosts": {"lab": spec.model_dump()}, "default_hosts": "lab",
+                                     "source": "<lab over ssh>"})

@@ -20,11 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from orchestrator.lab.server_args import ServerArgs, StartupError
+
+if TYPE_CHECKING:
+    from remote_probes.eagle3_draft import Eagle3Draft
 
 
 @dataclass
@@ -109,7 +112,7 @@ class LabModels:
         self.num_layers = int(self.config.num_hidden_layers)
         self.eos_id = self.tokenizer.eos_token_id
         self.stats = DecodeStats()
-        self.draft = None
+        self.draft: Eagle3Draft | None = None
         self.capture: list[int] = []
         self.notes: list[str] = []
         if args.speculative_algorithm is not None:
@@ -234,6 +237,7 @@ class LabModels:
             proposal = self._draft_chain(draft_tokens, draft_aux, dcache, steps)
             verify_in = torch.tensor([[out[-1], *proposal]])
             preds, vaux = self._target(verify_in, cache, hidden=True)
+            assert vaux is not None  # hidden=True
             preds_l = preds.tolist()
             m = 0
             while m < steps and proposal[m] == preds_l[m]:

@@ -82,8 +82,10 @@ class ServerState:
                 raise RequestError("text must be a string or a non-empty list of strings")
             prompts = [models.tokenizer(t)["input_ids"] for t in texts]
         else:
-            batched = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
-            prompts = ids if batched else [ids]
+            if isinstance(ids, list) and ids and isinstance(ids[0], list):
+                batched, prompts = True, ids
+            else:
+                batched, prompts = False, [ids]
             vocab = int(models.config.vocab_size)
             if not all(isinstance(p, list) and p and all(isinstance(i, int) and 0 <= i < vocab for i in p)
                        for p in prompts):
@@ -140,13 +142,14 @@ class ServerState:
 
 
 class LabHandler(BaseHTTPRequestHandler):
+    server: LabHTTPServer  # the server this handler is built by (LabHTTPServer passes itself)
     server_version = "uvicorn"
     sys_version = ""
     protocol_version = "HTTP/1.1"
 
     @property
     def state(self) -> ServerState:
-        return self.server.state  # type: ignore[attr-defined]
+        return self.server.state
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # errors are answered to the client; the access line is written by log_request
@@ -200,8 +203,10 @@ class LabHandler(BaseHTTPRequestHandler):
                 if not state.ready:
                     return self._send(503, None)
                 if path == "/health_generate":
+                    models = state.models
+                    assert models is not None  # ready: the models are loaded
                     with state.lock:
-                        state.run(state.models.tokenizer("ping")["input_ids"],  # type: ignore[union-attr]
+                        state.run(models.tokenizer("ping")["input_ids"],
                                   {"max_new_tokens": 1, "stop": [], "stop_token_ids": [], "ignore_eos": True})
                 return self._send(200, None)
             if path in ("/server_info", "/get_server_info"):

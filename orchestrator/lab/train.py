@@ -100,7 +100,7 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
     config = LlamaConfig(vocab_size=recipe.vocab_size, hidden_size=recipe.hidden_size,
                          intermediate_size=recipe.intermediate_size, num_hidden_layers=recipe.num_layers,
                          num_attention_heads=recipe.num_heads, num_key_value_heads=recipe.num_heads,
-                         max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=10000.0,
+                         max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=10000.0,  # type: ignore[call-arg]  # transformers 5 takes the legacy rope_theta through **kwargs (into rope_parameters)
                          tie_word_embeddings=False, bos_token_id=tokenizer.eos_token_id,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
     model = LlamaForCausalLM(config)

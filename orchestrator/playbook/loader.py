@@ -19,6 +19,7 @@ from orchestrator.playbook.models import (
     SecretVar,
     Step,
     StepOptions,
+    StepSection,
 )
 from orchestrator.playbook.templating import check_syntax, has_template, iter_strings, referenced_names
 from orchestrator.playbook.yamlio import Locator, load_yaml, load_yaml_text, validation_errors
@@ -63,7 +64,7 @@ class _Loader:
     def error(self, message: str, path: tuple[Any, ...], *, key: bool = False) -> None:
         self.errors.append(PlaybookError(message, self.locate(path, key)))
 
-    def parse_step(self, raw: Any, section: str, index: int) -> Step | None:
+    def parse_step(self, raw: Any, section: StepSection, index: int) -> Step | None:
         path = (section, index)
         if not isinstance(raw, dict):
             self.error(f"a step must be a mapping with one action key (got {type(raw).__name__})", path)
@@ -100,7 +101,7 @@ class _Loader:
         if not ok:
             return None
         step = Step.model_validate({**options, "action": kind, "args": args})
-        step.section = section  # type: ignore[assignment]
+        step.section = section
         step.step_id = f"{'s' if section == 'steps' else 'a'}{index + 1}"
         step.location = self.locate(path)
         return step

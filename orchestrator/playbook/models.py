@@ -10,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from orchestrator.errors import Location
 
 ID_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-HypothesisState = Literal["open", "supported", "refuted", "confirmed", "inconclusive"]
+StepSection = Literal["steps", "always", "adhoc"]
 VERDICT_KEYS = ("confirm_if", "support_if", "refute_if", "inconclusive_if")
 
 
@@ -78,7 +78,7 @@ class Step(StepOptions):
     action: str
     args: Any = None
     step_id: str = ""
-    section: Literal["steps", "always", "adhoc"] = "steps"
+    section: StepSection = "steps"
     location: Location | None = Field(default=None, exclude=True)
 
     @property

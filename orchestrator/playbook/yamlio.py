@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,7 @@ def load_yaml(path: Path) -> tuple[Any, Locator]:
     return load_yaml_text(text, str(path))
 
 
-def describe_pydantic_error(err: dict[str, Any]) -> str:
+def describe_pydantic_error(err: Mapping[str, Any]) -> str:
     kind = err.get("type", "")
     loc = err.get("loc", ())
     field = ".".join(str(p) for p in loc if not isinstance(p, int) and not str(p).startswith("function-"))

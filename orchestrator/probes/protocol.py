@@ -99,7 +99,9 @@ def parse_probe_output(stdout: str, nonce: str, *, exit_status: int | None = Non
     if not isinstance(error, dict) or not isinstance(error.get("message"), str):
         return _protocol_error("bad_document", "the probe reported failure without an error message", stray,
                                **context)
-    details = error.get("details") if isinstance(error.get("details"), dict) else {}
+    details = error.get("details")
+    if not isinstance(details, dict):
+        details = {}
     return ProbeOutcome(ok=False, stray_output=stray,
                         error=ProbeErrorInfo(kind=str(error.get("kind") or "unknown"), message=error["message"],
                                              details=dict(details, exit_status=exit_status)))

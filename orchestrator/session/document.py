@@ -116,8 +116,8 @@ def to_html(blocks: list[Block], base: Path, title: str) -> str:
                 rendered = []
                 for i, line in enumerate(lines):
                     n = b.first_line + i
-                    row = f"<span class='ln'>{n}</span>{html.escape(line)}"
-                    rendered.append(f"<span class='mark'>{row}</span>" if n in b.marked else row + "\n")
+                    numbered = f"<span class='ln'>{n}</span>{html.escape(line)}"
+                    rendered.append(f"<span class='mark'>{numbered}</span>" if n in b.marked else numbered + "\n")
                 out.append("<pre>" + "".join(r if r.endswith("\n") else r for r in rendered) + "</pre>")
             else:
                 out.append(f"<pre>{html.escape(b.text)}</pre>")

@@ -12,7 +12,7 @@ import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from orchestrator.events import Event
 
@@ -78,9 +78,10 @@ class SessionLog:
             return
         data = event.model_dump(mode="json")
         if data["type"] == "output":
-            data = self._route_output(data)
-            if data is None:
+            routed = self._route_output(data)
+            if routed is None:
                 return
+            data = routed
         elif data["type"] == "step_finished":
             for outcome in data.get("results", []):
                 if isinstance(outcome.get("result"), dict):
@@ -93,7 +94,7 @@ class SessionLog:
         if data["type"] == "step_finished":
             self._close_outputs(data["step_id"])
 
-    def _route_output(self, data: dict) -> dict | None:
+    def _route_output(self, data: dict[str, Any]) -> dict[str, Any] | None:
         key = (data["step_id"], data["host"])
         out = self._outputs.get(key)
         if out is None:

@@ -63,7 +63,8 @@ def timeline_section(session: LoadedSession) -> list[Block]:
     started = {e.step_id: e for e in session.events if e.type == "step_started"}
     outputs = _outputs(session)
     t0 = session.started.ts if session.started else 0.0
-    rows, details = [], []
+    rows: list[list[str]] = []
+    details: list[Block] = []
     for e in session.of_type("step_finished"):
         hosts = ", ".join(f"{r.host}:{r.status}" for r in e.results) or "-"
         rows.append([f"+{e.ts - t0:.1f}s", e.step_id, e.name, e.action, e.status + (" (ignored)" if e.ignored else ""),

@@ -19,7 +19,7 @@ def _finished(session: LoadedSession) -> dict[str, Any]:
 
 def _results(session: LoadedSession, action: str) -> list[tuple[Any, Any]]:
     """(step_finished, host outcome) for every host result of steps of one kind."""
-    out = []
+    out: list[tuple[Any, Any]] = []
     for e in session.of_type("step_finished"):
         if e.action == action:
             out.extend((e, r) for r in e.results if r.status != "skipped")

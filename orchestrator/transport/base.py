@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import TransportError
+from orchestrator.events import OutputStream
 
 Command = str | Sequence[str]
 """A shell script (run by ``bash -c``) or an argv list (quoted with ``shlex.join``; no shell)."""
 
-OutputCallback = Callable[[str, str], None]
+OutputCallback = Callable[[OutputStream, str], None]
 """Called with ``(stream, text)`` for each chunk of output as it arrives; stream is stdout|stderr."""
 
 # Captured output kept in memory per stream; the session log keeps the full text on disk.

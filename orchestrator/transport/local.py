@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from orchestrator.events import OutputStream
 from orchestrator.transport.base import (
     MAX_CAPTURE,
     Command,
@@ -29,7 +30,7 @@ KILL_GRACE = 2.0
 class _Capture:
     """Collects one stream, forwarding chunks to the callback and keeping at most MAX_CAPTURE chars."""
 
-    def __init__(self, name: str, on_output: OutputCallback | None) -> None:
+    def __init__(self, name: OutputStream, on_output: OutputCallback | None) -> None:
         self.name = name
         self.on_output = on_output
         self.parts: list[str] = []
@@ -121,7 +122,8 @@ class LocalTransport(Transport):
             return RunResult(exit_code=code, stdout="", stderr=message, duration=time.monotonic() - started)
         record = self._record_command(proc.pid, command)
         out, err = _Capture("stdout", on_output), _Capture("stderr", on_output)
-        assert proc.stdout is not None and proc.stderr is not None
+        stdout_pipe, stderr_pipe = proc.stdout, proc.stderr
+        assert stdout_pipe is not None and stderr_pipe is not None
 
         async def communicate() -> int:
             if stdin is not None and proc.stdin is not None:
@@ -129,7 +131,7 @@ class LocalTransport(Transport):
                     proc.stdin.write(stdin.encode())
                     await proc.stdin.drain()
                     proc.stdin.close()
-            await asyncio.gather(_pump(proc.stdout, out), _pump(proc.stderr, err))
+            await asyncio.gather(_pump(stdout_pipe, out), _pump(stderr_pipe, err))
             return await proc.wait()
 
         try:

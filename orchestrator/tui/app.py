@@ -26,6 +26,7 @@ from orchestrator.tui.screens.dialogs import ErrorDialog, NoteDialog, QuitDialog
 from orchestrator.tui.screens.forms import CommandForm, FlagEditor, ReadSourceForm
 from orchestrator.tui.screens.main import MainScreen
 from orchestrator.tui.screens.replay import ReplayScreen
+from orchestrator.tui.widgets.panes import SessionPanes
 
 LIVE_ONLY = {"run_all", "next_step", "pause", "skip", "rerun", "edit_flags", "cancel", "read_source",
              "run_command", "note", "verdict"}
@@ -176,20 +177,26 @@ class OrchestratorApp(App[int]):
         return True
 
     # -- controls ---------------------------------------------------------------------------------
+    @property
+    def live(self) -> Controller:
+        """The live session's controller: the live-only actions run only with one (``check_action``)."""
+        assert self.controller is not None, "a live-only action ran without a live session"
+        return self.controller
+
     def action_run_all(self) -> None:
-        self.controller.run_all()  # type: ignore[union-attr]
+        self.live.run_all()
 
     def action_next_step(self) -> None:
-        self.controller.next_step()  # type: ignore[union-attr]
+        self.live.next_step()
 
     def action_pause(self) -> None:
-        self.controller.pause()  # type: ignore[union-attr]
+        self.live.pause()
 
     def action_skip(self) -> None:
-        self.controller.skip()  # type: ignore[union-attr]
+        self.live.skip()
 
     def action_cancel(self) -> None:
-        self.controller.cancel()  # type: ignore[union-attr]
+        self.live.cancel()
 
     def _selected_step(self) -> str | None:
         main = self._main()
@@ -200,9 +207,9 @@ class OrchestratorApp(App[int]):
         if step_id is None:
             self.show_error("Nothing selected", "select a step in the step list first")
             return
-        assert self.controller is not None
-        if self._guard(lambda: self.controller.find_step(step_id)) is not None:  # type: ignore[union-attr]
-            self._poke("rerun", self.controller.rerun(step_id))
+        controller = self.live
+        if self._guard(lambda: controller.find_step(step_id)) is not None:
+            self._poke("rerun", controller.rerun(step_id))
 
     def action_edit_flags(self) -> None:
         step_id = self._selected_step()
@@ -274,7 +281,7 @@ class OrchestratorApp(App[int]):
         screen = self.screen
         panes = screen.query("#panes")
         if panes:
-            panes.first().show_tab(tab)  # type: ignore[attr-defined]
+            panes.first(SessionPanes).show_tab(tab)
 
     # -- quitting ---------------------------------------------------------------------------------
     async def action_quit(self) -> None:

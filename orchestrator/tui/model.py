@@ -7,7 +7,17 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.events import Event
+from orchestrator.events import (
+    Event,
+    HypothesisUpdated,
+    NoteAdded,
+    Output,
+    ServerEvent,
+    SessionFinished,
+    SessionStarted,
+    StepFinished,
+    StepStarted,
+)
 from orchestrator.hypotheses.board import HypothesisBoard
 
 DEFAULT_LINE_CAP = 5000  # lines kept per step; the full output is in the session's outputs/
@@ -84,11 +94,10 @@ class SessionModel:
     def apply(self, event: Event) -> set[str]:
         """Update from one event; return what changed: steps, board, servers, notes, status, output."""
         self.events += 1
-        kind = event.type
-        if kind == "output":
+        if isinstance(event, Output):
             self.add_output(event.step_id, event.host, event.stream, event.text)
             return {"output"}
-        handler = getattr(self, f"_on_{kind}", None)
+        handler = getattr(self, f"_on_{event.type}", None)
         return handler(event) if handler else set()
 
     def _row(self, step_id: str, **defaults: Any) -> StepRow:
@@ -236,22 +245,21 @@ def build_model(events: list[Event], *, line_cap: int = DEFAULT_LINE_CAP) -> Ses
 
 def describe_event(event: Event) -> str:
     """One line per event for the replay timeline."""
-    kind = event.type
-    if kind == "session_started":
+    if isinstance(event, SessionStarted):
         return f"session {event.session_id} started ({event.playbook})"
-    if kind == "step_started":
+    if isinstance(event, StepStarted):
         return f"{event.step_id} ▶ {event.name}"
-    if kind == "step_finished":
+    if isinstance(event, StepFinished):
         return f"{event.step_id} {event.status} {event.name} ({event.duration:.2f}s)"
-    if kind == "output":
+    if isinstance(event, Output):
         first = event.text.strip().splitlines()[:1]
         return f"{event.step_id} output: {first[0][:60] if first else ''}"
-    if kind.startswith("server_"):
-        return f"{kind.replace('_', ' ')} {event.engine} {event.host}:{event.port or '?'}"
-    if kind == "hypothesis_updated":
+    if isinstance(event, ServerEvent):
+        return f"{event.type.replace('_', ' ')} {event.engine} {event.host}:{event.port or '?'}"
+    if isinstance(event, HypothesisUpdated):
         return f"{event.hypothesis_id} → {event.state} ({event.source})"
-    if kind == "note_added":
+    if isinstance(event, NoteAdded):
         return f"note: {event.text[:60]}"
-    if kind == "session_finished":
+    if isinstance(event, SessionFinished):
         return f"session finished: {event.status}"
-    return kind
+    return event.type

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Select, Static
+from textual.widgets import Button, Input, Label, Select, Static, TextArea
 
 from orchestrator.hypotheses.board import STATES
 
@@ -30,7 +30,8 @@ class Dialog(ModalScreen[Any]):
     def on_mount(self) -> None:
         if self.app.is_headless:  # a blinking cursor keeps a headless app from ever being idle (tests, bench)
             for widget in self.query("Input, TextArea"):
-                widget.cursor_blink = False  # type: ignore[attr-defined]
+                if isinstance(widget, (Input, TextArea)):
+                    widget.cursor_blink = False
 
     def action_cancel(self) -> None:
         self.dismiss(None)

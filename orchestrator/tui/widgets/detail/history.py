@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
@@ -41,7 +42,7 @@ class HistoryView(VerticalScroll):
     HistoryView { height: 1fr; }
     """
 
-    def compose(self):  # type: ignore[no-untyped-def]
+    def compose(self) -> ComposeResult:
         yield Static(render_history(None, []), id="history-body")
 
     def show_entry(self, entry: BoardEntry | None, notes: list[Any]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 from textual.widgets import Log
 
@@ -22,8 +23,8 @@ class OutputPane(Log):
     OutputPane { height: 1fr; }
     """
 
-    def __init__(self, *, max_lines: int, **kwargs: object) -> None:
-        super().__init__(max_lines=max_lines, auto_scroll=True, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *, max_lines: int, **kwargs: Any) -> None:  # Widget's name, id, classes, disabled
+        super().__init__(max_lines=max_lines, auto_scroll=True, **kwargs)
         self.step_id: str | None = None
         self._pending: deque[str] = deque(maxlen=max_lines)
         self._flush_scheduled = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import DataTable
@@ -31,8 +32,8 @@ class ServersTable(DataTable[Text | str]):
     ServersTable { height: auto; max-height: 7; }
     """
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Any) -> None:  # Widget's name, id, classes, disabled
+        super().__init__(cursor_type="row", **kwargs)
         self.border_title = "Servers"
 
     def on_mount(self) -> None:

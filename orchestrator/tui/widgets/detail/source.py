@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
@@ -59,7 +60,7 @@ class SourceView(VerticalScroll):
     SourceView > Static { width: auto; }
     """
 
-    def compose(self):  # type: ignore[no-untyped-def]
+    def compose(self) -> ComposeResult:
         yield Static(render_reads({}), id="source-body")
 
     def show_result(self, result: dict[str, Any]) -> None:

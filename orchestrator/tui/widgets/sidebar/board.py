@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.widgets import DataTable
 
@@ -16,8 +18,8 @@ class BoardTable(DataTable[Text | str]):
     BoardTable { height: auto; max-height: 40%; }
     """
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Any) -> None:  # Widget's name, id, classes, disabled
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self.border_title = "Hypotheses"
 
     def on_mount(self) -> None:

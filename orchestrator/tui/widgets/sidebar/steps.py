@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import DataTable
@@ -29,9 +30,9 @@ class StepTable(DataTable[Text | str]):
     StepTable { height: 1fr; }
     """
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, **kwargs: Any) -> None:  # Widget's name, id, classes, disabled
         # No cell padding: the sidebar is narrow at 80 columns; cells carry their own spacing.
-        super().__init__(cursor_type="row", cell_padding=0, **kwargs)  # type: ignore[arg-type]
+        super().__init__(cursor_type="row", cell_padding=0, **kwargs)
         self.border_title = "Steps"
         self._ids: list[str] = []
         self._echoes: set[str] = set()  # rows we moved to ourselves: their highlight is not a user's pick

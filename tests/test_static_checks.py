@@ -1,0 +1,31 @@
+"""The static checks, as part of the suite: ``ruff check .`` and ``mypy`` (configured in pyproject.toml) are clean.
+
+Each runs from the repository root with this interpreter (``python -m ruff`` / ``python -m mypy``), so the tools of
+the ``test`` extra (mypy pinned in constraints.txt) are the ones that judge. A tool that is not installed skips the
+test, or fails it under CI (tests/realparts.py). mypy keeps its cache in ``.mypy_cache``: a warm run takes seconds,
+a cold one (a fresh checkout, CI) about 80 s of CPU, hence the longer timeout.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import realparts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("tool", "args"), [("ruff", ["check", "."]), ("mypy", [])], ids=["ruff", "mypy"])
+def test_static_check_is_clean(tool: str, args: list[str]) -> None:
+    realparts.require(importlib.util.find_spec(tool) is not None,
+                      f"{tool} is not installed (pip install -c constraints.txt -e '.[test]')")
+    proc = subprocess.run([sys.executable, "-m", tool, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=570)
+    command = " ".join([tool, *args])
+    assert proc.returncode == 0, f"`{command}` reports problems (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
