@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.lab.build import build_lab, seed_wiring  # noqa: E402
-from orchestrator.lab.server_client import start_server  # noqa: E402
+from orchestrator.lab.server_process import start_server  # noqa: E402
 
 
 def measure(target: Path, site: Path, flags: dict, prompts: list[str], tokens: int, log_dir: Path, name: str) -> dict:

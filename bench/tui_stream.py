@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from orchestrator.events import Output  # noqa: E402
 from orchestrator.inventory import Inventory  # noqa: E402
 from orchestrator.playbook.models import Playbook, Step  # noqa: E402
-from orchestrator.session.runner import build_engine  # noqa: E402
+from orchestrator.session.recording import build_engine  # noqa: E402
 from orchestrator.tui.app import OrchestratorApp  # noqa: E402
 from orchestrator.tui.control import Controller  # noqa: E402
 from orchestrator.tui.messages import TuiSink  # noqa: E402

@@ -125,7 +125,7 @@ class BenchAction(Action[BenchArgs]):
     summary = "Benchmark a server: tok/s, latency p50/p99, TTFT, accept length (per request and server-side)."
 
     async def run(self, args: BenchArgs, ctx: ActionContext) -> dict[str, Any]:
-        from orchestrator.engines.client import ServerClient
+        from orchestrator.servers.client import ServerClient
         try:
             if args.url:
                 python = ctx.host_spec.python if ctx.host_spec is not None else "python3"

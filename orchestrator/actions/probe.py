@@ -33,7 +33,7 @@ def progress_printer(ctx: ActionContext) -> Any:
 
 async def run_probe_step(ctx: ActionContext, name: str, args: dict[str, Any], *, python: str | None = None) -> dict[str, Any]:
     from orchestrator.probes import PROBES, validate_args
-    from orchestrator.probes.runner import run_probe
+    from orchestrator.probes.invoke import run_probe
 
     transport = ctx.require_transport()
     if name in PROBES:

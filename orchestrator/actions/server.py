@@ -16,7 +16,7 @@ Flags: ``name: 3`` -> ``--name 3``; true -> bare flag; false/null -> omitted; li
 ``{flag, requested, effective, source: server_info|log, detail}``. A start that fails registers ``srv.failure``
 (with ``ignore_errors: true`` the playbook goes on): ``{cause, label, summary, reason, exit_code, error_lines,
 last_lines}``, cause one of unknown_flag, invalid_flag, port_in_use, out_of_memory, draft_load, timeout, error,
-exited (orchestrator/engines/startlog.py); ``srv.failure`` is null on success. ``engine`` defaults to the host var
+exited (orchestrator/servers/startlog.py); ``srv.failure`` is null on success. ``engine`` defaults to the host var
 ``engine`` (the lab inventory sets ``lab``), else ``sglang``; ``model`` to the host var ``target``.
 The server is stopped at session end (also on failure or cancel) unless ``keep: true``.
 """
@@ -55,7 +55,7 @@ class ServerLaunchArgs(ActionArgs):
         return self
 
 
-class ServerArgs(ServerLaunchArgs):
+class ServerStepArgs(ServerLaunchArgs):
     action: Literal["start", "stop", "restart", "status", "stop_all"] = "start"
     name: str = Field(default="server", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
     keep: bool = Field(default=False, description="leave it running after the session ends")
@@ -71,8 +71,8 @@ def host_var(ctx: ActionContext, name: str) -> Any:
 
 def launch_parts(args: ServerLaunchArgs, ctx: ActionContext) -> tuple[Any, Any, str, bool]:
     """(adapter, LaunchSpec, client python, auto_port) for a start."""
-    from orchestrator.engines.base import LaunchSpec
-    from orchestrator.engines.registry import get_adapter
+    from orchestrator.servers.base import LaunchSpec
+    from orchestrator.servers.registry import get_adapter
 
     adapter = get_adapter(args.engine or host_var(ctx, "engine") or "sglang")
     host_python = ctx.host_spec.python if ctx.host_spec is not None else "python3"
@@ -87,13 +87,13 @@ def launch_parts(args: ServerLaunchArgs, ctx: ActionContext) -> tuple[Any, Any, 
     return adapter, spec, host_python, auto
 
 
-class ServerAction(Action[ServerArgs]):
+class ServerAction(Action[ServerStepArgs]):
     kind = "server"
-    Args = ServerArgs
+    Args = ServerStepArgs
     summary = "Start/stop/restart an inference server with candidate flags; registers url, effective args, overrides."
 
-    async def run(self, args: ServerArgs, ctx: ActionContext) -> dict[str, Any]:
-        from orchestrator.engines.manager import ServerStartError
+    async def run(self, args: ServerStepArgs, ctx: ActionContext) -> dict[str, Any]:
+        from orchestrator.servers.manager import ServerStartError
         manager = ctx.services.servers
         on_log = manager.log_forwarder(ctx.step_id, ctx.host)
         try:

@@ -143,7 +143,7 @@ class SweepAction(Action[SweepArgs]):
         return row
 
     def _finish(self, args: SweepArgs, ctx: ActionContext, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        from orchestrator.engines.sweep_report import markdown_table, write_artifacts
+        from orchestrator.servers.sweep_report import markdown_table, write_artifacts
 
         base = next((r for r in rows if r["baseline"] and r["status"] == "ok"), None)
         for row in rows:

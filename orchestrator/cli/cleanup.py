@@ -36,7 +36,7 @@ def cleanup(
 
 
 async def _cleanup_all(inv: Any, names: list[str], *, dry_run: bool, everything: bool) -> list[dict[str, Any]]:
-    from orchestrator.engines.cleanup import cleanup_host
+    from orchestrator.servers.cleanup import cleanup_host
     from orchestrator.transport.factory import make_transport
 
     rows: list[dict[str, Any]] = []

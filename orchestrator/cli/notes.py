@@ -27,7 +27,7 @@ def note(
     """Add a note to a session (shown in the timeline and the report)."""
     from orchestrator.session.amend import add_note
     from orchestrator.session.reader import find_session
-    from orchestrator.session.runner import write_reports
+    from orchestrator.session.recording import write_reports
 
     directory = find_session(session, sessions_dir)
     add_note(directory, text, hypothesis_id=hypothesis)
@@ -46,7 +46,7 @@ def verdict(
     """Set a hypothesis's state by hand, with the reason; recorded like a rule's verdict."""
     from orchestrator.session.amend import add_verdict
     from orchestrator.session.reader import find_session
-    from orchestrator.session.runner import write_reports
+    from orchestrator.session.recording import write_reports
 
     directory = find_session(session, sessions_dir)
     event = add_verdict(directory, hypothesis, state, because)

@@ -33,7 +33,7 @@ def read(
     """Print source from the package installed on HOST, with line numbers and version; recorded as a session."""
     from orchestrator.errors import UserInputError
     from orchestrator.playbook.models import Playbook, Step
-    from orchestrator.session.runner import build_engine, run_session
+    from orchestrator.session.recording import build_engine, run_session
 
     modes = [m for m in (address, symbol, pattern) if m]
     if len(modes) != 1:

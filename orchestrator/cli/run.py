@@ -42,7 +42,7 @@ def run(
     """Run a playbook headless and save the session (exit 0 ok, 1 a step failed, 2 bad input, 130 cancelled)."""
     from orchestrator.cli.common import ensure_lab_for
     from orchestrator.playbook.loader import load_playbook
-    from orchestrator.session.runner import build_engine, run_session
+    from orchestrator.session.recording import build_engine, run_session
 
     extra = parse_extra_vars(extra_vars)
     inv = resolve_inventory(inventory, host)
@@ -124,7 +124,7 @@ def exec_command(
 ) -> None:
     """Run an ad-hoc command on a host, recorded as a one-step session: `orchestrator exec gpu1 -- nvidia-smi`."""
     from orchestrator.playbook.models import Playbook, Step
-    from orchestrator.session.runner import build_engine, run_session
+    from orchestrator.session.recording import build_engine, run_session
 
     inv = resolve_inventory(inventory, host)
     target = host if host in inv.hosts or host in ("localhost", "local") else inv.default_hosts

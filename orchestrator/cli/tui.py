@@ -44,7 +44,7 @@ def tui(
         raise UserInputError("give a playbook to run (or --replay SESSION to replay one)")
 
     from orchestrator.playbook.loader import load_playbook
-    from orchestrator.session.runner import build_engine
+    from orchestrator.session.recording import build_engine
     from orchestrator.tui.app import OrchestratorApp
     from orchestrator.tui.control import Controller
     from orchestrator.tui.messages import TuiSink

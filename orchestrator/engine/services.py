@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from orchestrator.engines.manager import ServerManager
 from orchestrator.hypotheses.board import HypothesisBoard, rule_hook
+from orchestrator.servers.manager import ServerManager
 from orchestrator.transport.factory import TransportFactory, make_transport
 
 if TYPE_CHECKING:

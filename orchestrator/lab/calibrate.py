@@ -141,9 +141,9 @@ def accept_lengths(target: Path, flags: dict[str, Any], sample: FlagshipSample) 
     import logging
 
     from orchestrator.actions.bench import load_prompts
-    from orchestrator.engines.flags import flags_to_argv
     from orchestrator.lab.server_args import build_parser, resolve
     from orchestrator.lab.server_engine import LabModels
+    from orchestrator.servers.flags import flags_to_argv
 
     argv = ["--model-path", str(target), *flags_to_argv(flags)]
     args = resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM")

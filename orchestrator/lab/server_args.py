@@ -43,7 +43,7 @@ class StartupError(Exception):
 
 
 @dataclass
-class ServerArgs:
+class LabServerArgs:
     """Resolved arguments; field names follow SGLang's ``ServerArgs`` (what /server_info returns)."""
 
     model_path: str
@@ -143,9 +143,9 @@ def _capture_list(text: str | None) -> list[int] | None:
     return values
 
 
-def resolve(ns: argparse.Namespace, *, target_architecture: str) -> ServerArgs:
+def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArgs:
     """Apply SGLang's speculative-decoding rules to parsed flags. Raises StartupError as SGLang would fail."""
-    args = ServerArgs(
+    args = LabServerArgs(
         model_path=ns.model_path, tokenizer_path=ns.tokenizer_path or ns.model_path,
         served_model_name=ns.served_model_name or ns.model_path, host=ns.host, port=ns.port, dtype=ns.dtype,
         trust_remote_code=ns.trust_remote_code, chat_template=ns.chat_template,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from orchestrator.lab.server_args import ServerArgs, StartupError
+from orchestrator.lab.server_args import LabServerArgs, StartupError
 
 if TYPE_CHECKING:
     from remote_probes.eagle3_draft import Eagle3Draft
@@ -90,7 +90,7 @@ def _strip_lm_head(state: dict[str, torch.Tensor], config: dict[str, Any], notes
 class LabModels:
     """Target + tokenizer (+ draft) loaded once; ``generate`` serves one request (callers hold a lock)."""
 
-    def __init__(self, args: ServerArgs, log: Callable[[str], None]) -> None:
+    def __init__(self, args: LabServerArgs, log: Callable[[str], None]) -> None:
         from transformers import AutoTokenizer, DynamicCache, LlamaForCausalLM
         from transformers.utils import logging as hf_logging
 

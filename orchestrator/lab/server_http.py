@@ -18,7 +18,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from orchestrator.lab.server_args import SGLANG_VERSION, ServerArgs
+from orchestrator.lab.server_args import SGLANG_VERSION, LabServerArgs
 from orchestrator.lab.server_engine import Generation, LabModels
 
 LAB_NOTE = ("This is the orchestrator lab's CPU stand-in for SGLang (python -m orchestrator.lab.server), "
@@ -35,7 +35,7 @@ class RequestError(Exception):
 
 @dataclass
 class ServerState:
-    args: ServerArgs
+    args: LabServerArgs
     models: LabModels | None = None
     ready: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)

@@ -86,7 +86,7 @@ class OrchestratorApp(App[int]):
         assert self.controller is not None
         outcome = await self.controller.start()
         if self.session_dir is not None:
-            from orchestrator.session.runner import write_reports
+            from orchestrator.session.recording import write_reports
 
             reports = await asyncio.to_thread(write_reports, self.session_dir, self._say_problem_from_thread)
             self.report_failures = reports.failures

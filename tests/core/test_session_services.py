@@ -8,10 +8,10 @@ from typing import Any
 
 from orchestrator.engine import Engine
 from orchestrator.engine.services import SessionServices
-from orchestrator.engines.manager import ServerManager
 from orchestrator.hypotheses.board import HypothesisBoard
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Hypothesis, Playbook
+from orchestrator.servers.manager import ServerManager
 from orchestrator.transport.factory import make_transport
 from orchestrator.transport.local import LocalTransport
 

@@ -18,8 +18,8 @@ from orchestrator.events import Event, MalformedEvent, parse_event
 from orchestrator.playbook.models import Playbook
 from orchestrator.session import report as report_module
 from orchestrator.session.reader import read_session
+from orchestrator.session.recording import write_reports
 from orchestrator.session.report import render_report
-from orchestrator.session.runner import write_reports
 
 PLAYBOOK = """name: silent test
 hosts: localhost

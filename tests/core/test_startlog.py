@@ -4,7 +4,7 @@ as one multi-line log record). Pure: no processes."""
 
 from __future__ import annotations
 
-from orchestrator.engines.startlog import analyse_start_failure, is_noise, strip_prefix
+from orchestrator.servers.startlog import analyse_start_failure, is_noise, strip_prefix
 
 HEALTH_503 = '[2026-11-30 10:00:{s:02d}] INFO:     127.0.0.1:{p} - "GET /health HTTP/1.1" 503 Service Unavailable'
 

@@ -13,7 +13,7 @@ from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, scenarios
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.runner import build_engine, run_with_signals, write_reports
+from orchestrator.session.recording import build_engine, run_with_signals, write_reports
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"

@@ -16,7 +16,7 @@ from orchestrator.lab.build import lab_is_built
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.runner import build_engine, run_with_signals, write_reports
+from orchestrator.session.recording import build_engine, run_with_signals, write_reports
 from tests.lab.conftest import lab_root
 
 FLAGSHIP = Path(__file__).resolve().parents[2] / "playbooks" / "eagle3.yaml"

@@ -17,7 +17,7 @@ from sshd_fixture import SshdServer, sshd_server  # noqa: E402,F401
 
 from orchestrator.lab.build import LabPaths  # noqa: E402
 from orchestrator.lab.inventory import lab_ssh_inventory  # noqa: E402
-from orchestrator.lab.server_client import free_port, http_json  # noqa: E402
+from orchestrator.lab.server_process import free_port, http_json  # noqa: E402
 
 pytestmark = [pytest.mark.lab, pytest.mark.ssh, pytest.mark.torch]
 

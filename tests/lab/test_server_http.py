@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engines.flags import flags_to_argv
 from orchestrator.lab.build import LabPaths
 from orchestrator.lab.inventory import lab_env
-from orchestrator.lab.server_client import free_port, http_json
+from orchestrator.lab.server_process import free_port, http_json
+from orchestrator.servers.flags import flags_to_argv
 
 pytestmark = [pytest.mark.lab, pytest.mark.torch]
 READY = "The server is fired up and ready to roll!"

@@ -12,7 +12,7 @@ from orchestrator.lab.build import LabPaths
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.runner import build_engine
+from orchestrator.session.recording import build_engine
 from orchestrator.tui.app import OrchestratorApp
 from orchestrator.tui.control import Controller
 from orchestrator.tui.messages import TuiSink

@@ -82,7 +82,7 @@ def run_playbook(text: str, inventory: Inventory, sessions: Path, sinks: list[An
     import json
 
     from orchestrator.playbook.loader import load_playbook_text
-    from orchestrator.session.runner import build_engine, run_session
+    from orchestrator.session.recording import build_engine, run_session
 
     names = {name for host in inventory.hosts for name in inventory.host_vars(host)}
     playbook = load_playbook_text(text, extra_names=names)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engines.base import LaunchSpec
-from orchestrator.engines.flags import flags_to_argv, parse_adjustments, requested_vs_effective
-from orchestrator.engines.registry import get_adapter
 from orchestrator.errors import UserInputError
+from orchestrator.servers.base import LaunchSpec
+from orchestrator.servers.flags import flags_to_argv, parse_adjustments, requested_vs_effective
+from orchestrator.servers.registry import get_adapter
 
 CASES = Path(__file__).with_name("cases")
 ARGV = json.loads((CASES / "argv_cases.json").read_text())

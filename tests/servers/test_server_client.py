@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from orchestrator.engines.base import EngineAdapter
-from orchestrator.engines.client import ServerClient
 from orchestrator.errors import ProbeError, ServerError
+from orchestrator.probes.invoke import run_probe
 from orchestrator.probes.models import ServerWaitResult
-from orchestrator.probes.runner import run_probe
+from orchestrator.servers.base import EngineAdapter
+from orchestrator.servers.client import ServerClient
 from orchestrator.transport.local import LocalTransport
 
 

@@ -55,7 +55,7 @@ steps:
 def test_cleanup_over_ssh(sshd_server: SshdServer, tmp_path: Path, lab_models: dict[str, str], marker: str) -> None:  # noqa: F811
     import asyncio
 
-    from orchestrator.engines.cleanup import cleanup_host
+    from orchestrator.servers.cleanup import cleanup_host
     from orchestrator.transport.ssh import SshTransport
 
     inventory = _ssh_inventory(sshd_server, tmp_path, lab_models)

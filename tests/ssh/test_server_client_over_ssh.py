@@ -5,8 +5,8 @@ from __future__ import annotations
 import socket
 import sys
 
-from orchestrator.engines.client import ServerClient
 from orchestrator.errors import ServerError
+from orchestrator.servers.client import ServerClient
 from orchestrator.transport.ssh import SshTransport
 
 

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.runner import build_engine
+from orchestrator.session.recording import build_engine
 from orchestrator.tui.app import OrchestratorApp
 from orchestrator.tui.control import Controller
 from orchestrator.tui.messages import TuiSink

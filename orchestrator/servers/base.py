@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from orchestrator.engines.flags import flag_key, flags_to_argv
 from orchestrator.errors import UserInputError
+from orchestrator.servers.flags import flag_key, flags_to_argv
 
 
 @dataclass

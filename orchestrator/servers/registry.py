@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib
 
-from orchestrator.engines.base import EngineAdapter
 from orchestrator.errors import UserInputError
+from orchestrator.servers.base import EngineAdapter
 
-# name -> "module:Class"; a vLLM adapter is one more line (see engines/sglang.py for what it overrides).
+# name -> "module:Class"; a vLLM adapter is one more line (see servers/sglang.py for what it overrides).
 ADAPTERS: dict[str, str] = {
-    "sglang": "orchestrator.engines.sglang:SglangAdapter",
-    "lab": "orchestrator.engines.lab:LabAdapter",
+    "sglang": "orchestrator.servers.sglang:SglangAdapter",
+    "lab": "orchestrator.servers.lab:LabAdapter",
 }
 
 

@@ -54,7 +54,7 @@ def _owner(handle: ProcessHandle) -> tuple[str, bool]:
 async def cleanup_host(transport: Transport, *, python: str = "python3", dry_run: bool = False,
                        everything: bool = False, grace: float = 5.0) -> list[CleanupRow]:
     """Stop orphaned process groups on one host; returns what was found and done."""
-    from orchestrator.engines.client import ServerClient
+    from orchestrator.servers.client import ServerClient
 
     client = ServerClient(transport, python)
     rows: list[CleanupRow] = []

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.engines.base import EngineAdapter
-from orchestrator.engines.sglang import SglangAdapter
 from orchestrator.errors import ProbeError, ServerError
 from orchestrator.probes.models import SERVER_CLIENT_RESULTS
+from orchestrator.servers.base import EngineAdapter
+from orchestrator.servers.sglang import SglangAdapter
 from orchestrator.transport.base import Transport
 
 PROBE = "server_client"
@@ -37,7 +37,7 @@ class ServerClient:
     ) -> dict[str, Any]:
         """Run one client command; :raises ServerError: when the script cannot run, reports an error, or answers
         with a result of the wrong shape."""
-        from orchestrator.probes.runner import run_probe
+        from orchestrator.probes.invoke import run_probe
 
         if command not in SERVER_CLIENT_RESULTS:
             raise ServerError(f"unknown server client command {command!r} (known: {', '.join(SERVER_CLIENT_RESULTS)})")

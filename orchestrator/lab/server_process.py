@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.engines.flags import flags_to_argv
+from orchestrator.servers.flags import flags_to_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from orchestrator.engines.base import EngineAdapter
+from orchestrator.servers.base import EngineAdapter
 
 
 class SglangAdapter(EngineAdapter):

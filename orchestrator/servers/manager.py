@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.engines.base import EngineAdapter, LaunchSpec
-from orchestrator.engines.client import ServerClient
-from orchestrator.engines.flags import flag_key, requested_vs_effective
-from orchestrator.engines.startlog import StartFailure, analyse_start_failure
 from orchestrator.errors import ServerError, UserInputError
 from orchestrator.events import Output, ServerEvent, ServerEventType
+from orchestrator.servers.base import EngineAdapter, LaunchSpec
+from orchestrator.servers.client import ServerClient
+from orchestrator.servers.flags import flag_key, requested_vs_effective
+from orchestrator.servers.startlog import StartFailure, analyse_start_failure
 from orchestrator.transport.base import ProcessHandle, Transport
 
 Emit = Callable[[Any], None]
