@@ -116,9 +116,9 @@ class _Loader:
                 loc = tuple(p for p in err.get("loc", ()) if p != "root")
                 if _path_is_templated(args, loc) or (isinstance(original, str) and has_template(original)):
                     continue
-                from orchestrator.playbook.yamlio import _clean_loc, describe_pydantic_error
+                from orchestrator.playbook.yamlio import clean_loc, describe_pydantic_error
 
-                loc = _clean_loc(loc)
+                loc = clean_loc(loc)
                 target = path if not isinstance(original, dict) else (*path, *loc)
                 message = describe_pydantic_error({**err, "loc": loc})
                 self.errors.append(PlaybookError(message, self.locate(target, err.get("type") == "extra_forbidden")))

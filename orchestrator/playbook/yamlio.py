@@ -124,7 +124,7 @@ def describe_pydantic_error(err: Mapping[str, Any]) -> str:
     return f"{field}: {msg}{suffix}" if field else f"{msg}{suffix}"
 
 
-def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+def clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     # pydantic inserts union member / validator names into loc; they are not in the YAML.
     return tuple(p for p in loc if not (isinstance(p, str) and (p.startswith("function-") or "[" in p)))
 
@@ -137,7 +137,7 @@ def validation_errors(exc: Exception, locate: Locator, file: str, prefix: tuple[
         return PlaybookErrors([PlaybookError(str(exc), Location(file, 1, 1))])
     errors = []
     for err in exc.errors():
-        loc = _clean_loc(tuple(err.get("loc", ())))
+        loc = clean_loc(tuple(err.get("loc", ())))
         message = describe_pydantic_error({**err, "loc": loc})
         at_key = err.get("type") == "extra_forbidden" or "[key]" in err.get("loc", ())  # a bad mapping key
         errors.append(PlaybookError(message, locate(prefix + loc, at_key)))

@@ -32,6 +32,30 @@ OutputCallback = Callable[[OutputStream, str], None]
 MAX_CAPTURE = 4 * 1024 * 1024
 
 
+class OutputCapture:
+    """One stream of a command, for both transports: forwards each chunk to the callback and keeps at most
+    MAX_CAPTURE characters."""
+
+    def __init__(self, name: OutputStream, on_output: OutputCallback | None) -> None:
+        self.name = name
+        self.on_output = on_output
+        self.parts: list[str] = []
+        self.size = 0
+        self.truncated = False
+
+    def feed(self, text: str) -> None:
+        if self.on_output is not None:
+            self.on_output(self.name, text)
+        if self.size < MAX_CAPTURE:
+            self.parts.append(text)
+            self.size += len(text)
+        else:
+            self.truncated = True
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
 @dataclass
 class RunResult:
     exit_code: int | None

@@ -13,11 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.events import OutputStream
 from orchestrator.transport.base import (
-    MAX_CAPTURE,
     Command,
     OutputCallback,
+    OutputCapture,
     ProcessHandle,
     RunResult,
     Transport,
@@ -27,30 +26,7 @@ from orchestrator.transport.base import (
 KILL_GRACE = 2.0
 
 
-class _Capture:
-    """Collects one stream, forwarding chunks to the callback and keeping at most MAX_CAPTURE chars."""
-
-    def __init__(self, name: OutputStream, on_output: OutputCallback | None) -> None:
-        self.name = name
-        self.on_output = on_output
-        self.parts: list[str] = []
-        self.size = 0
-        self.truncated = False
-
-    def feed(self, text: str) -> None:
-        if self.on_output is not None:
-            self.on_output(self.name, text)
-        if self.size < MAX_CAPTURE:
-            self.parts.append(text)
-            self.size += len(text)
-        else:
-            self.truncated = True
-
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
-async def _pump(stream: asyncio.StreamReader, capture: _Capture) -> None:
+async def _pump(stream: asyncio.StreamReader, capture: OutputCapture) -> None:
     decoder_buffer = b""
     while True:
         chunk = await stream.read(65536)
@@ -121,7 +97,7 @@ class LocalTransport(Transport):
                 on_output("stderr", message)
             return RunResult(exit_code=code, stdout="", stderr=message, duration=time.monotonic() - started)
         record = self._record_command(proc.pid, command)
-        out, err = _Capture("stdout", on_output), _Capture("stderr", on_output)
+        out, err = OutputCapture("stdout", on_output), OutputCapture("stderr", on_output)
         stdout_pipe, stderr_pipe = proc.stdout, proc.stderr
         assert stdout_pipe is not None and stderr_pipe is not None
 

@@ -35,6 +35,7 @@ from orchestrator.inventory import HostSpec
 from orchestrator.transport.base import (
     Command,
     OutputCallback,
+    OutputCapture,
     RunResult,
     Transport,
     env_prefix,
@@ -48,7 +49,6 @@ from orchestrator.transport.known_hosts import (
     resolve_target,
     target_address,
 )
-from orchestrator.transport.local import _Capture
 
 KILL_GRACE = 2.0
 OPEN_RETRIES = 4  # 10+20+40+80 ms: covers sshd's slot-release lag, not a real oversubscription
@@ -93,7 +93,7 @@ class _Client(asyncssh.SSHClient):
 class _RunSession(asyncssh.SSHClientSession[str]):
     """One command's channel: streams output, pulls the PGID line out of stderr, records the exit."""
 
-    def __init__(self, marker: str, out: _Capture, err: _Capture, on_pgid: Callable[[int], None]) -> None:
+    def __init__(self, marker: str, out: OutputCapture, err: OutputCapture, on_pgid: Callable[[int], None]) -> None:
         self.marker = marker
         self.on_pgid = on_pgid
         self.out, self.err = out, err
@@ -271,7 +271,7 @@ class SshTransport(Transport):
     ) -> RunResult:
         conn = await self._connection()
         remote = self.wrap(command, env=env, cwd=cwd)
-        out, err = _Capture("stdout", on_output), _Capture("stderr", on_output)
+        out, err = OutputCapture("stdout", on_output), OutputCapture("stderr", on_output)
         started = time.monotonic()
         channel: asyncssh.SSHClientChannel[str] | None = None
         session: _RunSession | None = None
