@@ -17,10 +17,10 @@ import os
 import signal
 import sys
 import threading
-import urllib.request
 from pathlib import Path
 
 from orchestrator.lab.server_args import SGLANG_VERSION, StartupError, build_parser, resolve
+from orchestrator.lab.server_process import http_json
 
 log = logging.getLogger("orchestrator.lab.server")
 WARMUP_PROMPT = "The capital city of France is"
@@ -52,13 +52,12 @@ def _target_architecture(model_path: str) -> str:
 def _warmup(host: str, port: int) -> None:
     """As SGLang's launcher does: GET /model_info, then a short /generate, over HTTP."""
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
-    with urllib.request.urlopen(base + "/model_info", timeout=60) as resp:
-        resp.read()
-    body = json.dumps({"text": WARMUP_PROMPT, "sampling_params": {"temperature": 0, "max_new_tokens": 8},
-                       "_lab_warmup": True}).encode()
-    req = urllib.request.Request(base + "/generate", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as resp:
-        resp.read()
+    for path, body, timeout in (("/model_info", None, 60.0),
+                                ("/generate", {"text": WARMUP_PROMPT, "_lab_warmup": True,
+                                               "sampling_params": {"temperature": 0, "max_new_tokens": 8}}, 300.0)):
+        status, answer = http_json(base + path, body, timeout=timeout)
+        if status != 200:
+            raise RuntimeError(f"warm-up {path} answered HTTP {status}: {str(answer)[:200]}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
     try:
         _warmup(args.host, args.port)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:  # no connection, or an error answer
         return _fail(StartupError(f"warmup request failed: {exc}", kind="RuntimeError"))
     state.ready = True
     log.info(READY_LINE)
