@@ -13,7 +13,7 @@ what the flagship will see on this machine:
 
 A check's ``margin`` is how far it clears its rule (> 1 passes the rule; ``CLEAR`` is asked for, a safety factor
 so that a difference in the last bits between two runs cannot flip a verdict). The build retrains a draft that
-fails with the next seed and more steps; when that does not help, it retrains the target with the next seed and
+fails with the next seed and more steps; when that does not help, it retrains the target with another seed and
 every draft on it (both bounded), and records every attempt in lab.json.
 
 Public API: ``calibrate_lab(base, state, report)`` (the build's loop), ``CalibrationSteps``, ``FlagshipSample``,
@@ -213,6 +213,9 @@ DRAFT_ATTEMPTS = 2
 #: draft (seed 1's target serves the seed wiring nearly as well as the trained one), so retraining the draft
 #: alone cannot mend every machine.
 TARGET_ATTEMPTS = 3
+#: the next target's seed is this far on: far enough that a lab built with seed s never lands on the lab another
+#: build seed (s + 1, s + 2, ...) gives, so labs built with different seeds stay different labs
+TARGET_SEED_STRIDE = 1000
 #: fault copies written from the seed-wiring draft (they follow it when it is retrained)
 SEED_COPIES = ("no-lm-head", "direct-d2t", "off-by-one")
 
@@ -255,10 +258,11 @@ def calibrate_lab(base: Path, state: dict[str, Any], report: BuildProgress,
         write_state(base, state)
         if len(rejected) >= TARGET_ATTEMPTS:
             raise CalibrationFailed(failed, record["attempts"], targets=[r["seed"] for r in rejected])
+        following = seed + TARGET_SEED_STRIDE
         report("calibrate", f"the target of seed {seed} leaves draft {failed} unclear after "
-               f"{len(record['attempts'])} training(s): retraining the target with seed {seed + 1}", 1.0)
-        steps.retrain_target(base, seed + 1, report)
-        state.update(target_seed=seed + 1, calibration={}, drafts={})
+               f"{len(record['attempts'])} training(s): retraining the target with seed {following}", 1.0)
+        steps.retrain_target(base, following, report)
+        state.update(target_seed=following, calibration={}, drafts={})
         write_state(base, state)
 
 

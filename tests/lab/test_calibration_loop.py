@@ -17,6 +17,7 @@ from orchestrator.lab.build import read_state, write_state
 from orchestrator.lab.calibrate import (
     DRAFT_ATTEMPTS,
     TARGET_ATTEMPTS,
+    TARGET_SEED_STRIDE,
     CalibrationFailed,
     CalibrationSteps,
     FlagshipSample,
@@ -78,30 +79,33 @@ def _quiet(stage: str, message: str, fraction: float) -> None:
 def test_a_target_that_leaves_a_fault_unclear_is_retrained_with_the_next_seed(tmp_path: Path) -> None:
     state = _lab(tmp_path)
     fake = FakeSteps({"seed-wiring": 1, "healthy": 0})
+    nxt = TARGET_SEED_STRIDE
     said: list[str] = []
     calibrate_lab(tmp_path, state, lambda s, m, f: said.append(m), fake.steps())
     # seed-wiring fails on target 0 (the healthy draft is not even checked there), the target is retrained, and
     # every draft is checked again on target 1
-    assert fake.calls == [("draft", "seed-wiring", 0), ("target", 1), ("draft", "seed-wiring", 1),
-                          ("draft", "healthy", 1)]
+    assert fake.calls == [("draft", "seed-wiring", 0), ("target", nxt), ("draft", "seed-wiring", nxt),
+                          ("draft", "healthy", nxt)]
     saved = read_state(tmp_path)
-    assert saved["target_seed"] == 1
+    assert saved["target_seed"] == nxt
     assert [(r["seed"], r["draft"]) for r in saved["targets_rejected"]] == [(0, "seed-wiring")]
     assert len(saved["targets_rejected"][0]["attempts"]) == DRAFT_ATTEMPTS
     assert {k: r["passed"] for k, r in saved["calibration"].items()} == {"seed-wiring": True, "healthy": True}
-    assert any("retraining the target with seed 1" in m for m in said)
+    assert any(f"retraining the target with seed {nxt}" in m for m in said)
 
 
 def test_escalation_is_bounded_and_says_which_targets_were_tried(tmp_path: Path) -> None:
     state = _lab(tmp_path)
-    fake = FakeSteps({"seed-wiring": 99, "healthy": 0})
+    fake = FakeSteps({"seed-wiring": 10**9, "healthy": 0})
     with pytest.raises(CalibrationFailed) as caught:
         calibrate_lab(tmp_path, state, _quiet, fake.steps())
     assert isinstance(caught.value, OrchestratorError)  # the CLI shows it as a located error, not a traceback
-    assert [c for c in fake.calls if c[0] == "target"] == [("target", s) for s in range(1, TARGET_ATTEMPTS)]
-    assert caught.value.targets == list(range(TARGET_ATTEMPTS))
-    assert f"on each of {TARGET_ATTEMPTS} targets" in str(caught.value) and "margin on target 2" in str(caught.value)
-    assert [r["seed"] for r in read_state(tmp_path)["targets_rejected"]] == list(range(TARGET_ATTEMPTS))
+    seeds = [i * TARGET_SEED_STRIDE for i in range(TARGET_ATTEMPTS)]
+    assert [c for c in fake.calls if c[0] == "target"] == [("target", s) for s in seeds[1:]]
+    assert caught.value.targets == seeds
+    assert f"on each of {TARGET_ATTEMPTS} targets" in str(caught.value)
+    assert f"margin on target {seeds[-1]}" in str(caught.value)
+    assert [r["seed"] for r in read_state(tmp_path)["targets_rejected"]] == seeds
 
 
 def test_a_calibrated_lab_is_not_checked_again(tmp_path: Path) -> None:
