@@ -291,7 +291,7 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy. ``seed`` seeds
     the target and the first draft attempt. With ``calibrate`` the trained drafts are checked against the flagship's
     rules; when a planted fault is not clearly decidable the draft is retrained with the next seed and more steps,
-    and when that does not help either, the target is retrained with the next seed and every draft with it
+    and when that does not help either, the target is retrained with another seed and every draft with it
     (bounded; ``orchestrator.lab.calibrate.calibrate_lab``). lab.json records every attempt and the target seed.
     :raises UserInputError: unknown scenario. :raises OrchestratorError: the sglang install failed.
     """
