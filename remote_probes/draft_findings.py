@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from eagle3_config import VARIANT_FLAGS, flat_config, rope_config, variant_flags
 from eagle3_wiring import default_wiring, nested_ids, top_level_ids
 
 
@@ -47,12 +48,20 @@ def naming(raw: dict[str, Any], tensors: dict[str, Any]) -> dict[str, Any]:
             "decoder_layers": layers, "label": label}
 
 
-def check_architecture(raw: dict[str, Any]) -> dict[str, Any]:
+def _engine_label(engine: dict[str, Any]) -> str:
+    return f"{engine.get('engine', 'sglang')} {engine.get('version') or '(version unknown)'}"
+
+
+def check_architecture(raw: dict[str, Any], engine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Is there a loader for the draft's architecture? From the installed engine's registry when it was scanned
+    (engine_registry: the EntryClass names of sglang/srt/models/*.py), else from the class name alone."""
     archs = raw.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs else None
     if not isinstance(arch, str):
         return _finding("architecture", "warning", "config.json lists no architectures, so the engine guesses "
                         "the model class from the command line.", architectures=archs)
+    if engine is not None:
+        return _architecture_in_registry(arch, engine)
     if "eagle3" in arch.lower():
         return _finding("architecture", "info", f"Architecture {arch} selects an EAGLE-3 draft loader.",
                         architecture=arch, eagle3_loader=True)
@@ -62,6 +71,66 @@ def check_architecture(raw: dict[str, Any]) -> dict[str, Any]:
     return _finding("architecture", "error", f"Architecture {arch} is a base model class, so SGLang loads the "
                     "draft with its plain loader instead of the EAGLE-3 one (sglang PR 33966).",
                     architecture=arch, eagle3_loader=False)
+
+
+def _architecture_in_registry(arch: str, engine: dict[str, Any]) -> dict[str, Any]:
+    label = _engine_label(engine)
+    module = engine["architectures"].get(arch)
+    details = {"architecture": arch, "engine": engine.get("engine"), "engine_version": engine.get("version"),
+               "loader_module": module, "source": "engine registry"}
+    if module is None:
+        eagle3 = sorted(a for a, m in engine["architectures"].items() if "eagle3" in m.rsplit("/", 1)[-1])
+        return _finding("architecture", "error", f"{label} has no model class named {arch} (no EntryClass in "
+                        "sglang/srt/models), so the draft cannot be loaded: the server fails at startup with "
+                        f"'Model architectures [{arch!r}] are not supported'. Its EAGLE-3 loaders: "
+                        f"{', '.join(eagle3) or 'none'}.", eagle3_loader=False, eagle3_loaders=eagle3, **details)
+    base = module.rsplit("/", 1)[-1]
+    if "eagle3" in base:
+        return _finding("architecture", "info", f"Architecture {arch} selects {label}'s EAGLE-3 draft loader "
+                        f"({module}).", eagle3_loader=True, **details)
+    if "eagle" in base:
+        return _finding("architecture", "warning", f"Architecture {arch} selects {label}'s EAGLE-1/2 loader "
+                        f"({module}), not EAGLE-3: no fc over three aux hidden states.", eagle3_loader=False,
+                        **details)
+    return _finding("architecture", "error", f"Architecture {arch} is {label}'s base model class ({module}), so "
+                    "SGLang loads the draft with its plain loader instead of the EAGLE-3 one (sglang PR 33966).",
+                    eagle3_loader=False, **details)
+
+
+_FLAG_EFFECT = {
+    "norm_before_residual": "the residual is the hidden_norm'ed hidden state, but the engine adds the attention "
+                            "output to the un-normed one",
+    "norm_before_fc": "the concatenated aux states are RMS-normed before fc, but the engine feeds them raw and "
+                      "drops input_norm.weight",
+    "fc_norm": "each aux state is RMS-normed before fc, but the engine feeds them raw and drops fc_norm.N.weight",
+    "norm_output": "the normed hidden state is fed back to the next step, but the engine feeds the pre-norm one",
+}
+
+
+def check_variant_flags(raw: dict[str, Any], engine: dict[str, Any] | None,
+                        loader_flags: dict[str, bool] | None) -> dict[str, Any]:
+    """Draft-architecture variants the config turns on, and whether the engine's loader reads each flag."""
+    flags = sorted(variant_flags(raw))
+    details: dict[str, Any] = {"flags": flags, "engine": None if engine is None else engine.get("engine"),
+                               "engine_version": None if engine is None else engine.get("version")}
+    if not flags:
+        return _finding("variant_flags", "info", "No draft variant flags (norm_before_residual, norm_before_fc, "
+                        "fc_norm, norm_output) are set.", **details)
+    if engine is None:
+        return _finding("variant_flags", "warning", f"The draft sets {', '.join(flags)}; no engine was found to "
+                        "scan, so whether the engine honours them is unknown.", **details)
+    if loader_flags is None:
+        return _finding("variant_flags", "warning", f"The draft sets {', '.join(flags)}, but "
+                        f"{_engine_label(engine)} has no loader for its architecture to honour them.", **details)
+    label = _engine_label(engine)
+    ignored = [f for f in flags if not loader_flags.get(f)]
+    details.update(read_by_engine=[f for f in flags if loader_flags.get(f)], ignored_by_engine=ignored,
+                   all_flags_read=[f for f in VARIANT_FLAGS if loader_flags.get(f)])
+    if ignored:
+        effects = "; ".join(f"{f}: {_FLAG_EFFECT[f]}" for f in ignored)
+        return _finding("variant_flags", "error", f"{label} never reads {', '.join(ignored)}, so it serves a "
+                        f"different network than was trained ({effects}).", **details)
+    return _finding("variant_flags", "info", f"{label}'s loader reads {', '.join(flags)}.", **details)
 
 
 def check_fc(cfg: dict[str, Any], tensors: dict[str, Any], hidden: Any, target: dict[str, Any],
@@ -243,11 +312,29 @@ def check_feeds(raw: dict[str, Any], n_layers: int | None) -> tuple[dict[str, An
     return feeds, _finding("aux_layer_ids", "info", text, **details)
 
 
+def check_rope(cfg: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:
+    """rope_theta as the engines read it: ``rope_parameters`` (transformers 5) first, then the legacy keys."""
+    theta, scaling, source = rope_config(cfg)
+    t_theta = target.get("rope_theta")
+    details = {"rope_theta": theta, "rope_theta_source": source, "rope_scaling": scaling,
+               "target_rope_theta": t_theta, "target_rope_theta_source": target.get("rope_theta_source")}
+    if theta is None:
+        return _finding("rope", "warning", "rope_theta is missing (neither rope_parameters.rope_theta nor "
+                        "rope_theta), so engines assume 10000" + (f" while the target uses {t_theta}." if t_theta
+                                                                  else "."), **details)
+    if t_theta is not None and float(t_theta) != float(theta):
+        return _finding("rope", "warning", f"Draft rope_theta {theta} differs from the target's {t_theta}.",
+                        **details)
+    return _finding("rope", "info", f"rope_theta {theta} (from {source}).", **details)
+
+
 def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any], weights: dict[str, Any],
-            target: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    """(feeds, naming, findings) for one draft checkpoint."""
+            target: dict[str, Any], engine: dict[str, Any] | None = None,
+            loader_flags: dict[str, bool] | None = None) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """(feeds, naming, findings) for one draft checkpoint; ``engine`` is engine_registry.scan_sglang's result and
+    ``loader_flags`` what the loader of the draft's architecture reads (both None when no engine was scanned)."""
     # speculators nests the Llama config under transformer_layer_config; top-level keys win.
-    cfg = dict(raw.get("transformer_layer_config") or {}, **raw)
+    cfg = flat_config(raw)
     hidden = cfg.get("hidden_size")
     vocab = target.get("vocab_size") or cfg.get("vocab_size")
     findings: list[dict[str, Any]] = []
@@ -258,7 +345,8 @@ def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any],
     elif weights.get("missing_shards"):
         findings.append(_finding("weights", "error", f"The safetensors index names missing shards "
                                  f"{weights['missing_shards']}.", **weights))
-    findings.append(check_architecture(raw))
+    findings.append(check_architecture(raw, engine))
+    findings.append(check_variant_flags(raw, engine, loader_flags))
     nested, top = nested_ids(raw), top_level_ids(raw)
     if isinstance(cfg.get("num_aux_hidden_states"), int):
         num_aux, aux_source = cfg["num_aux_hidden_states"], "num_aux_hidden_states"
@@ -279,16 +367,7 @@ def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any],
     if top is not None and nested is None and num_aux != len(top):
         findings.append(_finding("aux_count", "warning", f"{len(top)} top-level ids but SGLang sizes fc for "
                                  f"{num_aux} aux states ({aux_source}).", top_level_ids=top, num_aux=num_aux))
-    theta, t_theta = cfg.get("rope_theta"), target.get("rope_theta")
-    if theta is None:
-        findings.append(_finding("rope", "warning", "rope_theta is missing, so engines assume 10000"
-                                 + (f" while the target uses {t_theta}." if t_theta else "."), target_rope_theta=t_theta))
-    elif t_theta is not None and float(t_theta) != float(theta):
-        findings.append(_finding("rope", "warning", f"Draft rope_theta {theta} differs from the target's {t_theta}.",
-                                 rope_theta=theta, target_rope_theta=t_theta))
-    else:
-        findings.append(_finding("rope", "info", f"rope_theta {theta}.", rope_theta=theta,
-                                 rope_scaling=cfg.get("rope_scaling")))
+    findings.append(check_rope(cfg, target))
     name_info = naming(raw, tensors)
     findings.append(_finding("naming", "warning" if name_info["variant"] == "unknown" else "info",
                              f"Tensor naming: {name_info['label']}.", **name_info))
