@@ -133,6 +133,33 @@ def check_variant_flags(raw: dict[str, Any], engine: dict[str, Any] | None,
     return _finding("variant_flags", "info", f"{label}'s loader reads {', '.join(flags)}.", **details)
 
 
+def check_config_layout(raw: dict[str, Any], engine: dict[str, Any] | None,
+                        engine_reads_nested: bool | None) -> dict[str, Any] | None:
+    """A speculators config nests the decoder config; an engine that reads only the top level misses it."""
+    nested = raw.get("transformer_layer_config")
+    if not isinstance(nested, dict):
+        return None
+    only_nested = sorted(k for k in ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
+                                     "num_hidden_layers", "model_type") if k in nested and raw.get(k) is None)
+    details = {"layout": "speculators", "nested_only": only_nested,
+               "engine": None if engine is None else engine.get("engine"),
+               "engine_version": None if engine is None else engine.get("version"),
+               "engine_reads_transformer_layer_config": engine_reads_nested}
+    if not only_nested:
+        return _finding("config_layout", "info", "speculators layout; the decoder keys are also at the top level.",
+                        **details)
+    if engine is None or engine_reads_nested is None:
+        return _finding("config_layout", "warning", f"speculators layout: {', '.join(only_nested)} exist only under "
+                        "transformer_layer_config; engines that read a flat config (SGLang) will not find them.",
+                        **details)
+    if engine_reads_nested:
+        return _finding("config_layout", "info", f"speculators layout; {_engine_label(engine)} reads "
+                        "transformer_layer_config.", **details)
+    return _finding("config_layout", "error", f"speculators layout: {', '.join(only_nested)} exist only under "
+                    f"transformer_layer_config, which {_engine_label(engine)} never reads (it builds the draft from "
+                    "the top-level config, which has no model_type or hidden_size).", **details)
+
+
 def check_fc(cfg: dict[str, Any], tensors: dict[str, Any], hidden: Any, target: dict[str, Any],
              num_aux: int, aux_source: str) -> dict[str, Any]:
     if target.get("hidden_size"):
@@ -330,7 +357,8 @@ def check_rope(cfg: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:
 
 def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any], weights: dict[str, Any],
             target: dict[str, Any], engine: dict[str, Any] | None = None,
-            loader_flags: dict[str, bool] | None = None) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+            loader_flags: dict[str, bool] | None = None, engine_reads_nested: bool | None = None,
+            ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     """(feeds, naming, findings) for one draft checkpoint; ``engine`` is engine_registry.scan_sglang's result and
     ``loader_flags`` what the loader of the draft's architecture reads (both None when no engine was scanned)."""
     # speculators nests the Llama config under transformer_layer_config; top-level keys win.
@@ -347,6 +375,9 @@ def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any],
                                  f"{weights['missing_shards']}.", **weights))
     findings.append(check_architecture(raw, engine))
     findings.append(check_variant_flags(raw, engine, loader_flags))
+    layout = check_config_layout(raw, engine, engine_reads_nested)
+    if layout is not None:
+        findings.append(layout)
     nested, top = nested_ids(raw), top_level_ids(raw)
     if isinstance(cfg.get("num_aux_hidden_states"), int):
         num_aux, aux_source = cfg["num_aux_hidden_states"], "num_aux_hidden_states"

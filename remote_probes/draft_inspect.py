@@ -27,7 +27,7 @@ from typing import Any
 from _probe import ProbeFailure, run_probe
 from draft_findings import analyse
 from eagle3_config import flat_config, rope_config
-from engine_registry import loader_flags, scan_sglang
+from engine_registry import config_reads, loader_flags, scan_sglang
 
 CONFIG_KEYS = ("architectures", "model_type", "hidden_size", "target_hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
@@ -165,7 +165,9 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     archs = raw.get("architectures") if isinstance(raw.get("architectures"), list) else []
     module = engine["architectures"].get(archs[0]) if engine and archs and isinstance(archs[0], str) else None
     flags = loader_flags(engine["root"], module) if engine and module else None
-    feeds, naming, findings = analyse(raw, tensors, small, weights, target, engine, flags)
+    reads_nested = (config_reads(engine["root"], "transformer_layer_config", module)
+                    if engine and isinstance(raw.get("transformer_layer_config"), dict) else None)
+    feeds, naming, findings = analyse(raw, tensors, small, weights, target, engine, flags, reads_nested)
     config = {k: raw[k] for k in CONFIG_KEYS if k in raw}
     if isinstance(raw.get("transformer_layer_config"), dict):  # speculators format nests the Llama config
         config["transformer_layer_config"] = {k: v for k, v in raw["transformer_layer_config"].items()

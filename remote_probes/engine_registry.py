@@ -161,3 +161,20 @@ def loader_flags(root: str, module_file: str) -> Dict[str, bool]:
     except OSError:
         return {}
     return {flag: bool(re.search(r"[\"']%s[\"']" % flag, text)) for flag in VARIANT_FLAGS}
+
+
+def config_reads(root: str, key: str, module_file: Optional[str] = None) -> bool:
+    """Whether SGLang's config handling (srt/configs, srt/utils) or the loader module mentions ``key`` at all."""
+    files: List[str] = [os.path.join(root, module_file)] if module_file else []
+    for sub in (os.path.join("srt", "configs"), os.path.join("srt", "utils")):
+        for dirpath, _dirs, names in os.walk(os.path.join(root, sub)):
+            files.extend(os.path.join(dirpath, n) for n in names if n.endswith(".py"))
+    needle = re.compile(r"[\"']%s[\"']|\.%s\b" % (re.escape(key), re.escape(key)))
+    for path in files:
+        try:
+            with open(path, encoding="utf-8-sig", errors="replace") as handle:
+                if needle.search(handle.read()):
+                    return True
+        except OSError:
+            continue
+    return False
