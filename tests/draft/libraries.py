@@ -128,3 +128,27 @@ def save_target_config(path: Path, *, num_layers: int = 12, rope_theta: float = 
     LlamaConfig(hidden_size=H, intermediate_size=2 * H, num_attention_heads=4, num_key_value_heads=2,
                 num_hidden_layers=num_layers, vocab_size=V, rope_theta=rope_theta).save_pretrained(str(path))
     return path
+
+
+def save_tiny_target(path: Path, prompts: list[str], *, num_layers: int = 12, seed: int = 0) -> Path:
+    """A random Llama target (hidden H, vocab V) with a word-level tokenizer of V ids over the prompts' words."""
+    torch = realparts.importorskip("torch")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words: dict[str, int] = {}
+    for text in prompts:
+        for word in text.split():
+            words[word] = words.get(word, 0) + 1
+    vocab = ["[UNK]", "<eos>"] + sorted(words, key=lambda w: (-words[w], w))[:V - 2]
+    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="<eos>",
+                                        pad_token="<eos>", bos_token="<eos>")
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(hidden_size=H, intermediate_size=2 * H, num_attention_heads=4, num_key_value_heads=2,
+                      num_hidden_layers=num_layers, vocab_size=V, max_position_embeddings=512,
+                      eos_token_id=1, pad_token_id=1, bos_token_id=1)
+    LlamaForCausalLM(cfg).save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return path

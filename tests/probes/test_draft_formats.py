@@ -126,3 +126,23 @@ def test_specforge_fc_norm_and_no_engine(run_probe, drafts):
         "fc_norm"]
     assert {f"fc_norm.{i}.weight" for i in range(3)} <= set(res.tensors)
     assert res.config["draft_vocab_size"] == VD
+
+
+@pytest.mark.parametrize("fmt", ["speculators", "specforge_fc_norm"])
+def test_draft_test_probe_runs_on_library_drafts(run_probe, drafts, tmp_path, fmt):
+    """The whole draft_test probe (target capture, draft load, wiring scores) on each library's draft."""
+    from orchestrator.probes import probes_dir
+    from tests.draft.libraries import save_tiny_target
+
+    prompts = json.loads((probes_dir() / "draft_test_prompts.json").read_text())
+    texts = [p if isinstance(p, str) else json.dumps(p) for p in (prompts if isinstance(prompts, list) else
+                                                                  prompts.get("prompts", []))]
+    target = save_tiny_target(tmp_path / "target", texts, num_layers=N)
+    run = run_probe("draft_test", {"target": str(target), "draft": str(drafts[fmt]), "num_prompts": 3,
+                                   "max_new_tokens": 8, "steps": 2, "device": "cpu", "wirings": "auto"},
+                    timeout=600)
+    res = run.result
+    flags = {"speculators": ["fc_norm", "norm_before_residual"], "specforge_fc_norm": ["fc_norm"]}[fmt]
+    assert res["draft"]["hidden_size"] == H and res["draft"]["variant_flags"] == flags
+    assert res["draft"]["num_aux"] == 3 and res["server_wiring"] == [2, 6, 9]
+    assert res["prompts"] == 3 and res["wirings"] and all(r["tau_serving"] is not None for r in res["wirings"])
