@@ -50,7 +50,8 @@ def variant_flags(raw: Dict[str, Any]) -> Dict[str, bool]:
     ``use_aux_norm`` is SGLang's legacy spelling of ``fc_norm``.
     """
     flat = flat_config(raw)
-    eagle = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    nested = raw.get("eagle_config")
+    eagle: Dict[str, Any] = nested if isinstance(nested, dict) else {}
     flags: Dict[str, bool] = {}
     for flag in VARIANT_FLAGS:
         value = eagle.get(flag, flat.get(flag))

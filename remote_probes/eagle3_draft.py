@@ -266,7 +266,7 @@ class Eagle3Draft(nn.Module):
             hidden = self.input_norm(hidden)
         if self.fc_norm is not None:
             chunks = hidden.chunk(self.num_aux, dim=-1)
-            hidden = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks)], dim=-1)
+            hidden = torch.cat([self.fc_norm[i](c) for i, c in enumerate(chunks)], dim=-1)
         return self.fc(hidden)
 
     def residual(self, h: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.probes import parse_result
 from orchestrator.probes.models import DraftInspectResult
 from tests import realparts
-from tests.draft.libraries import H, VD, save_specforge_draft, save_speculators_draft, save_target_config
+from tests.draft.libraries import VD, H, save_specforge_draft, save_speculators_draft, save_target_config
 from tests.probes.conftest import SGLANG_VERSIONS
 
 realparts.importorskip("torch")
