@@ -2,7 +2,11 @@
 
 Public API (stable; the lab server and the lab's training code use it):
 
-- ``DraftConfig.from_dict(config_json: dict) -> DraftConfig``        validated draft config
+- ``DraftConfig.from_dict(config_json: dict) -> DraftConfig``        validated draft config, any format: flat
+  (SpecForge / EAGLE), speculators (``transformer_layer_config`` nested), RoPE from ``rope_parameters``
+  (transformers 5) or the legacy keys; ``.flags`` holds the variant flags, all implemented in the forward:
+  ``norm_before_fc`` (``input_norm`` over the concatenated aux states), ``fc_norm`` (``fc_norm.N`` per aux state),
+  ``norm_before_residual`` (the residual is ``hidden_norm(h)``), ``norm_output`` (the normed hidden is fed back)
 - ``Eagle3Draft(cfg, num_aux=3)``                                      the module (randomly initialised)
 - ``load_draft(path, *, embed_tokens=None, lm_head=None, target_vocab_size=None, target_hidden_size=None,
   device="cpu", dtype=torch.float32, strict=True) -> Eagle3Draft``   from a checkpoint directory

@@ -110,6 +110,10 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
     """Validate a canonicalised state dict (see eagle3_checkpoint) and build the draft. Raises DraftLoadError."""
     cfg = DraftConfig.from_dict(config)
     notes = list(notes)
+    deeper = sorted({n.split(".")[1] for n in state if n.startswith("layers.")})
+    if deeper:  # speculators (and SGLang's loader) allow num_hidden_layers > 1; this draft model has one layer
+        raise DraftLoadError("draft has decoder layers beyond the first (layers.%s.*); only 1-layer EAGLE-3 drafts are "
+                             "supported by the draft test" % ",".join(deeper), field="num_hidden_layers")
     embed = state.get("embed_tokens.weight")
     if embed is None:
         if embed_tokens is None:
