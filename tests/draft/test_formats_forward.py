@@ -36,7 +36,8 @@ def _mine(path, aux, tokens, **kw):
 
 
 @pytest.mark.parametrize("flags", [{}, {"norm_before_residual": True}, {"norm_before_fc": True},
-                                   {"fc_norm": True}, {"norm_before_residual": True, "fc_norm": True}],
+                                   {"fc_norm": True}, {"norm_output": True},
+                                   {"norm_before_residual": True, "fc_norm": True}],
                          ids=lambda f: "+".join(f) or "plain")
 def test_speculators_drafts_match_the_library(tmp_path, flags):
     ref = save_speculators_draft(tmp_path / "d", **flags)

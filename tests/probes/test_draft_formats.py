@@ -99,6 +99,7 @@ def test_speculators_draft_against_the_real_registry(run_probe, sglang_trees, dr
     ({"norm_before_residual": True}, {"0.5.12.post1": ["norm_before_residual"], "0.5.23": ["norm_before_residual"]}),
     ({"norm_before_fc": True}, {"0.5.12.post1": ["norm_before_fc"], "0.5.23": []}),
     ({"fc_norm": True}, {"0.5.12.post1": [], "0.5.23": []}),
+    ({"norm_output": True}, {"0.5.12.post1": [], "0.5.23": []}),
 ])
 def test_variant_flags_each_sglang_ignores(run_probe, sglang_trees, tmp_path, version, flags, ignored):
     """A speculators draft relabelled LlamaForCausalLMEagle3 (how such drafts get onto SGLang): which flags the
