@@ -32,23 +32,34 @@ def inspect(run_probe, path: Path, tree: Path | None, **args: Any) -> DraftInspe
 
 
 @pytest.fixture(scope="module")
-def drafts(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("drafts")
+def specforge_drafts(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("specforge")
     out = {"specforge": root / "specforge", "specforge_fc_norm": root / "specforge_fc_norm",
-           "speculators": root / "speculators", "target": root / "target", "target_500k": root / "target_500k"}
+           "target": root / "target", "target_500k": root / "target_500k"}
     save_specforge_draft(out["specforge"], aux_ids=[1, 5, 8])
     save_specforge_draft(out["specforge_fc_norm"], aux_ids=[1, 5, 8], fc_norm=True)
-    save_speculators_draft(out["speculators"], norm_before_residual=True, fc_norm=True)
     save_target_config(out["target"], num_layers=N)
     save_target_config(out["target_500k"], num_layers=N, rope_theta=500000.0)
     return out
 
 
-def test_configs_are_transformers5_shaped(drafts):
+@pytest.fixture(scope="module")
+def speculators_draft(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("speculators") / "speculators"
+    save_speculators_draft(path, norm_before_residual=True, fc_norm=True)
+    return path
+
+
+@pytest.fixture
+def drafts(specforge_drafts) -> dict[str, Path]:
+    return specforge_drafts
+
+
+def test_configs_are_transformers5_shaped(drafts, speculators_draft):
     """The fixtures are what the libraries really write: RoPE only as rope_parameters, speculators nests."""
     sf = json.loads((drafts["specforge"] / "config.json").read_text())
     assert sf["rope_parameters"] == {"rope_theta": 10000.0, "rope_type": "default"} and "rope_theta" not in sf
-    sp = json.loads((drafts["speculators"] / "config.json").read_text())
+    sp = json.loads((speculators_draft / "config.json").read_text())
     assert sp["architectures"] == ["Eagle3DraftModel"] and "hidden_size" not in sp
     assert sp["transformer_layer_config"]["rope_parameters"]["rope_theta"] == 10000.0
     assert sp["speculators_config"]["algorithm"] == "eagle3" and sp["eagle_aux_hidden_state_layer_ids"] == [1, 5, 8]
@@ -76,8 +87,8 @@ def test_rope_mismatch_is_read_from_rope_parameters_on_both_sides(run_probe, dra
 
 
 @pytest.mark.parametrize("version", SGLANG_VERSIONS)
-def test_speculators_draft_against_the_real_registry(run_probe, sglang_trees, drafts, version):
-    res = inspect(run_probe, drafts["speculators"], sglang_trees(version), target_num_layers=N)
+def test_speculators_draft_against_the_real_registry(run_probe, sglang_trees, speculators_draft, version):
+    res = inspect(run_probe, speculators_draft, sglang_trees(version), target_num_layers=N)
     arch = res.finding("architecture")  # neither SGLang registers a class named Eagle3DraftModel
     assert arch.severity == "error" and "no model class named Eagle3DraftModel" in arch.message
     assert "LlamaForCausalLMEagle3" in arch.details["eagle3_loaders"]
@@ -130,7 +141,7 @@ def test_specforge_fc_norm_and_no_engine(run_probe, drafts):
 
 
 @pytest.mark.parametrize("fmt", ["speculators", "specforge_fc_norm"])
-def test_draft_test_probe_runs_on_library_drafts(run_probe, drafts, tmp_path, fmt):
+def test_draft_test_probe_runs_on_library_drafts(request, run_probe, drafts, tmp_path, fmt):
     """The whole draft_test probe (target capture, draft load, wiring scores) on each library's draft."""
     from orchestrator.probes import probes_dir
     from tests.draft.libraries import save_tiny_target
@@ -139,7 +150,8 @@ def test_draft_test_probe_runs_on_library_drafts(run_probe, drafts, tmp_path, fm
     texts = [p if isinstance(p, str) else json.dumps(p) for p in (prompts if isinstance(prompts, list) else
                                                                   prompts.get("prompts", []))]
     target = save_tiny_target(tmp_path / "target", texts, num_layers=N)
-    run = run_probe("draft_test", {"target": str(target), "draft": str(drafts[fmt]), "num_prompts": 3,
+    draft = request.getfixturevalue("speculators_draft") if fmt == "speculators" else drafts[fmt]
+    run = run_probe("draft_test", {"target": str(target), "draft": str(draft), "num_prompts": 3,
                                    "max_new_tokens": 8, "steps": 2, "device": "cpu", "wirings": "auto"},
                     timeout=600)
     res = run.result
