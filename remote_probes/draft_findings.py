@@ -155,9 +155,11 @@ def check_config_layout(raw: dict[str, Any], engine: dict[str, Any] | None,
     if engine_reads_nested:
         return _finding("config_layout", "info", f"speculators layout; {_engine_label(engine)} reads "
                         "transformer_layer_config.", **details)
+    why = ("it parses config.json with transformers' AutoConfig, which refuses a config without a top-level "
+           "model_type ('Unrecognized model ... Should have a `model_type` key')" if "model_type" in only_nested
+           else "it builds the draft from the top-level keys alone")
     return _finding("config_layout", "error", f"speculators layout: {', '.join(only_nested)} exist only under "
-                    f"transformer_layer_config, which {_engine_label(engine)} never reads (it builds the draft from "
-                    "the top-level config, which has no model_type or hidden_size).", **details)
+                    f"transformer_layer_config, which {_engine_label(engine)} never reads: {why}.", **details)
 
 
 def check_fc(cfg: dict[str, Any], tensors: dict[str, Any], hidden: Any, target: dict[str, Any],
