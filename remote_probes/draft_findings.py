@@ -48,6 +48,11 @@ def naming(raw: dict[str, Any], tensors: dict[str, Any]) -> dict[str, Any]:
             "decoder_layers": layers, "label": label}
 
 
+# The EAGLE-3 EntryClass names of SGLang 0.5.12.post1 and 0.5.23 (tests check this against the real trees); used
+# only when no installed SGLang could be scanned (engine_registry), e.g. inspecting a draft on a machine without it.
+KNOWN_SGLANG_EAGLE3 = frozenset({"LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM"})
+
+
 def _engine_label(engine: dict[str, Any]) -> str:
     return f"{engine.get('engine', 'sglang')} {engine.get('version') or '(version unknown)'}"
 
@@ -62,9 +67,14 @@ def check_architecture(raw: dict[str, Any], engine: dict[str, Any] | None = None
                         "the model class from the command line.", architectures=archs)
     if engine is not None:
         return _architecture_in_registry(arch, engine)
-    if "eagle3" in arch.lower():
-        return _finding("architecture", "info", f"Architecture {arch} selects an EAGLE-3 draft loader.",
+    if arch in KNOWN_SGLANG_EAGLE3:
+        return _finding("architecture", "info", f"Architecture {arch} selects an EAGLE-3 draft loader (SGLang "
+                        "0.5.12.post1 and 0.5.23 register it; no installed SGLang was scanned).",
                         architecture=arch, eagle3_loader=True)
+    if "eagle3" in arch.lower():
+        return _finding("architecture", "warning", f"Architecture {arch} names no EAGLE-3 loader SGLang 0.5.12.post1 "
+                        f"or 0.5.23 registers ({', '.join(sorted(KNOWN_SGLANG_EAGLE3))}); no installed SGLang was "
+                        "scanned to check this one.", architecture=arch, eagle3_loader=None)
     if "eagle" in arch.lower():
         return _finding("architecture", "warning", f"Architecture {arch} is an EAGLE-1/2 draft class, not "
                         "EAGLE-3: no fc over three aux hidden states.", architecture=arch, eagle3_loader=False)

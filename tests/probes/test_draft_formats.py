@@ -159,3 +159,24 @@ def test_draft_test_probe_runs_on_library_drafts(request, run_probe, drafts, tmp
     assert res["draft"]["hidden_size"] == H and res["draft"]["variant_flags"] == flags
     assert res["draft"]["num_aux"] == 3 and res["server_wiring"] == [2, 6, 9]
     assert res["prompts"] == 3 and res["wirings"] and all(r["tau_serving"] is not None for r in res["wirings"])
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_fallback_names_are_the_real_eagle3_loaders(sglang_trees, version):
+    """Without an installed SGLang the architecture check falls back to KNOWN_SGLANG_EAGLE3: it must be exactly
+    what each real tree registers from its *eagle3* modules; and Eagle3DraftModel is registered by neither."""
+    import sys
+
+    from orchestrator.probes import probes_dir
+
+    sys.path.insert(0, str(probes_dir()))
+    try:
+        from draft_findings import KNOWN_SGLANG_EAGLE3
+        from engine_registry import scan_sglang
+    finally:
+        sys.path.remove(str(probes_dir()))
+    reg = scan_sglang([str(sglang_trees(version))])
+    assert reg is not None and reg["version"] == version and not reg["unresolved"]
+    eagle3 = {a for a, m in reg["architectures"].items() if "eagle3" in m.rsplit("/", 1)[-1]}
+    assert eagle3 == KNOWN_SGLANG_EAGLE3
+    assert "Eagle3DraftModel" not in reg["architectures"] and "LlamaForCausalLM" in reg["architectures"]
