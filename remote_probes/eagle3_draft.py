@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, cast
 
 import torch
 import torch.nn.functional as F
@@ -246,10 +246,10 @@ class Eagle3Draft(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.fc = nn.Linear(num_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
         # variants (speculators / SGLang names): one norm over the concatenation, or one per aux state
-        self.input_norm = (_RMSNorm(num_aux * cfg.target_hidden_size, cfg.rms_norm_eps)
-                           if cfg.flags.get("norm_before_fc") else None)
-        self.fc_norm = (nn.ModuleList([_RMSNorm(cfg.target_hidden_size, cfg.rms_norm_eps) for _ in range(num_aux)])
-                        if cfg.flags.get("fc_norm") else None)
+        self.input_norm: Optional[_RMSNorm] = (_RMSNorm(num_aux * cfg.target_hidden_size, cfg.rms_norm_eps)
+                                               if cfg.flags.get("norm_before_fc") else None)
+        self.fc_norm: Optional[nn.ModuleList] = (nn.ModuleList([_RMSNorm(cfg.target_hidden_size, cfg.rms_norm_eps) for _ in range(num_aux)])
+                                                 if cfg.flags.get("fc_norm") else None)
         self.midlayer = _MidLayer(cfg)
         self.norm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, vd, bias=False)
@@ -270,7 +270,8 @@ class Eagle3Draft(nn.Module):
             hidden = self.input_norm(hidden)
         if self.fc_norm is not None:
             chunks = hidden.chunk(self.num_aux, dim=-1)
-            hidden = torch.cat([self.fc_norm[i](c) for i, c in enumerate(chunks)], dim=-1)
+            norms = cast(nn.ModuleList, self.fc_norm)
+            hidden = torch.cat([norms[i](c) for i, c in enumerate(chunks)], dim=-1)
         return self.fc(hidden)
 
     def residual(self, h: torch.Tensor) -> torch.Tensor:

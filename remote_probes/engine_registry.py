@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional
 try:
     from eagle3_config import VARIANT_FLAGS
 except ImportError:  # imported as part of the remote_probes package
-    from .eagle3_config import VARIANT_FLAGS  # type: ignore[no-redef]
+    from .eagle3_config import VARIANT_FLAGS
 
 _MAX_FILE = 4 * 1024 * 1024
 
