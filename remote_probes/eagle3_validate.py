@@ -110,6 +110,10 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
     """Validate a canonicalised state dict (see eagle3_checkpoint) and build the draft. Raises DraftLoadError."""
     cfg = DraftConfig.from_dict(config)
     notes = list(notes)
+    qk_norms = sorted(n for n in state if n.startswith("midlayer.self_attn.") and n.split(".")[2] in ("q_norm", "k_norm"))
+    if qk_norms:  # a Qwen3-style layer (speculators transformer_layer_config.model_type qwen3): per-head q/k norms
+        raise DraftLoadError("draft has per-head attention norms (%s), a Qwen3-style decoder layer this Llama-style "
+                             "draft model does not implement" % ", ".join(qk_norms), field=qk_norms[0])
     deeper = sorted({n.split(".")[1] for n in state if n.startswith("layers.")})
     if deeper:  # speculators (and SGLang's loader) allow num_hidden_layers > 1; this draft model has one layer
         raise DraftLoadError("draft has decoder layers beyond the first (layers.%s.*); only 1-layer EAGLE-3 drafts are "
