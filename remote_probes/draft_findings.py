@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from eagle3_config import VARIANT_FLAGS, flat_config, rope_config, variant_flags
 from eagle3_wiring import default_wiring, nested_ids, top_level_ids
 
 
@@ -47,21 +48,128 @@ def naming(raw: dict[str, Any], tensors: dict[str, Any]) -> dict[str, Any]:
             "decoder_layers": layers, "label": label}
 
 
-def check_architecture(raw: dict[str, Any]) -> dict[str, Any]:
+# The EAGLE-3 EntryClass names of SGLang 0.5.12.post1 and 0.5.23 (tests check this against the real trees); used
+# only when no installed SGLang could be scanned (engine_registry), e.g. inspecting a draft on a machine without it.
+KNOWN_SGLANG_EAGLE3 = frozenset({"LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM"})
+
+
+def _engine_label(engine: dict[str, Any]) -> str:
+    return f"{engine.get('engine', 'sglang')} {engine.get('version') or '(version unknown)'}"
+
+
+def check_architecture(raw: dict[str, Any], engine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Is there a loader for the draft's architecture? From the installed engine's registry when it was scanned
+    (engine_registry: the EntryClass names of sglang/srt/models/*.py), else from the class name alone."""
     archs = raw.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs else None
     if not isinstance(arch, str):
         return _finding("architecture", "warning", "config.json lists no architectures, so the engine guesses "
                         "the model class from the command line.", architectures=archs)
-    if "eagle3" in arch.lower():
-        return _finding("architecture", "info", f"Architecture {arch} selects an EAGLE-3 draft loader.",
+    if engine is not None:
+        return _architecture_in_registry(arch, engine)
+    if arch in KNOWN_SGLANG_EAGLE3:
+        return _finding("architecture", "info", f"Architecture {arch} selects an EAGLE-3 draft loader (SGLang "
+                        "0.5.12.post1 and 0.5.23 register it; no installed SGLang was scanned).",
                         architecture=arch, eagle3_loader=True)
+    if "eagle3" in arch.lower():
+        return _finding("architecture", "warning", f"Architecture {arch} names no EAGLE-3 loader SGLang 0.5.12.post1 "
+                        f"or 0.5.23 registers ({', '.join(sorted(KNOWN_SGLANG_EAGLE3))}); no installed SGLang was "
+                        "scanned to check this one.", architecture=arch, eagle3_loader=None)
     if "eagle" in arch.lower():
         return _finding("architecture", "warning", f"Architecture {arch} is an EAGLE-1/2 draft class, not "
                         "EAGLE-3: no fc over three aux hidden states.", architecture=arch, eagle3_loader=False)
     return _finding("architecture", "error", f"Architecture {arch} is a base model class, so SGLang loads the "
                     "draft with its plain loader instead of the EAGLE-3 one (sglang PR 33966).",
                     architecture=arch, eagle3_loader=False)
+
+
+def _architecture_in_registry(arch: str, engine: dict[str, Any]) -> dict[str, Any]:
+    label = _engine_label(engine)
+    module = engine["architectures"].get(arch)
+    details = {"architecture": arch, "engine": engine.get("engine"), "engine_version": engine.get("version"),
+               "loader_module": module, "source": "engine registry"}
+    if module is None:
+        eagle3 = sorted(a for a, m in engine["architectures"].items() if "eagle3" in m.rsplit("/", 1)[-1])
+        return _finding("architecture", "error", f"{label} has no model class named {arch} (no EntryClass in "
+                        "sglang/srt/models), so the draft cannot be loaded: the server fails at startup with "
+                        f"'Model architectures [{arch!r}] are not supported'. Its EAGLE-3 loaders: "
+                        f"{', '.join(eagle3) or 'none'}.", eagle3_loader=False, eagle3_loaders=eagle3, **details)
+    base = module.rsplit("/", 1)[-1]
+    if "eagle3" in base:
+        return _finding("architecture", "info", f"Architecture {arch} selects {label}'s EAGLE-3 draft loader "
+                        f"({module}).", eagle3_loader=True, **details)
+    if "eagle" in base:
+        return _finding("architecture", "warning", f"Architecture {arch} selects {label}'s EAGLE-1/2 loader "
+                        f"({module}), not EAGLE-3: no fc over three aux hidden states.", eagle3_loader=False,
+                        **details)
+    return _finding("architecture", "error", f"Architecture {arch} is {label}'s base model class ({module}), so "
+                    "SGLang loads the draft with its plain loader instead of the EAGLE-3 one (sglang PR 33966).",
+                    eagle3_loader=False, **details)
+
+
+_FLAG_EFFECT = {
+    "norm_before_residual": "the residual is the hidden_norm'ed hidden state, but the engine adds the attention "
+                            "output to the un-normed one",
+    "norm_before_fc": "the concatenated aux states are RMS-normed before fc, but the engine feeds them raw and "
+                      "drops input_norm.weight",
+    "fc_norm": "each aux state is RMS-normed before fc, but the engine feeds them raw and drops fc_norm.N.weight",
+    "norm_output": "the normed hidden state is fed back to the next step, but the engine feeds the pre-norm one",
+}
+
+
+def check_variant_flags(raw: dict[str, Any], engine: dict[str, Any] | None,
+                        loader_flags: dict[str, bool] | None) -> dict[str, Any]:
+    """Draft-architecture variants the config turns on, and whether the engine's loader reads each flag."""
+    flags = sorted(variant_flags(raw))
+    details: dict[str, Any] = {"flags": flags, "engine": None if engine is None else engine.get("engine"),
+                               "engine_version": None if engine is None else engine.get("version")}
+    if not flags:
+        return _finding("variant_flags", "info", "No draft variant flags (norm_before_residual, norm_before_fc, "
+                        "fc_norm, norm_output) are set.", **details)
+    if engine is None:
+        return _finding("variant_flags", "warning", f"The draft sets {', '.join(flags)}; no engine was found to "
+                        "scan, so whether the engine honours them is unknown.", **details)
+    if loader_flags is None:
+        return _finding("variant_flags", "warning", f"The draft sets {', '.join(flags)}, but "
+                        f"{_engine_label(engine)} has no loader for its architecture to honour them.", **details)
+    label = _engine_label(engine)
+    ignored = [f for f in flags if not loader_flags.get(f)]
+    details.update(read_by_engine=[f for f in flags if loader_flags.get(f)], ignored_by_engine=ignored,
+                   all_flags_read=[f for f in VARIANT_FLAGS if loader_flags.get(f)])
+    if ignored:
+        effects = "; ".join(f"{f}: {_FLAG_EFFECT[f]}" for f in ignored)
+        return _finding("variant_flags", "error", f"{label} never reads {', '.join(ignored)}, so it serves a "
+                        f"different network than was trained ({effects}).", **details)
+    return _finding("variant_flags", "info", f"{label}'s loader reads {', '.join(flags)}.", **details)
+
+
+def check_config_layout(raw: dict[str, Any], engine: dict[str, Any] | None,
+                        engine_reads_nested: bool | None) -> dict[str, Any] | None:
+    """A speculators config nests the decoder config; an engine that reads only the top level misses it."""
+    nested = raw.get("transformer_layer_config")
+    if not isinstance(nested, dict):
+        return None
+    only_nested = sorted(k for k in ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
+                                     "num_hidden_layers", "model_type") if k in nested and raw.get(k) is None)
+    details = {"layout": "speculators", "nested_only": only_nested,
+               "engine": None if engine is None else engine.get("engine"),
+               "engine_version": None if engine is None else engine.get("version"),
+               "engine_reads_transformer_layer_config": engine_reads_nested}
+    if not only_nested:
+        return _finding("config_layout", "info", "speculators layout; the decoder keys are also at the top level.",
+                        **details)
+    if engine is None or engine_reads_nested is None:
+        return _finding("config_layout", "warning", f"speculators layout: {', '.join(only_nested)} exist only under "
+                        "transformer_layer_config; engines that read a flat config (SGLang) will not find them.",
+                        **details)
+    if engine_reads_nested:
+        return _finding("config_layout", "info", f"speculators layout; {_engine_label(engine)} reads "
+                        "transformer_layer_config.", **details)
+    why = ("it parses config.json with transformers' AutoConfig, which refuses a config without a top-level "
+           "model_type ('Unrecognized model ... Should have a `model_type` key')" if "model_type" in only_nested
+           else "it builds the draft from the top-level keys alone")
+    return _finding("config_layout", "error", f"speculators layout: {', '.join(only_nested)} exist only under "
+                    f"transformer_layer_config, which {_engine_label(engine)} never reads: {why}.", **details)
 
 
 def check_fc(cfg: dict[str, Any], tensors: dict[str, Any], hidden: Any, target: dict[str, Any],
@@ -243,11 +351,30 @@ def check_feeds(raw: dict[str, Any], n_layers: int | None) -> tuple[dict[str, An
     return feeds, _finding("aux_layer_ids", "info", text, **details)
 
 
+def check_rope(cfg: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:
+    """rope_theta as the engines read it: ``rope_parameters`` (transformers 5) first, then the legacy keys."""
+    theta, scaling, source = rope_config(cfg)
+    t_theta = target.get("rope_theta")
+    details = {"rope_theta": theta, "rope_theta_source": source, "rope_scaling": scaling,
+               "target_rope_theta": t_theta, "target_rope_theta_source": target.get("rope_theta_source")}
+    if theta is None:
+        return _finding("rope", "warning", "rope_theta is missing (neither rope_parameters.rope_theta nor "
+                        "rope_theta), so engines assume 10000" + (f" while the target uses {t_theta}." if t_theta
+                                                                  else "."), **details)
+    if t_theta is not None and float(t_theta) != float(theta):
+        return _finding("rope", "warning", f"Draft rope_theta {theta} differs from the target's {t_theta}.",
+                        **details)
+    return _finding("rope", "info", f"rope_theta {theta} (from {source}).", **details)
+
+
 def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any], weights: dict[str, Any],
-            target: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    """(feeds, naming, findings) for one draft checkpoint."""
+            target: dict[str, Any], engine: dict[str, Any] | None = None,
+            loader_flags: dict[str, bool] | None = None, engine_reads_nested: bool | None = None,
+            ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """(feeds, naming, findings) for one draft checkpoint; ``engine`` is engine_registry.scan_sglang's result and
+    ``loader_flags`` what the loader of the draft's architecture reads (both None when no engine was scanned)."""
     # speculators nests the Llama config under transformer_layer_config; top-level keys win.
-    cfg = dict(raw.get("transformer_layer_config") or {}, **raw)
+    cfg = flat_config(raw)
     hidden = cfg.get("hidden_size")
     vocab = target.get("vocab_size") or cfg.get("vocab_size")
     findings: list[dict[str, Any]] = []
@@ -258,7 +385,11 @@ def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any],
     elif weights.get("missing_shards"):
         findings.append(_finding("weights", "error", f"The safetensors index names missing shards "
                                  f"{weights['missing_shards']}.", **weights))
-    findings.append(check_architecture(raw))
+    findings.append(check_architecture(raw, engine))
+    findings.append(check_variant_flags(raw, engine, loader_flags))
+    layout = check_config_layout(raw, engine, engine_reads_nested)
+    if layout is not None:
+        findings.append(layout)
     nested, top = nested_ids(raw), top_level_ids(raw)
     if isinstance(cfg.get("num_aux_hidden_states"), int):
         num_aux, aux_source = cfg["num_aux_hidden_states"], "num_aux_hidden_states"
@@ -279,16 +410,7 @@ def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any],
     if top is not None and nested is None and num_aux != len(top):
         findings.append(_finding("aux_count", "warning", f"{len(top)} top-level ids but SGLang sizes fc for "
                                  f"{num_aux} aux states ({aux_source}).", top_level_ids=top, num_aux=num_aux))
-    theta, t_theta = cfg.get("rope_theta"), target.get("rope_theta")
-    if theta is None:
-        findings.append(_finding("rope", "warning", "rope_theta is missing, so engines assume 10000"
-                                 + (f" while the target uses {t_theta}." if t_theta else "."), target_rope_theta=t_theta))
-    elif t_theta is not None and float(t_theta) != float(theta):
-        findings.append(_finding("rope", "warning", f"Draft rope_theta {theta} differs from the target's {t_theta}.",
-                                 rope_theta=theta, target_rope_theta=t_theta))
-    else:
-        findings.append(_finding("rope", "info", f"rope_theta {theta}.", rope_theta=theta,
-                                 rope_scaling=cfg.get("rope_scaling")))
+    findings.append(check_rope(cfg, target))
     name_info = naming(raw, tensors)
     findings.append(_finding("naming", "warning" if name_info["variant"] == "unknown" else "info",
                              f"Tensor naming: {name_info['label']}.", **name_info))

@@ -4,7 +4,11 @@ Reads config.json and the safetensors JSON headers (8-byte little-endian length 
 small integer tensors d2t/t2d straight from the file. Nothing is imported from torch or safetensors.
 
 Args: ``{"path": draft_dir, "target_path"?: dir with the target's config.json, "target_num_layers"?: int,
-"target_hidden_size"?: int, "target_vocab_size"?: int}`` (explicit numbers win over target_path).
+"target_hidden_size"?: int, "target_vocab_size"?: int, "engine_sys_path"?: [dirs holding the sglang package]}``
+(explicit numbers win over target_path). The installed SGLang (found like ``sglang_source`` does, or under
+``engine_sys_path``) is scanned, never imported, for its model registry: whether a loader exists for the draft's
+architecture and which variant flags that loader reads (engine_registry.py). ``"engine"`` in the result says which
+SGLang was scanned (null when none was found: the architecture check then goes by the class name).
 Result: ``{"path", "config": {subset}, "target": {...}, "weights": {...}, "naming": {...},
 "tensors": {name: {"dtype", "shape"}}, "feeds": {"sglang": [HF indices] | null, "vllm": ... | null},
 "findings": [{"id", "severity": "info"|"warning"|"error", "message", "details"}]}``.
@@ -22,12 +26,15 @@ from typing import Any
 
 from _probe import ProbeFailure, run_probe
 from draft_findings import analyse
+from eagle3_config import flat_config, rope_config
+from engine_registry import config_reads, loader_flags, scan_sglang
 
 CONFIG_KEYS = ("architectures", "model_type", "hidden_size", "target_hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
                "draft_vocab_size", "tie_word_embeddings", "rope_theta", "rope_scaling", "max_position_embeddings",
                "rms_norm_eps", "torch_dtype", "eagle_config", "eagle_aux_hidden_state_layer_ids",
-               "num_aux_hidden_states", "norm_before_residual", "norm_before_fc", "speculators_model_type")
+               "num_aux_hidden_states", "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output",
+               "use_aux_norm", "rope_parameters", "speculators_model_type")
 _INT_CODES = {"I64": ("q", 8), "I32": ("i", 4), "I16": ("h", 2), "I8": ("b", 1), "U8": ("B", 1), "BOOL": ("B", 1)}
 _MAX_HEADER = 100 * 1024 * 1024
 _MAX_SMALL_TENSOR = 64 * 1024 * 1024
@@ -121,13 +128,16 @@ def target_info(args: dict[str, Any]) -> dict[str, Any]:
                            "source": {}}
     if args.get("target_path"):
         cfg_path = os.path.join(os.path.expanduser(str(args["target_path"])), "config.json")
-        cfg = read_json(cfg_path, "target config")
-        cfg = dict(cfg.get("text_config") or {}, **cfg)  # multimodal targets nest the language model config
+        cfg = flat_config(read_json(cfg_path, "target config"))  # multimodal targets nest text_config
         for key, cfg_key in (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
-                             ("vocab_size", "vocab_size"), ("rope_theta", "rope_theta")):
+                             ("vocab_size", "vocab_size")):
             if isinstance(cfg.get(cfg_key), (int, float)):
                 out[key] = cfg[cfg_key]
                 out["source"][key] = "target_path"
+        theta, _, theta_source = rope_config(cfg)  # transformers 5: rope_parameters.rope_theta
+        if theta is not None:
+            out["rope_theta"], out["rope_theta_source"] = theta, theta_source
+            out["source"]["rope_theta"] = "target_path"
     for key in ("num_layers", "hidden_size", "vocab_size"):
         value = args.get("target_" + key)
         if value is not None:
@@ -151,14 +161,32 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     target = target_info(args)
     tensors, weights = weight_table(path)
     small = {name: read_ints(meta) for name, meta in tensors.items() if name.split(".")[-1] in ("d2t", "t2d")}
-    feeds, naming, findings = analyse(raw, tensors, small, weights, target)
+    engine = engine_scan(args)
+    archs = raw.get("architectures") if isinstance(raw.get("architectures"), list) else []
+    module = engine["architectures"].get(archs[0]) if engine and archs and isinstance(archs[0], str) else None
+    flags = loader_flags(engine["root"], module) if engine and module else None
+    reads_nested = (config_reads(engine["root"], "transformer_layer_config", module)
+                    if engine and isinstance(raw.get("transformer_layer_config"), dict) else None)
+    feeds, naming, findings = analyse(raw, tensors, small, weights, target, engine, flags, reads_nested)
     config = {k: raw[k] for k in CONFIG_KEYS if k in raw}
     if isinstance(raw.get("transformer_layer_config"), dict):  # speculators format nests the Llama config
         config["transformer_layer_config"] = {k: v for k, v in raw["transformer_layer_config"].items()
                                               if k in CONFIG_KEYS}
     return {"path": path, "config": config, "target": target, "weights": weights, "naming": naming,
             "tensors": {name: {"dtype": m["dtype"], "shape": m["shape"]} for name, m in sorted(tensors.items())},
-            "feeds": feeds, "findings": findings}
+            "feeds": feeds, "findings": findings,
+            "engine": None if engine is None else {"engine": engine["engine"], "version": engine["version"],
+                                                   "root": engine["root"], "loader_module": module,
+                                                   "loader_flags": flags,
+                                                   "architectures": len(engine["architectures"]),
+                                                   "unresolved_modules": engine["unresolved"]}}
+
+
+def engine_scan(args: dict[str, Any]) -> dict[str, Any] | None:
+    extra = args.get("engine_sys_path")
+    if extra is not None and (not isinstance(extra, list) or not all(isinstance(p, str) for p in extra)):
+        raise ProbeFailure("bad_args", "'engine_sys_path' must be a list of directories")
+    return scan_sglang(extra or None)
 
 
 if __name__ == "__main__":

@@ -383,7 +383,7 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
         "draft": {"path": a["draft"], "num_aux": draft.num_aux, "hidden_size": draft.cfg.hidden_size,
                   "vocab_size": draft.cfg.vocab_size, "draft_vocab_size": draft.load_report["draft_vocab_size"],
                   "nested_ids": nested_ids(dcfg), "top_level_ids": top_level_ids(dcfg),
-                  "notes": draft.load_report["notes"]},
+                  "variant_flags": draft.load_report.get("variant_flags", []), "notes": draft.load_report["notes"]},
         "prompts": len(runs), "tokens": int(sum(r[0].shape[1] - r[1] for r in runs)),
         "seconds": {"capture": round(captured - started, 2), "total": round(time.monotonic() - started, 2)},
     }

@@ -70,12 +70,22 @@ def read_safetensors(path: str) -> Dict[str, torch.Tensor]:
     return tensors
 
 
+_LEGACY_NORMS = {"aux_norm_low.": "fc_norm.0.", "aux_norm_mid.": "fc_norm.1.", "aux_norm_high.": "fc_norm.2."}
+
+
 def canonical_name(name: str) -> str:
-    """Map a tensor name of any known layout to SpecForge's (``midlayer.*``, no ``model.`` prefix)."""
+    """Map a tensor name of any known layout to SpecForge's (``midlayer.*``, no ``model.`` prefix).
+
+    The variant norms keep speculators' / SGLang's names (``fc_norm.N``, ``input_norm``); SGLang's legacy
+    ``aux_norm_{low,mid,high}`` become ``fc_norm.{0,1,2}`` as its loader renames them.
+    """
     if name.startswith("model."):
         name = name[len("model."):]
     if name.startswith("layers.0."):
         name = "midlayer." + name[len("layers.0."):]
+    for old, new in _LEGACY_NORMS.items():
+        if name.startswith(old):
+            name = new + name[len(old):]
     return name
 
 

@@ -2,7 +2,11 @@
 
 Public API (stable; the lab server and the lab's training code use it):
 
-- ``DraftConfig.from_dict(config_json: dict) -> DraftConfig``        validated draft config
+- ``DraftConfig.from_dict(config_json: dict) -> DraftConfig``        validated draft config, any format: flat
+  (SpecForge / EAGLE), speculators (``transformer_layer_config`` nested), RoPE from ``rope_parameters``
+  (transformers 5) or the legacy keys; ``.flags`` holds the variant flags, all implemented in the forward:
+  ``norm_before_fc`` (``input_norm`` over the concatenated aux states), ``fc_norm`` (``fc_norm.N`` per aux state),
+  ``norm_before_residual`` (the residual is ``hidden_norm(h)``), ``norm_output`` (the normed hidden is fed back)
 - ``Eagle3Draft(cfg, num_aux=3)``                                      the module (randomly initialised)
 - ``load_draft(path, *, embed_tokens=None, lm_head=None, target_vocab_size=None, target_hidden_size=None,
   device="cpu", dtype=torch.float32, strict=True) -> Eagle3Draft``   from a checkpoint directory
@@ -51,16 +55,16 @@ from torch import nn
 
 if TYPE_CHECKING:  # the checker reads the package; at run time a sibling script works too
     from .eagle3_checkpoint import DraftLoadError, read_state_dict
+    from .eagle3_config import flat_config, rope_config, variant_flags
 else:
     try:
         from .eagle3_checkpoint import DraftLoadError, read_state_dict
+        from .eagle3_config import flat_config, rope_config, variant_flags
     except ImportError:
         from eagle3_checkpoint import DraftLoadError, read_state_dict
+        from eagle3_config import flat_config, rope_config, variant_flags
 
 __all__ = ["DraftConfig", "DraftKVCache", "DraftLoadError", "DraftOutput", "Eagle3Draft", "load_draft"]
-
-_UNSUPPORTED_FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm")
-
 
 def _need(cfg: Dict[str, Any], key: str) -> Any:
     value = cfg.get(key)
@@ -85,18 +89,19 @@ class DraftConfig:
     rope_theta: float = 10000.0
     rope_scaling: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict)
+    # variant flags set in the config (eagle3_config.VARIANT_FLAGS): norm_before_residual, norm_before_fc, fc_norm,
+    # norm_output (speculators / SGLang meaning: the normed hidden is fed back to the next step)
+    flags: Dict[str, bool] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, cfg: Dict[str, Any]) -> DraftConfig:
+    def from_dict(cls, raw: Dict[str, Any]) -> DraftConfig:
+        """Any format: flat (SpecForge), ``transformer_layer_config`` (speculators), ``eagle_config`` flags."""
+        cfg = flat_config(raw)
         hidden = _need(cfg, "hidden_size")
         heads = _need(cfg, "num_attention_heads")
-        for flag in _UNSUPPORTED_FLAGS:
-            if cfg.get(flag):
-                raise DraftLoadError("draft variant flag %s=true is not supported by this draft model" % flag,
-                                     field=flag)
-        rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else None
-        theta = cfg.get("rope_theta") or (rope or {}).get("rope_theta") or 10000.0  # SpecForge's default
-        scaling = cfg.get("rope_scaling") or rope
+        theta, scaling, _ = rope_config(cfg)
+        if theta is None:
+            theta = 10000.0  # what SGLang and transformers assume when no key names a theta
         if isinstance(scaling, dict):
             kind = scaling.get("rope_type", scaling.get("type", "default"))
             if kind not in ("default", "llama3", "linear"):
@@ -116,7 +121,8 @@ class DraftConfig:
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             rope_theta=float(theta),
             rope_scaling=scaling,
-            raw=dict(cfg),
+            raw=dict(raw),
+            flags=variant_flags(raw),
         )
 
 
@@ -145,7 +151,7 @@ class DraftKVCache:
 @dataclass
 class DraftOutput:
     logits: torch.Tensor     # [B, T, draft_vocab]
-    hidden: torch.Tensor     # [B, T, H] pre-norm (fed back as the next step's hidden)
+    hidden: torch.Tensor     # [B, T, H] fed back as the next step's hidden: pre-norm (post-norm with norm_output)
     token_ids: torch.Tensor  # [B, T] greedy choice mapped to TARGET ids via d2t
 
 
@@ -248,6 +254,11 @@ class Eagle3Draft(nn.Module):
         vd = cfg.draft_vocab_size or cfg.vocab_size
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.fc = nn.Linear(num_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        # variants (speculators / SGLang names): one norm over the concatenation, or one per aux state
+        self.input_norm: Optional[_RMSNorm] = (_RMSNorm(num_aux * cfg.target_hidden_size, cfg.rms_norm_eps)
+                                               if cfg.flags.get("norm_before_fc") else None)
+        self.fc_norm: Optional[nn.ModuleList] = (nn.ModuleList([_RMSNorm(cfg.target_hidden_size, cfg.rms_norm_eps) for _ in range(num_aux)])
+                                                 if cfg.flags.get("fc_norm") else None)
         self.midlayer = _MidLayer(cfg)
         self.norm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, vd, bias=False)
@@ -263,7 +274,17 @@ class Eagle3Draft(nn.Module):
         if hidden.shape[-1] != self.fc.in_features:
             raise DraftLoadError("hidden input width %d matches neither fc input %d nor hidden_size %d"
                                  % (hidden.shape[-1], self.fc.in_features, self.cfg.hidden_size), field="fc.weight")
-        return self.fc(hidden.to(self.fc.weight.dtype))
+        hidden = hidden.to(self.fc.weight.dtype)
+        if self.input_norm is not None:
+            hidden = self.input_norm(hidden)
+        if self.fc_norm is not None:
+            chunks = hidden.chunk(self.num_aux, dim=-1)
+            hidden = torch.cat([self.fc_norm[i](c) for i, c in enumerate(chunks)], dim=-1)
+        return self.fc(hidden)
+
+    def residual(self, h: torch.Tensor) -> torch.Tensor:
+        """What the attention output is added to: h, or hidden_norm(h) with norm_before_residual (speculators)."""
+        return self.midlayer.hidden_norm(h) if self.cfg.flags.get("norm_before_residual") else h
 
     def _attn_input(self, tokens: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         emb = self.embed_tokens(tokens)
@@ -274,8 +295,10 @@ class Eagle3Draft(nn.Module):
         layer = self.midlayer
         h = residual + attn_out
         h = h + layer.mlp(layer.post_attention_layernorm(h))
-        logits = self.lm_head(self.norm(h))
-        return DraftOutput(logits=logits, hidden=h, token_ids=self.to_target_ids(logits.argmax(-1)))
+        normed = self.norm(h)
+        logits = self.lm_head(normed)
+        fed_back = normed if self.cfg.flags.get("norm_output") else h
+        return DraftOutput(logits=logits, hidden=fed_back, token_ids=self.to_target_ids(logits.argmax(-1)))
 
     def _rope(self, device: torch.device) -> torch.Tensor:
         if self._inv_freq.device != device:
@@ -301,7 +324,7 @@ class Eagle3Draft(nn.Module):
         # query i sits at absolute slot start+i and sees slots 0..start+i
         mask = torch.arange(total, device=tokens.device)[None, :] <= positions[:, None]
         o = F.scaled_dot_product_attention(q, attn.expand(k), attn.expand(v), attn_mask=mask)
-        return self._finish(h, attn.out(o))
+        return self._finish(self.residual(h), attn.out(o))
 
     # -- test-time-training layout (all columns, chained steps) ----------------------------------------------
     def ttt_forward(self, aux: torch.Tensor, next_tokens: torch.Tensor, steps: int) -> List[DraftOutput]:
@@ -337,7 +360,7 @@ class Eagle3Draft(nn.Module):
                 o = p[..., :t] @ values[0]
                 for j, vj in enumerate(values[1:]):
                     o = o + p[..., t + j, None] * vj
-            out = self._finish(h, attn.out(o))
+            out = self._finish(self.residual(h), attn.out(o))
             outputs.append(out)
             h = out.hidden
         return outputs

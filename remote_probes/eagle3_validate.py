@@ -39,6 +39,16 @@ def _expected_shapes(cfg: DraftConfig) -> Dict[str, tuple]:
     return shapes
 
 
+def _variant_shapes(cfg: DraftConfig, num_aux: int) -> Dict[str, tuple]:
+    """The norm tensors the variant flags add (speculators / SGLang names)."""
+    shapes: Dict[str, tuple] = {}
+    if cfg.flags.get("fc_norm"):
+        shapes.update({"fc_norm.%d.weight" % i: (cfg.target_hidden_size,) for i in range(num_aux)})
+    if cfg.flags.get("norm_before_fc"):
+        shapes["input_norm.weight"] = (num_aux * cfg.target_hidden_size,)
+    return shapes
+
+
 def _check_shape(name: str, tensor: torch.Tensor, want: tuple) -> None:
     if tuple(tensor.shape) != tuple(want):
         raise DraftLoadError("tensor %s has shape %s, the config implies %s" % (name, list(tensor.shape), list(want)),
@@ -104,6 +114,14 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
     """Validate a canonicalised state dict (see eagle3_checkpoint) and build the draft. Raises DraftLoadError."""
     cfg = DraftConfig.from_dict(config)
     notes = list(notes)
+    qk_norms = sorted(n for n in state if n.startswith("midlayer.self_attn.") and n.split(".")[2] in ("q_norm", "k_norm"))
+    if qk_norms:  # a Qwen3-style layer (speculators transformer_layer_config.model_type qwen3): per-head q/k norms
+        raise DraftLoadError("draft has per-head attention norms (%s), a Qwen3-style decoder layer this Llama-style "
+                             "draft model does not implement" % ", ".join(qk_norms), field=qk_norms[0])
+    deeper = sorted({n.split(".")[1] for n in state if n.startswith("layers.")})
+    if deeper:  # speculators (and SGLang's loader) allow num_hidden_layers > 1; this draft model has one layer
+        raise DraftLoadError("draft has decoder layers beyond the first (layers.%s.*); only 1-layer EAGLE-3 drafts are "
+                             "supported by the draft test" % ",".join(deeper), field="num_hidden_layers")
     embed = state.get("embed_tokens.weight")
     if embed is None:
         if embed_tokens is None:
@@ -113,9 +131,13 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
         notes.append("embed_tokens taken from the target")
     _vocab_checks(cfg, embed, target_vocab_size, target_hidden_size)
     num_aux = _num_aux(cfg, state)
-    for name, want in _expected_shapes(cfg).items():
+    expected = dict(_expected_shapes(cfg), **_variant_shapes(cfg, num_aux))
+    for name, want in expected.items():
         if name not in state:
-            raise DraftLoadError("draft is missing tensor %s" % name, field=name)
+            flag = next((f for f in cfg.flags if name.startswith({"fc_norm": "fc_norm.",
+                                                                   "norm_before_fc": "input_norm."}.get(f, "-"))), None)
+            why = " (config sets %s)" % flag if flag else ""
+            raise DraftLoadError("draft is missing tensor %s%s" % (name, why), field=name)
         _check_shape(name, state[name], want)
     vd = cfg.draft_vocab_size or cfg.vocab_size
     head = state.get("lm_head.weight")
@@ -134,7 +156,7 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
         _check_shape("lm_head.weight", head, (vd, cfg.hidden_size))
     d2t = _d2t(cfg, state, vd, strict, notes)
     draft = Eagle3Draft(cfg, num_aux=num_aux)
-    known = set(_expected_shapes(cfg)) | {"fc.weight", "d2t", "t2d"} | set(_BORROWED)
+    known = set(expected) | {"fc.weight", "d2t", "t2d"} | set(_BORROWED)
     ignored = sorted(set(state) - known)
     if ignored:
         notes.append("ignored tensors: " + ", ".join(ignored[:8]))
@@ -149,5 +171,6 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
             gen = torch.Generator().manual_seed(0)
             params["lm_head.weight"].copy_(torch.randn(vd, cfg.hidden_size, generator=gen) * 0.02)
         draft.d2t.copy_(d2t)
-    draft.load_report = {"notes": notes, "num_aux": num_aux, "draft_vocab_size": vd}
+    draft.load_report = {"notes": notes, "num_aux": num_aux, "draft_vocab_size": vd,
+                         "variant_flags": sorted(cfg.flags)}
     return draft.to(device=device, dtype=dtype).eval()

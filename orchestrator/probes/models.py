@@ -192,14 +192,15 @@ class DraftInspectArgs(_Args):
     target_num_layers: int | None = Field(default=None, gt=0)
     target_hidden_size: int | None = Field(default=None, gt=0)
     target_vocab_size: int | None = Field(default=None, gt=0)
+    engine_sys_path: list[str] | None = None  # where the sglang package is, when not importable by the probe's python
 
 
 Severity = Literal["info", "warning", "error"]
 
 
 class Finding(_Result):
-    """ids: weights, architecture, fc_width, lm_head, d2t, t2d, tied_embeddings, aux_layer_ids, aux_count, rope,
-    naming, embed_tokens."""
+    """ids: weights, architecture, variant_flags, fc_width, lm_head, d2t, t2d, tied_embeddings, aux_layer_ids,
+    aux_count, rope, naming, embed_tokens."""
 
     id: str
     severity: Severity
@@ -236,6 +237,7 @@ class DraftInspectResult(_Result):
     tensors: dict[str, TensorInfo]
     feeds: Feeds
     findings: list[Finding]
+    engine: dict[str, Any] | None = None  # the SGLang whose model registry was scanned (None: none found)
 
     def finding(self, fid: str) -> Finding | None:
         return next((f for f in self.findings if f.id == fid), None)

@@ -90,7 +90,7 @@ def sev(res: DraftInspectResult) -> dict[str, str]:
 
 def test_correct_specforge_draft_is_clean(run_probe, tmp_path):
     res = inspect(run_probe, write_draft(tmp_path / "d"), target_num_layers=N, target_hidden_size=H)
-    assert sev(res) == {"architecture": "info", "fc_width": "info", "lm_head": "info", "d2t": "info", "t2d": "info",
+    assert sev(res) == {"architecture": "info", "variant_flags": "info", "fc_width": "info", "lm_head": "info", "d2t": "info", "t2d": "info",
                         "tied_embeddings": "info", "aux_layer_ids": "info", "rope": "info", "naming": "info",
                         "embed_tokens": "info"}
     assert res.feeds.sglang == [2, 6, 9] == res.feeds.vllm  # nested [1,5,8] +1 == default [2, N//2, N-3]

@@ -1,0 +1,180 @@
+"""Which draft architectures an installed SGLang can load, and which draft config flags its loader reads.
+
+Standard library only, Python >= 3.9, and sglang is NEVER imported (its import needs the whole GPU stack): the
+package is located with ``find_spec`` of the top-level name and ``sglang/srt/models/*.py`` are parsed with ``ast``,
+mirroring ``sglang.srt.models.registry.import_model_classes``: every non-package module of ``sglang.srt.models``
+contributes the ``__name__`` of each class in its module-level ``EntryClass`` (a class or a list of classes).
+
+Public API: ``scan_sglang(sys_path=None) -> dict | None`` with ``{"engine": "sglang", "version", "root",
+"architectures": {class name: module file}, "unresolved": [module files whose EntryClass was not understood]}``,
+and ``loader_flags(root, module_file) -> {flag: bool}`` (which of VARIANT_FLAGS the module's source reads).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.machinery
+import importlib.metadata as metadata
+import importlib.util
+import os
+import re
+from typing import Any, Dict, List, Optional
+
+try:
+    from eagle3_config import VARIANT_FLAGS
+except ImportError:  # imported as part of the remote_probes package
+    from .eagle3_config import VARIANT_FLAGS
+
+_MAX_FILE = 4 * 1024 * 1024
+
+
+def _locate(sys_path: Optional[List[str]]) -> Optional[str]:
+    if sys_path:
+        spec = importlib.machinery.PathFinder.find_spec("sglang", [os.path.expanduser(p) for p in sys_path])
+    else:
+        try:
+            spec = importlib.util.find_spec("sglang")
+        except (ImportError, ValueError):
+            spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.realpath(list(spec.submodule_search_locations)[0])
+
+
+def _version(root: str) -> Optional[str]:
+    site = os.path.dirname(root)
+    for dist in metadata.distributions(path=[site]):
+        if (dist.metadata["Name"] or "").lower() == "sglang":
+            return dist.version
+    return None
+
+
+def _bindings(tree: ast.Module) -> Dict[str, Any]:
+    """Module-level names -> what binds them: ("class",), ("alias", other name), ("import", module, name)."""
+    out: Dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = ("class",)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                out[alias.asname or alias.name] = ("import", node.module, alias.name)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if isinstance(node.value, ast.Name):
+                out[node.targets[0].id] = ("alias", node.value.id)
+            else:
+                out[node.targets[0].id] = ("expr", node.value)
+    return out
+
+
+def _class_name(name: str, bindings: Dict[str, Any], depth: int = 0) -> Optional[str]:
+    """The ``__name__`` of the class a module-level name refers to (imports keep the original name)."""
+    kind = bindings.get(name)
+    if kind is None or depth > 8:
+        return None
+    if kind[0] == "class":
+        return name
+    if kind[0] == "import":
+        return kind[2]
+    if kind[0] == "alias":
+        return _class_name(kind[1], bindings, depth + 1)
+    return None
+
+
+def _entry_names(node: ast.AST, bindings: Dict[str, Any]) -> Optional[List[str]]:
+    if isinstance(node, ast.Name):
+        kind = bindings.get(node.id)
+        if kind and kind[0] == "expr":
+            return _entry_names(kind[1], bindings)
+        name = _class_name(node.id, bindings)
+        return None if name is None else [name]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        names: List[str] = []
+        for elt in node.elts:
+            got = _entry_names(elt, bindings)
+            if got is None:
+                return None
+            names.extend(got)
+        return names
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _entry_names(node.left, bindings), _entry_names(node.right, bindings)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _module_entries(path: str, pkg_root: str, seen: int = 0) -> Optional[List[str]]:
+    """EntryClass names of one module; None when it has none; raises ValueError when it cannot be understood."""
+    if os.path.getsize(path) > _MAX_FILE:
+        raise ValueError("too large")
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:  # some model files start with a BOM
+        text = handle.read()
+    if "EntryClass" not in text:
+        return None
+    tree = ast.parse(text)
+    bindings = _bindings(tree)
+    entry = bindings.get("EntryClass")
+    if entry is None:
+        return None
+    if entry[0] == "import":  # EntryClass re-exported from a sibling module
+        module = entry[1]
+        if not module.startswith("sglang.") or seen > 4:
+            raise ValueError("EntryClass imported from %s" % module)
+        rel = module.split(".", 1)[1].replace(".", os.sep)
+        for cand in (os.path.join(pkg_root, rel + ".py"), os.path.join(pkg_root, rel, "__init__.py")):
+            if os.path.isfile(cand):
+                return _module_entries(cand, pkg_root, seen + 1)
+        raise ValueError("EntryClass imported from %s, not found" % module)
+    names = _entry_names(entry[1], bindings) if entry[0] == "expr" else [_class_name("EntryClass", bindings)]
+    if not names or any(n is None for n in names):
+        raise ValueError("EntryClass is not a class or a list of classes")
+    return [str(n) for n in names]
+
+
+def scan_sglang(sys_path: Optional[List[str]] = None) -> Optional[Dict[str, Any]]:
+    """The installed SGLang's model registry (architecture -> module file), or None when sglang is not found."""
+    root = _locate(sys_path)
+    if root is None:
+        return None
+    models = os.path.join(root, "srt", "models")
+    archs: Dict[str, str] = {}
+    unresolved: List[str] = []
+    if os.path.isdir(models):
+        for name in sorted(os.listdir(models)):
+            path = os.path.join(models, name)
+            if not name.endswith(".py") or name.startswith("__") or not os.path.isfile(path):
+                continue  # the registry walks modules only (pkgutil.iter_modules, ispkg skipped)
+            try:
+                entries = _module_entries(path, root)
+            except (OSError, SyntaxError, ValueError):
+                unresolved.append(os.path.join("srt", "models", name))
+                continue
+            for cls in entries or []:
+                archs.setdefault(cls, os.path.join("srt", "models", name))
+    return {"engine": "sglang", "version": _version(root), "root": root, "architectures": archs,
+            "unresolved": unresolved}
+
+
+def loader_flags(root: str, module_file: str) -> Dict[str, bool]:
+    """Which draft variant flags the loader module's source reads (``"flag"`` as a string literal)."""
+    try:
+        with open(os.path.join(root, module_file), encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return {}
+    return {flag: bool(re.search(r"[\"']%s[\"']" % flag, text)) for flag in VARIANT_FLAGS}
+
+
+def config_reads(root: str, key: str, module_file: Optional[str] = None) -> bool:
+    """Whether SGLang's config handling (srt/configs, srt/utils) or the loader module mentions ``key`` at all."""
+    files: List[str] = [os.path.join(root, module_file)] if module_file else []
+    for sub in (os.path.join("srt", "configs"), os.path.join("srt", "utils")):
+        for dirpath, _dirs, names in os.walk(os.path.join(root, sub)):
+            files.extend(os.path.join(dirpath, n) for n in names if n.endswith(".py"))
+    needle = re.compile(r"[\"']%s[\"']|\.%s\b" % (re.escape(key), re.escape(key)))
+    for path in files:
+        try:
+            with open(path, encoding="utf-8-sig", errors="replace") as handle:
+                if needle.search(handle.read()):
+                    return True
+        except OSError:
+            continue
+    return False
