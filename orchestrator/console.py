@@ -31,7 +31,6 @@ STATUS_STYLE: dict[StepStatus, tuple[str, str]] = {
     "cancelled": ("■", "magenta"), "unreachable": ("⚠", "red"),
 }
 HYP_STYLE: dict[HypothesisState, str] = {"confirmed": "bold red", "supported": "yellow", "refuted": "green", "inconclusive": "cyan", "open": "dim"}
-
 FINISHED_STYLE: dict[SessionStatus, str] = {"ok": "green", "failed": "red", "cancelled": "magenta", "error": "red"}
 
 

@@ -7,7 +7,8 @@ event types from newer writers (``schema_version`` tells them what to expect).
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal, NoReturn, get_args
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -172,6 +173,17 @@ Event = Annotated[
 def all_handled(event: NoReturn) -> None:
     """The last ``case _:`` of a ``match event:`` over the event classes: mypy reports the call when a class is
     left unmatched (it is then not ``NoReturn``), so a new event kind reaches every consumer. Does nothing at run time."""
+
+
+E = TypeVar("E", bound=EventBase)
+
+
+def events_of(events: Iterable[Event], kind: type[E] | str) -> list[Any]:
+    """The events of one class, or of one ``type`` name (``server_ready``: one moment of ``ServerEvent``).
+    The callers' ``of_type`` overloads give the class form its typed result."""
+    if isinstance(kind, str):
+        return [e for e in events if e.type == kind]
+    return [e for e in events if isinstance(e, kind)]
 
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from orchestrator.errors import OrchestratorError, UserInputError
-from orchestrator.events import HYPOTHESIS_STATES, Event, HypothesisState, HypothesisUpdated, NoteAdded, SessionStarted
+from orchestrator.events import (
+    HYPOTHESIS_STATES,
+    Event,
+    HypothesisState,
+    HypothesisUpdated,
+    NoteAdded,
+    SessionStarted,
+)
 from orchestrator.playbook.models import VERDICT_KEYS, Hypothesis, Step, VerdictKey
 from orchestrator.playbook.templating import evaluate, render
 

@@ -275,21 +275,26 @@ def build_model(events: list[Event], *, line_cap: int = DEFAULT_LINE_CAP) -> Ses
 
 def describe_event(event: Event) -> str:
     """One line per event for the replay timeline."""
-    if isinstance(event, SessionStarted):
-        return f"session {event.session_id} started ({event.playbook})"
-    if isinstance(event, StepStarted):
-        return f"{event.step_id} ▶ {event.name}"
-    if isinstance(event, StepFinished):
-        return f"{event.step_id} {event.status} {event.name} ({event.duration:.2f}s)"
-    if isinstance(event, Output):
-        first = event.text.strip().splitlines()[:1]
-        return f"{event.step_id} output: {first[0][:60] if first else ''}"
-    if isinstance(event, ServerEvent):
-        return f"{event.type.replace('_', ' ')} {event.engine} {event.host}:{event.port or '?'}"
-    if isinstance(event, HypothesisUpdated):
-        return f"{event.hypothesis_id} → {event.state} ({event.source})"
-    if isinstance(event, NoteAdded):
-        return f"note: {event.text[:60]}"
-    if isinstance(event, SessionFinished):
-        return f"session finished: {event.status}"
-    return event.type
+    match event:
+        case SessionStarted():
+            return f"session {event.session_id} started ({event.playbook})"
+        case StepStarted():
+            return f"{event.step_id} ▶ {event.name}"
+        case StepFinished():
+            return f"{event.step_id} {event.status} {event.name} ({event.duration:.2f}s)"
+        case Output():
+            first = event.text.strip().splitlines()[:1]
+            return f"{event.step_id} output: {first[0][:60] if first else ''}"
+        case ServerEvent():
+            return f"{event.type.replace('_', ' ')} {event.engine} {event.host}:{event.port or '?'}"
+        case HypothesisUpdated():
+            return f"{event.hypothesis_id} → {event.state} ({event.source})"
+        case NoteAdded():
+            return f"note: {event.text[:60]}"
+        case SessionFinished():
+            return f"session finished: {event.status}"
+        case ArtifactSaved():
+            return event.type
+        case _:
+            all_handled(event)
+            return ""
