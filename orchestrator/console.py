@@ -4,18 +4,34 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import IO, Any
+from typing import IO
 
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.events import Event
+from orchestrator.events import (
+    ArtifactSaved,
+    Event,
+    HypothesisState,
+    HypothesisUpdated,
+    NoteAdded,
+    Output,
+    ServerEvent,
+    SessionFinished,
+    SessionStarted,
+    SessionStatus,
+    StepFinished,
+    StepStarted,
+    StepStatus,
+    all_handled,
+)
 
-STATUS_STYLE = {
+STATUS_STYLE: dict[StepStatus, tuple[str, str]] = {
     "ok": ("✓", "green"), "failed": ("✗", "red"), "skipped": ("–", "dim"), "timeout": ("⏱", "yellow"),
     "cancelled": ("■", "magenta"), "unreachable": ("⚠", "red"),
 }
-HYP_STYLE = {"confirmed": "bold red", "supported": "yellow", "refuted": "green", "inconclusive": "cyan", "open": "dim"}
+HYP_STYLE: dict[HypothesisState, str] = {"confirmed": "bold red", "supported": "yellow", "refuted": "green", "inconclusive": "cyan", "open": "dim"}
+FINISHED_STYLE: dict[SessionStatus, str] = {"ok": "green", "failed": "red", "cancelled": "magenta", "error": "red"}
 
 
 class ConsoleSink:
@@ -26,22 +42,40 @@ class ConsoleSink:
         self._partial: dict[tuple[str, str], str] = {}
 
     def handle(self, event: Event) -> None:
-        handler = getattr(self, f"_on_{event.type}", None)
-        if handler is not None:
-            handler(event)
+        match event:
+            case SessionStarted():
+                self._on_session_started(event)
+            case StepStarted():
+                self._on_step_started(event)
+            case Output():
+                self._on_output(event)
+            case StepFinished():
+                self._on_step_finished(event)
+            case HypothesisUpdated():
+                self._on_hypothesis_updated(event)
+            case ServerEvent(type="server_ready"):
+                self._on_server_ready(event)
+            case NoteAdded():
+                self._on_note_added(event)
+            case SessionFinished():
+                self._on_session_finished(event)
+            case ServerEvent() | ArtifactSaved():  # the other server moments and saved files: not shown
+                pass
+            case _:
+                all_handled(event)
 
     def close(self) -> None:
         pass
 
-    def _on_session_started(self, e: Any) -> None:
+    def _on_session_started(self, e: SessionStarted) -> None:
         hosts = ", ".join(e.hosts) or "-"
         self.console.print(f"[bold]▶ {escape(e.playbook)}[/] on {escape(hosts)}  [dim]({e.session_id})[/]")
 
-    def _on_step_started(self, e: Any) -> None:
+    def _on_step_started(self, e: StepStarted) -> None:
         if self.verbose:
             self.console.print(f"[dim]  … {e.step_id} {escape(e.name)}[/]")
 
-    def _on_output(self, e: Any) -> None:
+    def _on_output(self, e: Output) -> None:
         if not self.verbose:
             return
         key = (e.step_id, e.host)
@@ -55,7 +89,7 @@ class ConsoleSink:
         for line in lines:
             self.console.print(f"    [cyan]{escape(e.host)}[/] │ {escape(line)}", style=style, soft_wrap=True)
 
-    def _on_step_finished(self, e: Any) -> None:
+    def _on_step_finished(self, e: StepFinished) -> None:
         for key in [k for k in self._partial if k[0] == e.step_id]:
             rest = self._partial.pop(key)
             if self.verbose and rest:
@@ -71,12 +105,12 @@ class ConsoleSink:
             for line in e.error.splitlines()[:12]:
                 self.console.print(f"    [{style}]{escape(line)}[/]", soft_wrap=True)
 
-    def _on_hypothesis_updated(self, e: Any) -> None:
+    def _on_hypothesis_updated(self, e: HypothesisUpdated) -> None:
         style = HYP_STYLE.get(e.state, "")
         why = f" — {escape(e.evidence)}" if e.evidence else ""
         self.console.print(f"  [bold]⚑[/] hypothesis [bold]{escape(e.hypothesis_id)}[/] → [{style}]{e.state}[/]{why}")
 
-    def _on_server_ready(self, e: Any) -> None:
+    def _on_server_ready(self, e: ServerEvent) -> None:
         self.console.print(f"  [bold]⛁[/] server {escape(e.server_id)} ready on {escape(e.host)}:{e.port}")
         for o in e.overrides:
             self.console.print(
@@ -84,12 +118,12 @@ class ConsoleSink:
                 f" → effective {escape(str(o.get('effective')))}"
             )
 
-    def _on_note_added(self, e: Any) -> None:
+    def _on_note_added(self, e: NoteAdded) -> None:
         self.console.print(f"  [bold]✎[/] {escape(e.text)}")
 
-    def _on_session_finished(self, e: Any) -> None:
+    def _on_session_finished(self, e: SessionFinished) -> None:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(e.counts.items())) or "no steps"
-        style = {"ok": "green", "failed": "red", "cancelled": "magenta"}.get(e.status, "red")
+        style = FINISHED_STYLE[e.status]
         self.console.print(f"[bold {style}]■ {e.status}[/] in {e.duration:.1f}s — {counts}")
         if e.error:
             self.console.print(f"  [red]{escape(e.error)}[/]")

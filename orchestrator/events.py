@@ -7,18 +7,30 @@ event types from newer writers (``schema_version`` tells them what to expect).
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal, get_args
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 SCHEMA_VERSION = 1
 
+# The states and kinds every part speaks, defined once here. Where a part needs the values themselves
+# (a menu, a check), it derives them from the type with ``get_args``, never from a second list.
+# The values are what the session log holds on disk: renaming one breaks reading older sessions.
 StepStatus = Literal["ok", "failed", "skipped", "timeout", "cancelled", "unreachable"]
 SessionStatus = Literal["ok", "failed", "cancelled", "error"]
 HypothesisState = Literal["open", "supported", "refuted", "confirmed", "inconclusive"]
 ServerEventType = Literal["server_started", "server_ready", "server_stopped", "server_failed"]
 OutputStream = Literal["stdout", "stderr", "progress", "server_log", "info"]
-STEP_STATUSES: tuple[str, ...] = ("ok", "failed", "skipped", "timeout", "cancelled", "unreachable")
+StepSection = Literal["steps", "always", "adhoc"]  # where a step sits in the playbook (adhoc: run from the TUI)
+VerdictSource = Literal["rule", "manual"]
+
+STEP_STATUSES: tuple[StepStatus, ...] = get_args(StepStatus)
+SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
+HYPOTHESIS_STATES: tuple[HypothesisState, ...] = get_args(HypothesisState)
+SERVER_EVENT_TYPES: tuple[ServerEventType, ...] = get_args(ServerEventType)
+OUTPUT_STREAMS: tuple[OutputStream, ...] = get_args(OutputStream)
+STEP_SECTIONS: tuple[StepSection, ...] = get_args(StepSection)
 
 
 class EventBase(BaseModel):
@@ -48,7 +60,7 @@ class StepStarted(EventBase):
     step_id: str
     name: str
     action: str
-    section: Literal["steps", "always", "adhoc"] = "steps"
+    section: StepSection = "steps"
     hosts: list[str] = []
     args: dict[str, Any] = {}
     attempt: int = 1
@@ -108,7 +120,7 @@ class HypothesisUpdated(EventBase):
     hypothesis_id: str
     state: HypothesisState
     previous: str | None = None
-    source: Literal["rule", "manual"] = "rule"
+    source: VerdictSource = "rule"
     step_id: str | None = None
     rule: str | None = None  # the expression that decided it
     evidence: str | None = None  # one sentence: what was observed
@@ -157,12 +169,27 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 
+
+def all_handled(event: NoReturn) -> None:
+    """The last ``case _:`` of a ``match event:`` over the event classes: mypy reports the call when a class is
+    left unmatched (it is then not ``NoReturn``), so a new event kind reaches every consumer. Does nothing at run time."""
+
+
+E = TypeVar("E", bound=EventBase)
+
+
+def events_of(events: Iterable[Event], kind: type[E] | str) -> list[Any]:
+    """The events of one class, or of one ``type`` name (``server_ready``: one moment of ``ServerEvent``).
+    The callers' ``of_type`` overloads give the class form its typed result."""
+    if isinstance(kind, str):
+        return [e for e in events if e.type == kind]
+    return [e for e in events if isinstance(e, kind)]
+
+
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_CLASSES: tuple[type[EventBase], ...] = get_args(get_args(Event)[0])  # the union inside Annotated
 KNOWN_TYPES: frozenset[str] = frozenset(
-    name
-    for model in (SessionStarted, StepStarted, Output, StepFinished, ServerEvent, HypothesisUpdated, NoteAdded,
-                  ArtifactSaved, SessionFinished)
-    for name in get_args(model.model_fields["type"].annotation)
+    name for model in EVENT_CLASSES for name in get_args(model.model_fields["type"].annotation)
 )
 
 

@@ -72,7 +72,9 @@ class _SourcePrinter:
     """Prints the read's stdout (the numbered source) as it arrives, plainly, for piping."""
 
     def handle(self, event: Event) -> None:
-        if event.type == "output" and event.stream == "stdout":
+        from orchestrator.events import Output
+
+        if isinstance(event, Output) and event.stream == "stdout":
             sys.stdout.write(event.text)
             sys.stdout.flush()
 

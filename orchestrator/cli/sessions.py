@@ -26,14 +26,15 @@ def list_cmd(sessions_dir: SessionsOpt = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from orchestrator.events import StepFinished
     from orchestrator.session.reader import list_sessions, read_session, sessions_root
 
     table = Table("session", "playbook", "status", "steps", "duration", box=None)
     for path in list_sessions(sessions_dir):
         loaded = read_session(path)
         started, finished = loaded.started, loaded.finished
-        steps = len(loaded.of_type("step_finished"))
-        status = finished.status if finished else "[yellow]incomplete[/]"
+        steps = len(loaded.of_type(StepFinished))
+        status: str = finished.status if finished else "[yellow]incomplete[/]"
         if finished and loaded.incomplete:
             status += " [yellow](incomplete)[/]"
         table.add_row(path.name, started.playbook if started else "?", status, str(steps),
@@ -57,6 +58,7 @@ def show_cmd(
     from rich.markup import escape
 
     from orchestrator.console import STATUS_STYLE
+    from orchestrator.events import HypothesisUpdated, NoteAdded, Output, StepFinished
     from orchestrator.session.reader import find_session, read_session
 
     loaded = read_session(find_session(session, sessions_dir))
@@ -68,22 +70,25 @@ def show_cmd(
         console.print(f"[bold]{escape(start.playbook)}[/] {when} on {', '.join(start.hosts) or '-'}  [dim]{loaded.directory}[/]")
     outputs: dict[str, list[str]] = {}
     for event in loaded.events:
-        if event.type == "output":
-            outputs.setdefault(event.step_id, []).append(event.text)
-        elif event.type == "step_finished":
-            icon, style = STATUS_STYLE.get(event.status, ("?", ""))
-            console.print(f"+{event.ts - t0:7.2f}s [{style}]{icon} {event.status:<11}[/] {escape(event.name)} "
-                          f"[dim]{event.duration:.2f}s[/]")
-            if event.error and event.status != "ok":
-                console.print(f"           [{style}]{escape(event.error[:500])}[/]")
-            if output and outputs.get(event.step_id):
-                for line in "".join(outputs[event.step_id]).splitlines()[-40:]:
-                    console.print(f"           │ {escape(line)}", soft_wrap=True)
-        elif event.type == "hypothesis_updated":
-            console.print(f"+{event.ts - t0:7.2f}s ⚑ {event.hypothesis_id} → {event.state}"
-                          f"{' — ' + escape(event.evidence) if event.evidence else ''}")
-        elif event.type == "note_added":
-            console.print(f"+{event.ts - t0:7.2f}s ✎ {escape(event.text)}")
+        match event:
+            case Output():
+                outputs.setdefault(event.step_id, []).append(event.text)
+            case StepFinished():
+                icon, style = STATUS_STYLE.get(event.status, ("?", ""))
+                console.print(f"+{event.ts - t0:7.2f}s [{style}]{icon} {event.status:<11}[/] {escape(event.name)} "
+                              f"[dim]{event.duration:.2f}s[/]")
+                if event.error and event.status != "ok":
+                    console.print(f"           [{style}]{escape(event.error[:500])}[/]")
+                if output and outputs.get(event.step_id):
+                    for line in "".join(outputs[event.step_id]).splitlines()[-40:]:
+                        console.print(f"           │ {escape(line)}", soft_wrap=True)
+            case HypothesisUpdated():
+                console.print(f"+{event.ts - t0:7.2f}s ⚑ {event.hypothesis_id} → {event.state}"
+                              f"{' — ' + escape(event.evidence) if event.evidence else ''}")
+            case NoteAdded():
+                console.print(f"+{event.ts - t0:7.2f}s ✎ {escape(event.text)}")
+            case _:  # the rest is in the report
+                pass
     fin = loaded.finished
     if fin:
         console.print(f"[bold]■ {fin.status}[/] in {fin.duration:.1f}s")

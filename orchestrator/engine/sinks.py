@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol, overload
 
-from orchestrator.events import Event
+from orchestrator.events import E, Event, events_of
 
 
 class EventSink(Protocol):
@@ -27,5 +27,10 @@ class ListSink:
     def close(self) -> None:
         pass
 
-    def of_type(self, kind: str) -> list[Event]:
-        return [e for e in self.events if e.type == kind]
+    @overload
+    def of_type(self, kind: type[E]) -> list[E]: ...
+    @overload
+    def of_type(self, kind: str) -> list[Any]: ...
+    def of_type(self, kind: type[E] | str) -> list[Any]:
+        """The events of one class (typed), or of one ``type`` name (tests)."""
+        return events_of(self.events, kind)

@@ -14,21 +14,27 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from orchestrator.errors import OrchestratorError, UserInputError
-from orchestrator.events import Event, HypothesisState, HypothesisUpdated, NoteAdded
-from orchestrator.playbook.models import VERDICT_KEYS, Hypothesis, Step
+from orchestrator.events import (
+    HYPOTHESIS_STATES,
+    Event,
+    HypothesisState,
+    HypothesisUpdated,
+    NoteAdded,
+    SessionStarted,
+)
+from orchestrator.playbook.models import VERDICT_KEYS, Hypothesis, Step, VerdictKey
 from orchestrator.playbook.templating import evaluate, render
 
 if TYPE_CHECKING:
     from orchestrator.engine.runner import Engine
     from orchestrator.events import StepFinished
 
-STATES: tuple[HypothesisState, ...] = ("open", "supported", "refuted", "confirmed", "inconclusive")
-RULE_STATE: dict[str, HypothesisState] = {"confirm_if": "confirmed", "support_if": "supported", "refute_if": "refuted", "inconclusive_if": "inconclusive"}
+RULE_STATE: dict[VerdictKey, HypothesisState] = {"confirm_if": "confirmed", "support_if": "supported", "refute_if": "refuted", "inconclusive_if": "inconclusive"}
 POSITIVE: set[HypothesisState] = {"supported", "confirmed"}
 
 
 def is_state(value: str) -> TypeGuard[HypothesisState]:
-    return value in STATES
+    return value in HYPOTHESIS_STATES
 
 
 @dataclass
@@ -69,10 +75,10 @@ class HypothesisBoard:
     @classmethod
     def from_events(cls, events: list[Event]) -> HypothesisBoard:
         """Rebuild the board of a saved session (replay, report, CLI verdicts)."""
-        start = next((e for e in events if e.type == "session_started"), None)
+        start = next((e for e in events if isinstance(e, SessionStarted)), None)
         board = cls(start.hypotheses if start else [])
         for e in events:
-            if e.type == "hypothesis_updated":
+            if isinstance(e, HypothesisUpdated):
                 board.apply(e)
         return board
 
@@ -89,7 +95,7 @@ class HypothesisBoard:
             known = ", ".join(self.entries) or "none"
             raise UserInputError(f"unknown hypothesis {hid!r} (known: {known})")
         if not is_state(verdict):
-            raise UserInputError(f"state must be one of {', '.join(STATES)} (got {verdict!r})")
+            raise UserInputError(f"state must be one of {', '.join(HYPOTHESIS_STATES)} (got {verdict!r})")
         current = self.entries[hid].state
         if fields.get("source") == "manual":
             state, conflict = verdict, (current if (current in POSITIVE and verdict == "refuted")

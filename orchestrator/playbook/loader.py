@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from orchestrator.actions import get_action, registry
 from orchestrator.errors import PlaybookError, PlaybookErrors
+from orchestrator.events import StepSection
 from orchestrator.playbook.models import (
     VERDICT_KEYS,
     Playbook,
@@ -19,7 +20,6 @@ from orchestrator.playbook.models import (
     SecretVar,
     Step,
     StepOptions,
-    StepSection,
 )
 from orchestrator.playbook.templating import check_syntax, has_template, iter_strings, referenced_names
 from orchestrator.playbook.yamlio import Locator, load_yaml, load_yaml_text, validation_errors

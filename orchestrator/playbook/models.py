@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import Location
+from orchestrator.events import StepSection
 
 ID_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-StepSection = Literal["steps", "always", "adhoc"]
-VERDICT_KEYS = ("confirm_if", "support_if", "refute_if", "inconclusive_if")
+VerdictKey = Literal["confirm_if", "support_if", "refute_if", "inconclusive_if"]  # an EvidenceRule's fields
+VERDICT_KEYS: tuple[VerdictKey, ...] = get_args(VerdictKey)
 
 
 class Hypothesis(BaseModel):

@@ -14,11 +14,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.events import Event
+from orchestrator.events import (
+    Event,
+    HypothesisUpdated,
+    NoteAdded,
+    Output,
+    SessionFinished,
+    SessionStarted,
+    StepFinished,
+)
 
 EVENTS_FILE = "events.jsonl"
 INLINE_OUTPUT = 64 * 1024  # per step and host; the rest is only in outputs/
-SYNC_TYPES = {"step_finished", "session_finished", "session_started", "hypothesis_updated", "note_added"}
+SYNC_EVENTS = (StepFinished, SessionFinished, SessionStarted, HypothesisUpdated, NoteAdded)  # fsync'd when written
 
 
 def session_stamp(now: datetime | None = None) -> str:
@@ -77,22 +85,22 @@ class SessionLog:
         if self._file is None:
             return
         data = event.model_dump(mode="json")
-        if data["type"] == "output":
+        if isinstance(event, Output):
             routed = self._route_output(data)
             if routed is None:
                 return
             data = routed
-        elif data["type"] == "step_finished":
+        elif isinstance(event, StepFinished):
             for outcome in data.get("results", []):
                 if isinstance(outcome.get("result"), dict):
                     outcome["result"] = {k: _cap(v) for k, v in outcome["result"].items()}
         self._file.write(json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n")
         self._file.flush()
         self.count += 1
-        if data["type"] in SYNC_TYPES:
+        if isinstance(event, SYNC_EVENTS):
             os.fsync(self._file.fileno())
-        if data["type"] == "step_finished":
-            self._close_outputs(data["step_id"])
+        if isinstance(event, StepFinished):
+            self._close_outputs(event.step_id)
 
     def _route_output(self, data: dict[str, Any]) -> dict[str, Any] | None:
         key = (data["step_id"], data["host"])

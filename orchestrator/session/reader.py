@@ -9,10 +9,19 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from orchestrator.errors import SessionError
-from orchestrator.events import Event, MalformedEvent, parse_event
+from orchestrator.events import (
+    E,
+    Event,
+    EventBase,
+    MalformedEvent,
+    SessionFinished,
+    SessionStarted,
+    events_of,
+    parse_event,
+)
 from orchestrator.session.log import EVENTS_FILE
 
 DEFAULT_SESSIONS_DIR = "sessions"
@@ -31,19 +40,24 @@ class LoadedSession:
     malformed: list[str] = field(default_factory=list)  # "line N: kind: field: why", one per skipped known event
 
     @property
-    def started(self) -> Any:
-        return next((e for e in self.events if e.type == "session_started"), None)
+    def started(self) -> SessionStarted | None:
+        return next((e for e in self.events if isinstance(e, SessionStarted)), None)
 
     @property
-    def finished(self) -> Any:
-        return next((e for e in reversed(self.events) if e.type == "session_finished"), None)
+    def finished(self) -> SessionFinished | None:
+        return next((e for e in reversed(self.events) if isinstance(e, SessionFinished)), None)
 
     @property
     def name(self) -> str:
         return self.directory.name
 
-    def of_type(self, kind: str) -> list[Any]:
-        return [e for e in self.events if e.type == kind]
+    @overload
+    def of_type(self, kind: type[E]) -> list[E]: ...
+    @overload
+    def of_type(self, kind: str) -> list[Any]: ...
+    def of_type(self, kind: type[EventBase] | str) -> list[Any]:
+        """The events of one class (typed), or of one ``type`` name (tests, scripts)."""
+        return events_of(self.events, kind)
 
     @property
     def problems(self) -> list[str]:

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from orchestrator.events import NoteAdded, Output, StepFinished, StepStarted
 from orchestrator.session.document import Block, Code, Heading, Para, Table, to_html, to_markdown
 from orchestrator.session.reader import LoadedSession, read_session
 
@@ -21,7 +22,7 @@ EXCERPT_LINES = 15
 def _outputs(session: LoadedSession) -> dict[str, str]:
     texts: dict[str, list[str]] = {}
     for e in session.events:
-        if e.type == "output" and e.stream in ("stdout", "stderr"):
+        if isinstance(e, Output) and e.stream in ("stdout", "stderr"):
             texts.setdefault(e.step_id, []).append(e.text)
     return {k: "".join(v) for k, v in texts.items()}
 
@@ -60,12 +61,12 @@ def header_section(session: LoadedSession) -> list[Block]:
 
 
 def timeline_section(session: LoadedSession) -> list[Block]:
-    started = {e.step_id: e for e in session.events if e.type == "step_started"}
+    started = {e.step_id: e for e in session.of_type(StepStarted)}
     outputs = _outputs(session)
     t0 = session.started.ts if session.started else 0.0
     rows: list[list[str]] = []
     details: list[Block] = []
-    for e in session.of_type("step_finished"):
+    for e in session.of_type(StepFinished):
         hosts = ", ".join(f"{r.host}:{r.status}" for r in e.results) or "-"
         rows.append([f"+{e.ts - t0:.1f}s", e.step_id, e.name, e.action, e.status + (" (ignored)" if e.ignored else ""),
                      hosts, f"{e.duration:.2f}s"])
@@ -90,7 +91,7 @@ def timeline_section(session: LoadedSession) -> list[Block]:
 
 
 def notes_section(session: LoadedSession) -> list[Block]:
-    notes = session.of_type("note_added")
+    notes = session.of_type(NoteAdded)
     if not notes:
         return []
     t0 = session.started.ts if session.started else 0.0

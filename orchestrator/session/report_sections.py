@@ -5,22 +5,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.events import (
+    ArtifactSaved,
+    HostOutcome,
+    HypothesisState,
+    HypothesisUpdated,
+    ServerEvent,
+    StepFinished,
+)
 from orchestrator.hypotheses.board import HypothesisBoard
 from orchestrator.session.document import Block, Code, Heading, Image, Para, Table
 from orchestrator.session.reader import LoadedSession
 
-STATE_MARK = {"confirmed": "✔ confirmed", "refuted": "✘ refuted", "supported": "↑ supported",
+STATE_MARK: dict[HypothesisState, str] = {"confirmed": "✔ confirmed", "refuted": "✘ refuted", "supported": "↑ supported",
               "inconclusive": "? inconclusive", "open": "· open"}
 
 
-def _finished(session: LoadedSession) -> dict[str, Any]:
-    return {e.step_id: e for e in session.of_type("step_finished")}
+def _finished(session: LoadedSession) -> dict[str, StepFinished]:
+    return {e.step_id: e for e in session.of_type(StepFinished)}
 
 
-def _results(session: LoadedSession, action: str) -> list[tuple[Any, Any]]:
+def _results(session: LoadedSession, action: str) -> list[tuple[StepFinished, HostOutcome]]:
     """(step_finished, host outcome) for every host result of steps of one kind."""
-    out: list[tuple[Any, Any]] = []
-    for e in session.of_type("step_finished"):
+    out: list[tuple[StepFinished, HostOutcome]] = []
+    for e in session.of_type(StepFinished):
         if e.action == action:
             out.extend((e, r) for r in e.results if r.status != "skipped")
     return out
@@ -69,13 +77,13 @@ def hypotheses_section(session: LoadedSession) -> list[Block]:
         rows.append([h.id, h.title, STATE_MARK.get(entry.state, entry.state), str(entry.evidence_count),
                      ("⚠ " if entry.conflicted else "") + check])
     blocks: list[Block] = [Heading("Hypotheses"), Table(["id", "hypothesis", "state", "evidence", "how it is decided"], rows)]
-    updates = session.of_type("hypothesis_updated")
+    updates = session.of_type(HypothesisUpdated)
     if updates:
         t0 = session.started.ts if session.started else 0.0
         steps = _finished(session)
         log_rows = []
         for u in updates:
-            step = steps.get(u.step_id)
+            step = steps.get(u.step_id) if u.step_id is not None else None
             source = f"{u.step_id} · {step.name}" if step else (f"manual ({u.author})" if u.source == "manual" else "")
             change = f"{u.previous} → {u.state}" + (f" ⚠ contradicts {u.conflicts_with}" if u.conflicts_with else "")
             log_rows.append([f"+{u.ts - t0:.1f}s", u.hypothesis_id, change, source, u.evidence or u.rule or ""])
@@ -85,7 +93,7 @@ def hypotheses_section(session: LoadedSession) -> list[Block]:
 
 
 def servers_section(session: LoadedSession) -> list[Block]:
-    servers = [e for e in session.events if e.type in ("server_ready", "server_failed", "server_stopped", "server_started")]
+    servers = session.of_type(ServerEvent)
     benches = _results(session, "bench")
     if not servers and not benches:
         return []
@@ -151,7 +159,7 @@ def sweeps_section(session: LoadedSession) -> list[Block]:
                 verdict = f" — {speedup:.2f}× the baseline" + (" (no config beats it)" if speedup <= 1.0 else "")
             blocks.append(Para(f"Best speculative config: **{best.get('label', best.get('name', best))}** at "
                                f"{_num(best.get('tok_s'))} tok/s{verdict}."))
-    for art in session.of_type("artifact_saved"):
+    for art in session.of_type(ArtifactSaved):
         if art.path.endswith((".svg", ".png")):
             blocks.append(Image(session.directory / art.path, art.description or art.path))
     return blocks

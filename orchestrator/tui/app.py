@@ -19,7 +19,7 @@ from textual.worker import Worker, WorkerState
 from orchestrator.errors import OrchestratorError
 from orchestrator.session.reader import LoadedSession
 from orchestrator.tui.commands import OrchestratorCommands
-from orchestrator.tui.control import Controller
+from orchestrator.tui.control import Controller, ControllerMode
 from orchestrator.tui.messages import EventsArrived, TuiSink
 from orchestrator.tui.model import DEFAULT_LINE_CAP, SessionModel
 from orchestrator.tui.screens.dialogs import ErrorDialog, NoteDialog, QuitDialog, VerdictDialog
@@ -117,7 +117,7 @@ class OrchestratorApp(App[int]):
             return
         mode = self.controller.mode
         waiting = self.controller.gate.waiting
-        parts = {
+        parts: dict[ControllerMode, str] = {
             "paused": f"[b yellow]paused[/] before {waiting.step_id} {waiting.name or waiting.action}" if waiting
             else "[b yellow]paused[/]",
             "running": "[b cyan]running[/]",
@@ -127,7 +127,7 @@ class OrchestratorApp(App[int]):
         }
         done = sum(1 for s in self.model.steps.values() if s.status not in ("pending", "running"))
         servers = len(self.model.running_servers())
-        text = f"{parts.get(mode, mode)} · {done}/{len(self.model.steps)} steps"
+        text = f"{parts[mode]} · {done}/{len(self.model.steps)} steps"
         if servers:
             text += f" · {servers} server(s) up"
         main.set_status(text)

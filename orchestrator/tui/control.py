@@ -21,7 +21,8 @@ from orchestrator.errors import UserInputError
 from orchestrator.events import HypothesisUpdated, NoteAdded, StepFinished
 from orchestrator.playbook.models import Step
 
-Mode = Literal["paused", "running", "step"]
+Mode = Literal["paused", "running", "step"]  # what the gate lets through
+ControllerMode = Literal[Mode, "holding", "finished"]  # what the status line says: the gate's, or the session's end
 
 
 class ControlGate(StepGate):
@@ -150,7 +151,7 @@ class Controller:
         self.gate.set_mode("running")  # a step held at the gate must not wait forever
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> ControllerMode:
         if self.finished:
             return "finished"
         if self.hold.holding:

@@ -5,22 +5,46 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.events import (
+    ArtifactSaved,
     Event,
     HypothesisUpdated,
     NoteAdded,
     Output,
+    OutputStream,
     ServerEvent,
+    ServerEventType,
     SessionFinished,
     SessionStarted,
+    SessionStatus,
     StepFinished,
+    StepSection,
     StepStarted,
+    StepStatus,
+    all_handled,
 )
 from orchestrator.hypotheses.board import HypothesisBoard
 
 DEFAULT_LINE_CAP = 5000  # lines kept per step; the full output is in the session's outputs/
+
+RowStatus = Literal["pending", "running", StepStatus]  # a step's row: not started, running, or how it finished
+ServerState = Literal["starting", "ready", "stopped", "failed"]
+ModelStatus = Literal["starting", "running", SessionStatus]  # the session as the TUI shows it
+
+
+def server_state(kind: ServerEventType) -> ServerState:
+    """The state a server's row takes on each lifecycle event."""
+    match kind:
+        case "server_started":
+            return "starting"
+        case "server_ready":
+            return "ready"
+        case "server_stopped":
+            return "stopped"
+        case "server_failed":
+            return "failed"
 
 
 @dataclass
@@ -28,8 +52,8 @@ class StepRow:
     step_id: str
     name: str
     action: str
-    section: str = "steps"
-    status: str = "pending"  # pending | running | ok | failed | skipped | timeout | cancelled | unreachable
+    section: StepSection = "steps"
+    status: RowStatus = "pending"
     hosts: list[str] = field(default_factory=list)
     args: dict[str, Any] = field(default_factory=dict)
     duration: float | None = None
@@ -57,7 +81,7 @@ class ServerRow:
     host: str
     engine: str
     port: int | None = None
-    state: str = "starting"  # starting | ready | stopped | failed
+    state: ServerState = "starting"
     flags: dict[str, Any] = field(default_factory=dict)
     overrides: list[dict[str, Any]] = field(default_factory=list)
     step_id: str | None = None
@@ -76,11 +100,11 @@ class SessionModel:
         self.session_id = ""
         self.playbook = ""
         self.hosts: list[str] = []
-        self.status = "starting"  # starting | running | ok | failed | cancelled | error
+        self.status: ModelStatus = "starting"
         self.steps: dict[str, StepRow] = {}
         self.servers: dict[str, ServerRow] = {}
         self.board = HypothesisBoard([])
-        self.notes: list[Any] = []
+        self.notes: list[NoteAdded] = []
         self.events = 0
 
     # -- queries ----------------------------------------------------------------------------------
@@ -94,11 +118,29 @@ class SessionModel:
     def apply(self, event: Event) -> set[str]:
         """Update from one event; return what changed: steps, board, servers, notes, status, output."""
         self.events += 1
-        if isinstance(event, Output):
-            self.add_output(event.step_id, event.host, event.stream, event.text)
-            return {"output"}
-        handler = getattr(self, f"_on_{event.type}", None)
-        return handler(event) if handler else set()
+        match event:
+            case Output():
+                self.add_output(event.step_id, event.host, event.stream, event.text)
+                return {"output"}
+            case SessionStarted():
+                return self._on_session_started(event)
+            case StepStarted():
+                return self._on_step_started(event)
+            case StepFinished():
+                return self._on_step_finished(event)
+            case ServerEvent():
+                return self._on_server_event(event)
+            case HypothesisUpdated():
+                return self._on_hypothesis_updated(event)
+            case NoteAdded():
+                return self._on_note_added(event)
+            case SessionFinished():
+                return self._on_session_finished(event)
+            case ArtifactSaved():
+                return set()
+            case _:
+                all_handled(event)
+                return set()
 
     def _row(self, step_id: str, **defaults: Any) -> StepRow:
         row = self.steps.get(step_id)
@@ -106,7 +148,7 @@ class SessionModel:
             row = self.steps[step_id] = StepRow(step_id=step_id, lines=deque(maxlen=self.line_cap), **defaults)
         return row
 
-    def _on_session_started(self, e: Any) -> set[str]:
+    def _on_session_started(self, e: SessionStarted) -> set[str]:
         self.session_id, self.playbook, self.hosts = e.session_id, e.playbook, list(e.hosts)
         self.status = "running"
         self.board = HypothesisBoard(e.hypotheses)
@@ -115,7 +157,7 @@ class SessionModel:
                       section=outline.get("section", "steps"))
         return {"steps", "board", "status"}
 
-    def _on_step_started(self, e: Any) -> set[str]:
+    def _on_step_started(self, e: StepStarted) -> set[str]:
         row = self._row(e.step_id, name=e.name, action=e.action, section=e.section)
         row.name, row.action, row.section = e.name, e.action, e.section
         row.status, row.hosts, row.args = "running", list(e.hosts), dict(e.args)
@@ -126,7 +168,7 @@ class SessionModel:
             row.total_lines = 0
         return {"steps", "status"}
 
-    def _on_step_finished(self, e: Any) -> set[str]:
+    def _on_step_finished(self, e: StepFinished) -> set[str]:
         row = self._row(e.step_id, name=e.name, action=e.action)
         row.status, row.duration, row.error = e.status, e.duration, e.error
         row.results = [r.model_dump() for r in e.results]
@@ -169,11 +211,11 @@ class SessionModel:
             candidates = [s for s in self.servers.values() if s.host == host and s.running]
         return candidates[-1] if candidates else None
 
-    def _server_event(self, e: Any, state: str) -> set[str]:
+    def _on_server_event(self, e: ServerEvent) -> set[str]:
         row = self.servers.get(e.server_id)
         if row is None:
             row = self.servers[e.server_id] = ServerRow(server_id=e.server_id, host=e.host, engine=e.engine)
-        row.state = state
+        row.state = server_state(e.type)
         row.port = e.port if e.port is not None else row.port
         row.step_id = e.step_id or row.step_id
         row.flags = dict(e.flags) or row.flags
@@ -185,27 +227,15 @@ class SessionModel:
                     row.accept_length = _number(e.effective[key])
         return {"servers"}
 
-    def _on_server_started(self, e: Any) -> set[str]:
-        return self._server_event(e, "starting")
-
-    def _on_server_ready(self, e: Any) -> set[str]:
-        return self._server_event(e, "ready")
-
-    def _on_server_stopped(self, e: Any) -> set[str]:
-        return self._server_event(e, "stopped")
-
-    def _on_server_failed(self, e: Any) -> set[str]:
-        return self._server_event(e, "failed")
-
-    def _on_hypothesis_updated(self, e: Any) -> set[str]:
+    def _on_hypothesis_updated(self, e: HypothesisUpdated) -> set[str]:
         self.board.apply(e)
         return {"board"}
 
-    def _on_note_added(self, e: Any) -> set[str]:
+    def _on_note_added(self, e: NoteAdded) -> set[str]:
         self.notes.append(e)
         return {"notes"}
 
-    def _on_session_finished(self, e: Any) -> set[str]:
+    def _on_session_finished(self, e: SessionFinished) -> set[str]:
         self.status = e.status
         for row in self.steps.values():
             if row.status == "running":
@@ -213,7 +243,7 @@ class SessionModel:
         return {"status", "steps"}
 
     # -- output -----------------------------------------------------------------------------------
-    def add_output(self, step_id: str, host: str, stream: str, text: str) -> list[str]:
+    def add_output(self, step_id: str, host: str, stream: OutputStream, text: str) -> list[str]:
         """Append output; return the complete new lines (what a live pane appends)."""
         row = self.steps.get(step_id)
         if row is None:
@@ -245,21 +275,26 @@ def build_model(events: list[Event], *, line_cap: int = DEFAULT_LINE_CAP) -> Ses
 
 def describe_event(event: Event) -> str:
     """One line per event for the replay timeline."""
-    if isinstance(event, SessionStarted):
-        return f"session {event.session_id} started ({event.playbook})"
-    if isinstance(event, StepStarted):
-        return f"{event.step_id} ▶ {event.name}"
-    if isinstance(event, StepFinished):
-        return f"{event.step_id} {event.status} {event.name} ({event.duration:.2f}s)"
-    if isinstance(event, Output):
-        first = event.text.strip().splitlines()[:1]
-        return f"{event.step_id} output: {first[0][:60] if first else ''}"
-    if isinstance(event, ServerEvent):
-        return f"{event.type.replace('_', ' ')} {event.engine} {event.host}:{event.port or '?'}"
-    if isinstance(event, HypothesisUpdated):
-        return f"{event.hypothesis_id} → {event.state} ({event.source})"
-    if isinstance(event, NoteAdded):
-        return f"note: {event.text[:60]}"
-    if isinstance(event, SessionFinished):
-        return f"session finished: {event.status}"
-    return event.type
+    match event:
+        case SessionStarted():
+            return f"session {event.session_id} started ({event.playbook})"
+        case StepStarted():
+            return f"{event.step_id} ▶ {event.name}"
+        case StepFinished():
+            return f"{event.step_id} {event.status} {event.name} ({event.duration:.2f}s)"
+        case Output():
+            first = event.text.strip().splitlines()[:1]
+            return f"{event.step_id} output: {first[0][:60] if first else ''}"
+        case ServerEvent():
+            return f"{event.type.replace('_', ' ')} {event.engine} {event.host}:{event.port or '?'}"
+        case HypothesisUpdated():
+            return f"{event.hypothesis_id} → {event.state} ({event.source})"
+        case NoteAdded():
+            return f"note: {event.text[:60]}"
+        case SessionFinished():
+            return f"session finished: {event.status}"
+        case ArtifactSaved():
+            return event.type
+        case _:
+            all_handled(event)
+            return ""

@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, TextArea
 
-from orchestrator.hypotheses.board import STATES
+from orchestrator.events import HYPOTHESIS_STATES
 
 
 class Dialog(ModalScreen[Any]):
@@ -129,7 +129,7 @@ class VerdictDialog(Dialog):
             if self.selected in self.hypotheses:
                 select.value = self.selected
             yield select
-            yield Select([(s, s) for s in STATES], prompt="state", id="state")
+            yield Select([(s, s) for s in HYPOTHESIS_STATES], prompt="state", id="state")
             yield Input(placeholder="because: the observation that decides it", id="because")
             yield Label("", id="problem", classes="error")
             yield self.buttons("Record")

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from orchestrator.events import Event
+from orchestrator.events import Event, Output, StepFinished, StepStarted
 from orchestrator.tui.model import SessionModel
 from orchestrator.tui.widgets.panes import SessionPanes
 
@@ -33,13 +33,13 @@ class MainScreen(Screen[None]):
         new_lines: dict[str, list[str]] = {}
         model = self.model
         for event in events:
-            if event.type == "output":
+            if isinstance(event, Output):
                 model.events += 1
                 lines = model.add_output(event.step_id, event.host, event.stream, event.text)
                 if lines:
                     new_lines.setdefault(event.step_id, []).extend(lines)
                 continue
-            if event.type in ("step_started", "step_finished") and new_lines:
+            if isinstance(event, (StepStarted, StepFinished)) and new_lines:
                 # Flush before the step changes, so lines land under the right header.
                 self.panes.render_changes(changed, new_lines)
                 seen |= changed

@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 
+from orchestrator.events import StepFinished
 from orchestrator.session.reader import LoadedSession
 from orchestrator.tui.model import build_model, describe_event
 from orchestrator.tui.widgets.panes import SessionPanes
@@ -78,7 +79,7 @@ class ReplayScreen(Screen[None]):
     def action_next_step_event(self) -> None:
         """Jump to the next step_finished (one experiment at a time)."""
         for i in range(self.position + 1, len(self.session.events)):
-            if self.session.events[i].type == "step_finished":
+            if isinstance(self.session.events[i], StepFinished):
                 self.jump_to(i)
                 return
         self.jump_to(len(self.session.events) - 1)

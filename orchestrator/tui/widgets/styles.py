@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from rich.text import Text
 
-STATE_STYLE = {
+from orchestrator.events import HypothesisState
+from orchestrator.tui.model import RowStatus, ServerState
+
+STATE_STYLE: dict[HypothesisState, str] = {
     "open": "grey62",
     "supported": "yellow",
     "confirmed": "bold green",
@@ -12,7 +15,7 @@ STATE_STYLE = {
     "inconclusive": "magenta",
 }
 
-STATUS_GLYPH = {
+STATUS_GLYPH: dict[RowStatus, tuple[str, str]] = {
     "pending": ("·", "grey50"),
     "running": ("▶", "bold cyan"),
     "ok": ("✓", "green"),
@@ -23,13 +26,13 @@ STATUS_GLYPH = {
     "unreachable": ("⚠", "red"),
 }
 
-SERVER_STYLE = {"starting": "cyan", "ready": "green", "stopped": "grey50", "failed": "bold red"}
+SERVER_STYLE: dict[ServerState, str] = {"starting": "cyan", "ready": "green", "stopped": "grey50", "failed": "bold red"}
 
 
-def state_text(state: str) -> Text:
+def state_text(state: HypothesisState) -> Text:
     return Text(state, style=STATE_STYLE.get(state, ""))
 
 
-def status_glyph(status: str) -> Text:
+def status_glyph(status: RowStatus) -> Text:
     glyph, style = STATUS_GLYPH.get(status, ("?", ""))
     return Text(glyph, style=style)
