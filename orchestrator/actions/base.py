@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.events import OutputStream, StepStatus
-from orchestrator.playbook.templating import render, render_shell
+from orchestrator.templating import render, render_shell
 
 if TYPE_CHECKING:
     from orchestrator.engine.services import SessionServices

@@ -13,7 +13,7 @@ from orchestrator.actions import ActionContext, StepFailed
 from orchestrator.errors import HostUnreachable, OrchestratorError, TemplateError
 from orchestrator.events import HostOutcome, StepStatus
 from orchestrator.playbook.models import Step
-from orchestrator.playbook.templating import evaluate, render
+from orchestrator.templating import evaluate, render
 
 if TYPE_CHECKING:
     from orchestrator.engine.runner import Engine

@@ -34,8 +34,8 @@ from orchestrator.events import (
 )
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook, Step
-from orchestrator.playbook.templating import evaluate, render
 from orchestrator.redact import Redactor
+from orchestrator.templating import evaluate, render
 from orchestrator.transport.base import Transport
 
 __all__ = ["CONTROLLER", "Engine", "EngineOptions", "SessionOutcome", "StepGate"]

@@ -23,7 +23,7 @@ from orchestrator.events import (
     SessionStarted,
 )
 from orchestrator.playbook.models import VERDICT_KEYS, Hypothesis, Step, VerdictKey
-from orchestrator.playbook.templating import evaluate, render
+from orchestrator.templating import evaluate, render
 
 if TYPE_CHECKING:
     from orchestrator.engine.runner import Engine

@@ -21,8 +21,8 @@ from orchestrator.playbook.models import (
     Step,
     StepOptions,
 )
-from orchestrator.playbook.templating import check_syntax, has_template, iter_strings, referenced_names
 from orchestrator.playbook.yamlio import Locator, load_yaml, load_yaml_text, validation_errors
+from orchestrator.templating import check_syntax, has_template, iter_strings, referenced_names
 
 OPTION_KEYS = tuple(f.alias or name for name, f in StepOptions.model_fields.items())
 # Names every template may use without declaring them.

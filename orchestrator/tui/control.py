@@ -174,7 +174,7 @@ class Controller:
         flags = step.args.get("flags") or {}
         if not isinstance(flags, dict) or any(isinstance(v, str) and "{{" in v for v in flags.values()):
             # templated (`flags: "{{ candidate_flags }}"`): show the values this session resolves them to
-            from orchestrator.playbook.templating import render
+            from orchestrator.templating import render
 
             hosts = self.engine.inventory.resolve(step.hosts or self.engine.playbook.hosts)
             flags = render(flags, self.engine.vars.for_host(hosts[0] if hosts else None))

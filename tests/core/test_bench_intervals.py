@@ -38,7 +38,7 @@ def test_one_request_gives_no_interval() -> None:
 
 
 def test_the_interval_filter_prints_a_pair_or_says_there_is_none() -> None:
-    from orchestrator.playbook.templating import render
+    from orchestrator.templating import render
 
     assert render("accept {{ ci | interval }}", {"ci": [1.7379, 1.9022]}) == "accept [1.74, 1.90]"
     assert render("{{ ci | interval(3) }}", {"ci": [1, 2]}) == "[1.000, 2.000]"

@@ -10,7 +10,7 @@ from typing import Any
 
 from orchestrator.hypotheses.board import evaluate_rules
 from orchestrator.playbook.loader import load_playbook
-from orchestrator.playbook.templating import evaluate, render
+from orchestrator.templating import evaluate, render
 
 FLAGSHIP = Path(__file__).resolve().parents[2] / "playbooks" / "eagle3.yaml"
 FLAGS = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 7}

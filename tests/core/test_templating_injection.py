@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import TemplateError
-from orchestrator.playbook.templating import evaluate, render, render_shell
+from orchestrator.templating import evaluate, render, render_shell
 from orchestrator.transport.local import LocalTransport
 
 HOSTILE = [
