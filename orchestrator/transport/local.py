@@ -51,6 +51,26 @@ async def _pump(stream: asyncio.StreamReader, capture: OutputCapture) -> None:
         capture.feed(decoder_buffer.decode("utf-8", errors="replace"))
 
 
+async def _spawn(argv: list[str], **kwargs: Any) -> asyncio.subprocess.Process:
+    """``create_subprocess_exec`` that a cancel cannot cut in half.
+
+    asyncio answers a cancel that arrives after the fork but while it still connects the pipes by killing
+    the leader alone: the children it already started (same group, same pipes) live on, and asyncio's own
+    cleanup then waits for those pipes to close, i.e. until the children end. So the spawn is shielded;
+    on cancel it is let finish, the whole group is stopped as on any other cancel, and the cancel goes on.
+    """
+    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, **kwargs))
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        while not spawn.done():  # a few milliseconds; a second cancel meanwhile changes nothing
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([spawn])
+        if not spawn.cancelled() and spawn.exception() is None:
+            await LocalTransport._terminate(spawn.result())
+        raise
+
+
 def _kill_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
@@ -78,8 +98,8 @@ class LocalTransport(Transport):
             argv = [str(part) for part in command]
         started = time.monotonic()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
+            proc = await _spawn(
+                argv,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -96,7 +116,6 @@ class LocalTransport(Transport):
             if on_output is not None:
                 on_output("stderr", message)
             return RunResult(exit_code=code, stdout="", stderr=message, duration=time.monotonic() - started)
-        record = self._record_command(proc.pid, command)
         out, err = OutputCapture("stdout", on_output), OutputCapture("stderr", on_output)
         stdout_pipe, stderr_pipe = proc.stdout, proc.stderr
         assert stdout_pipe is not None and stderr_pipe is not None
@@ -110,7 +129,9 @@ class LocalTransport(Transport):
             await asyncio.gather(_pump(stdout_pipe, out), _pump(stderr_pipe, err))
             return await proc.wait()
 
-        try:
+        record: Path | None = None
+        try:  # from here on every way out waits for the process: none is left to the garbage collector
+            record = self._record_command(proc.pid, command)
             if timeout is not None:
                 code = await asyncio.wait_for(communicate(), timeout)
             else:
@@ -120,16 +141,20 @@ class LocalTransport(Transport):
             await self._terminate(proc)
             raise
         finally:
-            with contextlib.suppress(OSError):
-                record.unlink()
+            if record is not None:
+                with contextlib.suppress(OSError):
+                    record.unlink()
         return RunResult(
             exit_code=code, stdout=out.text(), stderr=err.text(),
             duration=time.monotonic() - started, truncated=out.truncated or err.truncated,
         )
 
-    def _record_command(self, pid: int, command: Command) -> Path:
+    def _record_command(self, pid: int, command: Command) -> Path | None:
         """A pidfile for the running command's group, so `orchestrator cleanup` can stop it should this
-        process be SIGKILLed (its own session keeps it alive past our death). Removed when it ends."""
+        process be SIGKILLed (its own session keeps it alive past our death). Removed when it ends.
+
+        None when the session's directory is already gone: the command itself may have removed it before
+        we got here (``remove_workdir``'s ``rm -rf`` does), and a command that ran needs no record."""
         workdir = Path(os.path.expandvars(os.path.expanduser(self.state_dir))) / "sessions" / self.session_id
         if self._workdir is None:  # the same layout workdir() makes, without a round trip
             for sub in ("procs", "files", "logs"):
@@ -142,7 +167,12 @@ class LocalTransport(Transport):
             command=to_shell(command)[:500], session_id=self.session_id,
             meta={"kind": "command", "controller_pid": os.getpid(), "controller_host": socket.gethostname()},
         )
-        path.write_text(handle.to_json() + "\n", encoding="utf-8")
+        try:
+            path.write_text(handle.to_json() + "\n", encoding="utf-8")
+        except FileNotFoundError:
+            if workdir.exists():
+                raise
+            return None
         return path
 
     @staticmethod
