@@ -4,7 +4,9 @@ as exit codes (as a shell over SSH would report them), timeout and cancel killin
 from __future__ import annotations
 
 import asyncio
+import asyncio.base_events
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,3 +68,38 @@ async def test_cancel_kills_the_group_even_when_term_is_ignored(local: LocalTran
     with pytest.raises(asyncio.CancelledError):
         await task
     assert wait_for_pids(marker, present=False, timeout=5) == []
+
+
+@pytest.fixture
+def slow_pipes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """asyncio connects a new process' pipes a second after the fork, as it may on a loaded machine."""
+    connect = asyncio.base_events.BaseEventLoop.connect_read_pipe
+
+    async def slow(self: asyncio.AbstractEventLoop, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.5)
+        return await connect(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio.base_events.BaseEventLoop, "connect_read_pipe", slow)
+
+
+async def test_cancel_while_the_pipes_are_connected_kills_the_group(
+        local: LocalTransport, marker: str, slow_pipes: None) -> None:
+    # asyncio's own answer to this cancel kills the leader alone, then waits for ever for the children's pipes.
+    task = asyncio.create_task(local.run(f"sleep {marker} & sleep {marker}; wait"))
+    for _ in range(200):
+        if len(marker_pids(marker)) >= 2:
+            break
+        await asyncio.sleep(0.01)
+    assert len(marker_pids(marker)) >= 2 and not task.done(), "the children must run before the spawn returns"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 15)
+    assert wait_for_pids(marker, present=False, timeout=5) == []
+
+
+async def test_a_command_that_removes_its_own_workdir_is_awaited(tmp_path: Path, slow_pipes: None) -> None:
+    # The `rm -rf` is done before the pidfile for it can be written: that must not leave the process unawaited.
+    local = LocalTransport("localhost", session_id="gone", state_dir=str(tmp_path))
+    await local.workdir()
+    await local.remove_workdir()
+    assert not (tmp_path / "sessions" / "gone").exists()
