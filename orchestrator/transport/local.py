@@ -51,7 +51,39 @@ async def _pump(stream: asyncio.StreamReader, capture: OutputCapture) -> None:
         capture.feed(decoder_buffer.decode("utf-8", errors="replace"))
 
 
-async def _spawn(argv: list[str], **kwargs: Any) -> asyncio.subprocess.Process:
+class _Child:
+    """A started command: asyncio's Process (its streams, ``wait``) and the transport under it, kept so that
+    ``terminate`` can close it when waiting cannot finish."""
+
+    def __init__(self, transport: asyncio.SubprocessTransport,
+                 protocol: asyncio.subprocess.SubprocessStreamProtocol) -> None:
+        self.transport = transport
+        self.proc = asyncio.subprocess.Process(transport, protocol, asyncio.get_running_loop())
+
+    async def terminate(self) -> None:
+        """The whole group goes, TERM first, then KILL; the transport is closed whatever happens.
+
+        ``wait`` returns only once the pipes are closed too, and a process that left the group (``setsid``)
+        may hold them open past the KILL: then we stop reading them rather than leave asyncio reading for
+        us after we returned, its transport to be collected after the event loop closed."""
+        pid = self.proc.pid
+        _kill_group(pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), KILL_GRACE)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
+        _kill_group(pid, signal.SIGKILL)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), KILL_GRACE)
+        except asyncio.TimeoutError:
+            self.transport.close()  # drops our ends of the pipes; wait() can finish now
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), KILL_GRACE)
+        finally:
+            self.transport.close()
+
+
+async def _spawn(argv: list[str], **kwargs: Any) -> _Child:
     """``create_subprocess_exec`` that a cancel cannot cut in half.
 
     asyncio answers a cancel that arrives after the fork but while it still connects the pipes by killing
@@ -59,15 +91,20 @@ async def _spawn(argv: list[str], **kwargs: Any) -> asyncio.subprocess.Process:
     cleanup then waits for those pipes to close, i.e. until the children end. So the spawn is shielded;
     on cancel it is let finish, the whole group is stopped as on any other cancel, and the cancel goes on.
     """
-    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, **kwargs))
+    loop = asyncio.get_running_loop()
+
+    def protocol() -> asyncio.subprocess.SubprocessStreamProtocol:
+        return asyncio.subprocess.SubprocessStreamProtocol(limit=2**16, loop=loop)  # asyncio's default limit
+
+    spawn = asyncio.ensure_future(loop.subprocess_exec(protocol, *argv, **kwargs))
     try:
-        return await asyncio.shield(spawn)
+        return _Child(*await asyncio.shield(spawn))
     except asyncio.CancelledError:
         while not spawn.done():  # a few milliseconds; a second cancel meanwhile changes nothing
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait([spawn])
         if not spawn.cancelled() and spawn.exception() is None:
-            await LocalTransport._terminate(spawn.result())
+            await _Child(*spawn.result()).terminate()
         raise
 
 
@@ -98,7 +135,7 @@ class LocalTransport(Transport):
             argv = [str(part) for part in command]
         started = time.monotonic()
         try:
-            proc = await _spawn(
+            child = await _spawn(
                 argv,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -116,6 +153,7 @@ class LocalTransport(Transport):
             if on_output is not None:
                 on_output("stderr", message)
             return RunResult(exit_code=code, stdout="", stderr=message, duration=time.monotonic() - started)
+        proc = child.proc
         out, err = OutputCapture("stdout", on_output), OutputCapture("stderr", on_output)
         stdout_pipe, stderr_pipe = proc.stdout, proc.stderr
         assert stdout_pipe is not None and stderr_pipe is not None
@@ -138,7 +176,7 @@ class LocalTransport(Transport):
                 code = await communicate()
         except BaseException:
             # Timeout, cancel or crash: the whole group goes, TERM first, then KILL.
-            await self._terminate(proc)
+            await child.terminate()
             raise
         finally:
             if record is not None:
@@ -174,17 +212,6 @@ class LocalTransport(Transport):
                 raise
             return None
         return path
-
-    @staticmethod
-    async def _terminate(proc: asyncio.subprocess.Process) -> None:
-        _kill_group(proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            pass
-        _kill_group(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE)
 
     async def put(self, local_path: Path, remote_path: str, *, mode: int = 0o600) -> None:
         target = Path(os.path.expandvars(os.path.expanduser(remote_path)))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.base_events
+import asyncio.base_subprocess
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,17 @@ async def test_cancel_kills_the_group_even_when_term_is_ignored(local: LocalTran
     with pytest.raises(asyncio.CancelledError):
         await task
     assert wait_for_pids(marker, present=False, timeout=5) == []
+
+
+async def test_timeout_closes_the_pipes_a_process_outside_the_group_still_holds(
+        local: LocalTransport, marker: str) -> None:
+    # setsid takes the sleep out of the group, our stdout with it: the KILL cannot end it nor close the pipe.
+    with pytest.raises(asyncio.TimeoutError):
+        await local.run(f"setsid sleep {marker} & echo started", timeout=0.5)
+    assert marker_pids(marker), "the sleep outside the group is meant to outlive the run"
+    still_open = [t for t in gc.get_objects()
+                  if isinstance(t, asyncio.base_subprocess.BaseSubprocessTransport) and not t.is_closing()]
+    assert still_open == []
 
 
 @pytest.fixture
