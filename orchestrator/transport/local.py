@@ -63,9 +63,9 @@ class _Child:
     async def terminate(self) -> None:
         """The whole group goes, TERM first, then KILL; the transport is closed whatever happens.
 
-        ``wait`` returns only once the pipes are closed too, and a process that left the group (``setsid``)
-        may hold them open past the KILL: then we stop reading them rather than leave asyncio reading for
-        us after we returned, its transport to be collected after the event loop closed."""
+        A process that left the group (``setsid``) may hold our pipes open past the KILL: asyncio then
+        keeps the transport open, reading for nobody (and a ``wait`` begun before the exit returns only
+        once the pipes close). Closing it here means none is collected after the event loop closed."""
         pid = self.proc.pid
         _kill_group(pid, signal.SIGTERM)
         try:
