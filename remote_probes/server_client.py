@@ -8,6 +8,11 @@ Args: ``{"command": "request" | "wait" | "port" | "bench", ...}``. What is engin
 orchestrator's engine adapter as arguments (``health_path``, ``info_paths``, ``flush_path``, ``generate_path``,
 ``request_stat_keys``); nothing here knows SGLang beyond its ``/generate`` request and ``meta_info`` shape.
 
+Every command takes ``api_key`` (and ``admin_api_key``) for a server started with ``--api-key``: each HTTP call
+sends ``Authorization: Bearer <key>`` (SGLang exempts /health*, /metrics and /ready; sending it there is
+harmless), and ``flush_path`` uses the admin key when there is one (SGLang's ADMIN_OPTIONAL level). Keys come
+on stdin with the other arguments, so they never appear on a command line.
+
 - ``request``: ``{"url", "method"?, "body"?, "timeout"?}`` -> ``{"status", "text", "json"}`` (status 0: no connection)
 - ``wait``: ``{"url", "log", "pgid", "timeout", "health_path", "ready_line"?, "line_grace"?, "interval"?}``:
   poll the health path while tailing the log until ready, the process group exits, or the timeout
@@ -35,12 +40,31 @@ Args = Dict[str, Any]
 DEFAULT_STAT_KEYS = {"accept_length": "spec_accept_length", "verify_ct": "spec_verify_ct"}
 
 
-def http(url: str, method: str = "GET", body: Any = None, timeout: float = 10.0) -> Tuple[int, str]:
-    """(status, text); status 0 with the error text when the connection itself failed."""
-    data = None if body is None else json.dumps(body).encode()
+def _request(url: str, data: Optional[bytes], method: str, api_key: Optional[str]) -> urllib.request.Request:
     req = urllib.request.Request(url, data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", "application/json")
+    if api_key:
+        req.add_header("Authorization", "Bearer " + str(api_key))
+    return req
+
+
+def unauthorized_message(status: int, url: str, api_key: Optional[str]) -> str:
+    """What a 401/403 means to the user: no key given, or a key the server refused."""
+    if status == 403:
+        return ("403: the server forbids %s (SGLang: an admin-only endpoint; it needs the server's admin-api-key)"
+                % url)
+    if api_key:
+        return "401: the server refused the API key (api-key) for %s; is it the key the server was started with?" % url
+    return ("401: the server wants an API key (api-key) for %s; it was started with --api-key: give the step "
+            "`api_key:` (a secret var), or start the server with `api-key` among its flags" % url)
+
+
+def http(url: str, method: str = "GET", body: Any = None, timeout: float = 10.0,
+         api_key: Optional[str] = None) -> Tuple[int, str]:
+    """(status, text); status 0 with the error text when the connection itself failed."""
+    data = None if body is None else json.dumps(body).encode()
+    req = _request(url, data, method, api_key)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read().decode("utf-8", "replace")
@@ -51,7 +75,8 @@ def http(url: str, method: str = "GET", body: Any = None, timeout: float = 10.0)
 
 
 def cmd_request(args: Args) -> Dict[str, Any]:
-    status, text = http(_need(args, "url"), args.get("method", "GET"), args.get("body"), float(args.get("timeout", 10)))
+    status, text = http(_need(args, "url"), args.get("method", "GET"), args.get("body"), float(args.get("timeout", 10)),
+                        args.get("api_key"))
     try:
         parsed = json.loads(text) if text.strip()[:1] in ("{", "[") else None
     except ValueError:
@@ -102,7 +127,7 @@ def cmd_wait(args: Args) -> Dict[str, Any]:
                 if ready_line and ready_line in line:
                     seen_line = True
             sys.stderr.flush()
-        status, _ = http(url + health_path, timeout=5)
+        status, _ = http(url + health_path, timeout=5, api_key=args.get("api_key"))
         last_status = status
         now = time.monotonic()
         if status == 200:
@@ -157,14 +182,24 @@ def _percentile(values: List[float], q: float) -> Optional[float]:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
+class Unauthorized(Exception):
+    """A 401/403 answer: every other request would get the same, so the bench stops with this message."""
+
+
 def _one_request(url: str, prompt: str, params: Dict[str, Any], stream: bool, timeout: float,
-                 stat_keys: Dict[str, str]) -> Dict[str, Any]:
+                 stat_keys: Dict[str, str], api_key: Optional[str] = None) -> Dict[str, Any]:
     body = {"text": prompt, "sampling_params": params, "stream": bool(stream)}
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
-    req.add_header("Content-Type", "application/json")
+    req = _request(url, json.dumps(body).encode(), "POST", api_key)
     started = time.monotonic()
     ttft, final = None, None
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+    try:
+        resp = urllib.request.urlopen(req, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            exc.close()
+            raise Unauthorized(unauthorized_message(exc.code, url, api_key)) from None
+        raise
+    with resp:
         if not stream:
             final = json.loads(resp.read().decode())
         else:
@@ -200,10 +235,11 @@ def _finish(reason: Any) -> Optional[str]:
     return reason.get("type") if isinstance(reason, dict) else (reason if isinstance(reason, str) else None)
 
 
-def _server_info(url: str, paths: List[str]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
+def _server_info(url: str, paths: List[str],
+                 api_key: Optional[str] = None) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
     """(path, document) from the first info path answering 200 with a JSON object; (None, None) when none does."""
     for path in paths:
-        status, text = http(url + path, timeout=10)
+        status, text = http(url + path, timeout=10, api_key=api_key)
         if status != 200:
             continue
         try:
@@ -225,24 +261,32 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
     params = {"max_new_tokens": int(_need(args, "max_new_tokens")), "temperature": float(args.get("temperature", 0.0))}
     if args.get("ignore_eos"):
         params["ignore_eos"] = True
+    api_key = args.get("api_key") or None
     flushed = None
     if args.get("flush", True) and args.get("flush_path"):
-        flushed, _ = http(url + args["flush_path"], "POST", None, timeout=30)
+        flush_key = args.get("admin_api_key") or api_key
+        flushed, _ = http(url + args["flush_path"], "POST", None, timeout=30, api_key=flush_key)
+        if flushed in (401, 403):
+            raise ProbeFailure("unauthorized", unauthorized_message(flushed, url + args["flush_path"], flush_key))
     jobs = [prompts[i % len(prompts)] for i in range(n)]
     results: List[Optional[Dict[str, Any]]] = [None] * n
     errors: List[str] = []
     lock = threading.Lock()
     cursor = [0]
+    refused: List[str] = []
 
     def worker() -> None:
         while True:
             with lock:
                 i = cursor[0]
                 cursor[0] += 1
-            if i >= n:
+            if i >= n or refused:
                 return
             try:
-                results[i] = _one_request(generate_url, jobs[i], params, stream, timeout, stat_keys)
+                results[i] = _one_request(generate_url, jobs[i], params, stream, timeout, stat_keys, api_key)
+            except Unauthorized as exc:
+                with lock:
+                    refused.append(str(exc))
             except Exception as exc:  # noqa: BLE001 - one failed request is a row, not a crash
                 with lock:
                     errors.append(f"request {i}: {type(exc).__name__}: {exc}")
@@ -254,13 +298,15 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
     for t in threads:
         t.join()
     wall = time.monotonic() - wall_start
+    if refused:
+        raise ProbeFailure("unauthorized", refused[0])
     done = [r for r in results if r]
     tokens = sum(r["completion_tokens"] for r in done)
     lat = [r["latency"] for r in done]
     ttfts = [r["ttft"] for r in done if r["ttft"] is not None]
     accepts = [float(r["accept_length"]) for r in done if r["accept_length"] is not None]
     verify = [int(r["verify_ct"]) for r in done if r["verify_ct"] is not None]
-    info_path, info = _server_info(url, list(args.get("info_paths") or []))
+    info_path, info = _server_info(url, list(args.get("info_paths") or []), api_key)
     r4 = lambda v: None if v is None else round(v, 4)  # noqa: E731
     return {
         "n": n, "completed": len(done), "errors": errors, "concurrency": concurrency, "stream": stream,

@@ -5,7 +5,11 @@
   register: b   # b.tok_s, b.latency_p50, b.latency_p99, b.ttft_p50 (stream), b.accept_length,
                 # b.server_accept_length, b.verify_ct, b.completed, b.errors, b.per_request
 - bench: {url: "http://127.0.0.1:30000", prompts: my_prompts.json}   # a server started elsewhere
+- bench: {url: "http://127.0.0.1:30000", api_key: "{{ api_key }}"}   # ... with --api-key (a secret var)
 ```
+A server this session started with ``api-key`` among its flags gets its key sent without ``api_key:``.
+A server that wants a key and got none (or a wrong one) fails the step with
+"401: the server wants an API key (api-key) ...".
 Spread: ``accept_length_ci`` / ``tok_s_ci`` are 95% intervals with the request as the unit (t interval of the
 per-request accept lengths; the wall-clock tok/s with the relative spread of per-request throughput), and
 ``accept_length_sd`` / ``tok_s_sd`` the per-request standard deviations; ``completed`` is n. With fewer than two
@@ -46,6 +50,8 @@ class BenchSettings(ActionArgs):
 class BenchArgs(BenchSettings):
     server: str | None = Field(default=None, description="name of a server started in this session")
     url: str | None = Field(default=None, description="or the URL of a server reachable from the host")
+    api_key: str | None = Field(default=None, description="the server's --api-key (use a secret var); a server "
+                                "started in this session with api-key in its flags needs none")
 
     @model_validator(mode="after")
     def _one_target(self) -> BenchArgs:
@@ -129,7 +135,8 @@ class BenchAction(Action[BenchArgs]):
         try:
             if args.url:
                 python = ctx.host_spec.python if ctx.host_spec is not None else "python3"
-                client, url, label = ServerClient(ctx.require_transport(), python), args.url, args.url
+                client = ServerClient(ctx.require_transport(), python, api_key=args.api_key)
+                url, label = args.url, args.url
             else:
                 manager = ctx.services.servers
                 name = args.server or ("server" if "server" in manager.servers else next(iter(manager.servers), ""))
@@ -137,6 +144,9 @@ class BenchAction(Action[BenchArgs]):
                 if record.status != "ready":
                     raise StepFailed(f"bench: server {name!r} is {record.status}, not ready")
                 client, url, label = record.client, record.url, name
+                if args.api_key is not None:  # an explicit key (even "") wins over the launch flags' one
+                    client = ServerClient(client.transport, client.python, client.adapter, api_key=args.api_key,
+                                          admin_api_key=client.admin_api_key)
             result = await run_bench(client, url, args)
         except OrchestratorError as exc:
             raise StepFailed(exc.message) from None

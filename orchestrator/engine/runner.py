@@ -52,6 +52,21 @@ class StepGate:
         return "run"
 
 
+#: server flags whose values are API keys (SGLang's --api-key / --admin-api-key), in flag_key form
+KEY_FLAGS = ("api_key", "admin_api_key")
+
+
+def server_keys(args: Any) -> list[str]:
+    """API keys in a step's arguments: ``api_key`` (bench) and key flags in ``flags`` (server, sweep)."""
+    if not isinstance(args, dict):
+        return []
+    keys = [args.get("api_key")]
+    flags = args.get("flags")
+    if isinstance(flags, dict):
+        keys += [v for k, v in flags.items() if str(k).lstrip("-").replace("-", "_").lower() in KEY_FLAGS]
+    return [str(k) for k in keys if isinstance(k, (str, int)) and not isinstance(k, bool) and str(k)]
+
+
 @dataclass
 class EngineOptions:
     extra_vars: dict[str, Any] = field(default_factory=dict)
@@ -123,9 +138,12 @@ class Engine:
             self.vars.secrets[name] = value
             self.redactor.add(value)
         self.redactor.add_env(dict(os.environ))
+        # `-e api_key=...` lands in the recorded argv and vars: a secret-named extra var is a secret.
+        self.redactor.add_env(dict(self.options.extra_vars))
         for step in self.playbook.all_steps():
             if isinstance(step.args, dict) and isinstance(step.args.get("env"), dict):
                 self.redactor.add_env({k: v for k, v in step.args["env"].items() if "{{" not in str(v)})
+            self.redactor.add(*(v for v in server_keys(step.args) if "{{" not in v))
 
     def emit(self, event: Event) -> None:
         """Number, redact and deliver an event to every sink."""
@@ -354,9 +372,11 @@ class Engine:
         return rendered if isinstance(rendered, dict) else {"value": rendered}
 
     def learn_secret_env(self, rendered: Any) -> None:
-        """A templated value put into a secret-named env var (``HF_TOKEN: "{{ tok }}"``) is a secret too."""
+        """A templated value put into a secret-named env var (``HF_TOKEN: "{{ tok }}"``) is a secret too, and so is
+        a server's API key (``flags: {api-key: ...}``, ``api_key: ...``), however it was written."""
         if isinstance(rendered, dict) and isinstance(rendered.get("env"), dict):
             self.redactor.add_env(rendered["env"])
+        self.redactor.add(*server_keys(rendered))
 
     def _finish_early(self, step: Step, status: StepStatus, error: str, started: float) -> StepFinished:
         self.emit(StepStarted(step_id=step.step_id, name=step.display_name, action=step.action, section=step.section,

@@ -49,13 +49,14 @@ def _target_architecture(model_path: str) -> str:
     return archs[0]
 
 
-def _warmup(host: str, port: int) -> None:
-    """As SGLang's launcher does: GET /model_info, then a short /generate, over HTTP."""
+def _warmup(host: str, port: int, api_key: str | None = None) -> None:
+    """As SGLang's launcher does: GET /model_info, then a short /generate, over HTTP (with the API key's
+    ``Authorization: Bearer`` header when the server has one, as SGLang's ``_execute_server_warmup`` sends it)."""
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
     for path, body, timeout in (("/model_info", None, 60.0),
                                 ("/generate", {"text": WARMUP_PROMPT, "_lab_warmup": True,
                                                "sampling_params": {"temperature": 0, "max_new_tokens": 8}}, 300.0)):
-        status, answer = http_json(base + path, body, timeout=timeout)
+        status, answer = http_json(base + path, body, timeout=timeout, api_key=api_key)
         if status != 200:
             raise RuntimeError(f"warm-up {path} answered HTTP {status}: {str(answer)[:200]}")
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                  args.speculative_num_draft_tokens, models.capture)
     log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
     try:
-        _warmup(args.host, args.port)
+        _warmup(args.host, args.port, args.api_key)
     except (OSError, RuntimeError) as exc:  # no connection, or an error answer
         return _fail(StartupError(f"warmup request failed: {exc}", kind="RuntimeError"))
     state.ready = True

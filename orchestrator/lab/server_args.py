@@ -73,6 +73,8 @@ class LabServerArgs:
     enable_mixed_chunk: bool = False
     disable_overlap_schedule: bool = False
     device: str = "cpu"
+    api_key: str | None = None
+    admin_api_key: str | None = None
     lab_capture_layers: list[int] | None = None
     lab_threads: int = 1
     warnings: list[str] = field(default_factory=list)
@@ -113,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-mixed-chunk", action="store_true")
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--api-key", default=None,
+                   help="Set API key of the server. It is also used in the OpenAI API compatible server.")
+    p.add_argument("--admin-api-key", default=None,
+                   help="Set admin API key for administrative/control endpoints (e.g., /flush_cache).")
     p.add_argument("--speculative-algorithm", default=None)
     p.add_argument("--speculative-draft-model-path", "--speculative-draft-model",
                    dest="speculative_draft_model_path", default=None)
@@ -153,7 +159,8 @@ def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArg
         tp_size=ns.tp_size, attention_backend=ns.attention_backend, disable_cuda_graph=ns.disable_cuda_graph,
         cuda_graph_max_bs=ns.cuda_graph_max_bs, log_level=ns.log_level, decode_log_interval=ns.decode_log_interval,
         random_seed=ns.random_seed, enable_mixed_chunk=ns.enable_mixed_chunk,
-        disable_overlap_schedule=ns.disable_overlap_schedule, device=ns.device,
+        disable_overlap_schedule=ns.disable_overlap_schedule, device=ns.device, api_key=ns.api_key,
+        admin_api_key=ns.admin_api_key,
         speculative_algorithm=ns.speculative_algorithm, speculative_draft_model_path=ns.speculative_draft_model_path,
         speculative_draft_model_revision=ns.speculative_draft_model_revision,
         speculative_num_steps=ns.speculative_num_steps, speculative_eagle_topk=ns.speculative_eagle_topk,

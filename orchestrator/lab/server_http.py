@@ -4,10 +4,17 @@ Requests are served one at a time (a lock around the models): the lab runs batch
 Deviations, all visible: /server_info carries ``"lab": true`` and a note; temperature > 0 is served greedily
 (the lab implements greedy decoding only) and says so in ``meta_info.lab_note``; batched requests cannot stream.
 ``/ready`` answers 404 as 0.5.12.post1 does (the route exists from 0.5.13 on).
+
+``--api-key`` / ``--admin-api-key`` are enforced as SGLang's ``utils/auth.py`` does (``decide_request_auth``):
+``/health*`` and ``/metrics*`` are always open; ``/flush_cache`` is ADMIN_OPTIONAL (the admin key when one is set,
+else the API key); every other path, unknown ones included (the middleware runs before routing), needs the API
+key when one is set. A refusal is 401 ``{"error": "Unauthorized"}`` (403 ``{"error": "Forbidden"}`` for an
+admin-force endpoint, which the lab has none of).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
@@ -27,6 +34,23 @@ LAB_NOTE = ("This is the orchestrator lab's CPU stand-in for SGLang (python -m o
 FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
               "requests, the operation will not be performed.)\n")
 log = logging.getLogger("orchestrator.lab.server")
+
+
+#: SGLang marks these ``@auth_level(AuthLevel.ADMIN_OPTIONAL)``; the lab serves only this one of them
+ADMIN_OPTIONAL_PATHS = ("/flush_cache",)
+
+
+def auth_allowed(path: str, authorization: str | None, api_key: str | None, admin_api_key: str | None) -> bool:
+    """SGLang 0.5.12.post1's ``decide_request_auth`` for the NORMAL and ADMIN_OPTIONAL levels."""
+    if path.startswith("/health") or path.startswith("/metrics"):
+        return True
+    expected = (admin_api_key or api_key) if path in ADMIN_OPTIONAL_PATHS else api_key
+    if not expected:
+        return True
+    parts = (authorization or "").split(" ", 1)
+    if len(parts) != 2 or parts[0].lower() != "bearer":
+        return False
+    return hmac.compare_digest(parts[1].encode(), expected.encode())
 
 
 class RequestError(Exception):
@@ -198,6 +222,11 @@ class LabHandler(BaseHTTPRequestHandler):
     def _route(self, method: str) -> None:
         path = self.path.split("?", 1)[0]
         state = self.state
+        if not auth_allowed(path, self.headers.get("Authorization"), state.args.api_key, state.args.admin_api_key):
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)  # an unread body would be taken for the next request on this connection
+            return self._send(401, {"error": "Unauthorized"})
         try:
             if path in ("/health", "/health_generate"):
                 if not state.ready:

@@ -38,9 +38,12 @@ def server_env(site: Path | None = None) -> dict[str, str]:
     return env
 
 
-def http_json(url: str, body: Any = None, *, timeout: float = 120.0) -> tuple[int, Any]:
+def http_json(url: str, body: Any = None, *, timeout: float = 120.0, api_key: str | None = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw, status = resp.read(), resp.status

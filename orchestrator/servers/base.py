@@ -91,6 +91,19 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
         return argv + flags_to_argv(spec.flags, list_style=self.list_style)
 
     # -- talking to the server (remote_probes/server_client.py runs it next to the server) -----
+    #: flags whose values are the server's API keys (``--api-key``, ``--admin-api-key``): the client sends them
+    #: as bearer tokens, and they are secrets wherever the flags are shown
+    key_flags: ClassVar[dict[str, str]] = {"api_key": "api_key", "admin_api_key": "admin_api_key"}
+
+    def client_keys(self, flags: Mapping[str, Any]) -> dict[str, str]:
+        """The client's keys from a launch's flags: ``{"api_key": ..., "admin_api_key": ...}`` (set ones only)."""
+        keys: dict[str, str] = {}
+        for name, value in flags.items():
+            role = self.key_flags.get(flag_key(str(name)))
+            if role is not None and value not in (None, False, True, ""):
+                keys[role] = str(value)
+        return keys
+
     def client_args(self, command: str) -> dict[str, Any]:
         """What the server client needs to know about this engine for ``command`` (sent as its arguments)."""
         if command == "wait":

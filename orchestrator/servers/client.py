@@ -21,11 +21,16 @@ PROBE = "server_client"
 class ServerClient:
     """HTTP calls, readiness waits and benchmarks executed next to the server (same code locally and over SSH)."""
 
-    def __init__(self, transport: Transport, python: str, adapter: EngineAdapter | None = None) -> None:
+    def __init__(self, transport: Transport, python: str, adapter: EngineAdapter | None = None, *,
+                 api_key: str | None = None, admin_api_key: str | None = None) -> None:
         self.transport = transport
         self.python = python
         # A server started elsewhere (``bench: {url: ...}``, cleanup) is assumed to speak SGLang's interface.
         self.adapter = adapter if adapter is not None else SglangAdapter()
+        # A server started with --api-key: sent as a bearer token on every call. The keys travel in the probe's
+        # stdin (never its command line); the engine's redactor masks them in events (runner.learn_secrets).
+        self.api_key = api_key or None
+        self.admin_api_key = admin_api_key or None
 
     async def call(
         self,
@@ -41,7 +46,9 @@ class ServerClient:
 
         if command not in SERVER_CLIENT_RESULTS:
             raise ServerError(f"unknown server client command {command!r} (known: {', '.join(SERVER_CLIENT_RESULTS)})")
-        payload = {**self.adapter.client_args(command), **args, "command": command}
+        keys = {name: value for name, value in (("api_key", self.api_key), ("admin_api_key", self.admin_api_key))
+                if value}
+        payload = {**self.adapter.client_args(command), **keys, **args, "command": command}
         try:
             result = await run_probe(self.transport, PROBE, payload, python=self.python, timeout=timeout,
                                      on_stderr=on_log, result_model=SERVER_CLIENT_RESULTS[command])

@@ -108,7 +108,7 @@ class ServerManager:
         if old is not None and old.status in ("starting", "ready"):
             raise UserInputError(f"server {name!r} is already running on {old.host} (port {old.spec.port}); "
                                  "stop or restart it")
-        client = ServerClient(transport, client_python, adapter)
+        client = ServerClient(transport, client_python, adapter, **adapter.client_keys(spec.flags))
         record = ServerRecord(name=name, host=host, adapter=adapter, transport=transport, client=client, spec=spec,
                               keep=keep, grace=grace, step_id=step_id)
         if auto_port:
