@@ -80,6 +80,10 @@ class HostKeyError(HostUnreachable):
 
 class ProbeError(OrchestratorError):
     title = "Probe error"
+    #: the probe's own error kind and sentence when it reported one (run_probe sets them), for callers that
+    #: turn a kind they understand into their own message
+    kind: str | None = None
+    reason: str | None = None
 
 
 class ServerError(OrchestratorError):

@@ -102,7 +102,9 @@ async def run_probe(
         tb = err.details.get("traceback") if err.details else None
         if err.kind in ("crash", "no_output", "missing_markers") and (tb or err.details.get("stderr_tail")):
             detail = "\n" + str(tb or err.details.get("stderr_tail"))[-1500:]
-        raise ProbeError(f"probe {probe} on {transport.host} failed ({err.kind}): {err.message}{detail}")
+        error = ProbeError(f"probe {probe} on {transport.host} failed ({err.kind}): {err.message}{detail}")
+        error.kind, error.reason = err.kind, err.message
+        raise error
     assert outcome.result is not None
     model = result_model or (PROBES[probe][1] if probe in PROBES else None)
     if model is not None:

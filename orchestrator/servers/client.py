@@ -53,6 +53,8 @@ class ServerClient:
             result = await run_probe(self.transport, PROBE, payload, python=self.python, timeout=timeout,
                                      on_stderr=on_log, result_model=SERVER_CLIENT_RESULTS[command])
         except ProbeError as exc:
+            if exc.kind == "unauthorized" and exc.reason:  # 401/403: the probe's sentence says it all
+                raise ServerError(exc.reason) from None
             raise ServerError(f"server client {command}: {exc.message}") from None
         if command == "bench":
             info = result.pop("server_info", None)

@@ -175,6 +175,7 @@ steps:
     assert "401: the server refused the API key (api-key)" in errors["s4"]
     for step in ("s3", "s4"):
         assert "Traceback" not in errors[step] and "HTTPError" not in errors[step]
+        assert errors[step].startswith("localhost: 401: "), errors[step]  # the host, then the sentence
 
     # (c) the key is nowhere: session files, console, the probes' command lines (it travels on stdin)
     logs = "".join(e["text"] for e in ran.events if e["type"] == "output" and e["stream"] == "server_log")
