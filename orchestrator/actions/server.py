@@ -19,6 +19,9 @@ last_lines}``, cause one of unknown_flag, invalid_flag, port_in_use, out_of_memo
 exited (orchestrator/servers/startlog.py); ``srv.failure`` is null on success. ``engine`` defaults to the host var
 ``engine`` (the lab inventory sets ``lab``), else ``sglang``; ``model`` to the host var ``target``.
 The server is stopped at session end (also on failure or cancel) unless ``keep: true``.
+``api-key`` (and ``admin-api-key``) among the flags: the server client sends the key as a bearer token on every
+call (readiness, /server_info, /flush_cache, bench), and the value is masked like a secret var wherever the
+flags, the command or the server's log are shown; give it from a secret var (``api-key: "{{ api_key }}"``).
 """
 
 from __future__ import annotations
