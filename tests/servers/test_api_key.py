@@ -193,3 +193,28 @@ steps:
     with_key = [c for c in commands if KEY in c]
     assert all("/procs/server-locked" in c for c in with_key[:-1]) and "echo the key is" in with_key[-1], with_key
     assert processes_with(marker) == []
+
+
+def test_literal_key_and_extra_var_key_are_masked(inventory: Inventory, tmp_path: Path) -> None:
+    """A key written into the flags or given as ``-e api_key=...`` is masked from the first event (the session's
+    recorded argv and vars) on, though no var declares it secret. The server never starts: the lab has no model."""
+    from orchestrator.playbook.loader import load_playbook_text
+    from orchestrator.session.recording import build_engine, run_session
+
+    literal, extra = "literal-key-5a5a5a5a", "extra-var-key-6b6b6b6b"
+    playbook = load_playbook_text(f"""
+name: literal key
+steps:
+  - server: {{engine: lab, model: /nonexistent, ready_timeout: 30, flags: {{api-key: {literal}}}}}
+    ignore_errors: true
+  - bench: {{url: "http://127.0.0.1:9", api_key: "{{{{ api_key }}}}", n: 1}}
+    ignore_errors: true
+""", extra_names={"api_key"})
+    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
+                                     extra_vars={"api_key": extra}, argv=["run", "pb.yaml", "-e", f"api_key={extra}"])
+    run_session(engine, directory)
+    started = json.loads((directory / "events.jsonl").read_text().splitlines()[0])
+    assert started["type"] == "session_started" and started["argv"][-1] == "api_key=***"
+    for path in (p for p in directory.rglob("*") if p.is_file()):
+        text = path.read_text(errors="replace")
+        assert literal not in text and extra not in text, path
