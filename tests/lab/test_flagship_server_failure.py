@@ -12,12 +12,11 @@ from rich.console import Console
 
 from orchestrator.console import ConsoleSink
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import lab_is_built
+from orchestrator.lab.build import LabPaths
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
 from orchestrator.session.recording import build_engine, run_with_signals, write_reports
-from tests.lab.conftest import lab_root
 
 FLAGSHIP = Path(__file__).resolve().parents[2] / "playbooks" / "eagle3.yaml"
 # small samples: this test is about the path through the playbook, not about the draft test's power
@@ -27,12 +26,8 @@ SMALL = {"bench_n": 2, "bench_tokens": 16, "dt_prompts": 4, "dt_tokens": 16}
 @pytest.mark.lab
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-async def test_flagship_goes_on_when_the_speculative_server_cannot_start(tmp_path: Path) -> None:
-    # the built lab as it is: no (re)calibration, which the `lab` fixture may start and which is not at stake here
-    root = lab_root()
-    if not lab_is_built("seed-wiring", root=root):
-        pytest.skip(f"the lab is not built under {root} (orchestrator lab build, or run tests/lab first)")
-    inventory = lab_inventory("seed-wiring", root=root)
+async def test_flagship_goes_on_when_the_speculative_server_cannot_start(lab: LabPaths, tmp_path: Path) -> None:
+    inventory = lab_inventory("seed-wiring", root=lab.root)
     host = inventory.hosts["lab"]
     # SGLang 0.5.23 split --cuda-graph-max-bs into -decode/-prefill; 0.5.12.post1's argparse refuses the new name
     host.vars["candidate_flags"] = {**host.vars["candidate_flags"], "cuda-graph-max-bs-decode": 8}
