@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from orchestrator.inventory import Inventory
+from orchestrator.lab.build import cached_sglang_tree
 from tests.servers.conftest import processes_with, run_playbook
 
 KEY = "sk-lab-7f3a9c2e41d8b6"  # long and unmistakable: any leak is found by a plain grep
-SGLANG_SRC = Path("~/.cache/orchestrator/sglang-src").expanduser()
 
 
 # -- the lab's HTTP layer: SGLang's auth rules, no models needed -------------------------------------------------
@@ -70,9 +70,8 @@ def test_lab_admin_key_guards_flush_cache(lab_http: str) -> None:
 
 
 def _sglang_auth(version: str) -> Any:
-    path = SGLANG_SRC / version / "sglang" / "srt" / "utils" / "auth.py"
-    if not path.exists():
-        pytest.skip(f"no SGLang {version} source at {path}")
+    # the real source tree, installed under $ORCHESTRATOR_CACHE_DIR on first use (pip --no-deps --target)
+    path = cached_sglang_tree(version, timeout=600) / "sglang" / "srt" / "utils" / "auth.py"
     spec = importlib.util.spec_from_file_location(f"_sglang_auth_{version.replace('.', '_')}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
