@@ -146,7 +146,7 @@ def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
 
     from orchestrator.cli.progress import build_progress
 
-    Console(stderr=True).print("[bold]The lab is not built yet: building it now (training and calibration, 3–7 minutes on 2 cores, once).[/]")
+    Console(stderr=True).print("[bold]The lab is not built yet: building it now (training and calibration, 5–12 minutes on 2 cores, once).[/]")
     progress, report = build_progress()  # Rich bars on a terminal, else a plain line per stage and 10 %
     with progress:
         ensure_lab(scenario, progress=report)

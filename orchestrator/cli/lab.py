@@ -24,7 +24,7 @@ def build_cmd(
                                  help="Scenario to make ready (see `lab status`), or `all`."),
     directory: Path | None = typer.Option(None, "--dir", help=DIR_HELP),
 ) -> None:
-    """Build what the scenario needs and is missing (the first build trains and calibrates for 3-7 minutes on 2 cores)."""
+    """Build what the scenario needs and is missing (the first build trains and calibrates for 5-12 minutes on 2 cores)."""
     from rich.console import Console
 
     from orchestrator.lab.build import SCENARIO_NAMES, build_lab, check_scenario
