@@ -4,15 +4,23 @@ Standard library only, Python >= 3.9. Run as ``python3 sglang_source.py ARGS.jso
 
 Args: ``{"package": "sglang", "sys_path": [dirs prepended to sys.path], "reads": [READ, ...]}`` where a READ is
 ``{"file"?: path relative to the package root (a leading "<package>/" is accepted) or absolute,
+   "under"?: a directory relative to the package root that limits a symbol/pattern search (instead of "file"),
    exactly one of  "lines": "155,200" | "155,+45" | "/re/,/re/" | "/re/,+5" | "$" | "10,$" | "42"
-                 | "symbol": "EAGLEWorker.__init__"   (ast; whole package when "file" is absent)
-                 | "pattern": "regex", "context": 3   (grep; whole package when "file" is absent),
+                 | "symbol": "EAGLEWorker.__init__"   (ast; whole package, or "under", when "file" is absent)
+                 | "pattern": "regex", "context": 3   (grep; whole package, or "under", when "file" is absent),
+   "any_of"?: [ALTERNATIVE, ...]  ordered alternatives (file/under/lines/symbol/pattern/context/max_matches), each
+              merged over the read's own keys; the first that finds something is the read's result,
    "max_matches"?: 20, "max_lines"?: 2000, "expect"?: {"contains"|"regex"|"not_contains": str}}``.
 
 Result: ``{"package", "version", "dist", "root", "python", "reads": [...]}``; each read is
-``{"index", "file", "abs_path", "start", "end", "total_lines", "lines": [[n, text], ...], "symbol"?, "matches"?,
-"truncated"?, "expect"?: {"passed", "checks"}, "error"?: {"kind", "message", ...}}``. One read's error never fails
-the others; an unknown package fails the whole probe (kind ``package_not_found``) and says where it looked.
+``{"index", "found", "file", "abs_path", "start", "end", "total_lines", "lines": [[n, text], ...], "symbol"?,
+"matches"?, "truncated"?, "alternative"?, "tried"?, "expect"?: {"passed", "checks"},
+"not_found"?: {"kind", "message", ...}, "error"?: {"kind", "message", ...}}``.
+A read that finds nothing in this version (missing file or directory, no such symbol, no matching line, a line
+past the end) is ``found: false`` with ``not_found`` ("not found in sglang 0.5.23: ..."): a fact about the version,
+not a failure. ``error`` is kept for mistakes in the read itself (bad regex, bad address, unknown keys) and I/O.
+One read's error never fails the others; an unknown package fails the whole probe (kind ``package_not_found``) and
+says where it looked.
 """
 
 from __future__ import annotations
@@ -174,8 +182,11 @@ def package_files(root: str) -> list[str]:
 # ---------------------------------------------------------------- one read
 
 
-_READ_KEYS = {"file", "lines", "symbol", "pattern", "context", "max_matches", "max_lines", "expect", "id"}
+_ALTERNATIVE_KEYS = {"file", "under", "lines", "symbol", "pattern", "context", "max_matches"}
+_READ_KEYS = _ALTERNATIVE_KEYS | {"max_lines", "expect", "id", "any_of"}
 _EXPECT_KEYS = ("contains", "regex", "not_contains")
+# What a version may simply not have: recorded as not_found (evidence about that version), never as an error.
+_NOT_FOUND_KINDS = {"file_not_found", "dir_not_found", "symbol_not_found", "no_match", "out_of_range"}
 
 
 def _span(cache: FileCache, rel: str, abs_path: str, start: int, end: int, budget: list[int]) -> dict[str, Any]:
@@ -193,11 +204,41 @@ def _int_arg(read: dict[str, Any], key: str, default: int) -> int:
     return value
 
 
+def _under(ctx: dict[str, Any], read: dict[str, Any]) -> str | None:
+    """The read's ``under`` directory, relative to the package root without a trailing slash (None: no limit)."""
+    if not read.get("under"):
+        return None
+    rel = str(read["under"]).replace("\\", "/").strip("/")
+    package = ctx["package"]
+    for prefix in (package.replace(".", "/") + "/", package.split(".")[0] + "/"):
+        if rel.startswith(prefix):
+            rel = rel[len(prefix):]
+            break
+    if os.path.isabs(str(read["under"])) or ".." in rel.split("/"):
+        raise ReadError("bad_read", f"'under' must be a directory inside the package, got {read['under']!r}")
+    return rel
+
+
+def _where(ctx: dict[str, Any], read: dict[str, Any]) -> str:
+    """Where a search looked, for messages: the file, the directory or the whole package."""
+    if read.get("file"):
+        return str(read["file"])
+    under = _under(ctx, read)
+    return f"{under}/" if under else "the package"
+
+
 def _targets(ctx: dict[str, Any], read: dict[str, Any]) -> list[tuple[str, str]]:
     if read.get("file"):
         return [resolve_file(ctx["root"], ctx["package"], str(read["file"]))]
     base = ctx["root"] if os.path.isdir(ctx["root"]) else os.path.dirname(ctx["root"])
-    return [(os.path.relpath(p, base).replace(os.sep, "/"), p) for p in ctx["files"]()]
+    every = [(os.path.relpath(p, base).replace(os.sep, "/"), p) for p in ctx["files"]()]
+    under = _under(ctx, read)
+    if under is None:
+        return every
+    if not os.path.isdir(os.path.join(base, under)):
+        # directories move between versions too (0.5.23 added srt/arg_groups): a fact, reported as not found
+        raise ReadError("dir_not_found", f"{under}/ does not exist under {base}")
+    return [(rel, p) for rel, p in every if rel.startswith(under + "/")]
 
 
 def _read_symbol(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -> list[dict[str, Any]]:
@@ -231,8 +272,7 @@ def _read_symbol(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -
             rel, abs_path = _targets(ctx, read)[0]
             names = all_qualnames(cache.tree(abs_path)) if not unparsable else []
             details["similar"] = difflib.get_close_matches(symbol, names, n=6, cutoff=0.5)
-        where = read.get("file") or "the package"
-        raise ReadError("symbol_not_found", f"no class or function {symbol!r} in {where}", **details)
+        raise ReadError("symbol_not_found", f"no class or function {symbol!r} in {_where(ctx, read)}", **details)
     return matches
 
 
@@ -265,6 +305,8 @@ def _read_pattern(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) 
                 group.append(hit)
         if count >= limit and ctx.get("truncated"):
             break
+    if not hunks:
+        raise ReadError("no_match", f"no line matches /{pattern.pattern}/ in {_where(ctx, read)}", pattern=pattern.pattern)
     return hunks
 
 
@@ -290,39 +332,94 @@ def _check_expect(expect: Any, text: str) -> dict[str, Any]:
     return {"passed": all(c["passed"] for c in checks), "checks": checks}
 
 
+def _alternatives(read: dict[str, Any]) -> list[dict[str, Any]]:
+    """The addresses to try in order: the read itself, or each ``any_of`` entry merged over the read's own keys."""
+    if "any_of" not in read:
+        return [read]
+    alternatives = read["any_of"]
+    if not isinstance(alternatives, list) or not alternatives:
+        raise ReadError("bad_read", "'any_of' must be a non-empty list of alternative addresses")
+    shared = {k: v for k, v in read.items() if k in _ALTERNATIVE_KEYS}
+    merged = []
+    for n, alt in enumerate(alternatives):
+        if not isinstance(alt, dict) or set(alt) - _ALTERNATIVE_KEYS:
+            raise ReadError("bad_read", f"any_of[{n}] must be an object with keys from {sorted(_ALTERNATIVE_KEYS)}")
+        both = dict(shared, **alt)
+        # an alternative's file replaces the shared directory and vice versa; so does its mode the shared one
+        if "file" in alt and "under" not in alt:
+            both.pop("under", None)
+        if "under" in alt and "file" not in alt:
+            both.pop("file", None)
+        if any(m in alt for m in ("lines", "symbol", "pattern")):
+            for mode in ("lines", "symbol", "pattern"):
+                if mode not in alt:
+                    both.pop(mode, None)
+        merged.append(both)
+    return merged
+
+
+def _read_one(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -> tuple[dict[str, Any], list[str]]:
+    """Resolve one address: (the result fields, the texts an expect check sees). Raises ReadError."""
+    modes = [k for k in ("lines", "symbol", "pattern") if k in read]
+    if len(modes) != 1:
+        raise ReadError("bad_read", "a read needs exactly one of 'lines', 'symbol' or 'pattern'")
+    if read.get("file") and read.get("under"):
+        raise ReadError("bad_read", "give 'file' or 'under', not both")
+    fields: dict[str, Any] = {k: read[k] for k in ("file", "under", "symbol", "pattern") if k in read}
+    if modes[0] == "lines":
+        if not read.get("file"):
+            raise ReadError("bad_read", "a 'lines' read needs a 'file'")
+        fields["lines_spec"] = read["lines"]
+        rel, abs_path = resolve_file(ctx["root"], ctx["package"], str(read["file"]))
+        start, end = resolve_range(str(read["lines"]), ctx["cache"].lines(abs_path))
+        fields.update(_span(ctx["cache"], rel, abs_path, start, end, budget))
+        return fields, [t for _, t in fields["lines"]]
+    matches = (_read_symbol if modes[0] == "symbol" else _read_pattern)(ctx, read, budget)
+    fields["matches"] = matches
+    fields.update({k: matches[0][k] for k in ("file", "abs_path", "start", "end", "total_lines", "lines")})
+    return fields, [t for m in matches for _, t in m["lines"]]
+
+
 def do_read(ctx: dict[str, Any], index: int, read: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": index}
+    out: dict[str, Any] = {"index": index, "found": False}
     try:
         if not isinstance(read, dict):
             raise ReadError("bad_read", f"read #{index} must be an object, got {type(read).__name__}")
-        out.update({k: read[k] for k in ("id", "file", "symbol", "pattern") if k in read})
+        out.update({k: read[k] for k in ("id", "file", "under", "symbol", "pattern") if k in read})
         if "lines" in read:
             out["lines_spec"] = read["lines"]
         unknown = sorted(set(read) - _READ_KEYS)
-        modes = [k for k in ("lines", "symbol", "pattern") if k in read]
         if unknown:
             raise ReadError("bad_read", f"unknown keys {unknown}; allowed: {sorted(_READ_KEYS)}")
-        if len(modes) != 1:
-            raise ReadError("bad_read", "a read needs exactly one of 'lines', 'symbol' or 'pattern'")
+        alternatives = _alternatives(read)
         budget = [_int_arg(read, "max_lines", DEFAULT_MAX_LINES)]
-        ctx["truncated"] = False
-        if modes[0] == "lines":
-            if not read.get("file"):
-                raise ReadError("bad_read", "a 'lines' read needs a 'file'")
-            rel, abs_path = resolve_file(ctx["root"], ctx["package"], str(read["file"]))
-            start, end = resolve_range(str(read["lines"]), ctx["cache"].lines(abs_path))
-            out.update(_span(ctx["cache"], rel, abs_path, start, end, budget))
-            texts = [t for _, t in out["lines"]]
+        misses: list[dict[str, Any]] = []
+        texts: list[str] = []
+        for n, alt in enumerate(alternatives):
+            ctx["truncated"] = False
+            try:
+                fields, texts = _read_one(ctx, alt, budget)
+            except ReadError as exc:
+                if exc.kind not in _NOT_FOUND_KINDS:
+                    raise  # a broken alternative is a mistake to fix, not a version difference to skip
+                misses.append(dict(exc.details, kind=exc.kind, message=exc.message, alternative=n))
+                continue
+            for key in ("file", "under", "symbol", "pattern", "lines_spec"):
+                out.pop(key, None)  # the winning alternative's address, not the shared keys it overrode
+            out.update(fields, found=True)
+            if "any_of" in read:
+                out.update(alternative=n, tried=misses)
+            break
         else:
-            matches = (_read_symbol if modes[0] == "symbol" else _read_pattern)(ctx, read, budget)
-            out["matches"] = matches
-            first = matches[0] if matches else {"file": read.get("file"), "abs_path": None, "start": None,
-                                                "end": None, "total_lines": None, "lines": []}
-            out.update({k: first[k] for k in ("file", "abs_path", "start", "end", "total_lines", "lines")})
-            texts = [t for m in matches for _, t in m["lines"]]
-        out["truncated"] = bool(ctx["truncated"] or budget[0] <= 0 and texts)
+            out["not_found"] = _not_found(ctx, misses, "any_of" in read)
+            if "any_of" in read:
+                out["tried"] = misses
+        out["truncated"] = bool(out["found"] and (ctx["truncated"] or budget[0] <= 0 and texts))
         if "expect" in read:
-            out["expect"] = _check_expect(read["expect"], "\n".join(texts))
+            if out["found"]:
+                out["expect"] = _check_expect(read["expect"], "\n".join(texts))
+            else:
+                out["expect"] = {"passed": False, "checks": [], "error": "nothing to check: " + out["not_found"]["message"]}
     except ReadError as exc:
         out["error"] = dict(exc.details, kind=exc.kind, message=exc.message)
     except (OSError, UnicodeError, RecursionError) as exc:
@@ -330,6 +427,16 @@ def do_read(ctx: dict[str, Any], index: int, read: Any) -> dict[str, Any]:
     if "error" in out and isinstance(read, dict) and "expect" in read:
         out["expect"] = {"passed": False, "checks": [], "error": "read failed: " + out["error"]["message"]}
     return out
+
+
+def _not_found(ctx: dict[str, Any], misses: list[dict[str, Any]], alternatives: bool) -> dict[str, Any]:
+    """One record for a read that found nothing, its message naming the version so it stands alone as evidence."""
+    label = f"{ctx['package']} {ctx.get('version') or '(version unknown)'}"
+    if not alternatives:
+        miss = {k: v for k, v in misses[0].items() if k != "alternative"}
+        return dict(miss, message=f"not found in {label}: {miss['message']}")
+    said = "; ".join(f"({m['alternative'] + 1}) {m['message']}" for m in misses)
+    return {"kind": "not_found", "message": f"not found in {label}: {said}"}
 
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
@@ -353,7 +460,8 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
             files.extend(package_files(located["root"]))
         return files
 
-    ctx = {"root": located["root"], "package": package, "cache": FileCache(), "files": all_files}
+    ctx = {"root": located["root"], "package": package, "version": located["version"], "cache": FileCache(),
+           "files": all_files}
     results = [do_read(ctx, i, read) for i, read in enumerate(reads)]
     return dict(located, python=sys.executable, reads=results)
 

@@ -81,7 +81,8 @@ def resolve_range(spec: str, lines: list[str]) -> tuple[int, int]:
         end = (value if kind == "num" else total if kind == "last" else start + value if kind == "plus"
                else find(value, start))
         if end < start:
-            raise ReadError("out_of_range", f"end line {end} is before start line {start}", total_lines=total)
+            # a reversed address is a mistake in the spec (bad_lines), not a fact about this version (out_of_range)
+            raise ReadError("bad_lines", f"end line {end} is before start line {start}", total_lines=total)
     return start, min(end, total)
 
 

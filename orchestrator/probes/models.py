@@ -34,26 +34,72 @@ class Expect(_Args):
         return self
 
 
+_MODES = ("lines", "symbol", "pattern")
+
+
+class SourceAlternative(_Args):
+    """One address among a read's ``any_of``: its keys replace the read's own (unset ones are inherited)."""
+
+    file: str | None = Field(default=None, description="file relative to the package root")
+    under: str | None = Field(default=None, description="directory (relative to the package root) to search in")
+    lines: str | None = Field(default=None, description="sed-style range: 155,200 | 155,+45 | /re/,/re/ | $")
+    symbol: str | None = Field(default=None, description="class or function, e.g. EagleDraftWorker.init_lm_head")
+    pattern: str | None = Field(default=None, description="regex, grep-style")
+    context: int | None = Field(default=None, ge=0, le=200)
+    max_matches: int | None = Field(default=None, ge=1, le=10000)
+
+
+def _check_address(address: dict[str, Any], where: str) -> None:
+    modes = [m for m in _MODES if address.get(m) is not None]
+    if len(modes) != 1:
+        raise ValueError(f"{where} needs exactly one of 'lines', 'symbol' or 'pattern'")
+    if address.get("lines") is not None and not address.get("file"):
+        raise ValueError(f"{where}: a 'lines' read needs a 'file'")
+    if address.get("file") and address.get("under"):
+        raise ValueError(f"{where}: give 'file' or 'under', not both")
+
+
+def merge_alternative(shared: dict[str, Any], alternative: dict[str, Any]) -> dict[str, Any]:
+    """An ``any_of`` entry over the read's own keys, as the probe merges them: a file replaces a shared
+    directory (and the reverse), a mode replaces the shared mode."""
+    merged = dict(shared, **alternative)
+    if "file" in alternative and "under" not in alternative:
+        merged.pop("under", None)
+    if "under" in alternative and "file" not in alternative:
+        merged.pop("file", None)
+    if any(m in alternative for m in _MODES):
+        for mode in _MODES:
+            if mode not in alternative:
+                merged.pop(mode, None)
+    return merged
+
+
 class SourceRead(_Args):
-    """One address: ``lines`` (needs ``file``), ``symbol`` or ``pattern``; file relative to the package root."""
+    """One address: ``lines`` (needs ``file``), ``symbol`` or ``pattern``; file relative to the package root.
+    ``under`` limits a symbol/pattern search to a directory; ``any_of`` lists ordered alternative addresses, the
+    first that finds something wins (the result says which: ``alternative``)."""
 
     id: str | None = None
-    file: str | None = None
-    lines: str | None = None
-    symbol: str | None = None
-    pattern: str | None = None
+    file: str | None = Field(default=None, description="file relative to the package root")
+    under: str | None = Field(default=None, description="directory (relative to the package root) to search in")
+    lines: str | None = Field(default=None, description="sed-style range: 155,200 | 155,+45 | /re/,/re/ | $")
+    symbol: str | None = Field(default=None, description="class or function, e.g. EagleDraftWorker.init_lm_head")
+    pattern: str | None = Field(default=None, description="regex, grep-style")
     context: int = Field(default=3, ge=0, le=200)
     max_matches: int = Field(default=20, ge=1, le=10000)
     max_lines: int = Field(default=2000, ge=1, le=200000)
     expect: Expect | None = None
+    any_of: list[SourceAlternative] | None = Field(
+        default=None, min_length=1,
+        description="ordered alternatives (newest layout first): the first that finds something is the result")
 
     @model_validator(mode="after")
     def _one_mode(self) -> SourceRead:
-        modes = [m for m in ("lines", "symbol", "pattern") if getattr(self, m) is not None]
-        if len(modes) != 1:
-            raise ValueError("a read needs exactly one of 'lines', 'symbol' or 'pattern'")
-        if self.lines is not None and not self.file:
-            raise ValueError("a 'lines' read needs a 'file'")
+        own = self.model_dump(exclude_none=True, include=set(SourceAlternative.model_fields))
+        if not self.any_of:
+            _check_address(own, "a read")
+        for n, alternative in enumerate(self.any_of or []):
+            _check_address(merge_alternative(own, alternative.model_dump(exclude_none=True)), f"any_of[{n}]")
         return self
 
     def to_probe(self) -> dict[str, Any]:
@@ -80,8 +126,10 @@ class ExpectResult(_Result):
 
 
 class ReadErrorInfo(_Result):
-    """kind: file_not_found (with successors, same_name_elsewhere), bad_regex, bad_lines, bad_read, no_match,
-    out_of_range, symbol_not_found (with similar), io_error."""
+    """As ``error`` (a mistake in the read, or I/O): bad_regex, bad_lines, bad_read, io_error.
+    As ``not_found`` (this version lacks it; message "not found in <package> <version>: ..."): file_not_found (with
+    successors, same_name_elsewhere), dir_not_found, symbol_not_found (with similar), no_match, out_of_range,
+    not_found (every alternative of an ``any_of`` missed; each miss is in ``tried``)."""
 
     kind: str
     message: str
@@ -98,10 +146,20 @@ class SourceSpan(_Result):
     match_lines: list[int] | None = None  # line numbers that matched, for pattern reads
 
 
+class SourceMiss(_Result):
+    """An ``any_of`` alternative that found nothing (0-based ``alternative``)."""
+
+    alternative: int
+    kind: str
+    message: str
+
+
 class SourceReadResult(_Result):
     index: int
+    found: bool = False
     id: str | None = None
     file: str | None = None
+    under: str | None = None
     lines_spec: str | None = None
     symbol: str | None = None
     pattern: str | None = None
@@ -113,6 +171,9 @@ class SourceReadResult(_Result):
     matches: list[SourceSpan] | None = None
     truncated: bool = False
     expect: ExpectResult | None = None
+    alternative: int | None = None  # which any_of entry found it (0-based)
+    tried: list[SourceMiss] | None = None  # the any_of entries tried before it (or all of them, when none found)
+    not_found: ReadErrorInfo | None = None
     error: ReadErrorInfo | None = None
 
 
