@@ -333,7 +333,10 @@ def _check_expect(expect: Any, text: str) -> dict[str, Any]:
 
 
 def _alternatives(read: dict[str, Any]) -> list[dict[str, Any]]:
-    """The addresses to try in order: the read itself, or each ``any_of`` entry merged over the read's own keys."""
+    """The addresses to try in order: the read itself, or each ``any_of`` entry merged over the read's own keys.
+
+    The same merge as orchestrator/probes/models.py ``merge_alternative`` (which validates playbooks at load time);
+    this script is stdlib-only and runs on the host, so it cannot import it."""
     if "any_of" not in read:
         return [read]
     alternatives = read["any_of"]

@@ -110,6 +110,23 @@ def render_read(read: dict[str, Any], version: str | None) -> str:
     return "".join(out)
 
 
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """The probe's result plus what playbook rules read: ``by_id``, ``passed``, ``found``, ``not_found``, ``text``
+    (and ``read`` when there is one read)."""
+    reads = result.setdefault("reads", [])
+    errors = [r for r in reads if r.get("error")]
+    expects = [r["expect"].get("passed") for r in reads if r.get("expect") is not None]
+    result["by_id"] = {r["id"]: r for r in reads if r.get("id")}
+    result["passed"] = all(expects) if expects else not errors
+    result["found"] = bool(reads) and all(r.get("found") for r in reads)
+    # one line per read that found nothing, ready for an evidence rule's `because`
+    result["not_found"] = [f"{_label(r)}: {r['not_found'].get('message')}" for r in reads if r.get("not_found")]
+    result["text"] = "".join(render_read(r, result.get("version")) for r in reads)
+    if len(reads) == 1:
+        result["read"] = reads[0]
+    return result
+
+
 class ReadSourceAction(Action[ReadSourceArgs]):
     kind = "read_source"
     Args = ReadSourceArgs
@@ -118,19 +135,10 @@ class ReadSourceAction(Action[ReadSourceArgs]):
     async def run(self, args: ReadSourceArgs, ctx: ActionContext) -> dict[str, Any]:
         probe_args = {"package": args.package, "reads": args.all_reads(), "sys_path": args.sys_path}
         result = await run_probe_step(ctx, "sglang_source", probe_args, python=args.python)
-        reads = result.get("reads", [])
-        for read in reads:
+        result = summarize(result)
+        for read in result["reads"]:
             ctx.output(render_read(read, result.get("version")), "stdout")
-        errors = [r for r in reads if r.get("error")]
-        expects = [r["expect"].get("passed") for r in reads if r.get("expect") is not None]
-        result["by_id"] = {r["id"]: r for r in reads if r.get("id")}
-        result["passed"] = all(expects) if expects else not errors
-        result["found"] = bool(reads) and all(r.get("found") for r in reads)
-        # one line per read that found nothing, ready for an evidence rule's `because`
-        result["not_found"] = [f"{_label(r)}: {r['not_found'].get('message')}" for r in reads if r.get("not_found")]
-        result["text"] = "".join(render_read(r, result.get("version")) for r in reads)
-        if len(reads) == 1:
-            result["read"] = reads[0]
+        errors = [r for r in result["reads"] if r.get("error")]
         if errors and args.fail_on_error:
             raise StepFailed(f"{len(errors)} read(s) failed: {errors[0]['error'].get('message')}", result)
         return result

@@ -185,6 +185,9 @@ def sources_section(session: LoadedSession) -> list[Block]:
                                    marked=set(span.get("match_lines") or [])))
             if read.get("error"):
                 blocks.append(Para(f"✗ {read.get('file') or read.get('symbol')}: {read['error'].get('message')}"))
+            elif read.get("not_found"):  # what this version lacks is part of the record, not a gap in it
+                blocks.append(Para(f"✗ {read.get('id') or read.get('file') or read.get('symbol')}: "
+                                   f"{read['not_found'].get('message')}"))
     return blocks if len(blocks) > 1 else []
 
 

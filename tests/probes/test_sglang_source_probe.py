@@ -86,7 +86,8 @@ def test_symbol_and_pattern_on_both_versions(run_probe, sglang_trees):
     assert sum(len(m.match_lines) for m in capped.matches) == 3 and capped.truncated
 
 
-def test_missing_file_lists_successors_and_errors_stay_per_read(run_probe, sglang_trees):
+def test_missing_code_is_not_found_and_broken_reads_are_errors(run_probe, sglang_trees):
+    """What a version lacks is ``not_found`` (a fact, named with the version); a broken read is an ``error``."""
     res = _source(run_probe, sglang_trees, NEW, [
         {"file": WORKER, "lines": "155,200", "expect": {"contains": "get_embed_and_head"}},
         {"file": "srt/speculative/eagle_worker_v2.py", "pattern": "([unclosed"},
@@ -94,19 +95,68 @@ def test_missing_file_lists_successors_and_errors_stay_per_read(run_probe, sglan
         {"file": "srt/speculative/eagle_worker_v2.py", "lines": "99999,+1"},
         {"file": "srt/speculative/eagle_worker_v2.py", "lines": "abc"},
         {"file": "srt/speculative/eagle_worker_v2.py", "lines": "1,2"},
+        {"file": "srt/speculative/eagle_worker_v2.py", "lines": "5,2"},
     ])
-    missing, bad_regex, no_symbol, out_of_range, bad_lines, fine = res.reads
-    assert missing.error is not None and missing.error.kind == "file_not_found"
-    successors = missing.error.model_extra["successors"]
+    missing, bad_regex, no_symbol, past_end, bad_lines, fine, reversed_range = res.reads
+    assert missing.not_found is not None and missing.not_found.kind == "file_not_found" and missing.error is None
+    assert missing.not_found.message.startswith(f"not found in sglang {NEW}: {WORKER} does not exist")
+    successors = missing.not_found.model_extra["successors"]
     assert "srt/speculative/eagle_worker_v2.py" in successors
     assert "srt/speculative/eagle_worker_common.py" in successors
-    assert missing.expect is not None and not missing.expect.passed
-    assert bad_regex.error is not None and bad_regex.error.kind == "bad_regex"
-    assert no_symbol.error is not None and no_symbol.error.kind == "symbol_not_found"
-    assert "EagleDraftWorker.init_lm_head" in no_symbol.error.model_extra["similar"]
-    assert out_of_range.error is not None and out_of_range.error.kind == "out_of_range"
+    assert missing.expect is not None and not missing.expect.passed and not missing.found
+    assert bad_regex.error is not None and bad_regex.error.kind == "bad_regex" and bad_regex.not_found is None
+    assert no_symbol.not_found is not None and no_symbol.not_found.kind == "symbol_not_found"
+    assert "EagleDraftWorker.init_lm_head" in no_symbol.not_found.model_extra["similar"]
+    assert past_end.not_found is not None and past_end.not_found.kind == "out_of_range"
     assert bad_lines.error is not None and bad_lines.error.kind == "bad_lines"
-    assert fine.error is None and [n for n, _ in fine.lines] == [1, 2]
+    assert fine.error is None and fine.found and [n for n, _ in fine.lines] == [1, 2]
+    assert reversed_range.error is not None and reversed_range.error.kind == "bad_lines"  # a mistake, not a fact
+
+
+def test_under_limits_a_search_to_a_directory(run_probe, sglang_trees):
+    res = _source(run_probe, sglang_trees, OLD, [
+        {"under": "srt/speculative", "pattern": r"get_embed_and_head\(\)", "context": 0},
+        {"under": "sglang/srt/speculative/", "symbol": "EagleDraftWorker.init_lm_head"},
+        {"under": "srt/arg_groups", "pattern": "adjusted to speculative_num_steps"},
+        {"under": "srt/speculative", "pattern": "zzz_no_such_line_zzz"},
+        {"under": "../etc", "pattern": "x"},
+        {"under": "srt/no_such_dir", "symbol": "A.b"},
+    ])
+    grep, symbol, no_hook, no_line, escape, no_dir = res.reads
+    files = {m.file for m in grep.matches or []}
+    assert files and all(f.startswith("srt/speculative/") for f in files)  # never srt/models/gemma3_mm.py
+    assert {"srt/speculative/eagle_worker.py", "srt/speculative/eagle_worker_v2.py"} <= files
+    assert symbol.found and symbol.file == "srt/speculative/eagle_worker_v2.py" and symbol.start == 212
+    # 0.5.12.post1 has srt/arg_groups, but its speculative flags are still resolved in server_args.py
+    assert no_hook.not_found is not None and no_hook.not_found.kind == "no_match" and not no_hook.found
+    assert no_hook.not_found.message.startswith(f"not found in sglang {OLD}: no line matches ")
+    assert no_hook.not_found.message.endswith(" in srt/arg_groups/")
+    assert no_dir.not_found is not None and no_dir.not_found.kind == "dir_not_found"
+    assert no_dir.not_found.message.startswith(f"not found in sglang {OLD}: srt/no_such_dir/ does not exist")
+    assert no_line.not_found is not None and no_line.not_found.kind == "no_match" and not no_line.found
+    assert "srt/speculative/" in no_line.not_found.message
+    assert escape.error is not None and escape.error.kind == "bad_read"
+
+
+def test_any_of_takes_the_first_alternative_that_finds_something(run_probe, sglang_trees):
+    topk = {"id": "topk", "pattern": r"adjusted to speculative_num_steps \+ 1", "context": 1,
+            "any_of": [{"under": "srt/arg_groups"}, {"file": "srt/server_args.py"}], "expect": {"contains": "topk"}}
+    nothing = {"id": "none", "under": "srt/speculative", "expect": {"contains": "x"},
+               "any_of": [{"symbol": "NoSuchWorker.init"}, {"file": WORKER, "pattern": "no such line at all"}]}
+    broken = {"id": "broken", "any_of": [{"file": WORKER, "pattern": "([bad"}, {"file": WORKER, "lines": "1"}]}
+    for version, file, alternative in ((OLD, "srt/server_args.py", 1), (NEW, "srt/arg_groups/speculative_hook.py", 0)):
+        res = _source(run_probe, sglang_trees, version, [topk, nothing, broken])
+        found, missed, error = res.reads
+        assert found.found and found.file == file and found.alternative == alternative
+        assert found.under is None or found.alternative == 0  # the winner's own address, not the shared keys
+        assert [t.alternative for t in found.tried or []] == list(range(alternative))
+        assert found.expect is not None and found.expect.passed
+        assert not missed.found and missed.not_found is not None and missed.not_found.kind == "not_found"
+        assert missed.not_found.message.startswith(f"not found in sglang {version}: (1) no class or function")
+        assert "(2) " in missed.not_found.message and [t.alternative for t in missed.tried or []] == [0, 1]
+        assert missed.expect is not None and not missed.expect.passed
+        # a broken alternative is never skipped over as if the version lacked it
+        assert error.error is not None and error.error.kind == "bad_regex" and not error.found
 
 
 def test_unknown_package_says_where_it_looked(run_probe, tmp_path):

@@ -26,7 +26,7 @@ def render_reads(result: dict[str, Any]) -> RenderableType:
     version = result.get("version") or "?"
     blocks: list[RenderableType] = []
     for read in result.get("reads") or []:
-        err = read.get("error")
+        err = read.get("error") or read.get("not_found")  # a broken read, or one this version has nothing for
         if err:
             message = err.get("message") if isinstance(err, dict) else str(err)
             blocks.append(Text(f"✗ {read.get('file') or read.get('symbol') or read.get('pattern')}: {message}",
