@@ -41,11 +41,11 @@ class _Refused(Exception):
 class StaticParser(argparse.ArgumentParser):
     """argparse exactly as SGLang builds it, except that an error is raised to the caller instead of exiting."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         # argparse's own format (ArgumentParser.error): '%(prog)s: error: %(message)s'
         raise _Refused("%s: error: %s" % (self.prog, message), 2)
 
-    def exit(self, status: int = 0, message: Optional[str] = None) -> Any:  # type: ignore[override]
+    def exit(self, status: int = 0, message: Optional[str] = None) -> Any:
         raise _Refused((message or "").strip(), status)
 
 
@@ -177,7 +177,7 @@ def _action_nargs(tree: _Tree, path: str, name: str) -> Any:
         args = init.args.args + init.args.kwonlyargs
         defaults = [None] * (len(init.args.args) - len(init.args.defaults)) + list(init.args.defaults) + \
             list(init.args.kw_defaults)
-        for arg, default in zip(args, defaults):
+        for arg, default in zip(args, defaults):  # noqa: B905 - same lengths; Python 3.9 has no strict=
             if arg.arg == "nargs" and default is not None:
                 return _literal(default, {})
         return None
