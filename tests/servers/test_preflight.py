@@ -92,3 +92,21 @@ def test_no_sglang_on_the_host_skips_the_check_with_a_note(inventory: Inventory,
     result = ran.result("s1")["result"]
     assert result["preflight"]["skipped"].startswith("sglang is not installed for")
     assert result["failure"]["reason"] == "exited" and result["exit_code"] == 2
+
+
+def test_lab_stands_in_for_0523_when_asked(sglang_trees: Callable[[str], Path], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.errors import UserInputError
+    from orchestrator.lab import build, inventory
+
+    sglang_trees("0.5.23")  # cached: the site is a link to it
+    root = tmp_path / "lab"
+    root.mkdir()
+    monkeypatch.setenv("ORCHESTRATOR_LAB_SGLANG", "0.5.23")
+    build.install_sglang_site(root, lambda *_: None, build.lab_sglang_version())
+    info = build.status(root)
+    assert info["sglang_version"] == "0.5.23" and info["sglang_site"] == str(root / "site-0.5.23")
+    assert inventory.lab_env(root)["PYTHONPATH"].endswith(str(root / "site-0.5.23"))
+    monkeypatch.setenv("ORCHESTRATOR_LAB_SGLANG", "0.4")
+    with pytest.raises(UserInputError, match="cannot stand in for sglang '0.4'"):
+        build.lab_sglang_version()
