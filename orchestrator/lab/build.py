@@ -165,7 +165,8 @@ def site_dir(root: Path, version: str = SGLANG_VERSION) -> Path:
 
 
 def _site_ok(root: Path, version: str = SGLANG_VERSION) -> bool:
-    return (site_dir(root, version) / "sglang" / "srt" / "speculative" / "eagle_worker.py").is_file()
+    # srt/server_args.py: in every version (0.5.23 has no speculative/eagle_worker.py), and what the lab server parses
+    return (site_dir(root, version) / "sglang" / "srt" / "server_args.py").is_file()
 
 
 def num_layers_of(root: Path, default: int = 12) -> int:
