@@ -15,8 +15,12 @@ Flags: ``name: 3`` -> ``--name 3``; true -> bare flag; false/null -> omitted; li
 ``srv.overrides`` lists every requested flag the server resolved differently:
 ``{flag, requested, effective, source: server_info|log, detail}``. A start that fails registers ``srv.failure``
 (with ``ignore_errors: true`` the playbook goes on): ``{cause, label, summary, reason, exit_code, error_lines,
-last_lines}``, cause one of unknown_flag, invalid_flag, port_in_use, out_of_memory, draft_load, timeout, error,
-exited (orchestrator/servers/startlog.py); ``srv.failure`` is null on success. ``engine`` defaults to the host var
+last_lines}``, cause one of unknown_flag, ambiguous_flag, invalid_flag, bad_combination, port_in_use,
+out_of_memory, draft_load, timeout, error, exited (orchestrator/servers/startlog.py); ``srv.failure`` is null on
+success. Before the start the installed SGLang's own parser checks the flags on the host (``srv.preflight``: route,
+version, errors, adjustments; orchestrator/servers/preflight.py): an unknown or ambiguous flag, or a combination
+that crashes SGLang at start-up, fails the step in seconds (failure reason ``preflight``) and nothing is started.
+``preflight: false`` skips the check. ``engine`` defaults to the host var
 ``engine`` (the lab inventory sets ``lab``), else ``sglang``; ``model`` to the host var ``target``.
 The server is stopped at session end (also on failure or cancel) unless ``keep: true``.
 ``api-key`` (and ``admin-api-key``) among the flags: the server client sends the key as a bearer token on every
@@ -49,6 +53,8 @@ class ServerLaunchArgs(ActionArgs):
     launcher: str | list[str] | None = Field(default=None, description="e.g. 'sglang serve'")
     python: str | None = Field(default=None, description="python to run the server with (default: host's)")
     grace: float | None = Field(default=None, ge=0, description="seconds between SIGTERM and SIGKILL on stop")
+    preflight: bool = Field(default=True, description="check the flags with the installed SGLang's own parser "
+                                                      "before starting (a refusal fails the start in seconds)")
 
     @model_validator(mode="after")
     def _check(self) -> ServerLaunchArgs:
@@ -105,8 +111,10 @@ class ServerAction(Action[ServerStepArgs]):
                 record = await manager.start(
                     name=args.name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter, spec=spec,
                     client_python=client_python, ready_timeout=args.ready_timeout, keep=args.keep, grace=args.grace,
-                    step_id=ctx.step_id, on_log=on_log, auto_port=auto)
+                    step_id=ctx.step_id, on_log=on_log, auto_port=auto, preflight=args.preflight)
                 result = record.as_result()
+                if record.preflight is not None:
+                    ctx.output(record.preflight.note() + "\n")
                 for o in result["overrides"]:
                     ctx.output(f"override: {o['flag']} requested {o['requested']!r}, server uses {o['effective']!r} "
                                f"({o['source']})\n")
@@ -123,6 +131,9 @@ class ServerAction(Action[ServerStepArgs]):
             stopped = await manager.stop_all(include_kept=True)
             return {"stopped": stopped, "count": len(stopped)}
         except ServerStartError as exc:
+            check = exc.result.get("preflight")
+            if check and not check["ok"]:
+                ctx.output(f"pre-flight: SGLang {check['version']} ({check['route']} route) refuses the flags\n")
             raise StepFailed(exc.message, exc.result) from None
         except OrchestratorError as exc:
             raise StepFailed(exc.message) from None

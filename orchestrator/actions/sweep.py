@@ -123,7 +123,7 @@ class SweepAction(Action[SweepArgs]):
                 name=name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter,
                 spec=replace(base_spec, flags=dict(flags)), client_python=client_python,
                 ready_timeout=args.ready_timeout, grace=args.grace, step_id=ctx.step_id,
-                on_log=manager.log_forwarder(ctx.step_id, ctx.host), auto_port=auto)
+                on_log=manager.log_forwarder(ctx.step_id, ctx.host), auto_port=auto, preflight=args.preflight)
             try:
                 result = await run_bench(record.client, record.url, args.bench)
             finally:

@@ -7,6 +7,7 @@ Layout of ``lab_dir()`` (``$ORCHESTRATOR_LAB_DIR``, else ``$XDG_DATA_HOME/orches
     target/                  the tiny HF Llama target + tokenizer (+ prompts.json)
     drafts/<kind>/           EAGLE-3 drafts: seed-wiring, healthy, and file-fault variants of seed-wiring
     site/                    a REAL sglang 0.5.12.post1 source tree (pip --no-deps --target), for read_source
+    site-<version>/          another version's tree when the lab stands in for it ($ORCHESTRATOR_LAB_SGLANG=0.5.23)
 
 Models are trained by ``orchestrator.lab.models`` (cached under ``$ORCHESTRATOR_CACHE_DIR/lab-models``) and
 copied here; the sglang tree is installed once under ``$ORCHESTRATOR_CACHE_DIR/sglang-src/<version>`` (where
@@ -29,6 +30,8 @@ from typing import Any
 from orchestrator.errors import UserInputError
 
 SGLANG_VERSION = "0.5.12.post1"
+#: the SGLang versions the lab can stand in for (its server parses with that version's own parser, from its tree)
+LAB_SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 LAB_FORMAT = 1
 #: (stage, message, fraction of that stage done)
 BuildProgress = Callable[[str, str, float], None]
@@ -147,8 +150,23 @@ def is_complete(path: Path) -> bool:
     return (path / ".complete").is_file()
 
 
-def _site_ok(root: Path) -> bool:
-    return (root / "site" / "sglang" / "srt" / "speculative" / "eagle_worker.py").is_file()
+def lab_sglang_version(version: str | None = None) -> str:
+    """The argument, else $ORCHESTRATOR_LAB_SGLANG, else 0.5.12.post1. :raises UserInputError: not one the lab knows."""
+    chosen = version or os.environ.get("ORCHESTRATOR_LAB_SGLANG") or SGLANG_VERSION
+    if chosen not in LAB_SGLANG_VERSIONS:
+        raise UserInputError(f"the lab cannot stand in for sglang {chosen!r} ($ORCHESTRATOR_LAB_SGLANG); "
+                             f"choose one of: {', '.join(LAB_SGLANG_VERSIONS)}")
+    return chosen
+
+
+def site_dir(root: Path, version: str = SGLANG_VERSION) -> Path:
+    """Where the lab links a version's tree: ``site`` for the default (what the lab always reads), else beside it."""
+    return root / "site" if version == SGLANG_VERSION else root / f"site-{version}"
+
+
+def _site_ok(root: Path, version: str = SGLANG_VERSION) -> bool:
+    # srt/server_args.py: in every version (0.5.23 has no speculative/eagle_worker.py), and what the lab server parses
+    return (site_dir(root, version) / "sglang" / "srt" / "server_args.py").is_file()
 
 
 def num_layers_of(root: Path, default: int = 12) -> int:
@@ -162,7 +180,7 @@ def lab_is_built(scenario: str | None = None, *, root: Path | None = None) -> bo
     """True when the target, the sglang tree and the scenario's draft(s) are all present."""
     root = lab_dir(root)
     name = check_scenario(scenario or DEFAULT_SCENARIO)
-    if not (is_complete(root / "target") and _site_ok(root)):
+    if not (is_complete(root / "target") and _site_ok(root) and _site_ok(root, lab_sglang_version())):
         return False
     sc = scenarios(root, num_layers_of(root))[name]
     needed = {sc.draft, sc.fixed_draft or sc.draft}
@@ -173,9 +191,12 @@ def status(root: Path | None = None) -> dict[str, Any]:
     """What is built where, for ``orchestrator lab status``."""
     root = lab_dir(root)
     state = read_state(root)
+    active = lab_sglang_version()
     built = {name: lab_is_built(name, root=root) for name in SCENARIO_NAMES}
     return {"lab_dir": str(root), "exists": root.is_dir(), "target": is_complete(root / "target"),
-            "sglang_site": str(root / "site") if _site_ok(root) else None, "sglang_version": SGLANG_VERSION,
+            "sglang_site": str(site_dir(root, active)) if _site_ok(root, active) else None,
+            "sglang_version": active,
+            "sglang_sites": {v: str(site_dir(root, v)) for v in LAB_SGLANG_VERSIONS if _site_ok(root, v)},
             "scenarios": built, "timings": state.get("timings", {}), "built_at": state.get("built_at"),
             "target_seed": state.get("target_seed"),
             "targets_rejected": [{"seed": r["seed"], "draft": r["draft"]} for r in state.get("targets_rejected", [])],
@@ -262,21 +283,21 @@ def cached_sglang_tree(version: str = SGLANG_VERSION, *, timeout: float = 900) -
     return cached
 
 
-def install_sglang_site(root: Path, progress: BuildProgress) -> Path:
-    """Link ``root/site`` to the cached sglang tree, installing it there first.
+def install_sglang_site(root: Path, progress: BuildProgress, version: str = SGLANG_VERSION) -> Path:
+    """Link ``site_dir(root, version)`` to the cached sglang tree, installing it there first.
 
     :raises OrchestratorError: pip failed (offline, no such version).
     """
-    progress("sglang", f"pip install --no-deps --target ... sglang=={SGLANG_VERSION}", 0.0)
-    cached = cached_sglang_tree(SGLANG_VERSION)
-    site = root / "site"
+    progress("sglang", f"pip install --no-deps --target ... sglang=={version}", 0.0)
+    cached = cached_sglang_tree(version)
+    site = site_dir(root, version)
     if site.is_symlink() or site.exists():
         if site.is_symlink() or site.is_file():
             site.unlink()
         else:
             shutil.rmtree(site)
     site.symlink_to(cached.resolve(), target_is_directory=True)
-    progress("sglang", f"sglang {SGLANG_VERSION} source tree ready", 1.0)
+    progress("sglang", f"sglang {version} source tree ready", 1.0)
     return site
 
 
@@ -306,9 +327,12 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     state = read_state(base) or {"format": LAB_FORMAT}
     timings: dict[str, float] = state.setdefault("timings", {})
     started = time.monotonic()
-    if not _site_ok(base):
-        install_sglang_site(base, report)
-        timings["sglang"] = round(time.monotonic() - started, 1)
+    active = lab_sglang_version()
+    for version in dict.fromkeys((SGLANG_VERSION, active)):  # the default tree always; the stand-in's beside it
+        if not _site_ok(base, version):
+            install_sglang_site(base, report, version)
+            timings["sglang" if version == SGLANG_VERSION else f"sglang-{version}"] = round(
+                time.monotonic() - started, 1)
     # a lab whose calibration moved on to another target seed keeps it: that seed is the one known to be clear here
     target_seed = int(state.get("target_seed", seed))
     if not is_complete(base / "target"):
@@ -326,7 +350,9 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     for kind in sorted(p.name for p in drafts.iterdir() if is_complete(p)) if drafts.is_dir() else []:
         built.setdefault(kind, {"path": str(drafts / kind), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                         time.gmtime())})
-    state.update({"format": LAB_FORMAT, "sglang_version": SGLANG_VERSION, "target": str(base / "target"),
+    state.update({"format": LAB_FORMAT, "sglang_version": active,
+                  "sglang_sites": {v: str(site_dir(base, v)) for v in LAB_SGLANG_VERSIONS if _site_ok(base, v)},
+                  "target": str(base / "target"),
                   "site": str(base / "site"), "num_layers": n, "python": sys.version.split()[0],
                   "built_at": state.get("built_at") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     write_state(base, state)

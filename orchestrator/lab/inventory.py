@@ -1,5 +1,6 @@
 """The lab as an inventory: host ``lab`` (this machine's python with the lab's sglang tree on its path), with the
-active scenario's paths and flags as host vars. ``orchestrator run`` without an inventory targets it.
+active scenario's paths and flags as host vars. ``$ORCHESTRATOR_LAB_SGLANG`` (0.5.12.post1 or 0.5.23) picks the SGLang
+version the lab stands in for: its tree goes on the lab host's path and into ``sglang_site``/``sglang_version``. ``orchestrator run`` without an inventory targets it.
 
 Public API: ``lab_inventory(scenario=None, *, root=None) -> Inventory``, ``lab_ssh_inventory(address, port, user,
 key, known_hosts, *, scenario=None, root=None) -> Inventory``, ``lab_is_built(scenario) -> bool``,
@@ -37,7 +38,8 @@ def ensure_lab(scenario: str | None = None, progress: BuildProgress | None = Non
 
 def lab_env(root: Path | str | None = None) -> dict[str, str]:
     """PYTHONPATH for the lab host: the orchestrator's source root (the lab server) and the sglang tree."""
-    site = build.lab_dir(root) / "site"
+    # the tree of the version the lab stands in for ($ORCHESTRATOR_LAB_SGLANG): the lab server parses with it
+    site = build.site_dir(build.lab_dir(root), build.lab_sglang_version())
     return {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(site)])}
 
 
@@ -49,7 +51,8 @@ def lab_host_vars(scenario: str | None = None, *, root: Path | str | None = None
     return {"engine": "lab", "scenario": name, "scenario_title": sc.title, "lab_dir": str(base),
             "target": str(base / "target"), "draft": str(base / "drafts" / sc.draft),
             "candidate_flags": dict(sc.candidate), "fixed_flags": dict(sc.fixed),
-            "sglang_site": str(base / "site"), "sglang_version": build.SGLANG_VERSION, "target_num_layers": n,
+            "sglang_site": str(build.site_dir(base, build.lab_sglang_version())),
+            "sglang_version": build.lab_sglang_version(), "target_num_layers": n,
             "server_module": "orchestrator.lab.server", "prompts_file": str(base / "target" / "prompts.json")}
 
 

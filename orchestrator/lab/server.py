@@ -1,7 +1,8 @@
 """``python -m orchestrator.lab.server``: the orchestrator lab's CPU stand-in for ``python -m sglang.launch_server``.
 
-It is NOT SGLang, and says so in its first log line and in /server_info. It accepts SGLang 0.5.12.post1's flags
-for speculative decoding (unknown flags exit 2 with argparse's usage message, as SGLang's do), applies SGLang's
+It is NOT SGLang, and says so in its first log line and in /server_info. It parses its command line with the
+parser of the SGLang version whose tree is on its path (0.5.12.post1 or 0.5.23; server_args.py), so unknown and
+ambiguous flags exit 2 with that version's message, applies SGLang's
 rules (server_args.py), loads a tiny HF Llama target and an EAGLE-3 draft in SGLang's checkpoint layout, and really
 runs greedy chain speculative decoding (server_engine.py) behind SGLang's HTTP API (server_http.py), so accept
 length and tok/s are measured. Log lines follow SGLang's (``[%Y-%m-%d %H:%M:%S] message``).
@@ -62,10 +63,13 @@ def _warmup(host: str, port: int, api_key: str | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)  # unknown flags: argparse prints usage and exits 2
-    _configure_logging(ns.log_level)
+    # SGLang's own parser, from the sglang tree on the path: unknown or ambiguous flags exit 2 with its message
+    ns = build_parser().parse_args(argv)
+    _configure_logging(getattr(ns, "log_level", None) or "info")
+    version = ns.sglang_tree.version if ns.sglang_tree else SGLANG_VERSION
     log.info("orchestrator lab server: a CPU stand-in for SGLang %s's launch_server, NOT SGLang "
-             "(python -m orchestrator.lab.server, pid %d)", SGLANG_VERSION, os.getpid())
+             "(python -m orchestrator.lab.server, pid %d)%s", version, os.getpid(),
+             "" if ns.sglang_tree else "; no sglang tree on its path, so its own subset of SGLang's flags")
 
     def stop(signum: int, _frame: object) -> None:
         log.info("Received %s; the lab server exits now.", signal.Signals(signum).name)

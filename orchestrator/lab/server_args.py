@@ -8,6 +8,12 @@ Rules applied (research/sglang-eagle3-facts.md, sglang server_args.py 3551-3860 
   steps unset but topk or draft-tokens set -> SGLang's bare ``AssertionError``.
 - topk == 1 forces ``num_draft_tokens = num_steps + 1`` with SGLang's warning line.
 
+The parser: when an sglang source tree is on the lab server's path (the lab host puts the lab's ``site`` there), it is
+SGLang's own, rebuilt from that tree (remote_probes/sglang_argparse.py, the pre-flight check's), with prog
+``sglang serve``, so an unknown or ambiguous flag exits 2 with the message that SGLang version gives, and the lab stands
+in for whichever version the tree is (0.5.12.post1 or 0.5.23). Without a tree it falls back to its own subset of
+0.5.12.post1's flags.
+
 Lab-only flags (NOT SGLang flags; they start with ``--lab-``): ``--lab-capture-layers`` overrides which target
 hidden states feed the draft (HF ``hidden_states`` indices, e.g. ``0,6,11``) so a playbook can verify a wiring fix;
 ``--lab-threads`` sets torch's CPU threads.
@@ -16,6 +22,9 @@ hidden states feed the draft (HF ``hidden_states`` indices, e.g. ``0,6,11``) so 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,10 +87,11 @@ class LabServerArgs:
     lab_capture_layers: list[int] | None = None
     lab_threads: int = 1
     warnings: list[str] = field(default_factory=list)
+    sglang_version: str = SGLANG_VERSION  # the version the lab stands in for (its parser's tree)
 
     def public(self) -> dict[str, Any]:
         """The fields /server_info reports (everything but the lab's bookkeeping)."""
-        out = {k: v for k, v in self.__dict__.items() if k != "warnings"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("warnings", "sglang_version")}
         return out
 
 
@@ -89,7 +99,66 @@ class _Parser(argparse.ArgumentParser):
     """argparse as SGLang uses it (prog ``sglang serve``): unknown flags exit 2 with the usage line."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class SglangTree:
+    """The sglang source tree the lab stands in for: its package directory, version and parser layout."""
+
+    root: str
+    version: str
+    layout: str
+
+
+def find_sglang_tree() -> SglangTree | None:
+    """The sglang package on this process's path, found without importing it (find_spec of the top-level name)."""
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = os.path.realpath(list(spec.submodule_search_locations)[0])
+    if not os.path.isfile(os.path.join(root, "srt", "server_args.py")):
+        return None
+    from remote_probes.sglang_argparse import detect_layout
+
+    version = next((d.version for d in importlib.metadata.distributions(path=[os.path.dirname(root)])
+                    if (d.metadata["Name"] or "").lower() == "sglang"), None)
+    return SglangTree(root=root, version=version or "unknown", layout=detect_layout(root))
+
+
+def _add_lab_flags(p: argparse.ArgumentParser) -> None:
+    lab = p.add_argument_group("lab-only flags (NOT SGLang flags)")
+    lab.add_argument("--lab-capture-layers", default=None,
+                     help="comma-separated HF hidden_states indices fed to the draft (0 = embedding output); "
+                          "overrides SGLang's capture rule, to verify a wiring fix")
+    lab.add_argument("--lab-threads", type=int, default=1,
+                     help="torch CPU threads (default 1: batch-1 decoding is overhead-bound, and more threads "
+                          "collapse when the CPU is shared)")
+
+
+class _TreeParser(argparse.ArgumentParser):
+    """SGLang's parser rebuilt from a tree (errors exit 2 with argparse's usage line, as SGLang's do)."""
+
+
+def build_parser(tree: SglangTree | None = None, *, use_tree: bool = True) -> argparse.ArgumentParser:
+    """The lab server's parser: SGLang's own from ``tree`` (default: the sglang on this process's path), else the
+    lab's subset of 0.5.12.post1's flags. ``parser.sglang_tree`` says which (None: the subset)."""
+    tree = tree or (find_sglang_tree() if use_tree else None)
+    if tree is not None:
+        from remote_probes.sglang_argparse import build_parser as sglang_parser
+
+        static, _info = sglang_parser(tree.root)
+        # argparse's own error()/exit(), not the probe's raising ones: the lab server exits 2 with usage like SGLang
+        parser = _TreeParser(prog=static.prog, description="The orchestrator lab's CPU stand-in for SGLang "
+                             f"{tree.version}'s launch_server (its flags, read from the installed tree; NOT SGLang).",
+                             parents=[static], add_help=False)
+        _add_lab_flags(parser)
+        parser.set_defaults(sglang_tree=tree)
+        return parser
+    return _subset_parser()
+
+
+def _subset_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m orchestrator.lab.server",
                 description="The orchestrator lab's CPU stand-in for `python -m sglang.launch_server` "
                             f"(speaks SGLang {SGLANG_VERSION}'s flags and HTTP API; NOT SGLang).")
@@ -127,13 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-eagle-topk", type=int, default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     p.add_argument("--speculative-token-map", default=None)
-    lab = p.add_argument_group("lab-only flags (NOT SGLang flags)")
-    lab.add_argument("--lab-capture-layers", default=None,
-                     help="comma-separated HF hidden_states indices fed to the draft (0 = embedding output); "
-                          "overrides SGLang's capture rule, to verify a wiring fix")
-    lab.add_argument("--lab-threads", type=int, default=1,
-                     help="torch CPU threads (default 1: batch-1 decoding is overhead-bound, and more threads "
-                          "collapse when the CPU is shared)")
+    _add_lab_flags(p)
+    p.set_defaults(sglang_tree=None)
     return p
 
 
@@ -151,21 +215,33 @@ def _capture_list(text: str | None) -> list[int] | None:
 
 def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArgs:
     """Apply SGLang's speculative-decoding rules to parsed flags. Raises StartupError as SGLang would fail."""
+    tree: SglangTree | None = getattr(ns, "sglang_tree", None)
+
+    def get(name: str, default: Any = None) -> Any:
+        # SGLang's parser of another version may lack a field the lab keeps (0.5.23 has no --cuda-graph-max-bs)
+        value = getattr(ns, name, default)
+        return default if value is None and default is not None else value
+
     args = LabServerArgs(
-        model_path=ns.model_path, tokenizer_path=ns.tokenizer_path or ns.model_path,
-        served_model_name=ns.served_model_name or ns.model_path, host=ns.host, port=ns.port, dtype=ns.dtype,
-        trust_remote_code=ns.trust_remote_code, chat_template=ns.chat_template,
-        mem_fraction_static=ns.mem_fraction_static, max_running_requests=ns.max_running_requests,
-        tp_size=ns.tp_size, attention_backend=ns.attention_backend, disable_cuda_graph=ns.disable_cuda_graph,
-        cuda_graph_max_bs=ns.cuda_graph_max_bs, log_level=ns.log_level, decode_log_interval=ns.decode_log_interval,
-        random_seed=ns.random_seed, enable_mixed_chunk=ns.enable_mixed_chunk,
-        disable_overlap_schedule=ns.disable_overlap_schedule, device=ns.device, api_key=ns.api_key,
-        admin_api_key=ns.admin_api_key,
-        speculative_algorithm=ns.speculative_algorithm, speculative_draft_model_path=ns.speculative_draft_model_path,
-        speculative_draft_model_revision=ns.speculative_draft_model_revision,
-        speculative_num_steps=ns.speculative_num_steps, speculative_eagle_topk=ns.speculative_eagle_topk,
-        speculative_num_draft_tokens=ns.speculative_num_draft_tokens, speculative_token_map=ns.speculative_token_map,
+        model_path=ns.model_path, tokenizer_path=get("tokenizer_path") or ns.model_path,
+        served_model_name=get("served_model_name") or ns.model_path, host=get("host", "127.0.0.1"),
+        port=get("port", 30000), dtype=get("dtype", "auto"), trust_remote_code=bool(get("trust_remote_code", False)),
+        chat_template=get("chat_template"), mem_fraction_static=get("mem_fraction_static"),
+        max_running_requests=get("max_running_requests"), tp_size=get("tp_size", 1),
+        attention_backend=get("attention_backend"), disable_cuda_graph=bool(get("disable_cuda_graph", False)),
+        cuda_graph_max_bs=get("cuda_graph_max_bs", get("cuda_graph_max_bs_decode")), log_level=get("log_level", "info"),
+        decode_log_interval=get("decode_log_interval", 40), random_seed=get("random_seed", 0),
+        enable_mixed_chunk=bool(get("enable_mixed_chunk", False)),
+        disable_overlap_schedule=bool(get("disable_overlap_schedule", False)), device=get("device", "cpu"),
+        api_key=get("api_key"), admin_api_key=get("admin_api_key"),
+        speculative_algorithm=get("speculative_algorithm"),
+        speculative_draft_model_path=get("speculative_draft_model_path"),
+        speculative_draft_model_revision=get("speculative_draft_model_revision"),
+        speculative_num_steps=get("speculative_num_steps"), speculative_eagle_topk=get("speculative_eagle_topk"),
+        speculative_num_draft_tokens=get("speculative_num_draft_tokens"),
+        speculative_token_map=get("speculative_token_map"),
         lab_capture_layers=_capture_list(ns.lab_capture_layers), lab_threads=max(1, ns.lab_threads),
+        sglang_version=tree.version if tree else SGLANG_VERSION,
     )
     if args.tp_size != 1:
         raise StartupError(f"the lab runs on one CPU process; --tp-size {args.tp_size} is not supported")
@@ -176,10 +252,17 @@ def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArg
     algo = args.speculative_algorithm
     if algo is not None:
         algo = algo.upper()
+        known: tuple[str, ...] = (*KNOWN_ALGORITHMS, "NEXTN")
+        if tree is not None:
+            from remote_probes.sglang_argparse import builtin_algorithms
+
+            known = (*builtin_algorithms(tree.root), "NEXTN")
+        # SGLang uppercases the name before SpeculativeAlgorithm.from_string, so its message shows it uppercased
+        # (sglang 0.5.12.post1 srt/speculative/spec_info.py:54, 0.5.23 :65)
+        if algo not in known:
+            raise StartupError(f"Unknown speculative algorithm name: {algo}")
         if algo == "NEXTN":
             algo = "EAGLE"
-        if algo not in KNOWN_ALGORITHMS:
-            raise StartupError(f"Unknown speculative algorithm name: {ns.speculative_algorithm}")
         if algo == "NONE":
             algo = None
         args.speculative_algorithm = algo
@@ -208,12 +291,17 @@ def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArg
                                "None (set --speculative-num-steps too, or none of the three)", kind="AssertionError")
         steps, topk, draft = _AUTO_PARAMS.get(target_architecture, (3, 1, 4))
         args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, draft
-    if args.speculative_eagle_topk is None:
-        args.speculative_eagle_topk = 1  # SGLang's field default once steps are given
-    if args.speculative_num_draft_tokens is None:
-        args.speculative_num_draft_tokens = args.speculative_num_steps + 1
     if args.speculative_eagle_topk == 1 and args.speculative_num_draft_tokens != args.speculative_num_steps + 1:
+        # sglang 0.5.12.post1 srt/server_args.py:3828 / 0.5.23 srt/arg_groups/speculative_hook.py:1255 (also when
+        # draft tokens are unset: None != steps + 1)
         args.warnings.append(W_DRAFT_TOKENS)
+        args.speculative_num_draft_tokens = args.speculative_num_steps + 1
+    if args.speculative_eagle_topk is None:
+        # Both versions then compare None > 1 (0.5.12.post1 server_args.py:3838, 0.5.23 speculative_hook.py:1274)
+        raise StartupError("'>' not supported between instances of 'NoneType' and 'int' (SGLang compares "
+                           "speculative_eagle_topk > 1 with topk unset: set --speculative-eagle-topk with "
+                           "--speculative-num-steps)", kind="TypeError")
+    if args.speculative_num_draft_tokens is None:
         args.speculative_num_draft_tokens = args.speculative_num_steps + 1
     if args.speculative_num_steps < 1:
         raise StartupError(f"speculative_num_steps must be >= 1, got {args.speculative_num_steps}")

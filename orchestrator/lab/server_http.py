@@ -25,11 +25,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from orchestrator.lab.server_args import SGLANG_VERSION, LabServerArgs
+from orchestrator.lab.server_args import LabServerArgs
 from orchestrator.lab.server_engine import Generation, LabModels
 
 LAB_NOTE = ("This is the orchestrator lab's CPU stand-in for SGLang (python -m orchestrator.lab.server), "
-            f"not SGLang. It speaks SGLang {SGLANG_VERSION}'s flags and HTTP API and really runs greedy chain "
+            "not SGLang. It speaks SGLang {version}'s flags and HTTP API and really runs greedy chain "
             "speculative decoding with tiny models.")
 FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
               "requests, the operation will not be performed.)\n")
@@ -79,8 +79,8 @@ class ServerState:
                 internal["avg_spec_accept_length"] = models.stats.avg_spec_accept_length
         ctx = int(getattr(models.config, "max_position_embeddings", 0)) if models else 0
         return {**args, "status": "ready" if self.ready else "starting", "max_total_num_tokens": ctx,
-                "max_req_input_len": max(ctx - 1, 0), "internal_states": [internal], "version": SGLANG_VERSION,
-                "lab": True, "lab_note": LAB_NOTE,
+                "max_req_input_len": max(ctx - 1, 0), "internal_states": [internal], "version": self.args.sglang_version,
+                "lab": True, "lab_note": LAB_NOTE.format(version=self.args.sglang_version),
                 "lab_capture_layers_resolved": models.capture if models else None,
                 "lab_draft_notes": models.notes if models else []}
 

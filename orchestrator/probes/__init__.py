@@ -16,6 +16,8 @@ from orchestrator.probes.models import (
     DraftInspectResult,
     EnvInfoArgs,
     EnvInfoResult,
+    SglangFlagsArgs,
+    SglangFlagsResult,
     SglangSourceArgs,
     SglangSourceResult,
 )
@@ -33,6 +35,7 @@ PROBES: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "sglang_source": (SglangSourceArgs, SglangSourceResult),
     "env_info": (EnvInfoArgs, EnvInfoResult),
     "draft_inspect": (DraftInspectArgs, DraftInspectResult),
+    "sglang_flags": (SglangFlagsArgs, SglangFlagsResult),
 }
 
 

@@ -309,6 +309,49 @@ class DraftInspectResult(_Result):
         return max((f.severity for f in self.findings), key=order.__getitem__, default="info")
 
 
+# ---------------------------------------------------------------- sglang_flags
+
+
+class SglangFlagsArgs(_Args):
+    argv: list[str] = Field(description="the flags the server would get, model path included")
+    package: str = "sglang"
+    sys_path: list[str] = Field(default_factory=list)
+    runtime: bool = Field(default=True, description="try SGLang's own prepare_server_args first (a GPU host)")
+    timeout: float = Field(default=60, gt=0, le=600)
+
+
+class FlagError(_Result):
+    kind: str  # unknown_flag | ambiguous_flag | invalid_flag | unknown_algorithm | topk_without_steps | ...
+    exception: str
+    message: str
+    where: str = ""
+    detail: str = ""
+
+
+class FlagAdjustment(_Result):
+    field: str
+    requested: Any = None
+    effective: Any = None
+    message: str = ""
+    where: str = ""
+
+
+class SglangFlagsResult(_Result):
+    package: str
+    version: str | None = None
+    root: str
+    layout: Literal["add_argument", "fields"]
+    route: Literal["static", "runtime"]
+    runtime_note: str | None = None
+    ok: bool
+    exit_code: int
+    errors: list[FlagError] = Field(default_factory=list)
+    adjustments: list[FlagAdjustment] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    parser: dict[str, Any] = Field(default_factory=dict)
+    seconds: float = 0.0
+
+
 # ---------------------------------------------------------------- server_client (one result model per command)
 
 

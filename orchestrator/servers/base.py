@@ -83,12 +83,21 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
                     f"flags: {name!r} is set by the step itself; use the step's 'model'/'port' instead")
 
     def build_argv(self, spec: LaunchSpec) -> list[str]:
+        return self.launcher_argv(spec) + self.server_argv(spec)
+
+    def server_argv(self, spec: LaunchSpec) -> list[str]:
+        """The command line after the program: what the server's argument parser gets."""
         self.check_flags(spec.flags)
-        argv = self.launcher_argv(spec)
-        if spec.model:
-            argv += ["--model-path", spec.model]
+        argv = ["--model-path", spec.model] if spec.model else []
         argv += ["--host", spec.bind, "--port", str(spec.port)]
         return argv + flags_to_argv(spec.flags, list_style=self.list_style)
+
+    #: whether a start is first checked by the installed SGLang's own parser (servers/preflight.py)
+    preflight: ClassVar[bool] = True
+
+    def preflight_argv(self, spec: LaunchSpec) -> list[str]:
+        """What the pre-flight check hands SGLang's parser (the lab leaves its own ``--lab-*`` flags out)."""
+        return self.server_argv(spec)
 
     # -- talking to the server (remote_probes/server_client.py runs it next to the server) -----
     #: flags whose values are the server's API keys (``--api-key``, ``--admin-api-key``): the client sends them

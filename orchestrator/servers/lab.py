@@ -6,9 +6,11 @@ seconds, and stops at once on SIGTERM — so its defaults are short.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
-from orchestrator.servers.base import EngineAdapter
+from orchestrator.servers.base import EngineAdapter, LaunchSpec
+from orchestrator.servers.flags import flag_key
 
 
 class LabAdapter(EngineAdapter):
@@ -22,3 +24,9 @@ class LabAdapter(EngineAdapter):
     def is_spec_flag(self, name: str) -> bool:
         # The lab's wiring override only means something with a draft: the baseline drops it too.
         return super().is_spec_flag(name) or name.replace("-", "_").lstrip("_") == "lab_capture_layers"
+
+    def preflight_argv(self, spec: LaunchSpec) -> list[str]:
+        # The lab takes SGLang's flags plus its own --lab-*; SGLang's parser judges the rest, as the lab server does.
+        sglang_only = replace(spec, flags={k: v for k, v in spec.flags.items()
+                                           if not flag_key(str(k)).startswith("lab_")})
+        return self.server_argv(sglang_only)

@@ -22,6 +22,7 @@ from orchestrator.events import Output, ServerEvent, ServerEventType
 from orchestrator.servers.base import EngineAdapter, LaunchSpec
 from orchestrator.servers.client import ServerClient
 from orchestrator.servers.flags import flag_key, requested_vs_effective
+from orchestrator.servers.preflight import Preflight, run_preflight
 from orchestrator.servers.startlog import StartFailure, analyse_start_failure
 from orchestrator.transport.base import ProcessHandle, Transport
 
@@ -59,6 +60,8 @@ class ServerRecord:
     exit_code: int | None = None
     step_id: str | None = None
     failure: StartFailure | None = None
+    preflight: Preflight | None = None
+    check_flags: bool = True  # run the pre-flight check before each start (kept for restarts)
 
     @property
     def url(self) -> str:
@@ -76,6 +79,7 @@ class ServerRecord:
             "adjustments": self.diff.get("adjustments", []), "unverified": self.diff.get("unverified", []),
             "ready_s": self.ready_s, "exit_code": self.exit_code, "log_tail": self.log_tail, "keep": self.keep,
             "failure": self.failure.as_dict() if self.failure else None,
+            "preflight": self.preflight.as_dict() if self.preflight else None,
         }
 
 
@@ -102,15 +106,20 @@ class ServerManager:
         self, *, name: str, host: str, transport: Transport, adapter: EngineAdapter, spec: LaunchSpec,
         client_python: str, ready_timeout: float | None = None, keep: bool = False, grace: float | None = None,
         step_id: str | None = None, on_log: Callable[[str], None] | None = None, auto_port: bool = False,
+        preflight: bool = True,
     ) -> ServerRecord:
-        """Start and wait until ready. :raises ServerStartError: (dies, never ready, port taken), UserInputError."""
+        """Start and wait until ready; with ``preflight`` the installed SGLang's own parser checks the command line
+        first (servers/preflight.py) and a refusal fails the start in seconds, before anything is spawned.
+
+        :raises ServerStartError: (refused by the pre-flight check, dies, never ready, port taken), UserInputError.
+        """
         old = self.servers.get(name)
         if old is not None and old.status in ("starting", "ready"):
             raise UserInputError(f"server {name!r} is already running on {old.host} (port {old.spec.port}); "
                                  "stop or restart it")
         client = ServerClient(transport, client_python, adapter, **adapter.client_keys(spec.flags))
         record = ServerRecord(name=name, host=host, adapter=adapter, transport=transport, client=client, spec=spec,
-                              keep=keep, grace=grace, step_id=step_id)
+                              keep=keep, grace=grace, step_id=step_id, check_flags=preflight)
         if auto_port:
             record.spec = spec = replace(spec, port=int((await client.call("port", {"host": spec.bind}))["port"]))
         else:
@@ -121,6 +130,8 @@ class ServerManager:
                 record.failure = StartFailure(cause="port_in_use", summary=why, reason="not_started")
                 raise ServerStartError(f"{why}; pick another port or `port: auto`", record.as_result())
         record.argv = adapter.build_argv(spec)
+        if preflight and adapter.preflight:
+            await self._preflight(record)
         meta = {"kind": "server", "engine": adapter.name, "port": spec.port, "bind": spec.bind, "keep": keep,
                 "controller_host": socket.gethostname(), "controller_pid": os.getpid(), "started_at": time.time()}
         record.handle = await transport.spawn_detached(record.argv, name=f"server-{name}", env=spec.env, meta=meta)
@@ -146,6 +157,18 @@ class ServerManager:
         record.status = "ready"
         self._event("server_ready", record, detail=f"ready in {record.ready_s:.1f}s at {record.url}")
         return record
+
+    async def _preflight(self, record: ServerRecord) -> None:
+        check = record.preflight = await run_preflight(record.transport, record.adapter, record.spec)
+        if check.ok:
+            return
+        failure = record.failure = check.failure()
+        record.status, record.exit_code = "failed", check.exit_code
+        why = (f"was refused by the pre-flight check (SGLang {check.version}'s own parser, {check.route} route, "
+               f"{check.seconds}s); nothing was started")
+        self._event("server_failed", record, detail=f"refused by the pre-flight check; {failure.label}: "
+                                                   f"{failure.summary}")
+        raise ServerStartError(failure_message(record, why, failure), record.as_result())
 
     async def _fail_start(self, record: ServerRecord, wait: dict[str, Any], timeout: float) -> None:
         assert record.handle is not None
@@ -234,7 +257,8 @@ class ServerManager:
         spec = replace(old.spec, flags=new_flags)
         return await self.start(name=name, host=old.host, transport=old.transport, adapter=old.adapter, spec=spec,
                                 client_python=old.client.python, ready_timeout=ready_timeout, keep=old.keep,
-                                grace=old.grace, step_id=step_id or old.step_id, on_log=on_log)
+                                grace=old.grace, step_id=step_id or old.step_id, on_log=on_log,
+                                preflight=old.check_flags)
 
     async def status(self, name: str) -> dict[str, Any]:
         record = self.get(name)

@@ -9,6 +9,8 @@ such as "Received sigquit from a child process"), and classifies the common caus
 branch on ``srv.failure.cause``:
 
 ``unknown_flag``  argparse ``error: unrecognized arguments`` / ``ambiguous option`` (exit 2)
+``ambiguous_flag``, ``bad_combination``  only from the pre-flight check (servers/preflight.py), before a start:
+                  an abbreviation argparse cannot resolve, flags SGLang's start-up rules crash on
 ``invalid_flag``  another argparse error (a bad value, a missing required flag), or an unknown speculative
                   algorithm
 ``port_in_use``   ``address already in use`` (uvicorn, Errno 98) or SGLang's "Port is already in use"
@@ -38,6 +40,8 @@ MAX_LINE = 240
 CAUSE_LABELS = {
     "unknown_flag": "unknown flag",
     "invalid_flag": "invalid flag value",
+    "ambiguous_flag": "ambiguous flag",
+    "bad_combination": "flags that crash at start-up",
     "port_in_use": "port in use",
     "out_of_memory": "out of memory",
     "draft_load": "draft load error",

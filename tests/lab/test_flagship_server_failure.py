@@ -59,11 +59,13 @@ async def test_flagship_goes_on_when_the_speculative_server_cannot_start(lab: La
     shown = screen.getvalue()
     assert "cause: unknown flag — the server does not accept a flag (unrecognized arguments: " \
         "--cuda-graph-max-bs-decode 8)" in shown
-    assert "python -m orchestrator.lab.server: error: unrecognized arguments: --cuda-graph-max-bs-decode 8" in shown
+    # refused by the pre-flight check with SGLang 0.5.12.post1's own parser (the lab's tree), before any start
+    assert "sglang serve: error: unrecognized arguments: --cuda-graph-max-bs-decode 8" in shown
+    assert failure["reason"] == "preflight"
     assert "hypothesis server_start → confirmed" in shown
 
     verdict = (directory / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ", 1)[0]
     assert "**Root cause: The server cannot serve the candidate configuration (it fails to start)** " \
         "[`server_start`]" in verdict
-    assert "the speculative server did not start (exited, exit code 2): unknown flag — the server does not " \
+    assert "the speculative server did not start (preflight, exit code 2): unknown flag — the server does not " \
         "accept a flag (unrecognized arguments: --cuda-graph-max-bs-decode 8)" in verdict

@@ -44,9 +44,9 @@ def test_consistent_flags_are_kept_without_warning():
 
 
 def test_max_running_requests_reset_to_48_only_when_unset():
-    args = _resolve(*SPEC, "--speculative-num-steps", "3")
+    args = _resolve(*SPEC, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1")
     assert args.max_running_requests == 48 and W_MAX_RUNNING in args.warnings
-    args = _resolve(*SPEC, "--speculative-num-steps", "3", "--max-running-requests", "4")
+    args = _resolve(*SPEC, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--max-running-requests", "4")
     assert args.max_running_requests == 4 and W_MAX_RUNNING not in args.warnings
     assert _resolve().max_running_requests is None  # no speculative decoding: untouched
 
@@ -69,22 +69,31 @@ def test_steps_unset_with_topk_set_is_sglangs_assertion():
     assert info.value.kind == "AssertionError"
 
 
+def test_steps_set_without_topk_is_sglangs_type_error():
+    # SGLang (both versions) compares speculative_eagle_topk > 1 with topk still None; the lab accepted it once
+    with pytest.raises(StartupError, match="^'>' not supported between instances of 'NoneType' and 'int'") as info:
+        _resolve(*SPEC, "--speculative-num-steps", "3")
+    assert info.value.kind == "TypeError"
+
+
 @pytest.mark.parametrize(("given", "resolved"), [("eagle3", "EAGLE3"), ("NextN", "EAGLE"), ("eagle", "EAGLE")])
 def test_algorithm_is_uppercased_and_nextn_is_eagle(given, resolved):
     args = _resolve("--speculative-algorithm", given, "--speculative-draft-model-path", "/d",
-                    "--speculative-num-steps", "2")
+                    "--speculative-num-steps", "2", "--speculative-eagle-topk", "1")
     assert args.speculative_algorithm == resolved
 
 
 def test_unknown_algorithm_is_sglangs_value_error():
-    with pytest.raises(StartupError, match="^Unknown speculative algorithm name: medusa$"):
+    # SGLang uppercases the name before from_string, so its message shows it uppercased
+    with pytest.raises(StartupError, match="^Unknown speculative algorithm name: MEDUSA$"):
         _resolve("--speculative-algorithm", "medusa")
 
 
 def test_lab_capture_layers_parse_and_reject_garbage():
-    assert _resolve(*SPEC, "--speculative-num-steps", "2", "--lab-capture-layers", "0,6,11").lab_capture_layers == [0, 6, 11]
+    chain = ("--speculative-num-steps", "2", "--speculative-eagle-topk", "1")
+    assert _resolve(*SPEC, *chain, "--lab-capture-layers", "0,6,11").lab_capture_layers == [0, 6, 11]
     with pytest.raises(StartupError, match="comma-separated integers"):
-        _resolve(*SPEC, "--speculative-num-steps", "2", "--lab-capture-layers", "0;rm -rf")
+        _resolve(*SPEC, *chain, "--lab-capture-layers", "0;rm -rf")
 
 
 def _run_server(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -103,5 +112,5 @@ def test_startup_errors_exit_1_with_sglangs_exception_line(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     proc = _run_server("--model-path", str(tmp_path), "--speculative-algorithm", "bogus")
     assert proc.returncode == 1
-    assert "ValueError: Unknown speculative algorithm name: bogus" in proc.stderr
+    assert "ValueError: Unknown speculative algorithm name: BOGUS" in proc.stderr
     assert "NOT SGLang" in proc.stderr.splitlines()[0]  # the banner comes first, even on failure

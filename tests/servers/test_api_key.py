@@ -142,7 +142,8 @@ vars:
 steps:
   - server: {{name: locked, model: "{{{{ target }}}}", env: {{MARK: {marker}}}, ready_timeout: 180,
              flags: {{api-key: "{{{{ api_key }}}}", speculative-algorithm: EAGLE3,
-                     speculative-draft-model-path: "{{{{ draft }}}}", speculative-num-steps: 2}}}}
+                     speculative-draft-model-path: "{{{{ draft }}}}", speculative-num-steps: 2,
+                     speculative-eagle-topk: 1}}}}
     register: srv
   - bench: {{server: locked, n: 2, max_new_tokens: 8}}
     register: ok

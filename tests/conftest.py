@@ -1,0 +1,43 @@
+"""Fixtures shared by every test directory: the real sglang source trees (pip --no-deps --target, cached)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests import realparts
+
+SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
+
+
+def install_sglang_tree(version: str) -> Path:
+    """The product's cached install of one sglang version; skips (fails under CI) with pip's reason, e.g. offline."""
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.lab.build import cached_sglang_tree
+
+    try:
+        return cached_sglang_tree(version, timeout=600)
+    except OrchestratorError as exc:
+        realparts.missing(f"{exc.message} (offline?)")
+
+
+@pytest.fixture(scope="session")
+def sglang_trees() -> Callable[[str], Path]:
+    """``sglang_trees("0.5.23")`` -> directory to put on sys.path (installed on first use in this session)."""
+    made: dict[str, Path] = {}
+    failed: dict[str, str] = {}  # one failed install per session is enough: later tests skip (fail) at once
+
+    def get(version: str) -> Path:
+        if version in failed:
+            realparts.missing(failed[version])
+        if version not in made:
+            try:
+                made[version] = install_sglang_tree(version)
+            except (pytest.skip.Exception, pytest.fail.Exception) as exc:
+                failed[version] = str(exc)
+                raise
+        return made[version]
+
+    return get
