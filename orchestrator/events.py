@@ -65,6 +65,7 @@ class StepStarted(EventBase):
     args: dict[str, Any] = {}
     attempt: int = 1
     location: str | None = None  # file:line:col of the step in the playbook
+    author: str | None = None  # who asked for an ad-hoc step (a user name, "mcp"); None for playbook steps
 
 
 class Output(EventBase):

@@ -48,7 +48,9 @@ class StepGate:
     installs a gate that pauses, single-steps and skips (see ``orchestrator.engine.control``)."""
 
     async def before_step(self, step: Step) -> str:
-        """Return "run" or "skip"."""
+        """Return "run", "skip", or "stop" (end the section here: the steps left are not run, and not
+        recorded; unlike ``cancel()`` the session is not marked cancelled: an MCP session whose assistant
+        never asked for the playbook's steps ended normally)."""
         return "run"
 
 
@@ -269,7 +271,10 @@ class Engine:
                 break
             if self._force:
                 break
-            if not always and await self.gate.before_step(step) == "skip":
+            decision = "run" if always else await self.gate.before_step(step)
+            if decision == "stop":
+                break
+            if decision == "skip":
                 self._skip(step, "skipped by the user")
                 continue
             finished = await self.run_step(step)
@@ -281,18 +286,19 @@ class Engine:
                 return "cancelled"
         return status
 
-    async def run_step(self, step: Step) -> StepFinished:
-        """Run one step on its hosts (also used for ad-hoc steps from the TUI/CLI)."""
+    async def run_step(self, step: Step, *, author: str | None = None) -> StepFinished:
+        """Run one step on its hosts (also used for ad-hoc steps from the TUI, the CLI and MCP; ``author``
+        says who asked for one and is recorded on its step_started)."""
         action_cls = get_action(step.action)
         started = time.monotonic()
         assert action_cls is not None, step.action
         try:
             hosts = [CONTROLLER] if not action_cls.per_host else self.inventory.resolve(step.hosts or self.playbook.hosts)
         except OrchestratorError as exc:
-            return self._finish_early(step, "failed", exc.message, started)
+            return self._finish_early(step, "failed", exc.message, started, author)
         hosts = [h for h in hosts if h not in self.unreachable]
         if not hosts:
-            return self._finish_early(step, "unreachable", "no reachable host left for this step", started)
+            return self._finish_early(step, "unreachable", "no reachable host left for this step", started, author)
 
         # `when` is decided per host, before anything starts.
         run_hosts: list[str] = []
@@ -301,10 +307,10 @@ class Engine:
                 if step.when is None or bool(evaluate(str(step.when), self.vars.for_host(host))):
                     run_hosts.append(host)
             except TemplateError as exc:
-                return self._finish_early(step, "failed", f"{step.location}: when: {exc.message}", started)
+                return self._finish_early(step, "failed", f"{step.location}: when: {exc.message}", started, author)
         self.emit(StepStarted(step_id=step.step_id, name=step.display_name, action=step.action, section=step.section,
                               hosts=hosts, args=self._safe_args(step, hosts[0]),
-                              location=str(step.location) if step.location else None))
+                              location=str(step.location) if step.location else None, author=author))
         if not run_hosts:
             return self._record(step, "skipped", [HostOutcome(host=h, status="skipped") for h in hosts], started, None, 1)
 
@@ -378,9 +384,10 @@ class Engine:
             self.redactor.add_env(rendered["env"])
         self.redactor.add(*server_keys(rendered))
 
-    def _finish_early(self, step: Step, status: StepStatus, error: str, started: float) -> StepFinished:
+    def _finish_early(self, step: Step, status: StepStatus, error: str, started: float,
+                      author: str | None = None) -> StepFinished:
         self.emit(StepStarted(step_id=step.step_id, name=step.display_name, action=step.action, section=step.section,
-                              location=str(step.location) if step.location else None))
+                              location=str(step.location) if step.location else None, author=author))
         return self._record(step, status, [], started, error, 1)
 
     def _record(self, step: Step, status: StepStatus, outcomes: list[HostOutcome], started: float,
