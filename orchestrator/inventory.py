@@ -8,22 +8,152 @@ hosts:
 groups:
   gpu: {hosts: [gpu1, gpu2], vars: {model: /models/kimi}}
 vars: {port: 30000}             # for every host
+exec_policy:                    # what `orchestrator mcp`'s exec tool may run (a host may have its own)
+  allow: ["python -c 'import torch; print(torch.__version__)'"]
+  deny: ["cat /etc/shadow"]
 ```
 """
 
 from __future__ import annotations
 
+import fnmatch
+import re
+import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import UserInputError
 
-if TYPE_CHECKING:
-    pass
-
 LOCAL_NAMES = {"localhost", "local", "127.0.0.1"}
+
+# Commands that only read: what an assistant may run without `--allow-exec`. Globs over one simple command
+# (argv joined by spaces); `re:` marks a regex (full match) where a glob would let too much through.
+READ_ONLY_COMMANDS: tuple[str, ...] = (
+    "cat *", "head", "head *", "tail *", "ls", "ls *", "grep *", "egrep *", "rg *", "wc *", "stat *", "file *",
+    "du *", "df", "df *", "free", "free *", "uname", "uname *", "hostname", "uptime", "whoami", "id", "date", "pwd",
+    "echo *", "printenv", "printenv *", "env", "ps", "ps *", "lscpu", "nproc", "true", "which *", "readlink *",
+    "realpath *", "basename *", "dirname *", "md5sum *", "sha256sum *", "sort *", "uniq *", "cut *", "diff *",
+    "tree *", "find *", "ss *",
+    "nvidia-smi", "nvidia-smi -L", "nvidia-smi -q*", "nvidia-smi --query*", "nvidia-smi topo *",
+    "git log*", "git show*", "git diff*", "git status*", "git rev-parse*",
+    # sed only as a printer of line ranges (the seed's `sed -n 155,200p file`): sed scripts can write and execute
+    r"re:sed -n \d+(,\+?\d+)?p( \S+)+",
+    # pip's read-only verbs, from any python (the host's python is often a venv path)
+    r"re:(\S*/)?pip3? (list|show|freeze)( .*)?", r"re:(\S*/)?python[0-9.]* -m pip (list|show|freeze)( .*)?",
+    r"re:(\S*/)?python[0-9.]* (--version|-V)",
+)
+# Never run, even with --allow-exec: privilege changes, machine state, private keys, find's writers.
+DENIED_COMMANDS: tuple[str, ...] = (
+    "sudo *", "su", "su *", "doas *", "reboot*", "shutdown*", "poweroff*", "halt*", "mkfs*", "dd *",
+    "nvidia-smi -r*", "nvidia-smi --gpu-reset*", "rm -rf /", "rm -fr /", "*.ssh/*", "*id_rsa*", "*id_ed25519*",
+    "*id_ecdsa*", "find * -delete*", "find * -exec*", "find * -ok*", "find * -fprint*", "find * -fls*",
+)
+_CONTROL_OPERATORS = {"|", "||", "&&", ";", "&", ";;", "|&", "(", ")"}
+_REDIRECTIONS = {">", ">>", "<", ">&", "<&", "&>", "&>>", ">|", "<>", "<<", "<<<"}
+
+
+class ExecPolicy(BaseModel):
+    """Which commands an assistant's ``exec`` may run on a host (``orchestrator mcp``).
+
+    Rules are shell globs (or ``re:`` regexes) matched against each simple command of the line: a pipeline or
+    a ``;``/``&&`` list is checked part by part. ``deny`` wins over everything, ``--allow-exec`` included; then a
+    command matching ``allow`` runs; anything else needs ``--allow-exec``. With ``defaults`` (the default) the
+    built-in read-only list and deny list apply too. A policy, not a sandbox: it keeps an assistant to what it
+    was asked to do, it does not stop a determined attacker.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[str] = []
+    deny: list[str] = []
+    defaults: bool = True
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _valid_rules(cls, rules: list[str]) -> list[str]:
+        for rule in rules:
+            if rule.startswith("re:"):
+                try:
+                    re.compile(rule[3:])
+                except re.error as exc:
+                    raise ValueError(f"rule {rule!r} is not a valid regex: {exc}") from None
+        return rules
+
+    def rules(self) -> tuple[list[str], list[str]]:
+        allow = [*(READ_ONLY_COMMANDS if self.defaults else ()), *self.allow]
+        deny = [*(DENIED_COMMANDS if self.defaults else ()), *self.deny]
+        return allow, deny
+
+    def refusal(self, *, command: str | None = None, argv: list[str] | None = None,
+                allow_exec: bool = False) -> str | None:
+        """Why this command may not run, or None if it may."""
+        allow, deny = self.rules()
+        if argv is not None:
+            parts, unchecked = [[str(a) for a in argv]], None
+        else:
+            parts, unchecked = split_shell(command or "")
+        for words in parts:
+            text = " ".join(words)
+            rule = next((r for r in deny if _matches(r, text)), None)
+            if rule is not None:
+                return f"`{text}` is denied by the exec policy (rule {rule!r}); --allow-exec does not lift a deny rule"
+        if allow_exec:
+            return None
+        if unchecked:
+            return (f"{unchecked}: the exec policy cannot tell whether it only reads; run orchestrator mcp with "
+                    "--allow-exec to allow commands beyond the read-only list")
+        for words in parts:
+            text = " ".join(words)
+            if not any(_matches(r, text) for r in allow):
+                return (f"`{text}` is not in the exec policy's allow list (read-only commands and the inventory's "
+                        "exec_policy.allow); run orchestrator mcp with --allow-exec to allow it")
+        return None
+
+
+def _matches(rule: str, text: str) -> bool:
+    if rule.startswith("re:"):
+        return re.fullmatch(rule[3:], text) is not None
+    return fnmatch.fnmatchcase(text, rule)
+
+
+def split_shell(command: str) -> tuple[list[list[str]], str | None]:
+    """The simple commands of a shell line (argv-like word lists), and what makes the line uncheckable
+    (a command substitution, an output redirection to a file, unbalanced quotes), if anything."""
+    if "$(" in command or "`" in command or "<(" in command or ">(" in command:
+        return [], "command substitution"
+    lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError as exc:  # "No closing quotation"
+        return [], f"the command does not parse ({exc})"
+    parts: list[list[str]] = []
+    words: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token in _CONTROL_OPERATORS:
+            if words:
+                parts.append(words)
+            words = []
+        elif token in _REDIRECTIONS:
+            target = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if words and words[-1].isdigit():
+                words.pop()  # the fd of `2>/dev/null`
+            if token.startswith(">") or token.startswith("&>"):
+                if token != ">&" and target != "/dev/null":
+                    return [], f"the output redirection `{token} {target}` writes a file"
+            i += 1  # skip the target (a file read, /dev/null, or an fd)
+        else:
+            words.append(token)
+        i += 1
+    if words:
+        parts.append(words)
+    if not parts:
+        return [], "an empty command"
+    return parts, None
 
 
 class HostSpec(BaseModel):
@@ -44,6 +174,7 @@ class HostSpec(BaseModel):
     max_channels: int = Field(default=8, ge=1, le=64)
     env: dict[str, str] = {}  # exported for every command on this host (e.g. PYTHONPATH for the lab)
     vars: dict[str, Any] = {}
+    exec_policy: ExecPolicy | None = None  # this host's own (default: the inventory's)
 
     @property
     def kind(self) -> str:
@@ -66,6 +197,7 @@ class Inventory(BaseModel):
     groups: dict[str, GroupSpec] = {}
     vars: dict[str, Any] = {}
     default_hosts: str | list[str] | None = None  # what a playbook without `hosts:` targets
+    exec_policy: ExecPolicy = Field(default_factory=ExecPolicy)  # what an assistant's exec may run (mcp)
     source: str | None = Field(default=None, exclude=True)
 
     @field_validator("hosts", mode="before")
@@ -101,6 +233,10 @@ class Inventory(BaseModel):
         if name in LOCAL_NAMES:
             return HostSpec(name=name, transport="local")
         raise UserInputError(f"unknown host {name!r}")
+
+    def exec_policy_for(self, name: str) -> ExecPolicy:
+        spec = self.hosts.get(name)
+        return spec.exec_policy if spec is not None and spec.exec_policy is not None else self.exec_policy
 
     def host_vars(self, name: str) -> dict[str, Any]:
         """Variables for one host: inventory vars < group vars < host vars."""
