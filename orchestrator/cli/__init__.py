@@ -10,6 +10,7 @@ import typer
 from orchestrator.cli import cleanup as _cleanup
 from orchestrator.cli import hosts as _hosts
 from orchestrator.cli import lab as _lab
+from orchestrator.cli import mcp as _mcp
 from orchestrator.cli import notes as _notes
 from orchestrator.cli import read as _read
 from orchestrator.cli import run as _run
@@ -33,6 +34,7 @@ app.add_typer(_hosts.hosts_app, name="hosts")
 _cleanup.register(app)
 app.add_typer(_lab.lab_app, name="lab")
 app.command("tui")(_tui.tui)
+app.command("mcp")(_mcp.mcp)
 
 
 def main() -> None:

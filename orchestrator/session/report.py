@@ -76,6 +76,8 @@ def timeline_section(session: LoadedSession) -> list[Block]:
             details.append(Para(f"`{e.action}`: `{_command_of(begin.args)}`"))
         if begin is not None and begin.location:
             details.append(Para(f"Defined at `{begin.location}`."))
+        if begin is not None and begin.author:
+            details.append(Para(f"Ad-hoc, asked for by **{begin.author}**."))
         if e.error:
             details.append(Para(f"Error: {e.error}"))
         text = outputs.get(e.step_id, "")
