@@ -82,8 +82,8 @@ class ExecPolicy(BaseModel):
         return rules
 
     def rules(self) -> tuple[list[str], list[str]]:
-        allow = [*(READ_ONLY_COMMANDS if self.defaults else ()), *self.allow]
-        deny = [*(DENIED_COMMANDS if self.defaults else ()), *self.deny]
+        allow = [*(READ_ONLY_COMMANDS if self.defaults else ()), *map(_normalized, self.allow)]
+        deny = [*(DENIED_COMMANDS if self.defaults else ()), *map(_normalized, self.deny)]
         return allow, deny
 
     def refusal(self, *, command: str | None = None, argv: list[str] | None = None,
@@ -110,6 +110,17 @@ class ExecPolicy(BaseModel):
                 return (f"`{text}` is not in the exec policy's allow list (read-only commands and the inventory's "
                         "exec_policy.allow); run orchestrator mcp with --allow-exec to allow it")
         return None
+
+
+def _normalized(rule: str) -> str:
+    """A glob rule as the commands it is matched against are written: shell words joined by one space, quotes
+    removed (``python3 -c 'print(1)'`` -> ``python3 -c print(1)``)."""
+    if rule.startswith("re:"):
+        return rule
+    try:
+        return " ".join(shlex.split(rule))
+    except ValueError:  # unbalanced quotes: the rule as written (the validator could refuse it; this is kinder)
+        return rule
 
 
 def _matches(rule: str, text: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
@@ -48,8 +48,12 @@ async def _tool(session: McpSession, work: Awaitable[T]) -> T:
         raise ToolError(session.redact(exc.message)) from None
 
 
-async def _done(value: T) -> T:
-    return value
+def _call(session: McpSession, work: Callable[[], T]) -> T:
+    """The same for the tools that do not wait (board, notes, report): called inside the guard."""
+    try:
+        return work()
+    except OrchestratorError as exc:
+        raise ToolError(session.redact(exc.message)) from None
 
 
 def build_server(session: McpSession) -> MCPServer[Any]:
@@ -140,19 +144,19 @@ def build_server(session: McpSession) -> MCPServer[Any]:
 
     @server.tool(description="The hypothesis board: every hypothesis, its state and its latest evidence.")
     async def hypotheses_list() -> models.Hypotheses:
-        return await _tool(session, _done(session.hypotheses()))
+        return _call(session, session.hypotheses)
 
     @server.tool(description="Record a verdict on a hypothesis, with the observation that decides it.")
     async def hypothesis_verdict(
         hypothesis_id: str, state: State,
         because: Annotated[str, Field(min_length=1, description="the observation that decides it")],
     ) -> models.Verdict:
-        return await _tool(session, _done(session.verdict(hypothesis_id, state, because)))
+        return _call(session, lambda: session.verdict(hypothesis_id, state, because))
 
     @server.tool(description="Add a note to the session (optionally about a hypothesis or a step).")
     async def note(text: Annotated[str, Field(min_length=1)], hypothesis_id: str | None = None,
                    step_id: str | None = None) -> models.Note:
-        return await _tool(session, _done(session.note(text, hypothesis_id, step_id)))
+        return _call(session, lambda: session.note(text, hypothesis_id, step_id))
 
     @server.tool(description="Run the session playbook's steps (once), with progress notifications per step.")
     async def run_playbook(ctx: Context, timeout: Timeout = None) -> models.PlaybookRun:
@@ -163,7 +167,7 @@ def build_server(session: McpSession) -> MCPServer[Any]:
 
     @server.tool(description="Write the session's report (Markdown and HTML) now and return the Markdown.")
     async def report() -> models.Report:
-        return await _tool(session, _done(session.report()))
+        return _call(session, session.report)
 
     @server.resource("orchestrator://session/report", name="report", mime_type="text/markdown",
                      description="The session's postmortem report, rendered from the log so far.")
