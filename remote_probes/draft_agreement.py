@@ -130,6 +130,7 @@ def check_attention(cfg: dict[str, Any], tensors: dict[str, Any]) -> dict[str, A
     if not (hidden and heads and head_dim):
         return _f("agree_attention", "warning", "hidden_size / num_attention_heads missing: cannot check the "
                   "attention shapes.", **d)
+    kv = kv or heads
     want = {"q": [heads * head_dim, 2 * hidden], "k": [kv * head_dim, 2 * hidden], "o": [hidden, heads * head_dim]}
     bad = [f"{p}_proj {s} (config implies {want[p]})" for p, s in (("q", q), ("k", k), ("o", o))
            if s is not None and s != want[p]]

@@ -40,6 +40,7 @@ SGLANG_REFS = {
     "set_embed_and_head": "llama.py:764-768 (0.5.12.post1), :895-899 (0.5.23)",
     "logits_cut": "logits_processor.py:993-996 (0.5.12.post1), :1346-1347 (0.5.23)",
     "fc_condition": "llama_eagle3.py:218 (0.5.12.post1), :238 (0.5.23)",
+    "aux_capture": "eagle_worker.py:212-220 (0.5.12.post1), eagle_utils.py:261-264 (0.5.23)",
     "hot_token_index": "eagle_worker.py:865,921 (0.5.12.post1), eagle_worker_v2.py:758,898 (0.5.23)",
 }
 
@@ -108,6 +109,8 @@ def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str,
                                           % SGLANG_REFS["other_branch"])
         why["d2t"] = ("the non-EAGLE3 branch never reads the draft's hot_token_id (d2t); only "
                       "--speculative-token-map maps ids (%s)" % SGLANG_REFS["other_branch"])
+        why["feed"] = ("EAGLE feeds the target's last hidden state; aux states only for EAGLE3 (%s)"
+                       % SGLANG_REFS["aux_capture"])
         if dvs is not None and vocab is not None and dvs < vocab:
             served["head_rows"] = dvs
             why["head"] += ("; the draft's logits processor keeps vocab_size = draft_vocab_size = %d and cuts the "
@@ -162,12 +165,15 @@ def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str,
     if served["d2t"] and d2t_len is not None and rows is not None and d2t_len < rows:
         fails = ("d2t has %d entries but the served head has %d rows, so hot_token_id[topk_index] indexes past "
                  "its end at the first draft step (%s)" % (d2t_len, rows, SGLANG_REFS["hot_token_index"]))
-    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+    nested = config.get("eagle_config")
+    eagle: Dict[str, Any] = nested if isinstance(nested, dict) else {}
     if eagle.get("use_aux_hidden_state", True) is False:
         served["feed"] = "last_hidden"
         served["fc"] = "skipped" if t_hidden == hidden else "applied"
         why["fc"] = ("eagle_config.use_aux_hidden_state is false: SGLang feeds the last hidden state, so fc is "
                      "%s (%s)" % (served["fc"], SGLANG_REFS["fc_condition"]))
+        why["feed"] = ("eagle_config.use_aux_hidden_state is false: no aux states are captured (%s)"
+                       % SGLANG_REFS["aux_capture"])
     return _result(algorithm, engine, served, trained, why, fails)
 
 
@@ -185,7 +191,7 @@ def _result(algorithm: str, engine: str, served: Dict[str, Any], trained: Dict[s
     for part in ("embedding", "head", "d2t", "fc", "feed"):
         if served[part] != trained[part]:
             swapped.append({"part": part, "served": served[part], "trained": trained[part],
-                            "why": why.get(part, why.get("head", ""))})
+                            "why": why[part]})
     return {"algorithm": algorithm, "engine": engine, "served": served, "trained": trained, "swapped": swapped,
             "why": why, "fails": fails}
 
