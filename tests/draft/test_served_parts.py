@@ -77,3 +77,12 @@ def test_build_puts_the_served_tensors_in(tmp_path):
     assert torch.equal(trained.lm_head.weight, state["lm_head.weight"].float())
     assert torch.equal(trained.d2t, state["d2t"].long()) and trained.d2t.any()
     assert served.load_report["parts"]["head"] == "target_head"
+
+
+def test_the_table_shows_as_trained_only_where_parts_differ():
+    from orchestrator.actions.draft_test import _row
+
+    row = {"tier": 1, "name": "trained", "wiring": [2, 6, 9], "tau_serving": 1.1, "tau_serving_ci": [1.0, 1.2],
+           "vs_server": {"ratio": 1.05}, "acc": [0.1], "as_trained": {"tau_serving": 2.5}}
+    assert "2.50" in _row(row, True) and "2.50" not in _row(row, False)
+    assert _row(dict(row, as_trained=None), True).split()[-2] == "-"  # a row the draft's own parts cannot take
