@@ -261,7 +261,9 @@ Severity = Literal["info", "warning", "error"]
 
 class Finding(_Result):
     """ids: weights, architecture, variant_flags, fc_width, lm_head, d2t, t2d, tied_embeddings, aux_layer_ids,
-    aux_count, rope, naming, embed_tokens."""
+    aux_count, rope, naming, embed_tokens; draft <-> target agreement (remote_probes/draft_agreement.py):
+    agree_hidden_size, agree_vocab_size, agree_draft_vocab_size, agree_attention, agree_max_position_embeddings,
+    agree_torch_dtype, served_parts (EAGLE3), served_parts_eagle (EAGLE); their details name ``read_by``."""
 
     id: str
     severity: Severity
