@@ -12,7 +12,8 @@ Args: ``{"draft": dir, "target": dir, "candidate_flags": {flag: value}, "engine"
 What it derives (each with its reason; research/sglang-eagle3-facts.md):
 - ``--speculative-algorithm EAGLE`` with an EAGLE-3 draft -> EAGLE3 (the EAGLE branch skips fc and swaps the head);
 - num_draft_tokens capped at steps + 1 by topk == 1 -> ``--speculative-num-steps`` = the requested tokens - 1, so
-  the chain really drafts what was asked for;
+  the chain really drafts what was asked for — only once the draft test cleared the draft (decision ``fine``):
+  before that the cap is the seed's red herring, and the result only notes it;
 - a wiring mismatch -> the trained wiring expressed as nested ``eagle_config`` ids (SGLang adds 1), written with
   the rest of the draft (symlinked, never copied or modified) into a corrected directory BESIDE the draft, and
   ``--speculative-draft-model-path`` pointed at it — when this SGLang can capture every state of that wiring;
@@ -22,7 +23,7 @@ What config cannot fix becomes a blocker with the remedies that remain (retrain 
 SGLang version, an engine change, a re-export of the weights).
 
 Result: ``{"fix_status": "fix" | "partial" | "blocked" | "nothing_to_fix", "flags", "draft", "changes":
-[{what, from, to, why}], "blockers": [{what, why, remedies}], "capture", "engine": {version, root}, "summary"}``.
+[{what, from, to, why}], "blockers": [{what, why, remedies}], "notes": [what was seen and left alone], "capture", "engine": {version, root}, "summary"}``.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     effective = {_key(k): v for k, v in (args.get("effective") or {}).items()}
     changes: List[Dict[str, Any]] = []
     blockers: List[Dict[str, Any]] = []
+    notes: List[str] = []
     config = json.loads(json.dumps(raw))  # the corrected config starts as a deep copy
     config_changed = False
     sglang = "SGLang %s" % (version or "(version unknown)")
@@ -134,6 +136,14 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
             continue
         if topk_n == 1 and want >= 2:
             steps = flags.get("speculative_num_steps")
+            decision = (args.get("wiring") or {}).get("decision")
+            if decision != "fine":
+                # the seed's red herring: the cap is real, but while the draft test does not clear the draft, a
+                # longer chain of a mis-wired draft only costs more; the wiring comes first
+                notes.append("num_draft_tokens %s was capped to %s by topk 1; num_steps left at %s because the draft "
+                             "test %s" % (want, o.get("effective"), steps, "found a wiring mismatch"
+                                          if decision == "mismatch" else "did not clear the draft (%s)" % decision))
+                continue
             changes.append({"what": "speculative-num-steps", "from": steps, "to": want - 1,
                             "why": "with topk 1 %s drafts a chain of num_steps tokens and resets num_draft_tokens "
                                    "to num_steps + 1 (%s -> %s), so %d draft tokens need num_steps %d"
@@ -210,7 +220,7 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     else:
         status = "nothing_to_fix"
     return {"fix_status": status, "flags": flags.flags, "draft": written, "changes": changes,
-            "blockers": blockers, "capture": {k: rules.get(k) for k in ("embedding", "final_norm", "why", "evidence")},
+            "blockers": blockers, "notes": notes, "capture": {k: rules.get(k) for k in ("embedding", "final_norm", "why", "evidence")},
             "engine": {"engine": "sglang", "version": version, "root": root},
             "summary": summary(status, changes, blockers, sglang)}
 

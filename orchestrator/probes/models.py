@@ -398,6 +398,7 @@ class DraftFixResult(_Result):
     draft: str | None
     changes: list[FixChange]
     blockers: list[FixBlocker]
+    notes: list[str] = Field(default_factory=list)
     capture: dict[str, Any]
     engine: dict[str, Any]
     summary: str

@@ -130,6 +130,18 @@ def test_flags_the_server_changed_are_derived_back(run_probe, sglang_trees, chec
     assert {c["what"] for c in res["changes"]} == {"speculative-algorithm", "speculative-num-steps"}
 
 
+def test_the_draft_token_cap_is_left_alone_while_the_wiring_is_wrong(run_probe, sglang_trees, checkpoints) -> None:
+    """The seed's red herring: 16 draft tokens capped at steps + 1 are real, but the mis-wired draft comes first."""
+    draft, target = checkpoints
+    args = fix_args(draft, target, sglang_trees("0.5.12.post1"), effective={"speculative_eagle_topk": 1},
+                    overrides=[{"flag": "speculative_num_draft_tokens", "requested": 16, "effective": 8}],
+                    wiring=mismatch(SEED_WIRING))
+    res = run_probe("draft_fix", args).result
+    assert res["fix_status"] == "blocked" and res["changes"] == []
+    assert res["flags"]["speculative-num-steps"] == 7
+    assert any("capped to 8 by topk 1" in n and "wiring mismatch" in n for n in res["notes"])
+
+
 def test_weights_config_cannot_mend_are_blockers(run_probe, sglang_trees, checkpoints) -> None:
     draft, target = checkpoints
     findings = [{"id": "lm_head", "severity": "error", "message": "draft_vocab_size 64 but no lm_head.weight"},
