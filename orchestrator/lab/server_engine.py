@@ -79,6 +79,29 @@ def crop_cache(cache: Any, length: int) -> None:
         cache.crop(-drop)
 
 
+def _check_embedding_capture() -> None:
+    """Fail as the SGLang this lab stands in for fails when an eagle_config id asks for the embedding output.
+
+    The rule is read from the sglang tree on the lab's path (remote_probes/sglang_capture.py): 0.5.12.post1 adds
+    ``hidden_states + residual`` with ``residual = None`` before layer 0 and its first forward raises TypeError;
+    0.5.23's layer boundary captures the embedding itself. Only an id from the draft's config is checked: the
+    lab-only ``--lab-capture-layers`` stands for an engine change, which may capture anything.
+    """
+    from remote_probes.sglang_capture import capture_rules, find_sglang_root
+
+    root = find_sglang_root()
+    if root is None:
+        raise StartupError("eagle_config id -1 asks for the embedding output, and no sglang tree is on the lab's "
+                           "path to say whether the SGLang it stands in for can capture it")
+    rules = capture_rules(root)
+    if rules["embedding"] is True:
+        return
+    where = "; ".join(f"{e['file']}:{e['line']}: {e['text']}" for e in rules["evidence"])
+    raise StartupError("unsupported operand type(s) for +: 'Tensor' and 'NoneType' (eagle_config id -1 asks for "
+                       "the embedding output, which this SGLang cannot capture"
+                       + (f": {where})" if where else ")"), kind="TypeError")
+
+
 class LabModels:
     """Target + tokenizer (+ draft) loaded once; ``generate`` serves one request (callers hold a lock)."""
 
@@ -151,6 +174,8 @@ class LabModels:
         else:
             ids = nested_ids(config)
             self.capture = [i + 1 for i in ids] if ids is not None else [2, n // 2, n - 3]
+            if 0 in self.capture:
+                _check_embedding_capture()
         limit = n if self.parts["served"]["feed"] == "last_hidden" else n - 1
         bad = [i for i in self.capture if i < 0 or i > limit]
         if bad:

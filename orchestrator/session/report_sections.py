@@ -49,9 +49,12 @@ def verdict_section(session: LoadedSession) -> list[Block]:
                 where = "manual verdict" if event.source == "manual" else "rule"
                 if event.step_id in steps:
                     where = f"step {event.step_id} · {steps[event.step_id].name}"
-                blocks.append(Para(f"Decisive evidence ({where}): {event.evidence or event.rule}"))
+                # the first confirmation decides; what came after it (the fix's benchmark, the derived fix) adds
+                label = "Further evidence" if event.previous == "confirmed" else "Decisive evidence"
+                blocks.append(Para(f"{label} ({where}): {event.evidence or event.rule}"))
     else:
         blocks.append(Para("**No hypothesis confirmed.**"))
+    blocks.extend(_fix_paragraphs(session))
     still_open = board.open_entries()
     if still_open:
         names = ", ".join(f"`{e.hypothesis.id}` ({e.state})" for e in still_open)
@@ -63,6 +66,21 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     if conflicted:
         blocks.append(Para("Conflicting evidence on: " + ", ".join(f"`{e.hypothesis.id}`" for e in conflicted)
                            + " — see the logbook below."))
+    return blocks
+
+
+def _fix_paragraphs(session: LoadedSession) -> list[Block]:
+    """The fix derived from the evidence (probe draft_fix): what to change, or why nothing can be served."""
+    blocks: list[Block] = []
+    for step, r in _results(session, "probe"):
+        res = r.result
+        if not isinstance(res, dict) or "fix_status" not in res:
+            continue
+        head = {"fix": "Fix", "partial": "Partial fix", "blocked": "No servable fix",
+                "nothing_to_fix": "No fix needed"}.get(str(res["fix_status"]), "Fix")
+        blocks.append(Para(f"**{head}** (step {step.step_id} on {r.host}): {res.get('summary', '')}"))
+        if res.get("draft"):
+            blocks.append(Para(f"Corrected draft written beside the original: `{res['draft']}`"))
     return blocks
 
 
