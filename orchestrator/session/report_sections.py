@@ -239,6 +239,13 @@ def draft_test_section(session: LoadedSession) -> list[Block]:
                  " ".join(f"{a:.2f}" for a in (w.get("acc") or [])[:5] if a is not None),
                  " ".join(_ci(c) for c in (w.get("acc_ci") or [])[:2]), _num(w.get("seconds"), 1)]
                 for w in res.get("wirings", [])]
+        # where the engine serves other parts than the draft was trained with (the target's head, no d2t...), the
+        # decision is made on what is served, and "as trained" shows what the draft itself would score
+        swapped = bool((res.get("parts") or {}).get("swapped"))
+        if swapped:
+            for row, w in zip(rows, res.get("wirings", []), strict=True):
+                own = w.get("as_trained") or {}
+                row.insert(5, f"{_num(own.get('tau_serving'))} {_ci(own.get('tau_serving_ci'))}")
         decision = res.get("decision")
         head = f"**{decision}** — " if decision else ""
         blocks.append(Para(f"Step {step.step_id} on {r.host}: {head}{res.get('verdict', '')}"))
@@ -249,8 +256,14 @@ def draft_test_section(session: LoadedSession) -> list[Block]:
             blocks.append(Para(f"{res.get('prompts', '?')} prompts, K={res.get('steps', '?')}; 95% intervals over "
                                "prompts; wirings in the same tier have overlapping intervals (tied, not ranked); "
                                "\"vs served\" is the paired gain over the wiring the engine feeds."))
-            blocks.append(Table(["tier", "candidate", "wiring (HF hidden_states)", "tau (serving)", "95% CI",
-                                 "vs served (95% CI)", "tau", "acc_0..4", "acc_0, acc_1 95% CI", "s"], rows))
+            columns = ["tier", "candidate", "wiring (HF hidden_states)", "tau (serving)", "95% CI",
+                       "vs served (95% CI)", "tau", "acc_0..4", "acc_0, acc_1 95% CI", "s"]
+            if swapped:
+                columns.insert(5, "as trained: tau (serving), 95% CI")
+                blocks.append(Para("Served parts differ from the draft's own: " + "; ".join(
+                    f"{p.get('part')}: served {p.get('served')}, trained {p.get('trained')} ({p.get('why')})"
+                    for p in res["parts"]["swapped"] if isinstance(p, dict))))
+            blocks.append(Table(columns, rows))
     return blocks
 
 
