@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from draft_agreement import check_agreement
 from eagle3_config import VARIANT_FLAGS, flat_config, rope_config, variant_flags
 from eagle3_wiring import default_wiring, nested_ids, top_level_ids
 
@@ -416,6 +417,7 @@ def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any],
                              f"Tensor naming: {name_info['label']}.", **name_info))
     if tensors:
         findings.append(check_embed(cfg, tensors, hidden, target))
+    findings.extend(check_agreement(raw, cfg, tensors, target))
     return feeds, name_info, findings
 
 

@@ -134,6 +134,11 @@ def target_info(args: dict[str, Any]) -> dict[str, Any]:
             if isinstance(cfg.get(cfg_key), (int, float)):
                 out[key] = cfg[cfg_key]
                 out["source"][key] = "target_path"
+        for key in ("max_position_embeddings", "torch_dtype", "tie_word_embeddings", "num_attention_heads"):
+            if cfg.get(key) is not None:  # transformers 5 writes "dtype" where 4.x wrote "torch_dtype"
+                out[key] = cfg[key]
+        if cfg.get("torch_dtype") is None and isinstance(cfg.get("dtype"), str):
+            out["torch_dtype"] = cfg["dtype"]
         theta, _, theta_source = rope_config(cfg)  # transformers 5: rope_parameters.rope_theta
         if theta is not None:
             out["rope_theta"], out["rope_theta_source"] = theta, theta_source

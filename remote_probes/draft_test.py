@@ -1,6 +1,7 @@
 """Probe: test an EAGLE-3 draft OUTSIDE the server, on candidate hidden-state wirings (torch + transformers).
 
 Args (JSON): {"target": dir, "draft": dir, "wirings": "auto" | [[..], ..] | {"name": [..]}, "engine": "sglang",
+"algorithm"?: "EAGLE3" | "EAGLE" (the --speculative-algorithm the server runs),
 "prompts_file"?: path (JSON list of strings, or JSONL with "prompt"/"text"), "num_prompts"?: 16,
 "max_new_tokens"?: 96, "steps"?: 5, "chat_template"?: true|false|"auto", "device"?: "auto"|"cpu"|"cuda",
 "dtype"?: "auto"|"float32"|"bfloat16"|"float16", "margin"?: 0.2, "confidence"?: 0.95,
@@ -10,6 +11,12 @@ The target generates greedily; ONE forward per prompt captures the hidden states
 wiring the draft runs K chained steps from every decode column at once (eagle3_draft.ttt_forward, which equals
 serving's incremental chain). Result: per-wiring acc/alpha/tau/tau_serving/seconds sorted best first, the best,
 the wiring the engine feeds (``server``) and a one-sentence verdict.
+
+Parts (eagle3_served): every figure is scored with the parts the engine SERVES (which embedding, which head,
+whether d2t maps ids, whether fc runs; ``parts`` says which and why). Where those differ from the draft's own
+(``parts.swapped`` non-empty), each row also carries ``as_trained`` (tau_serving, its interval, tau, acc) scored
+with the checkpoint's own parts; the decision always uses the served figures. A draft the engine would fail to
+load (``parts.fails``) is refused with kind ``engine_load``.
 
 Statistics (interval_stats): every figure carries a confidence interval over prompts (``*_ci``). Wirings whose
 tau_serving intervals overlap share a ``tier`` (1 = tied with the best): they are reported as tied, not ranked.
@@ -36,6 +43,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from _probe import ProbeFailure, progress, run_probe
 from draft_test_metrics import Tally, summarize
+from eagle3_served import ALGORITHMS, describe, served_parts
 from eagle3_wiring import ENGINES, auto_wirings, nested_ids, server_wiring, top_level_ids, validate_wiring
 from interval_stats import paired_ratio_interval, units_to_reach
 
@@ -53,7 +61,7 @@ def _arg(args: Dict[str, Any], key: str, kind: type, default: Any, lo: Optional[
 
 
 def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
-    known = {"target", "draft", "wirings", "engine", "prompts_file", "num_prompts", "max_new_tokens", "steps",
+    known = {"target", "draft", "wirings", "engine", "algorithm", "prompts_file", "num_prompts", "max_new_tokens", "steps",
              "chat_template", "device", "dtype", "margin", "confidence", "batch_size"}
     unknown = sorted(set(args) - known)
     if unknown:
@@ -64,7 +72,8 @@ def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
         if not os.path.isdir(args[key]):
             raise ProbeFailure("bad_args", "%s directory %s does not exist" % (key, args[key]), field=key)
     out = {"target": args["target"], "draft": args["draft"], "wirings": args.get("wirings", "auto"),
-           "engine": _arg(args, "engine", str, "sglang"), "prompts_file": args.get("prompts_file"),
+           "engine": _arg(args, "engine", str, "sglang"), "algorithm": _arg(args, "algorithm", str, "EAGLE3"),
+           "prompts_file": args.get("prompts_file"),
            "num_prompts": _arg(args, "num_prompts", int, 16, 1), "max_new_tokens": _arg(args, "max_new_tokens", int, 96, 2),
            "steps": _arg(args, "steps", int, 5, 1), "batch_size": _arg(args, "batch_size", int, 16, 1),
            "chat_template": args.get("chat_template", "auto"),
@@ -77,6 +86,8 @@ def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
                                field=key)
     if out["engine"] not in ENGINES:
         raise ProbeFailure("bad_args", "engine must be one of %s" % ", ".join(ENGINES), field="engine")
+    if out["algorithm"] not in ALGORITHMS:
+        raise ProbeFailure("bad_args", "algorithm must be one of %s" % ", ".join(ALGORITHMS), field="algorithm")
     if out["device"] not in ("auto", "cpu", "cuda"):
         raise ProbeFailure("bad_args", "device must be auto, cpu or cuda", field="device")
     if out["dtype"] not in DTYPES:
@@ -328,26 +339,48 @@ def prompts_to_decide(best: Dict[str, Any], server: Dict[str, Any], gain: Option
     return max(n for n in need if n is not None)
 
 
+def load_drafts(a: Dict[str, Any], model: Any, hidden: int, device: str) -> Tuple[Any, Optional[Any], Dict[str, Any]]:
+    """(the draft with the parts the engine serves, the draft with its own parts or None when they are the same,
+    the resolution). Raises ProbeFailure ``engine_load`` when the engine would fail to load it."""
+    try:
+        from eagle3_checkpoint import read_state_dict
+        from eagle3_config import flat_config
+        from eagle3_validate import build_from_state
+    except ImportError as exc:
+        raise ProbeFailure("missing_dependency", "cannot import the draft model: %s" % exc) from None
+    config, state, notes = read_state_dict(a["draft"])
+    parts = served_parts(flat_config(config), state, a["algorithm"], a["engine"], target_hidden_size=hidden)
+    if parts["fails"]:
+        raise ProbeFailure("engine_load", describe(parts), field="draft", parts=parts)
+    embed = model.get_input_embeddings().weight.detach()
+    head = model.get_output_embeddings()
+
+    def build(choice: Dict[str, Any]) -> Any:
+        return build_from_state(config, state, notes, strict=True, embed_tokens=embed,
+                                lm_head=None if head is None else head.weight.detach(),
+                                target_vocab_size=embed.shape[0], target_hidden_size=hidden, device=device,
+                                dtype=embed.dtype, parts=choice)
+
+    served = build(parts["served"])
+    trained = build(parts["trained"]) if parts["swapped"] else None
+    return served, trained, parts
+
+
 def main(args: Dict[str, Any]) -> Dict[str, Any]:
     a = parse_args(args)
     started = time.monotonic()
     progress("loading target %s" % a["target"])
     torch, tokenizer, model, device = _load_target(a)
-    try:
-        from eagle3_draft import load_draft
-    except ImportError as exc:
-        raise ProbeFailure("missing_dependency", "cannot import eagle3_draft: %s" % exc) from None
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     n_layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
     embed = model.get_input_embeddings().weight
-    head = model.get_output_embeddings()
-    draft = load_draft(a["draft"], embed_tokens=embed.detach(), lm_head=None if head is None else head.weight.detach(),
-                       target_vocab_size=embed.shape[0], target_hidden_size=hidden, device=device,
-                       dtype=embed.dtype)
+    draft, trained, parts = load_drafts(a, model, hidden, device)
     dcfg = draft.cfg.raw
     cands = candidate_wirings(a["wirings"], dcfg, n_layers, draft.num_aux)
     srv = server_wiring(dcfg, n_layers, a["engine"])
-    if srv is not None and len(srv) == draft.num_aux and all(c["wiring"] != srv for c in cands):
+    if parts["served"]["feed"] == "last_hidden":  # HF index N: after the final norm, width H (fc skipped)
+        srv = [n_layers]
+    if srv is not None and (len(srv) == draft.num_aux or srv == [n_layers]) and all(c["wiring"] != srv for c in cands):
         cands.append({"name": "server(%s)" % a["engine"], "wiring": srv, "why": "the wiring %s feeds" % a["engine"]})
     if not cands:
         raise ProbeFailure("bad_wiring", "no candidate wiring has the %d hidden states the draft takes" % draft.num_aux)
@@ -360,6 +393,9 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
         t0 = time.monotonic()
         stats = score_wiring(torch, draft, runs, cand["wiring"], a["steps"], a["confidence"])
         entry = dict(cand, **stats, seconds=round(time.monotonic() - t0, 3))
+        if trained is not None and len(cand["wiring"]) == trained.num_aux:
+            own = score_wiring(torch, trained, runs, cand["wiring"], a["steps"], a["confidence"])
+            entry["as_trained"] = {k: own[k] for k in ("tau_serving", "tau_serving_ci", "tau", "acc")}
         results.append(entry)
         progress("wiring %s %s: tau %s %s" % (cand["name"], cand["wiring"], stats["tau_serving"],
                                               _fmt_ci(stats["tau_serving_ci"])), wiring=i + 1, wirings=len(cands))
@@ -370,10 +406,16 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     compare_with_server(results, server, a["confidence"])
     mark_beats_server(results, server, a["margin"])
     decision = decide(a["engine"], results, best, server, a["margin"], a["confidence"], len(runs))
+    if parts["swapped"]:
+        own = best.get("as_trained") or {}
+        decision["verdict"] += ("; scored as served (%s)%s" % (
+            describe(parts), "; as trained the best wiring reaches tau %.2f" % own["tau_serving"]
+            if own.get("tau_serving") is not None else ""))
     for row in results:
         row.pop("_units", None)
     return {
         "wirings": results, "best": best, "server_wiring": srv, "server": server, "engine": a["engine"],
+        "algorithm": a["algorithm"], "parts": parts,
         "verdict": decision.pop("verdict"), **decision, "steps": a["steps"],
         "best_tier": [r["wiring"] for r in results if r["tier"] == 1],
         "method": "ratio estimator per wiring, standard error clustered by prompt, Student t with prompts - 1 df; "

@@ -107,11 +107,50 @@ def _d2t(cfg: DraftConfig, state: Dict[str, torch.Tensor], vd: int, strict: bool
     return d2t
 
 
+def _pick_embedding(state: Dict[str, torch.Tensor], parts: Optional[Dict[str, Any]],
+                    embed_tokens: Optional[torch.Tensor], notes: List[str]) -> Optional[torch.Tensor]:
+    """The embedding ``parts`` names: the target's, the checkpoint's own, or a seeded random one (SGLang's
+    VocabParallelEmbedding left as initialised when set_embed skips and the checkpoint has none)."""
+    own = state.get("embed_tokens.weight")
+    if parts is None or parts["embedding"] == "draft":
+        return own
+    if parts["embedding"] == "target":
+        if own is not None:
+            notes.append("the draft's own embed_tokens replaced by the target's, as the engine does")
+        return embed_tokens
+    return None  # "random": filled after the shape checks (needs the config's sizes)
+
+
+def _pick_head(parts: Dict[str, Any], state: Dict[str, torch.Tensor], embed: Optional[torch.Tensor],
+               target_head: Optional[torch.Tensor], vd: int, notes: List[str]) -> Optional[torch.Tensor]:
+    """The head ``parts`` names, cut to the first ``vd`` rows (the engine's logits processor keeps draft_vocab_size
+    columns); None for a random head."""
+    which = parts["head"]
+    source = {"draft_head": state.get("lm_head.weight"), "target_head": target_head,
+              "target_embedding": embed, "draft_embedding": embed}.get(which)
+    if which == "random" or source is None:
+        if which != "random":
+            raise DraftLoadError("the %s is needed as the head but was not given" % which.replace("_", " "),
+                                 field="lm_head.weight")
+        notes.append("head left randomly initialised, as SGLang does for these parts")
+        return None
+    if which != "draft_head":
+        label = {"target_head": "the target's lm_head", "target_embedding": "the target's embedding (tied)",
+                 "draft_embedding": "the draft's own embedding (tied)"}[which]
+        notes.append("lm_head taken from %s%s" % (label, " (first %d rows)" % vd if source.shape[0] > vd else ""))
+    return source[:vd]
+
+
 def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], notes: List[str], *, strict: bool,
                      embed_tokens: Optional[torch.Tensor], lm_head: Optional[torch.Tensor],
                      target_vocab_size: Optional[int], target_hidden_size: Optional[int],
-                     device: str, dtype: torch.dtype) -> Eagle3Draft:
-    """Validate a canonicalised state dict (see eagle3_checkpoint) and build the draft. Raises DraftLoadError."""
+                     device: str, dtype: torch.dtype, parts: Optional[Dict[str, Any]] = None) -> Eagle3Draft:
+    """Validate a canonicalised state dict (see eagle3_checkpoint) and build the draft. Raises DraftLoadError.
+
+    ``parts`` (``eagle3_served.served_parts(...)["served"]`` or ``["trained"]``) picks the embedding, the head and
+    whether d2t maps ids, as the engine would; None keeps the checkpoint's own parts, borrowing from the target
+    only what it lacks.
+    """
     cfg = DraftConfig.from_dict(config)
     notes = list(notes)
     qk_norms = sorted(n for n in state if n.startswith("midlayer.self_attn.") and n.split(".")[2] in ("q_norm", "k_norm"))
@@ -122,7 +161,11 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
     if deeper:  # speculators (and SGLang's loader) allow num_hidden_layers > 1; this draft model has one layer
         raise DraftLoadError("draft has decoder layers beyond the first (layers.%s.*); only 1-layer EAGLE-3 drafts are "
                              "supported by the draft test" % ",".join(deeper), field="num_hidden_layers")
-    embed = state.get("embed_tokens.weight")
+    embed = _pick_embedding(state, parts, embed_tokens, notes)
+    if parts is not None and parts["embedding"] == "random":
+        gen = torch.Generator().manual_seed(1)
+        embed = torch.randn(cfg.vocab_size, cfg.hidden_size, generator=gen) * 0.02
+        notes.append("embedding left randomly initialised, as SGLang does for these parts")
     if embed is None:
         if embed_tokens is None:
             raise DraftLoadError("draft has no embed_tokens.weight and no target embedding was given",
@@ -140,21 +183,27 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
             raise DraftLoadError("draft is missing tensor %s%s" % (name, why), field=name)
         _check_shape(name, state[name], want)
     vd = cfg.draft_vocab_size or cfg.vocab_size
-    head = state.get("lm_head.weight")
-    if head is None and cfg.draft_vocab_size is None:
+    head = state.get("lm_head.weight") if parts is None else _pick_head(parts, state, embed, lm_head, vd, notes)
+    # with parts, _pick_head has resolved the head (None: a random one, which the engine loads without complaint)
+    if parts is None and head is None and cfg.draft_vocab_size is None:
         if lm_head is None:
             raise DraftLoadError("draft has no lm_head.weight and no draft_vocab_size; the target's lm_head is "
                                  "needed but was not given", field="lm_head.weight")
         head = lm_head
         notes.append("lm_head taken from the target (no draft_vocab_size)")
-    elif head is None:
+    elif parts is None and head is None:
         msg = "draft declares draft_vocab_size=%d but has no lm_head.weight" % vd
         if strict:
             raise DraftLoadError(msg, field="lm_head.weight")
         notes.append(msg + "; left randomly initialised, as SGLang does")
     if head is not None:
         _check_shape("lm_head.weight", head, (vd, cfg.hidden_size))
-    d2t = _d2t(cfg, state, vd, strict, notes)
+    if parts is not None and not parts["d2t"]:
+        if "d2t" in state:
+            notes.append("d2t not applied: the engine maps no draft ids for these parts")
+        d2t = torch.zeros(vd, dtype=torch.long)
+    else:
+        d2t = _d2t(cfg, state, vd, strict, notes)
     draft = Eagle3Draft(cfg, num_aux=num_aux)
     known = set(expected) | {"fc.weight", "d2t", "t2d"} | set(_BORROWED)
     ignored = sorted(set(state) - known)
@@ -172,5 +221,5 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
             params["lm_head.weight"].copy_(torch.randn(vd, cfg.hidden_size, generator=gen) * 0.02)
         draft.d2t.copy_(d2t)
     draft.load_report = {"notes": notes, "num_aux": num_aux, "draft_vocab_size": vd,
-                         "variant_flags": sorted(cfg.flags)}
+                         "variant_flags": sorted(cfg.flags), "parts": None if parts is None else dict(parts)}
     return draft.to(device=device, dtype=dtype).eval()

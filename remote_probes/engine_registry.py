@@ -41,7 +41,7 @@ def _locate(sys_path: Optional[List[str]]) -> Optional[str]:
     return os.path.realpath(list(spec.submodule_search_locations)[0])
 
 
-def _version(root: str) -> Optional[str]:
+def installed_version(root: str) -> Optional[str]:
     site = os.path.dirname(root)
     for dist in metadata.distributions(path=[site]):
         if (dist.metadata["Name"] or "").lower() == "sglang":
@@ -149,7 +149,7 @@ def scan_sglang(sys_path: Optional[List[str]] = None) -> Optional[Dict[str, Any]
                 continue
             for cls in entries or []:
                 archs.setdefault(cls, os.path.join("srt", "models", name))
-    return {"engine": "sglang", "version": _version(root), "root": root, "architectures": archs,
+    return {"engine": "sglang", "version": installed_version(root), "root": root, "architectures": archs,
             "unresolved": unresolved}
 
 

@@ -12,6 +12,16 @@ from tests import realparts
 SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's test command) every test that needs the lab runs
+    on one worker, in file order: the lab is built once there (minutes of training) while the other worker runs
+    everything else, instead of both waiting on the build or racing to write the same lab directory."""
+    del config
+    for item in items:
+        if item.get_closest_marker("lab"):
+            item.add_marker(pytest.mark.xdist_group("lab"))
+
+
 def install_sglang_tree(version: str) -> Path:
     """The product's cached install of one sglang version; skips (fails under CI) with pip's reason, e.g. offline."""
     from orchestrator.errors import OrchestratorError

@@ -9,6 +9,8 @@ Every figure has a 95% interval over prompts (``dt.best.tau_serving_ci`` = [lo, 
 wirings whose intervals overlap share a ``tier`` (1 = tied with the best); ``vs_server`` is each wiring's paired
 gain over the served wiring; ``dt.decision`` is mismatch | fine | no_signal | inconclusive, with
 ``dt.prompts_to_decide`` when the sample cannot decide (remote_probes/draft_test.py documents the rules).
+Figures are scored with the parts SGLang serves (``dt.parts``: embedding, head, d2t, fc and why); where those
+differ from the draft's own (``dt.parts.swapped``), each row also has ``as_trained`` and the table shows it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class DraftTestArgs(ActionArgs):
     draft: str = Field(description="EAGLE-3 draft checkpoint directory on the host")
     wirings: Literal["auto"] | list[list[int]] | dict[str, list[int]] = "auto"
     engine: Literal["sglang", "vllm"] = "sglang"
+    algorithm: Literal["EAGLE3", "EAGLE"] = Field(default="EAGLE3", description="the --speculative-algorithm served: "
+                                                  "it decides which embedding, head and d2t are scored")
     steps: int = Field(default=5, ge=1, le=32, description="draft steps K per cycle")
     num_prompts: int | None = Field(default=None, ge=1)
     max_new_tokens: int | None = Field(default=None, ge=2)
@@ -48,17 +52,28 @@ class DraftTestAction(Action[DraftTestArgs]):
         probe_args = args.model_dump(exclude_none=True, exclude={"python"})
         result = await run_probe_step(ctx, "draft_test", probe_args, python=args.python)
         rows = result.get("wirings", [])
-        if rows:
-            ctx.output(f"{'tier':>4} {'wiring':<30} {'tau(serving)':>12} {'95% CI':>14} {'vs served':>10}  acc\n",
+        swapped = (result.get("parts") or {}).get("swapped") or []
+        for swap in swapped:
+            ctx.output(f"served {swap['part']}: {swap['served']} (trained: {swap['trained']}): {swap['why']}\n",
                        "stdout")
+        if rows:
+            trained_col = f" {'as trained':>10}" if swapped else ""
+            ctx.output(f"{'tier':>4} {'wiring':<30} {'tau(served)':>12} {'95% CI':>14} {'vs served':>10}"
+                       f"{trained_col}  acc\n", "stdout")
             for row in rows:
-                acc = " ".join(f"{a:.2f}" for a in (row.get("acc") or [])[:6] if a is not None)
-                ci = row.get("tau_serving_ci")
-                vs = (row.get("vs_server") or {}).get("ratio")
-                ctx.output(f"{row.get('tier', ''):>4} {row.get('name', '')[:18]:<18} {str(row.get('wiring')):<12}"
-                           f"{row.get('tau_serving') or 0:>12.2f} "
-                           f"{f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else 'n/a':>14} "
-                           f"{f'{vs:.2f}x' if vs is not None else '':>10}  {acc}\n", "stdout")
+                ctx.output(_row(row, bool(swapped)), "stdout")
         if result.get("verdict"):
             ctx.output(f"decision: {result.get('decision')}: {result['verdict']}\n", "stdout")
         return result
+
+
+def _row(row: dict[str, Any], with_trained: bool) -> str:
+    """One table line; the "as trained" column only when the served parts differ from the draft's own."""
+    acc = " ".join(f"{a:.2f}" for a in (row.get("acc") or [])[:6] if a is not None)
+    ci = row.get("tau_serving_ci")
+    vs = (row.get("vs_server") or {}).get("ratio")
+    own = (row.get("as_trained") or {}).get("tau_serving")
+    trained = f" {f'{own:.2f}' if own is not None else '-':>10}" if with_trained else ""
+    return (f"{row.get('tier', ''):>4} {row.get('name', '')[:18]:<18} {str(row.get('wiring')):<12}"
+            f"{row.get('tau_serving') or 0:>12.2f} {f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else 'n/a':>14} "
+            f"{f'{vs:.2f}x' if vs is not None else '':>10}{trained}  {acc}\n")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserInputError
+from orchestrator.lab.filelock import file_lock
 
 SGLANG_VERSION = "0.5.12.post1"
 #: the SGLang versions the lab can stand in for (its server parses with that version's own parser, from its tree)
@@ -260,11 +261,18 @@ def cached_sglang_tree(version: str = SGLANG_VERSION, *, timeout: float = 900) -
     The lab links to it and the tests read it. :raises OrchestratorError: pip failed (offline, no such version);
     the message carries pip's last lines.
     """
-    from orchestrator.errors import OrchestratorError
-
     cached = cache_dir() / "sglang-src" / version
     if (cached / "sglang" / "__init__.py").is_file():
         return cached
+    with file_lock(cached.with_name(version + ".lock")):  # concurrent test workers install it once
+        if (cached / "sglang" / "__init__.py").is_file():
+            return cached
+        return _install_sglang_tree(version, cached, timeout)
+
+
+def _install_sglang_tree(version: str, cached: Path, timeout: float) -> Path:
+    from orchestrator.errors import OrchestratorError
+
     partial = cached.with_name(version + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
@@ -275,11 +283,8 @@ def cached_sglang_tree(version: str = SGLANG_VERSION, *, timeout: float = 900) -
         shutil.rmtree(partial, ignore_errors=True)
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
         raise OrchestratorError(f"cannot install sglang=={version}: {tail}", title="sglang install failed")
-    if not (cached / "sglang" / "__init__.py").is_file():  # another process may have won the race
-        shutil.rmtree(cached, ignore_errors=True)
-        partial.rename(cached)  # atomic: an interrupted install never looks complete
-    else:
-        shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(cached, ignore_errors=True)  # a leftover without sglang/__init__.py: incomplete
+    partial.rename(cached)  # atomic: an interrupted install never looks complete
     return cached
 
 

@@ -67,13 +67,18 @@ def lab_inventory(scenario: str | None = None, *, root: Path | str | None = None
 
 
 def lab_ssh_inventory(address: str, port: int, user: str, key: str | Path, known_hosts: str | Path, *,
-                      scenario: str | None = None, root: Path | str | None = None, **extra: Any) -> Inventory:
+                      scenario: str | None = None, root: Path | str | None = None, real_host: bool = False,
+                      **extra: Any) -> Inventory:
     """The same lab host reached over SSH (the loopback sshd of the tests): same python, paths and vars.
 
+    ``real_host``: the lab as a real SGLang host looks to the flagship: no ``fixed_flags`` (the scenarios' fixes
+    use the lab-only ``--lab-capture-layers``), so the playbook must derive a fix that SGLang itself can serve.
     ``extra``: more HostSpec fields (``ssh_config``, ``state_dir``, ``connect_timeout``...).
     """
+    host_vars = lab_host_vars(scenario, root=root)
+    if real_host:
+        del host_vars["fixed_flags"]
     spec = HostSpec(name="lab", transport="ssh", address=address, port=port, user=user, key=str(key),
-                    known_hosts=str(known_hosts), python=sys.executable, env=lab_env(root),
-                    vars=lab_host_vars(scenario, root=root), **extra)
+                    known_hosts=str(known_hosts), python=sys.executable, env=lab_env(root), vars=host_vars, **extra)
     return Inventory.model_validate({"hosts": {"lab": spec.model_dump()}, "default_hosts": "lab",
                                      "source": "<lab over ssh>"})

@@ -12,18 +12,17 @@ Public API: ``cached_target(...) -> Path``, ``cached_draft(target_dir, *, wiring
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from orchestrator.lab.draft_io import DraftLayout
+from orchestrator.lab.filelock import file_lock
 from orchestrator.lab.train import DraftRecipe, ProgressFn, TargetRecipe
 from orchestrator.lab.train_job import pinned_env, run_job
 
@@ -43,22 +42,11 @@ def _digest(payload: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _build_once(final: Path, build: Callable[[Path], Path]) -> Path:
     marker = final / ".complete"
     if marker.exists():
         return final
-    with _locked(final.parent / (final.name + ".lock")):
+    with file_lock(final.parent / (final.name + ".lock")):
         if marker.exists():  # another process built it while we waited
             return final
         tmp = final.parent / (final.name + ".tmp")

@@ -7,11 +7,14 @@ greedy decoding (tests assert it). Accept length = completion tokens / verify fo
 
 SGLang's loading rules applied here (research/sglang-eagle3-facts.md):
 - capture: EAGLE3 -> nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` + 1, else ``[2, N//2, N-3]``
-  (HF hidden_states indices; the top-level key is ignored); EAGLE -> the last hidden state (after the final
-  norm, width H), so an EAGLE-3 draft's fc is skipped (width == hidden_size) and it drafts garbage;
-- ``draft_vocab_size`` absent (or tied embeddings) -> the target's lm_head replaces the draft's;
-- a declared draft vocab with no ``lm_head.weight`` -> a random head (SGLang loads silently);
-- ``d2t`` offsets -> target ids (``hot_token_id = d2t + arange``).
+  (HF hidden_states indices; the top-level key is ignored); EAGLE (or ``use_aux_hidden_state: false``) -> the
+  last hidden state (after the final norm, width H), so an EAGLE-3 draft's fc is skipped (width == hidden_size);
+- which embedding, head and d2t the draft runs with: ``remote_probes/eagle3_served.served_parts`` for the
+  algorithm served, the same resolution the draft test scores with (EAGLE: the target's embedding and head cut
+  to draft_vocab_size rows, d2t ignored; EAGLE3: the target's head without draft_vocab_size, the target's
+  embedding as a tied draft's head, a random head for a declared vocab without ``lm_head.weight``);
+- ``d2t`` offsets -> target ids (``hot_token_id = d2t + arange``) where the parts apply it;
+- a draft SGLang fails to load (``parts.fails``) fails the lab's startup too.
 """
 
 from __future__ import annotations
@@ -76,15 +79,27 @@ def crop_cache(cache: Any, length: int) -> None:
         cache.crop(-drop)
 
 
-def _strip_lm_head(state: dict[str, torch.Tensor], config: dict[str, Any], notes: list[str]) -> None:
-    """SGLang: no draft_vocab_size (or tied embeddings) -> load_lm_head_from_target; the draft's head is unused."""
-    if config.get("draft_vocab_size") is None or config.get("tie_word_embeddings"):
-        if state.pop("lm_head.weight", None) is not None:
-            notes.append("draft lm_head.weight ignored: no draft_vocab_size, SGLang loads the target's lm_head")
-        d2t = state.get("d2t")
-        if d2t is not None and d2t.shape[0] != config.get("vocab_size"):
-            state.pop("d2t")
-            notes.append("d2t ignored: the target's full-vocab lm_head is used")
+def _check_embedding_capture() -> None:
+    """Fail as the SGLang this lab stands in for fails when an eagle_config id asks for the embedding output.
+
+    The rule is read from the sglang tree on the lab's path (remote_probes/sglang_capture.py): 0.5.12.post1 adds
+    ``hidden_states + residual`` with ``residual = None`` before layer 0 and its first forward raises TypeError;
+    0.5.23's layer boundary captures the embedding itself. Only an id from the draft's config is checked: the
+    lab-only ``--lab-capture-layers`` stands for an engine change, which may capture anything.
+    """
+    from remote_probes.sglang_capture import capture_rules, find_sglang_root
+
+    root = find_sglang_root()
+    if root is None:
+        raise StartupError("eagle_config id -1 asks for the embedding output, and no sglang tree is on the lab's "
+                           "path to say whether the SGLang it stands in for can capture it")
+    rules = capture_rules(root)
+    if rules["embedding"] is True:
+        return
+    where = "; ".join(f"{e['file']}:{e['line']}: {e['text']}" for e in rules["evidence"])
+    raise StartupError("unsupported operand type(s) for +: 'Tensor' and 'NoneType' (eagle_config id -1 asks for "
+                       "the embedding output, which this SGLang cannot capture"
+                       + (f": {where})" if where else ")"), kind="TypeError")
 
 
 class LabModels:
@@ -115,6 +130,7 @@ class LabModels:
         self.draft: Eagle3Draft | None = None
         self.capture: list[int] = []
         self.notes: list[str] = []
+        self.parts: dict[str, Any] = {}
         if args.speculative_algorithm is not None:
             self._load_draft()
 
@@ -124,30 +140,43 @@ class LabModels:
 
     def _load_draft(self) -> None:
         from remote_probes.eagle3_checkpoint import DraftLoadError, read_state_dict
+        from remote_probes.eagle3_config import flat_config
+        from remote_probes.eagle3_served import describe, served_parts
         from remote_probes.eagle3_validate import build_from_state
         from remote_probes.eagle3_wiring import nested_ids
 
         args = self.args
+        algorithm = "EAGLE3" if args.speculative_algorithm == "EAGLE3" else "EAGLE"  # is_eagle3() or not
         try:
             config, state, notes = read_state_dict(str(args.speculative_draft_model_path))
-            _strip_lm_head(state, config, notes)
+            self.parts = served_parts(flat_config(config), state, algorithm,
+                                      target_hidden_size=self.config.hidden_size)
+            if self.parts["fails"]:
+                raise StartupError(f"cannot load the draft model {args.speculative_draft_model_path}: "
+                                   f"{describe(self.parts)}", kind="AttributeError" if "AttributeError"
+                                   in self.parts["fails"] else "RuntimeError")
             self.draft = build_from_state(
                 config, state, notes, strict=False, embed_tokens=self.target.get_input_embeddings().weight,
                 lm_head=self.target.lm_head.weight, target_vocab_size=self.config.vocab_size,
-                target_hidden_size=self.config.hidden_size, device="cpu", dtype=torch.float32)
+                target_hidden_size=self.config.hidden_size, device="cpu", dtype=torch.float32,
+                parts=self.parts["served"])
         except DraftLoadError as exc:
             raise StartupError(f"cannot load the draft model {args.speculative_draft_model_path}: {exc}") from None
         self.notes = list(self.draft.load_report.get("notes", []))
+        self.notes += [f"{s['part']}: served {s['served']} (trained {s['trained']}): {s['why']}"
+                       for s in self.parts["swapped"]]
         n = self.num_layers
         if args.lab_capture_layers is not None:
             self.capture = list(args.lab_capture_layers)
             self.notes.append(f"lab-only --lab-capture-layers: feeding hidden_states {self.capture}")
-        elif args.speculative_algorithm == "EAGLE":
-            self.capture = [n]  # EAGLE feeds the target's last (final-normed) hidden state, width H
+        elif self.parts["served"]["feed"] == "last_hidden":
+            self.capture = [n]  # the target's last (final-normed) hidden state, width H: fc skipped
         else:
             ids = nested_ids(config)
             self.capture = [i + 1 for i in ids] if ids is not None else [2, n // 2, n - 3]
-        limit = n if args.speculative_algorithm == "EAGLE" else n - 1
+            if 0 in self.capture:
+                _check_embedding_capture()
+        limit = n if self.parts["served"]["feed"] == "last_hidden" else n - 1
         bad = [i for i in self.capture if i < 0 or i > limit]
         if bad:
             raise StartupError(f"aux hidden-state layers {self.capture} fall outside the target's {n} layers "

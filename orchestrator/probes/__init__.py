@@ -12,6 +12,8 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import ProbeError
 from orchestrator.probes.models import (
+    DraftFixArgs,
+    DraftFixResult,
     DraftInspectArgs,
     DraftInspectResult,
     EnvInfoArgs,
@@ -36,6 +38,7 @@ PROBES: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "env_info": (EnvInfoArgs, EnvInfoResult),
     "draft_inspect": (DraftInspectArgs, DraftInspectResult),
     "sglang_flags": (SglangFlagsArgs, SglangFlagsResult),
+    "draft_fix": (DraftFixArgs, DraftFixResult),
 }
 
 

@@ -261,7 +261,9 @@ Severity = Literal["info", "warning", "error"]
 
 class Finding(_Result):
     """ids: weights, architecture, variant_flags, fc_width, lm_head, d2t, t2d, tied_embeddings, aux_layer_ids,
-    aux_count, rope, naming, embed_tokens."""
+    aux_count, rope, naming, embed_tokens; draft <-> target agreement (remote_probes/draft_agreement.py):
+    agree_hidden_size, agree_vocab_size, agree_draft_vocab_size, agree_attention, agree_max_position_embeddings,
+    agree_torch_dtype, served_parts (EAGLE3), served_parts_eagle (EAGLE); their details name ``read_by``."""
 
     id: str
     severity: Severity
@@ -350,6 +352,58 @@ class SglangFlagsResult(_Result):
     notes: list[str] = Field(default_factory=list)
     parser: dict[str, Any] = Field(default_factory=dict)
     seconds: float = 0.0
+
+
+# ---------------------------------------------------------------- draft_fix
+
+
+class WiringEvidence(_Args):
+    """The draft test's decision, its best wiring and the wiring the engine fed (HF hidden_states indices)."""
+
+    decision: str | None = None
+    best: list[int] | None = None
+    served: list[int] | None = None
+
+
+class DraftFixArgs(_Args):
+    draft: str
+    target: str
+    candidate_flags: dict[str, Any] = Field(default_factory=dict)
+    engine: Literal["sglang"] = "sglang"
+    engine_sys_path: list[str] | None = None
+    effective: dict[str, Any] | None = None
+    overrides: list[dict[str, Any]] | None = None
+    findings: list[dict[str, Any]] | None = None
+    wiring: WiringEvidence | None = None
+    out_dir: str | None = None
+
+
+class FixChange(_Result):
+    what: str
+    from_: Any = Field(default=None, alias="from")
+    to: Any
+    why: str
+
+
+class FixBlocker(_Result):
+    what: str
+    why: str
+    remedies: list[str]
+
+
+FixStatus = Literal["fix", "partial", "blocked", "nothing_to_fix"]
+
+
+class DraftFixResult(_Result):
+    fix_status: FixStatus
+    flags: dict[str, Any]
+    draft: str | None
+    changes: list[FixChange]
+    blockers: list[FixBlocker]
+    notes: list[str] = Field(default_factory=list)
+    capture: dict[str, Any]
+    engine: dict[str, Any]
+    summary: str
 
 
 # ---------------------------------------------------------------- server_client (one result model per command)

@@ -49,9 +49,12 @@ def verdict_section(session: LoadedSession) -> list[Block]:
                 where = "manual verdict" if event.source == "manual" else "rule"
                 if event.step_id in steps:
                     where = f"step {event.step_id} · {steps[event.step_id].name}"
-                blocks.append(Para(f"Decisive evidence ({where}): {event.evidence or event.rule}"))
+                # the first confirmation decides; what came after it (the fix's benchmark, the derived fix) adds
+                label = "Further evidence" if event.previous == "confirmed" else "Decisive evidence"
+                blocks.append(Para(f"{label} ({where}): {event.evidence or event.rule}"))
     else:
         blocks.append(Para("**No hypothesis confirmed.**"))
+    blocks.extend(_fix_paragraphs(session))
     still_open = board.open_entries()
     if still_open:
         names = ", ".join(f"`{e.hypothesis.id}` ({e.state})" for e in still_open)
@@ -63,6 +66,21 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     if conflicted:
         blocks.append(Para("Conflicting evidence on: " + ", ".join(f"`{e.hypothesis.id}`" for e in conflicted)
                            + " — see the logbook below."))
+    return blocks
+
+
+def _fix_paragraphs(session: LoadedSession) -> list[Block]:
+    """The fix derived from the evidence (probe draft_fix): what to change, or why nothing can be served."""
+    blocks: list[Block] = []
+    for step, r in _results(session, "probe"):
+        res = r.result
+        if not isinstance(res, dict) or "fix_status" not in res:
+            continue
+        head = {"fix": "Fix", "partial": "Partial fix", "blocked": "No servable fix",
+                "nothing_to_fix": "No fix needed"}.get(str(res["fix_status"]), "Fix")
+        blocks.append(Para(f"**{head}** (step {step.step_id} on {r.host}): {res.get('summary', '')}"))
+        if res.get("draft"):
+            blocks.append(Para(f"Corrected draft written beside the original: `{res['draft']}`"))
     return blocks
 
 
@@ -221,6 +239,13 @@ def draft_test_section(session: LoadedSession) -> list[Block]:
                  " ".join(f"{a:.2f}" for a in (w.get("acc") or [])[:5] if a is not None),
                  " ".join(_ci(c) for c in (w.get("acc_ci") or [])[:2]), _num(w.get("seconds"), 1)]
                 for w in res.get("wirings", [])]
+        # where the engine serves other parts than the draft was trained with (the target's head, no d2t...), the
+        # decision is made on what is served, and "as trained" shows what the draft itself would score
+        swapped = bool((res.get("parts") or {}).get("swapped"))
+        if swapped:
+            for row, w in zip(rows, res.get("wirings", []), strict=True):
+                own = w.get("as_trained") or {}
+                row.insert(5, f"{_num(own.get('tau_serving'))} {_ci(own.get('tau_serving_ci'))}")
         decision = res.get("decision")
         head = f"**{decision}** — " if decision else ""
         blocks.append(Para(f"Step {step.step_id} on {r.host}: {head}{res.get('verdict', '')}"))
@@ -231,8 +256,14 @@ def draft_test_section(session: LoadedSession) -> list[Block]:
             blocks.append(Para(f"{res.get('prompts', '?')} prompts, K={res.get('steps', '?')}; 95% intervals over "
                                "prompts; wirings in the same tier have overlapping intervals (tied, not ranked); "
                                "\"vs served\" is the paired gain over the wiring the engine feeds."))
-            blocks.append(Table(["tier", "candidate", "wiring (HF hidden_states)", "tau (serving)", "95% CI",
-                                 "vs served (95% CI)", "tau", "acc_0..4", "acc_0, acc_1 95% CI", "s"], rows))
+            columns = ["tier", "candidate", "wiring (HF hidden_states)", "tau (serving)", "95% CI",
+                       "vs served (95% CI)", "tau", "acc_0..4", "acc_0, acc_1 95% CI", "s"]
+            if swapped:
+                columns.insert(5, "as trained: tau (serving), 95% CI")
+                blocks.append(Para("Served parts differ from the draft's own: " + "; ".join(
+                    f"{p.get('part')}: served {p.get('served')}, trained {p.get('trained')} ({p.get('why')})"
+                    for p in res["parts"]["swapped"] if isinstance(p, dict))))
+            blocks.append(Table(columns, rows))
     return blocks
 
 

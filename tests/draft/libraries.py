@@ -126,7 +126,8 @@ def save_target_config(path: Path, *, num_layers: int = 12, rope_theta: float = 
     from transformers import LlamaConfig
 
     LlamaConfig(hidden_size=H, intermediate_size=2 * H, num_attention_heads=4, num_key_value_heads=2,
-                num_hidden_layers=num_layers, vocab_size=V, rope_theta=rope_theta).save_pretrained(str(path))
+                num_hidden_layers=num_layers, vocab_size=V, rope_theta=rope_theta,
+                max_position_embeddings=256).save_pretrained(str(path))  # the drafts' own (llama_layer_config)
     return path
 
 

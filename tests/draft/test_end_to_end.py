@@ -22,7 +22,7 @@ realparts.importorskip("tokenizers")
 
 from tests.draft.conftest import PROBES, REPO  # noqa: E402
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.lab, pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="session")

@@ -66,6 +66,15 @@ async def test_flagship_names_the_planted_fault(scenario: str, lab: LabPaths, tm
         assert "Decisive evidence (step s" in verdict
     else:
         assert "**No hypothesis confirmed.**" in verdict
+    # the fix a real host could serve, derived from the evidence (draft_fix): the lab stands in for 0.5.12.post1,
+    # which cannot capture the embedding output the embedding-first drafts were trained on
+    if scenario in ("seed-wiring", "off-by-one"):
+        assert "**No servable fix**" in verdict and "hidden_states[0] is the embedding output" in verdict
+        assert "retrain the draft on a wiring" in verdict
+    elif scenario in ("topk-override", "eagle-not-eagle3"):
+        assert "**Fix**" in verdict and "servable fix on SGLang" in verdict
+    elif scenario == "healthy":
+        assert "**No fix needed**" in verdict
     # every measured verdict carries its interval: the draft test and the benchmarks show theirs
     assert "accept 95% CI" in report  # the benchmarks always run
     if board.entries["wiring"].state != "open":  # the draft test ran (a draft it cannot load leaves it open)

@@ -92,8 +92,15 @@ def test_healthy_draft_accepts_clearly_more_than_the_seed_wiring(lab: LabPaths, 
 
 
 def test_eagle_with_an_eagle3_draft_feeds_one_hidden_state_and_accepts_clearly_less(lab: LabPaths):
+    import torch
+
     models = models_for(lab, *spec_argv(lab.drafts["healthy"], algo="EAGLE"))
     assert models.capture == [lab.num_layers]  # the last hidden state: width H, so fc is skipped
+    # the non-EAGLE3 branch: the target's head (cut to draft_vocab_size rows by the logits processor), no d2t
+    rows = models.draft.lm_head.weight.shape[0]
+    assert rows == 512 and torch.equal(models.draft.lm_head.weight, models.target.lm_head.weight[:rows])
+    assert not models.draft.d2t.any()
+    assert {s["part"] for s in models.parts["swapped"]} == {"head", "d2t", "fc", "feed"}
     eagle = run(models)
     eagle3 = run(models_for(lab, *spec_argv(lab.drafts["healthy"])))
     assert clearly_below(eagle, eagle3), (eagle["ci"], eagle3["ci"])
@@ -107,12 +114,22 @@ def test_missing_lm_head_with_draft_vocab_declared_loads_a_random_head(lab: LabP
 
 
 def test_lm_head_comes_from_the_target_without_draft_vocab_size(lab: LabPaths, variant):
+    # the lab draft keeps its 512-entry d2t: over the target's 1024-row head SGLang indexes hot_token_id past its
+    # end at the first draft step, so the lab refuses to start, as the served-parts resolution predicts
+    draft = variant("healthy", drop=["draft_vocab_size"])
+    with pytest.raises(StartupError, match="d2t has 512 entries but the served head has 1024 rows"):
+        models_for(lab, *spec_argv(draft))
+
+
+def test_tied_draft_serves_the_targets_embedding_as_its_head(lab: LabPaths, variant):
     import torch
 
-    draft = variant("healthy", drop=["draft_vocab_size"])
-    models = models_for(lab, *spec_argv(draft))
-    assert any("target's lm_head" in note for note in models.notes)
-    assert torch.equal(models.draft.lm_head.weight, models.target.lm_head.weight)
+    models = models_for(lab, *spec_argv(variant("healthy", set={"tie_word_embeddings": True})))
+    assert any("target's embedding (tied)" in note for note in models.notes)
+    emb = models.target.get_input_embeddings().weight
+    assert torch.equal(models.draft.lm_head.weight, emb[:512])  # draft_vocab_size cuts the logits to 512
+    with pytest.raises(StartupError, match="deletes the same weight twice"):  # EAGLE: set_embed_and_head
+        models_for(lab, *spec_argv(variant("healthy", set={"tie_word_embeddings": True}), algo="EAGLE"))
 
 
 def test_d2t_offsets_become_target_ids_and_direct_ids_break_the_mapping(lab: LabPaths):

@@ -77,6 +77,11 @@ def write_draft(root: Path, *, arch: str = "LlamaForCausalLMEagle3", layer: str 
     return root
 
 
+AGREEING = dict.fromkeys(("agree_hidden_size", "agree_vocab_size", "agree_draft_vocab_size", "agree_attention",
+                          "agree_max_position_embeddings", "agree_torch_dtype", "served_parts", "served_parts_eagle"),
+                         "info")
+
+
 def inspect(run_probe, path: Path, **args: Any) -> DraftInspectResult:
     run = run_probe("draft_inspect", dict({"path": str(path)}, **args))
     result = parse_result("draft_inspect", run.outcome)
@@ -92,7 +97,7 @@ def test_correct_specforge_draft_is_clean(run_probe, tmp_path):
     res = inspect(run_probe, write_draft(tmp_path / "d"), target_num_layers=N, target_hidden_size=H)
     assert sev(res) == {"architecture": "info", "variant_flags": "info", "fc_width": "info", "lm_head": "info", "d2t": "info", "t2d": "info",
                         "tied_embeddings": "info", "aux_layer_ids": "info", "rope": "info", "naming": "info",
-                        "embed_tokens": "info"}
+                        "embed_tokens": "info", **AGREEING}
     assert res.feeds.sglang == [2, 6, 9] == res.feeds.vllm  # nested [1,5,8] +1 == default [2, N//2, N-3]
     assert res.finding("d2t").details["verdict"] == "offsets"
     assert res.naming.variant == "midlayer" and not res.naming.model_prefix

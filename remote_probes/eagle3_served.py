@@ -1,0 +1,206 @@
+"""Which parts SGLang actually serves an EAGLE-3 draft with: embedding, head, d2t, fc (standard library only).
+
+One resolution shared by the draft test (remote_probes/draft_test.py scores "as served" and, where it differs,
+"as trained"), the lab server (orchestrator/lab/server_engine.py) and draft_inspect, so they cannot drift.
+Rules, read in both cached trees (0.5.12.post1 = "12", 0.5.23 = "23"; paths under sglang/srt/):
+
+- EAGLE3 branch (12 speculative/eagle_worker.py:177-194, 12 eagle_worker_v2.py:213-230,
+  23 speculative/eagle_worker_v2.py:353-369): ``load_lm_head_from_target`` -> ``set_embed_and_head(target)``,
+  else ``set_embed(target embed)``; the draft's ``hot_token_id`` (= d2t + arange) maps its ids.
+- ``load_lm_head_from_target`` is set only when the draft is NOT tied and has no ``draft_vocab_size``; a tied
+  draft's head IS its ``embed_tokens`` module (12 models/llama_eagle3.py:268-282, 23 :300-314).
+- ``set_embed`` does nothing when the config has a ``target_hidden_size`` different from ``hidden_size``
+  (12 models/llama.py:779-785, 23 :910-916); ``set_embed_and_head`` replaces both whatever the widths
+  (12 llama.py:764-768, 23 :895-899).
+- any other algorithm (EAGLE) takes the non-EAGLE3 branch (12 eagle_worker.py:196-204, 23 eagle_worker_v2.py:
+  371-378): ``set_embed_and_head(target embed, target head)``; ``hot_token_id`` comes only from
+  ``--speculative-token-map``, so the draft's d2t is ignored. The draft's logits processor keeps
+  ``vocab_size = draft_vocab_size`` and cuts wider logits to it (12 layers/logits_processor.py:993-996,
+  23 :1346-1347), so the target head serves target ids 0..draft_vocab_size-1 only.
+- EAGLE feeds the target's last hidden state, not aux states (12 eagle_worker.py:212-220: aux only for EAGLE3 and
+  ``eagle_config.use_aux_hidden_state``, default true); fc runs only when the fed width differs from the
+  embedding's (12 llama_eagle3.py:218, 23 :238), so with equal widths fc is skipped.
+
+Public API: ``served_parts(config, tensors, algorithm="EAGLE3", engine="sglang") -> dict`` (see its doc),
+``ALGORITHMS``, ``HEADS``, ``EMBEDDINGS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence
+
+ALGORITHMS = ("EAGLE3", "EAGLE")
+EMBEDDINGS = ("target", "draft", "random")
+HEADS = ("draft_head", "target_head", "target_embedding", "draft_embedding", "random")
+SGLANG_REFS = {
+    "eagle3_branch": "eagle_worker.py:177-194 (0.5.12.post1), eagle_worker_v2.py:353-369 (0.5.23)",
+    "other_branch": "eagle_worker.py:196-204 (0.5.12.post1), eagle_worker_v2.py:371-378 (0.5.23)",
+    "lm_head_choice": "llama_eagle3.py:268-282 (0.5.12.post1), :300-314 (0.5.23)",
+    "set_embed": "llama.py:779-785 (0.5.12.post1), :910-916 (0.5.23)",
+    "set_embed_and_head": "llama.py:764-768 (0.5.12.post1), :895-899 (0.5.23)",
+    "logits_cut": "logits_processor.py:993-996 (0.5.12.post1), :1346-1347 (0.5.23)",
+    "fc_condition": "llama_eagle3.py:218 (0.5.12.post1), :238 (0.5.23)",
+    "aux_capture": "eagle_worker.py:212-220 (0.5.12.post1), eagle_utils.py:261-264 (0.5.23)",
+    "hot_token_index": "eagle_worker.py:865,921 (0.5.12.post1), eagle_worker_v2.py:758,898 (0.5.23)",
+}
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _canon(name: str) -> str:
+    name = name[len("model."):] if name.startswith("model.") else name
+    return name
+
+
+def trained_parts(config: Dict[str, Any], tensors: Collection[str]) -> Dict[str, Any]:
+    """What the draft was trained with, as far as the checkpoint says: its own embedding if it ships one (else the
+    target's, which trainers freeze and do not save), its own lm_head (tied: its embedding; no head and no
+    draft_vocab_size: the target's), d2t when present, fc over the aux states."""
+    names = {_canon(n) for n in tensors}
+    own_embed = "embed_tokens.weight" in names
+    if "lm_head.weight" in names:
+        head = "draft_head"
+    elif config.get("tie_word_embeddings"):
+        head = "draft_embedding" if own_embed else "target_embedding"
+    elif config.get("draft_vocab_size") is None:
+        head = "target_head"
+    else:
+        head = "random"  # declared a vocabulary but saved no head: what was trained is lost
+    return {"embedding": "draft" if own_embed else "target", "head": head, "d2t": "d2t" in names,
+            "fc": "applied", "feed": "aux"}
+
+
+def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str, Sequence[int]], algorithm: str = "EAGLE3",
+                 engine: str = "sglang", target_hidden_size: Optional[int] = None) -> Dict[str, Any]:
+    """The parts the engine serves, the parts the draft was trained with, and why they differ.
+
+    ``config``: the draft's config.json (flat keys, as SGLang's transformers config sees them); ``tensors``: the
+    names in its checkpoint (a name -> shape mapping also checks d2t's length against the served head);
+    ``target_hidden_size``: the target's real width (None: assume the draft's config).
+    Result: ``{"algorithm", "engine", "served": {embedding, head, head_rows, d2t, fc, feed}, "trained": {...},
+    "swapped": [{"part", "served", "trained", "why"}], "why": {part: sentence}, "fails": message | None}``.
+    ``head_rows``: the served head is cut to its first rows (target ids 0..rows-1), None when not cut.
+    Only SGLang is modelled; for vLLM the parts are reported as trained with a note saying so.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError("algorithm must be one of %s, got %r" % (", ".join(ALGORITHMS), algorithm))
+    trained = trained_parts(config, tensors)
+    hidden = _int(config.get("hidden_size"))
+    vocab = _int(config.get("vocab_size"))
+    dvs = _int(config.get("draft_vocab_size"))
+    tied = bool(config.get("tie_word_embeddings"))
+    # SGLang tests hasattr(config, "target_hidden_size"); a JSON null is treated as absent here (draft_inspect
+    # reports it separately: SGLang cannot even build fc from it).
+    cfg_th = _int(config.get("target_hidden_size"))
+    t_hidden = target_hidden_size or cfg_th or hidden
+    why: Dict[str, str] = {}
+    served = dict(trained, head_rows=None)
+    fails: Optional[str] = None
+    if engine != "sglang":
+        why["engine"] = "%s's embedding/head sharing is not modelled: parts reported as trained" % engine
+        return _result(algorithm, engine, served, trained, why, fails)
+    shareable = cfg_th is None or cfg_th == hidden
+    if algorithm == "EAGLE":
+        served.update(embedding="target", head="target_head", d2t=False, feed="last_hidden")
+        why["embedding"] = why["head"] = ("--speculative-algorithm EAGLE takes the non-EAGLE3 branch, which calls "
+                                          "set_embed_and_head with the target's embedding and head (%s)"
+                                          % SGLANG_REFS["other_branch"])
+        why["d2t"] = ("the non-EAGLE3 branch never reads the draft's hot_token_id (d2t); only "
+                      "--speculative-token-map maps ids (%s)" % SGLANG_REFS["other_branch"])
+        why["feed"] = ("EAGLE feeds the target's last hidden state; aux states only for EAGLE3 (%s)"
+                       % SGLANG_REFS["aux_capture"])
+        if dvs is not None and vocab is not None and dvs < vocab:
+            served["head_rows"] = dvs
+            why["head"] += ("; the draft's logits processor keeps vocab_size = draft_vocab_size = %d and cuts the "
+                            "target's %d logits to target ids 0..%d (%s)" % (dvs, vocab, dvs - 1,
+                                                                             SGLANG_REFS["logits_cut"]))
+        if t_hidden == hidden:
+            served["fc"] = "skipped"
+            why["fc"] = ("EAGLE feeds the target's last hidden state (width %s) = the embedding width, so fc is "
+                         "skipped (%s)" % (t_hidden, SGLANG_REFS["fc_condition"]))
+        else:
+            fails = ("EAGLE feeds the target's last hidden state of width %s into a draft layer of width %s "
+                     "(fc skipped: the width equals the target embedding's, %s)" % (t_hidden, hidden,
+                                                                                    SGLANG_REFS["fc_condition"]))
+        if tied:
+            fails = ("the draft ties lm_head to embed_tokens (one module), so set_embed_and_head deletes the same "
+                     "weight twice and raises AttributeError at startup (%s)" % SGLANG_REFS["set_embed_and_head"])
+        return _result(algorithm, engine, served, trained, why, fails)
+    if tied:
+        own = "draft" if trained["embedding"] == "draft" else "random"
+        served["embedding"] = "target" if shareable else own
+        served["head"] = "target_embedding" if shareable else ("draft_embedding" if own == "draft" else "random")
+        why["embedding"] = why["head"] = (
+            ("a tied draft's lm_head is its embed_tokens module and set_embed puts the target's embedding there, so "
+             "the target's embedding is also the head (%s; %s)" % (SGLANG_REFS["lm_head_choice"], SGLANG_REFS["set_embed"]))
+            if shareable else
+            ("target_hidden_size %s != hidden_size %s: set_embed does nothing, so the draft's own embed_tokens "
+             "(random when the checkpoint has none) is embedding and head (%s)" % (cfg_th, hidden, SGLANG_REFS["set_embed"])))
+        if dvs is not None and vocab is not None and dvs < vocab:
+            served["head_rows"] = dvs
+    elif dvs is None:
+        served.update(embedding="target", head="target_head")
+        why["embedding"] = why["head"] = ("no draft_vocab_size: load_lm_head_from_target, so set_embed_and_head "
+                                          "installs the target's embedding and head (%s; %s)"
+                                          % (SGLANG_REFS["lm_head_choice"], SGLANG_REFS["eagle3_branch"]))
+        if not shareable:
+            fails = ("no draft_vocab_size makes set_embed_and_head install the target's embedding and head (width "
+                     "%s) into a draft of hidden_size %s, whatever target_hidden_size says; the first draft "
+                     "forward fails on the width (%s)" % (cfg_th, hidden, SGLANG_REFS["set_embed_and_head"]))
+    else:
+        own = "draft" if trained["embedding"] == "draft" else "random"
+        served["embedding"] = "target" if shareable else own
+        served["head"] = "draft_head" if trained["head"] == "draft_head" else "random"
+        why["embedding"] = (("set_embed shares the target's embedding (%s)" % SGLANG_REFS["set_embed"]) if shareable
+                            else ("target_hidden_size %s != hidden_size %s: set_embed does nothing, so the draft's "
+                                  "own embed_tokens is used (random when the checkpoint has none) (%s)"
+                                  % (cfg_th, hidden, SGLANG_REFS["set_embed"])))
+        if served["head"] == "random":
+            why["head"] = ("draft_vocab_size=%s is declared but the checkpoint has no lm_head.weight: SGLang keeps "
+                           "the randomly initialised ParallelLMHead (sglang PR 27908)" % dvs)
+    rows = served["head_rows"] or dvs or vocab
+    d2t_len = _d2t_length(tensors)
+    if served["d2t"] and d2t_len is not None and rows is not None and d2t_len < rows:
+        fails = ("d2t has %d entries but the served head has %d rows, so hot_token_id[topk_index] indexes past "
+                 "its end at the first draft step (%s)" % (d2t_len, rows, SGLANG_REFS["hot_token_index"]))
+    nested = config.get("eagle_config")
+    eagle: Dict[str, Any] = nested if isinstance(nested, dict) else {}
+    if eagle.get("use_aux_hidden_state", True) is False:
+        served["feed"] = "last_hidden"
+        served["fc"] = "skipped" if t_hidden == hidden else "applied"
+        why["fc"] = ("eagle_config.use_aux_hidden_state is false: SGLang feeds the last hidden state, so fc is "
+                     "%s (%s)" % (served["fc"], SGLANG_REFS["fc_condition"]))
+        why["feed"] = ("eagle_config.use_aux_hidden_state is false: no aux states are captured (%s)"
+                       % SGLANG_REFS["aux_capture"])
+    return _result(algorithm, engine, served, trained, why, fails)
+
+
+def _d2t_length(tensors: Any) -> Optional[int]:
+    if not hasattr(tensors, "items"):
+        return None
+    shape = next((v for k, v in tensors.items() if _canon(k) == "d2t"), None)
+    shape = getattr(shape, "shape", shape)  # a tensor or a shape list
+    return int(shape[0]) if shape is not None and len(shape) == 1 else None
+
+
+def _result(algorithm: str, engine: str, served: Dict[str, Any], trained: Dict[str, Any], why: Dict[str, str],
+            fails: Optional[str]) -> Dict[str, Any]:
+    swapped: List[Dict[str, Any]] = []
+    for part in ("embedding", "head", "d2t", "fc", "feed"):
+        if served[part] != trained[part]:
+            swapped.append({"part": part, "served": served[part], "trained": trained[part],
+                            "why": why[part]})
+    return {"algorithm": algorithm, "engine": engine, "served": served, "trained": trained, "swapped": swapped,
+            "why": why, "fails": fails}
+
+
+def describe(parts: Dict[str, Any]) -> str:
+    """One sentence: which parts the engine swaps, or that it serves the draft as trained."""
+    if parts.get("fails"):
+        return "SGLang will fail to load this draft: %s" % parts["fails"]
+    if not parts["swapped"]:
+        return "served as trained (embedding %s, head %s, d2t %s)" % (
+            parts["served"]["embedding"], parts["served"]["head"], "applied" if parts["served"]["d2t"] else "none")
+    return "; ".join("%s: served %s, trained %s" % (s["part"], s["served"], s["trained"]) for s in parts["swapped"])
