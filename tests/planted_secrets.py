@@ -99,7 +99,7 @@ def scan_everything(root: Path, snapshots: Path = SNAPSHOTS) -> tuple[list[Leak]
         for shot in sorted(root.rglob("*.screenshot.svg")):
             counts["snapshots"] += 1
             leaks.extend(_hits(shot.read_bytes(), str(shot), NEVER_WRITTEN))
-    for shot in sorted(snapshots.glob("*.svg")) if snapshots.is_dir() else []:
+    for shot in sorted(snapshots.rglob("*.svg")) if snapshots.is_dir() else []:
         counts["snapshots"] += 1
         leaks.extend(_hits(shot.read_bytes(), str(shot), NEVER_WRITTEN))
     return leaks, counts

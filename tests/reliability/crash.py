@@ -102,9 +102,11 @@ def inventory_file(directory: Path, state_dir: Path) -> Path:
 
 def kill_and_clean(directory: Path, *, rng: random.Random, earliest: float = 0.3, latest: float = 4.0,
                    playbook_text: str | None = None, marker: str | None = None,
-                   ports: list[int] | None = None) -> Trial:
+                   ports: list[int] | None = None, after_listener: int | None = None) -> Trial:
     """One trial in ``directory``: run, SIGKILL after a random delay, cleanup, check. Leaves nothing running
-    even when a check fails (whatever carries the marker is killed at the end)."""
+    even when a check fails (whatever carries the marker is killed at the end). With ``after_listener`` (0 or
+    1), the random delay counts from the moment that listener answers, not from the start: on a loaded machine
+    the start alone can take seconds."""
     marker = marker or f"orch-crash-{uuid.uuid4().hex[:10]}"
     ports = ports or [free_port(), free_port()]
     state_dir = directory / "state"
@@ -120,6 +122,10 @@ def kill_and_clean(directory: Path, *, rng: random.Random, earliest: float = 0.3
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     trial = Trial(killed_after=round(delay, 2))
     try:
+        if after_listener is not None:
+            deadline = time.monotonic() + 60
+            while not listening(ports[after_listener]) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
         time.sleep(delay)
         if proc.poll() is not None:
             trial.problems.append(f"the run ended by itself (rc {proc.returncode}) before the kill")

@@ -15,13 +15,18 @@ from tests.reliability.crash import kill_and_clean
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize(("earliest", "latest"), [(0.2, 1.2), (1.2, 2.6), (2.6, 4.5)], ids=["early", "middle", "late"])
-def test_kill_9_then_cleanup_leaves_nothing(tmp_path: Path, earliest: float, latest: float) -> None:
-    rng = random.Random(f"{earliest}-{latest}")  # reproducible moments; the bench draws fresh ones
-    trial = kill_and_clean(tmp_path, rng=rng, earliest=earliest, latest=latest)
+# (earliest, latest, counted from): the start of the run, the first listener up, the second listener up
+WINDOWS = {"early": (0.2, 1.2, None), "middle": (0.0, 1.0, 0), "late": (0.0, 0.5, 1)}
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+def test_kill_9_then_cleanup_leaves_nothing(tmp_path: Path, window: str) -> None:
+    earliest, latest, after = WINDOWS[window]
+    rng = random.Random(window)  # reproducible moments; the bench draws fresh ones
+    trial = kill_and_clean(tmp_path, rng=rng, earliest=earliest, latest=latest, after_listener=after)
     assert trial.left_processes == [], f"processes left after cleanup: {trial}"
     assert trial.left_ports == [], f"ports still listening after cleanup: {trial}"
     assert trial.problems == [], trial
     assert trial.torn_lines <= 1 and trial.report_marked_incomplete, trial
-    if earliest >= 2.6:  # by then the second listener is up: the kill orphaned it, and cleanup stopped it
+    if window == "late":  # the second listener was up: the kill orphaned it, and cleanup stopped it
         assert trial.orphans_before_cleanup >= 1 and trial.ports_before_cleanup == 1, trial
