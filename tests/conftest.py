@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -51,3 +51,15 @@ def sglang_trees() -> Callable[[str], Path]:
         return made[version]
 
     return get
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_planted_secret_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The one place the planted secrets are checked (issue 19): after every test has run, every artifact of
+    every test session (logs, outputs, reports, screenshots, exports, the committed snapshots) is scanned for
+    the values in tests/planted_secrets.py. A leak fails the run, at the teardown of its last test."""
+    yield
+    from tests.planted_secrets import scan_everything
+
+    leaks, _counts = scan_everything(tmp_path_factory.getbasetemp())
+    assert not leaks, "planted secrets leaked into test-session artifacts:\n" + "\n".join(map(str, leaks[:20]))

@@ -159,6 +159,11 @@ class Engine:
             except Exception as exc:  # a broken sink must not take the session down, nor go unseen
                 self.problems.add(f"event sink {type(sink).__name__}", exc, loses_events=True,
                                   context=f"on {delivered.type} #{delivered.seq}")
+                if getattr(exc, "stops_session", False) and not self._cancelled:
+                    # The record itself is gone (a full disk): stop, with `always:` still run so no server is
+                    # left behind; carrying on would run experiments nobody can read about afterwards.
+                    self.problems.safe_say("stopping the run: the session log cannot be written")
+                    self.cancel()
 
     # -- transports ---------------------------------------------------------------------------
     async def transport(self, host: str) -> Transport:

@@ -29,6 +29,14 @@ INLINE_OUTPUT = 64 * 1024  # per step and host; the rest is only in outputs/
 SYNC_EVENTS = (StepFinished, SessionFinished, SessionStarted, HypothesisUpdated, NoteAdded)  # fsync'd when written
 
 
+class SessionLogLost(OSError):
+    """The session log can no longer be written (disk full, quota, I/O error). The log was cut back to its
+    last whole event, so it reads cleanly as an unfinished session; the engine stops the run on this error:
+    an investigation nobody can read afterwards is not worth continuing."""
+
+    stops_session = True
+
+
 def session_stamp(now: datetime | None = None) -> str:
     now = now or datetime.now(timezone.utc)
     return now.strftime("%Y%m%dT%H%M%SZ")
@@ -76,10 +84,13 @@ class SessionLog:
         self.directory = Path(directory)
         (self.directory / "outputs").mkdir(parents=True, exist_ok=True)
         self.path = self.directory / EVENTS_FILE
-        self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the sink
+        # Unbuffered bytes: a write the disk refused is never retried from a buffer on close (which would
+        # append a torn line after the cut-back in ``_lost``).
+        self._file: IO[bytes] | None = open(self.path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the sink
         self._outputs: dict[tuple[str, str], IO[str]] = {}
         self._inline: dict[tuple[str, str], int] = {}
         self.count = 0
+        self._whole = self._file.tell()  # bytes of the log that end with a whole event
 
     def handle(self, event: Event) -> None:
         if self._file is None:
@@ -94,13 +105,37 @@ class SessionLog:
             for outcome in data.get("results", []):
                 if isinstance(outcome.get("result"), dict):
                     outcome["result"] = {k: _cap(v) for k, v in outcome["result"].items()}
-        self._file.write(json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n")
-        self._file.flush()
+        line = memoryview((json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8"))
+        try:
+            while line:  # a raw write may take part of the line
+                line = line[self._file.write(line) or 0:]
+            if isinstance(event, SYNC_EVENTS):
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            self._lost(exc)
+        self._whole = self._file.tell()
         self.count += 1
-        if isinstance(event, SYNC_EVENTS):
-            os.fsync(self._file.fileno())
         if isinstance(event, StepFinished):
             self._close_outputs(event.step_id)
+
+    def _lost(self, exc: OSError) -> None:
+        """Cut the log back to its last whole event (truncating needs no free space), stop writing, and say why."""
+        handle, self._file = self._file, None
+        for out in self._outputs.values():
+            try:
+                out.close()
+            except OSError:
+                pass  # its buffered tail is lost with the disk; the log says the session did not finish
+        self._outputs.clear()
+        try:
+            if handle is not None:
+                os.ftruncate(handle.fileno(), self._whole)
+                handle.close()
+        except OSError:
+            pass  # the file buffer may fail to flush again on close: the truncation is what matters
+        reason = exc.strerror or str(exc)
+        raise SessionLogLost(exc.errno or 0, f"cannot write {self.path}: {reason}; the log is kept up to its "
+                             f"last whole event ({self.count} events)") from exc
 
     def _route_output(self, data: dict[str, Any]) -> dict[str, Any] | None:
         key = (data["step_id"], data["host"])
@@ -108,7 +143,10 @@ class SessionLog:
         if out is None:
             name = f"{slug(data['step_id'])}.{slug(data['host'])}.log"
             out = self._outputs[key] = open(self.directory / "outputs" / name, "a", encoding="utf-8")  # noqa: SIM115
-        out.write(data["text"])
+        try:
+            out.write(data["text"])
+        except OSError as exc:
+            self._lost(exc)
         used = self._inline.get(key, 0)
         if used > INLINE_OUTPUT:  # the "continues" note is written already
             return None
@@ -130,7 +168,6 @@ class SessionLog:
             out.close()
         self._outputs.clear()
         if self._file is not None:
-            self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
             self._file = None
