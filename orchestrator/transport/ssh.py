@@ -24,14 +24,15 @@ import secrets
 import shlex
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import asyncssh
 
 from orchestrator.errors import HostUnreachable, TransportError
 from orchestrator.inventory import HostSpec
+from orchestrator.transport.agent import LINE_LIMIT, AgentChannel
 from orchestrator.transport.base import (
     Command,
     OutputCallback,
@@ -146,11 +147,77 @@ class _RunSession(asyncssh.SSHClientSession[str]):
             self.done.set_result(exc)
 
 
+class _SshAgentChannel(AgentChannel):
+    """The agent on its own channel. Without a pty, closing the channel only gives the agent EOF, which is all it
+    needs to stop its calls and exit; the guardian covers a connection that dies with the agent stuck."""
+
+    def __init__(self, host: str, process: asyncssh.SSHClientProcess[bytes], release: Callable[[], None],
+                 marker: str) -> None:
+        self.host = host
+        self.process = process
+        self._release: Callable[[], None] | None = release
+        self._marker = marker
+        self.stderr_tail = ""
+        self._stderr = asyncio.create_task(self._keep_stderr())
+
+    async def _keep_stderr(self) -> None:
+        # Read all along: stderr shares the channel's flow-control window with the agent's answers.
+        with contextlib.suppress(asyncssh.Error, OSError):
+            while chunk := await self.process.stderr.read(65536):
+                text = chunk.decode("utf-8", "replace")
+                text = "".join(line for line in text.splitlines(keepends=True) if self._marker not in line)
+                self.stderr_tail = (self.stderr_tail + text)[-2000:]
+
+    async def readline(self) -> bytes:
+        try:
+            line = await self.process.stdout.readline()
+        except asyncssh.Error as exc:
+            raise ConnectionResetError(f"{self.host}: {exc}") from None
+        if len(line) > LINE_LIMIT:
+            raise ValueError(f"an agent line of {len(line)} bytes")
+        return line
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.process.stdin.write(data)
+        except (asyncssh.Error, BrokenPipeError) as exc:
+            raise ConnectionResetError(f"{self.host}: {exc}") from None
+
+    async def close(self) -> None:
+        try:
+            with contextlib.suppress(asyncssh.Error, OSError):
+                self.process.stdin.write_eof()
+            try:
+                await asyncio.wait_for(asyncio.shield(self.process.wait_closed()), KILL_GRACE + 3)
+            except asyncio.TimeoutError:
+                self.process.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stderr, 1)
+        finally:
+            release, self._release = self._release, None
+            if release is not None:  # the slot goes back exactly once
+                release()
+
+    def end_reason(self) -> str:
+        tail = self.stderr_tail.strip()
+        signal_info = self.process.exit_signal
+        status = self.process.exit_status
+        if signal_info:
+            said = f"killed by SIG{signal_info[0]}"
+        elif status is not None and status >= 0:
+            said = f"exit {status}"
+        else:
+            said = "no exit status (the channel or connection closed)"
+        return said + (f": {tail[-500:]}" if tail else "")
+
+
 class SshTransport(Transport):
     """A host reached over SSH. Raises HostUnreachable / HostKeyError from ``connect`` and ``run``."""
 
+    supports_agent = True
+
     def __init__(self, spec: HostSpec, *, session_id: str) -> None:
-        super().__init__(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env)
+        super().__init__(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env, agent=spec.agent)
         self.spec = spec
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lost: str | None = None
@@ -219,6 +286,9 @@ class SshTransport(Transport):
             return  # no guardian (e.g. a restricted server): cancel and timeout still kill, connection loss cannot
         self._guardian = channel
 
+    def track_group(self, sign: Literal["+", "-"], pgid: int | None) -> None:
+        self._track(sign, pgid)
+
     def _track(self, sign: str, pgid: int | None) -> None:
         if pgid and self._guardian is not None and self._lost is None:
             with contextlib.suppress(Exception):
@@ -231,6 +301,17 @@ class SshTransport(Transport):
         return self._conn
 
     async def close(self) -> None:
+        # The agents first, while the connection can still carry their EOF: each then stops its own calls.
+        agents_failed: TransportError | None = None
+        try:
+            await self.stop_agents()
+        except TransportError as exc:  # the connection must still be closed; the failure is raised after
+            agents_failed = exc
+        await self._close_connection()
+        if agents_failed is not None:
+            raise agents_failed
+
+    async def _close_connection(self) -> None:
         if self._guardian is not None:
             with contextlib.suppress(Exception):
                 self._guardian.write_eof()
@@ -299,12 +380,30 @@ class SshTransport(Transport):
             duration=time.monotonic() - started, truncated=out.truncated or err.truncated,
         )
 
+    async def open_agent_channel(self, command: Command, *, env: Mapping[str, Any] | None = None,
+                                 cwd: str | None = None) -> AgentChannel:
+        """The agent on a channel of the connection we hold. It keeps one of the ``max_channels`` slots for its
+        life (sshd counts it against MaxSessions like any other), so commands get one fewer."""
+        conn = await self._connection()
+        remote = self.wrap(command, env=env, cwd=cwd)
+        await self._channels.acquire()
+        try:
+            process = await self._open_channel(lambda: conn.create_process(remote, encoding=None))
+        except BaseException:
+            self._channels.release()
+            raise
+        return _SshAgentChannel(self.host, process, self._channels.release, self._marker)
+
     async def _open_session(self, conn: asyncssh.SSHClientConnection, factory: Any, remote: str) -> Any:
-        """Open a channel and start ``remote``. sshd frees a session slot a moment after it closes the
+        return await self._open_channel(
+            lambda: conn.create_session(factory, remote, encoding="utf-8", errors="replace"))
+
+    async def _open_channel(self, opener: Callable[[], Awaitable[Any]]) -> Any:
+        """Open a channel and start a command. sshd frees a session slot a moment after it closes the
         channel, so a refusal right after a close is retried briefly; a sustained refusal is an error."""
         for attempt in range(OPEN_RETRIES + 1):
             try:
-                return await conn.create_session(factory, remote, encoding="utf-8", errors="replace")
+                return await opener()
             except asyncssh.ChannelOpenError as exc:
                 if self._lost is not None:
                     raise self._unreachable("opening a channel", exc) from None
