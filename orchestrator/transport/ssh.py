@@ -54,6 +54,7 @@ from orchestrator.transport.known_hosts import (
 KILL_GRACE = 2.0
 OPEN_RETRIES = 4  # 10+20+40+80 ms: covers sshd's slot-release lag, not a real oversubscription
 PGID_WAIT = 5.0  # how long an aborted run waits for its PGID line before giving up on the kill
+UNTRACK_DELAY = 0.05  # how long a "-PGID" line for the guardian may wait to share a packet
 
 # Reads "+PGID" / "-PGID" lines; at EOF (the connection is gone, or we closed it) kills what is left.
 GUARDIAN = r"""
@@ -225,6 +226,8 @@ class SshTransport(Transport):
         self._channels = asyncio.Semaphore(spec.max_channels)
         self._kill_channel = asyncio.Semaphore(1)  # outside the pool, so cancelling 8 runs cannot deadlock
         self._guardian: asyncssh.SSHClientChannel[str] | None = None
+        self._untracked: list[str] = []  # "-PGID" lines waiting to share a packet (see _track)
+        self._untrack_timer: asyncio.TimerHandle | None = None
         self._marker = f"__orch_pgid_{secrets.token_hex(6)}__ "
         self._shell_is_bash = True
         self._shell_leads_group = True
@@ -290,9 +293,31 @@ class SshTransport(Transport):
         self._track(sign, pgid)
 
     def _track(self, sign: str, pgid: int | None) -> None:
-        if pgid and self._guardian is not None and self._lost is None:
-            with contextlib.suppress(Exception):
-                self._guardian.write(f"{sign}{pgid}\n")
+        """Tell the guardian. A "+" goes at once (the group must be covered while it runs); a "-" waits up to
+        UNTRACK_DELAY to share the next "+"'s packet: in a run of short steps that halves the guardian's packets
+        (one per step, not two). Until it is sent the guardian may kill a group that already ended, which is
+        harmless unless its number is reused by a new group within those milliseconds."""
+        if not pgid or self._guardian is None or self._lost is not None:
+            return
+        if sign == "-":
+            self._untracked.append(f"-{pgid}\n")
+            if self._untrack_timer is None:
+                self._untrack_timer = asyncio.get_running_loop().call_later(UNTRACK_DELAY, self._flush_untracked)
+            return
+        self._guardian_write("".join(self._untracked) + f"{sign}{pgid}\n")
+        self._untracked.clear()
+
+    def _flush_untracked(self) -> None:
+        self._untrack_timer = None
+        if self._untracked and self._guardian is not None and self._lost is None:
+            self._guardian_write("".join(self._untracked))
+        self._untracked.clear()
+
+    def _guardian_write(self, text: str) -> None:
+        assert self._guardian is not None
+        # A guardian whose channel broke cannot be told anything; the connection's loss is seen by every run.
+        with contextlib.suppress(asyncssh.Error, OSError):
+            self._guardian.write(text)
 
     async def _connection(self) -> asyncssh.SSHClientConnection:
         if self._conn is None or self._lost is not None:
@@ -312,6 +337,9 @@ class SshTransport(Transport):
             raise agents_failed
 
     async def _close_connection(self) -> None:
+        if self._untrack_timer is not None:
+            self._untrack_timer.cancel()
+        self._flush_untracked()  # else the guardian, told EOF below, would kill groups that ended already
         if self._guardian is not None:
             with contextlib.suppress(Exception):
                 self._guardian.write_eof()
