@@ -6,7 +6,8 @@ side in one run (interleaved, so load drift hits both alike).
 Over a loopback sshd (started here, keys per run) with the SshTransport, on the cached sglang 0.5.12.post1 tree
 (installed with pip --no-deps when missing):
   * one-shot ``sglang_source`` (a Python start per call, today's path) vs the same call through the agent;
-  * 1 range vs 50 ranges in one call through the agent;
+  * 1 range vs 50 ranges in one call through the agent, and bench/read_batch.py's mix (48 ranges, a symbol, a regex
+    range) both ways: the symbol read parses the file's AST, real work that no transport removes;
   * the agent's bare round trip (``ping``: a JSON line each way, no fork);
 and, on the local transport, an ad-hoc ``read_source`` step as the TUI's R key runs it (``Engine.run_step`` of an
 ad-hoc step: event emission, the step, rendering of the read into text; Textual's own paint is not included).
@@ -39,11 +40,13 @@ from orchestrator.transport.ssh import SshTransport  # noqa: E402
 FILE = "srt/speculative/eagle_worker.py"
 
 
-def reads_args(tree: Path, count: int) -> dict[str, object]:
-    if count == 1:
+def reads_args(tree: Path, kind: str) -> dict[str, object]:
+    if kind == "one":
         reads = [{"file": FILE, "lines": "155,200"}]
-    else:  # as bench/read_batch.py: 48 ranges, a symbol and a regex range
-        reads = [{"file": FILE, "lines": f"{1 + 25 * i},+20"} for i in range(count - 2)]
+    elif kind == "fifty":  # 50 line ranges of 21 lines over the file
+        reads = [{"file": FILE, "lines": f"{1 + 25 * i},+20"} for i in range(50)]
+    else:  # bench/read_batch.py's mix: 48 ranges, a symbol (an AST parse of the file) and a regex range
+        reads = [{"file": FILE, "lines": f"{1 + 25 * i},+20"} for i in range(48)]
         reads += [{"file": FILE, "symbol": "EAGLEWorker.__init__"}, {"file": FILE, "lines": "/get_embed_and_head/,+23"}]
     return {"package": "sglang", "sys_path": [str(tree)], "reads": reads}
 
@@ -57,7 +60,7 @@ async def timed(call: Callable[[], Awaitable[object]]) -> float:
 async def over_ssh(root: Path, tree: Path, repeat: int) -> dict[str, list[float]]:
     server = start_sshd(root / "sshd", hosts=1)
     transport = SshTransport(HostSpec(**server.host_spec("bench")), session_id="agent-bench")
-    one, fifty = reads_args(tree, 1), reads_args(tree, 50)
+    one, fifty, mixed = reads_args(tree, "one"), reads_args(tree, "fifty"), reads_args(tree, "mixed")
     py = sys.executable
     try:
         await run_probe(transport, "sglang_source", one, python=py, use_agent=False)  # push the probes, warm caches
@@ -67,6 +70,8 @@ async def over_ssh(root: Path, tree: Path, repeat: int) -> dict[str, list[float]
             "one-shot, 1 range": lambda: run_probe(transport, "sglang_source", one, python=py, use_agent=False),
             "agent, 1 range": lambda: run_probe(transport, "sglang_source", one, python=py),
             "agent, 50 ranges": lambda: run_probe(transport, "sglang_source", fifty, python=py),
+            "agent, 48 + sym + re": lambda: run_probe(transport, "sglang_source", mixed, python=py),
+            "one-shot, 48+sym+re": lambda: run_probe(transport, "sglang_source", mixed, python=py, use_agent=False),
             "agent ping": lambda: agent.request("ping"),
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
@@ -119,6 +124,8 @@ def main() -> None:
         print(f"{name:<20} {med[name] * 1000:8.2f} ms  (min {min(ts) * 1000:.2f}, max {max(ts) * 1000:.2f})")
     print(f"one-shot / agent, 1 range: {med['one-shot, 1 range'] / med['agent, 1 range']:.1f}x faster through the agent")
     print(f"agent 50 ranges / 1 range: {med['agent, 50 ranges'] / med['agent, 1 range']:.2f}x (target <= 1.2x)")
+    print(f"read_batch mix / 1 range: agent {med['agent, 48 + sym + re'] / med['agent, 1 range']:.2f}x, one-shot "
+          f"{med['one-shot, 48+sym+re'] / med['one-shot, 1 range']:.2f}x")
     print(f"agent 1 range: {med['agent, 1 range'] * 1000:.2f} ms (target <= 5 ms median on loopback)")
     print(f"ad-hoc read_source step (local host, what the TUI's R runs): median {statistics.median(adhoc) * 1000:.2f} ms "
           f"(min {min(adhoc) * 1000:.2f}, max {max(adhoc) * 1000:.2f}; target <= 50 ms to the source shown)")

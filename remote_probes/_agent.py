@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import gc
 import hashlib
 import io
 import json
@@ -388,6 +389,9 @@ def main() -> None:
             __import__(name)
         except Exception as exc:  # a missing optional module only makes the first probe that needs it slower
             preload_failed[name] = "%s: %s" % (type(exc).__name__, exc)
+    # Preloaded objects move out of the collector's reach: a child's collections then never walk (and so never copy,
+    # page by page) the heap it shares with the agent. (The collector stays on in children: a torch probe lives long.)
+    gc.freeze()
     agent = Agent()
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears of each child's exit
     signal.signal(signal.SIGTERM, agent.shutdown)
