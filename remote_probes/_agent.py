@@ -350,7 +350,7 @@ def stat(path: str) -> dict:
         info = os.stat(full)
     except FileNotFoundError:
         return {"exists": False}
-    result = {"exists": True, "size": info.st_size, "mode": info.st_mode & 0o7777, "mtime": info.st_mtime,
+    result: "dict[str, object]" = {"exists": True, "size": info.st_size, "mode": info.st_mode & 0o7777, "mtime": info.st_mtime,
               "is_dir": os.path.isdir(full)}
     if not result["is_dir"] and info.st_size <= 64 * 1024 * 1024:
         digest = hashlib.sha256()
