@@ -183,6 +183,7 @@ class HostSpec(BaseModel):
     connect_timeout: float = 15.0
     keepalive_interval: float = 15.0
     max_channels: int = Field(default=8, ge=1, le=64)
+    agent: bool = True  # probe calls through the per-session remote agent; false: one Python start per call
     env: dict[str, str] = {}  # exported for every command on this host (e.g. PYTHONPATH for the lab)
     vars: dict[str, Any] = {}
     exec_policy: ExecPolicy | None = None  # this host's own (default: the inventory's)

@@ -1,8 +1,21 @@
 """SessionLog: the sink that writes ``events.jsonl`` (+ ``outputs/``) for one session.
 
-One JSON object per line, flushed as written, fsync'd at step and session boundaries, so a crash
-loses at most the output of the step that was running. Large outputs go to ``outputs/<step>.<host>.log``
-in full; the log keeps the first ``INLINE_OUTPUT`` characters of each step's output inline.
+One JSON object per line. Large outputs go to ``outputs/<step>.<host>.log`` in full; the log keeps the first
+``INLINE_OUTPUT`` characters of each step's output inline.
+
+Durability, and what it costs (BENCHMARKS.md states the same guarantee):
+
+* **The orchestrator killed (``kill -9``, OOM, a crash):** nothing that was handed to the sink is lost. Every event is
+  written to the file with one ``write(2)`` before ``handle`` returns, so it sits in the kernel's page cache and
+  outlives our process. At most the line being written when the signal landed is torn, and the reader drops a torn
+  last line. So a kill loses at most the step in flight (its result was not emitted yet), never a finished step.
+* **The machine dies (power, kernel panic):** the page cache is lost, so step and session boundaries (the events in
+  ``SYNC_EVENTS``) are ``fsync``'d, but by a background thread (group commit): the engine does not wait for the disk,
+  which costs ms per step on a busy disk. Each boundary is on disk within one fsync's time of being written; a
+  machine that dies in that window loses the events since the previous completed fsync (the step that just ended).
+  ``close`` waits for the last fsync, so a finished session is on disk when ``orchestrator run`` returns.
+* An fsync that fails is not swallowed: the next ``handle`` or ``close`` raises it (the engine records a sink failure
+  as a session problem).
 """
 
 from __future__ import annotations
@@ -10,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
@@ -76,6 +90,56 @@ def _cap(value: object) -> object:
     return value
 
 
+class _BackgroundSync:
+    """fsync off the critical path (group commit): ``request`` marks the file dirty and returns at once; one thread
+    fsyncs whatever was written by then, so ten boundaries in a row cost one or two fsyncs, not ten."""
+
+    def __init__(self, fileno: int) -> None:
+        self.fileno = fileno
+        self.wanted = 0  # requests made
+        self.done = 0  # requests covered by a completed fsync
+        self.error: OSError | None = None
+        self.closing = False
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._loop, name="session-log-fsync", daemon=True)
+        self.thread.start()
+
+    def request(self) -> None:
+        with self.cond:
+            self.wanted += 1
+            self.cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while self.wanted == self.done and not self.closing:
+                    self.cond.wait()
+                if self.wanted == self.done and self.closing:
+                    return
+                target = self.wanted
+            try:
+                os.fsync(self.fileno)
+            except OSError as exc:
+                with self.cond:
+                    self.error = self.error or exc
+            with self.cond:
+                self.done = target
+                self.cond.notify_all()
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise OSError(error.errno, f"fsync of the session log failed: {error.strerror}")
+
+    def close(self) -> None:
+        """Wait for every requested fsync, stop the thread, and raise a failure it met."""
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        self.thread.join()
+        self.raise_error()
+
+
 class SessionLog:
     """Writes events to ``<dir>/events.jsonl``. Use as a sink; can also reopen a finished session to append
     (manual notes and verdicts after the fact)."""
@@ -91,10 +155,15 @@ class SessionLog:
         self._inline: dict[tuple[str, str], int] = {}
         self.count = 0
         self._whole = self._file.tell()  # bytes of the log that end with a whole event
+        self._sync = _BackgroundSync(self._file.fileno())
 
     def handle(self, event: Event) -> None:
         if self._file is None:
             return
+        try:
+            self._sync.raise_error()  # an fsync that failed since the last event: the disk is gone
+        except OSError as exc:
+            self._lost(exc)
         data = event.model_dump(mode="json")
         if isinstance(event, Output):
             routed = self._route_output(data)
@@ -109,18 +178,22 @@ class SessionLog:
         try:
             while line:  # a raw write may take part of the line
                 line = line[self._file.write(line) or 0:]
-            if isinstance(event, SYNC_EVENTS):
-                os.fsync(self._file.fileno())
         except OSError as exc:
             self._lost(exc)
         self._whole = self._file.tell()
         self.count += 1
+        if isinstance(event, SYNC_EVENTS):
+            self._sync.request()  # on disk shortly, without the engine waiting for it (see the module's doc)
         if isinstance(event, StepFinished):
             self._close_outputs(event.step_id)
 
     def _lost(self, exc: OSError) -> None:
         """Cut the log back to its last whole event (truncating needs no free space), stop writing, and say why."""
         handle, self._file = self._file, None
+        try:
+            self._sync.close()
+        except OSError:
+            pass  # a later fsync failure of the same lost disk: the SessionLogLost raised below reports it
         for out in self._outputs.values():
             try:
                 out.close()
@@ -168,6 +241,9 @@ class SessionLog:
             out.close()
         self._outputs.clear()
         if self._file is not None:
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
+            try:
+                self._sync.request()
+                self._sync.close()  # the last fsync done (or its failure raised) before the file is closed
+            finally:
+                self._file.close()
+                self._file = None
