@@ -35,8 +35,9 @@ if TYPE_CHECKING:
     from orchestrator.inventory import HostSpec
 
 # srun's own messages that mean the allocation (not the command) is the problem
-_GONE_MARKERS = ("Invalid job id", "Unable to confirm allocation", "Job has expired", "already completing or completed",
-                 "Job/step already completing", "CANCELLED AT", "Requested nodes are busy", "job has been revoked")
+# (lower case; any "srun: error" also makes us look at the job's state, so a new wording is still caught)
+_GONE_MARKERS = ("srun: error", "invalid job id", "unable to confirm allocation", "has expired",
+                 "already completing or completed", "cancelled at", "job has been revoked")
 FINISHED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY")
 LOCAL_STATE = "$HOME/.orchestrator/srun-clients"  # records of srun clients running here (for cleanup)
 
@@ -82,7 +83,7 @@ class SrunTransport(Transport):
         script = env_prefix({**self.base_env, **(env or {})}) + (f"cd {shlex.quote(cwd)} && " if cwd else "") + body
         result = await self._client.run([*self.srun_argv(), "bash", "-c", script], timeout=timeout, stdin=stdin,
                                         on_output=on_output)
-        if result.exit_code != 0 and any(m in result.stderr for m in _GONE_MARKERS):
+        if result.exit_code != 0 and any(m in result.stderr.lower() for m in _GONE_MARKERS):
             await self._raise_if_gone(result.stderr)
         return result
 
