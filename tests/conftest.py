@@ -13,6 +13,7 @@ SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 LAB_FIXTURES = {"lab", "lab_models"}  # fixtures that build the lab or train its models
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads xdist_group marks to name the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's test command) every test that needs the lab or its
     models runs on one worker, in file order: the lab is built once there (minutes of training) while the other worker runs

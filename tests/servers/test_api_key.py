@@ -133,6 +133,10 @@ def test_api_key_server_end_to_end(lab_inventory: Inventory, tmp_path: Path, mar
         return await real_run(self, cmd, *args, **kwargs)
 
     monkeypatch.setattr(LocalTransport, "run", spy_run)
+    # one-shot probes (no remote agent): each probe is then a command line of its own, where a key could leak into
+    # argv or env — what this test watches (the agent's calls travel as JSON on its stdin, never on a command line)
+    host = lab_inventory.hosts["localhost"].model_copy(update={"agent": False})
+    lab_inventory = lab_inventory.model_copy(update={"hosts": {"localhost": host}})
     screen = StringIO()
     ran = run_playbook(f"""
 name: api key server
