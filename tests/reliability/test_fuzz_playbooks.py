@@ -18,6 +18,9 @@ EXAMPLES = int(os.environ.get("ORCH_FUZZ_EXAMPLES", "50"))  # ~0.4 s each on 2 b
 seen: Counter[str] = Counter()
 
 
+# the generator check reads what the property test saw: both must run in one process (one xdist worker)
+pytestmark = pytest.mark.xdist_group("fuzz")
+
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
 @given(text=playbook_text())
