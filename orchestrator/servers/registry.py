@@ -12,6 +12,7 @@ ADAPTERS: dict[str, str] = {
     "sglang": "orchestrator.servers.sglang:SglangAdapter",
     "vllm": "orchestrator.servers.vllm:VllmAdapter",
     "lab": "orchestrator.servers.lab:LabAdapter",
+    "lab-vllm": "orchestrator.servers.lab:LabVllmAdapter",
 }
 
 
