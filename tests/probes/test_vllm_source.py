@@ -140,3 +140,24 @@ def test_source_reads_land_on_the_code(trees: dict[str, Path], version: str, run
             assert read["alternative"] == alternative, (key, read.get("alternative"))
         text = "\n".join(str(t) for _, t in read["lines"])
         assert line in text, (key, text[:400])
+
+
+def test_served_parts_follow_each_vllm(trees: dict[str, Path]) -> None:
+    """A draft with draft_vocab_size and no lm_head.weight: 0.33.0 shares the target's head (its logits cut to the
+    draft vocabulary, d2t applied); 0.11.0 keeps the random head. With its own head both serve it as trained."""
+    from eagle3_served import served_parts
+
+    config = {"hidden_size": 64, "vocab_size": 256, "draft_vocab_size": 64, "tie_word_embeddings": False}
+    tensors = {"fc.weight": [64, 192], "d2t": [64], "t2d": [256], "midlayer.hidden_norm.weight": [64]}
+    new = served_parts(config, tensors, engine="vllm", vllm_rules=capture_rules(str(trees[NEW] / "vllm")))
+    old = served_parts(config, tensors, engine="vllm", vllm_rules=capture_rules(str(trees[OLD] / "vllm")))
+    assert new["served"] == {"embedding": "target", "head": "target_head", "head_rows": 64, "d2t": True,
+                             "fc": "applied", "feed": "aux"} and new["fails"] is None
+    assert old["served"]["head"] == "random" and old["served"]["d2t"] is True
+    assert "0.33.0" in new["why"]["head"] and "0.11.0" in old["why"]["head"]
+    own = served_parts(config, {**tensors, "lm_head.weight": [64, 64]}, engine="vllm")
+    assert own["swapped"] == [] and own["served"]["head"] == "draft_head"
+    # no draft_vocab_size: the full vocabulary, no id mapping on vLLM (d2t stays zeros)
+    full = served_parts({**config, "draft_vocab_size": None}, {"fc.weight": [64, 192]}, engine="vllm")
+    assert full["served"]["head"] == "target_head" and full["served"]["head_rows"] is None
+    assert full["served"]["d2t"] is False
