@@ -22,15 +22,14 @@ def vllm_inventory(state_dir: Path, lab_models: dict[str, str]) -> Inventory:
     return inv
 
 
-def spec(ids: str = "") -> str:
-    return "{speculative-config: {method: eagle3, model: '{{ draft }}', num_speculative_tokens: 5}%s}" % ids
+SPEC = "{speculative-config: {method: eagle3, model: '{{ draft }}', num_speculative_tokens: 5}}"
 
 
 def test_vllm_mode_serves_measures_and_reads_the_ids(vllm_inventory: Inventory, tmp_path: Path) -> None:
     ran = run_playbook(f"""
 name: lab vllm
 steps:
-  - server: {{name: v, model: "{{{{ target }}}}", ready_timeout: 180, flags: {spec()}}}
+  - server: {{name: v, model: "{{{{ target }}}}", ready_timeout: 180, flags: {SPEC}}}
     register: srv
   - bench: {{server: v, n: 3, max_new_tokens: 24}}
     register: b
