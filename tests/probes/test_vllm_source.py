@@ -161,3 +161,53 @@ def test_served_parts_follow_each_vllm(trees: dict[str, Path]) -> None:
     full = served_parts({**config, "draft_vocab_size": None}, {"fc.weight": [64, 192]}, engine="vllm")
     assert full["served"]["head"] == "target_head" and full["served"]["head_rows"] is None
     assert full["served"]["d2t"] is False
+
+
+def flagship_vllm_steps() -> list[tuple[Any, list[dict[str, Any]]]]:
+    from orchestrator.actions.read_source import ReadSourceArgs
+    from orchestrator.playbook.loader import load_playbook
+
+    host_vars = ("engine", "target", "draft", "candidate_flags", "fixed_flags")
+    steps = [s for s in load_playbook(REPO / "playbooks" / "eagle3.yaml", extra_names=host_vars).steps
+             if s.action == "read_source" and s.args.get("package") == "vllm"]
+    return [(s, ReadSourceArgs.model_validate(s.args).all_reads()) for s in steps]
+
+
+# the flagship's vLLM reads: id -> {version: (file, alternative, a line it must show)}
+FLAGSHIP_READS = {
+    "vllm_aux_ids": {NEW: ("v1/worker/gpu/spec_decode/eagle/eagle3_utils.py", 0, "eagle_aux_hidden_state_layer_ids"),
+                     OLD: ("model_executor/models/llama.py", 2, "return (2, num_layers // 2, num_layers - 3)")},
+    "vllm_capture": {NEW: ("model_executor/models/interfaces.py", 0, "residual if residual is not None"),
+                     OLD: ("model_executor/models/llama.py", 1, "aux_hidden_states.append(hidden_states + residual)")},
+    "vllm_d2t": {NEW: ("model_executor/models/llama_eagle3.py", None, "targets = base + self.draft_id_to_target_id"),
+                 OLD: ("model_executor/models/llama_eagle3.py", None, "targets = base + self.draft_id_to_target_id")},
+    "vllm_lm_head": {NEW: ("v1/spec_decode/llm_base_proposer.py", 0, "if not self.model.has_own_lm_head:"),
+                     OLD: ("v1/spec_decode/eagle.py", 2, "self.model.lm_head = target_language_model.lm_head")},
+}
+
+
+@pytest.mark.parametrize("version", [NEW, OLD])
+def test_flagship_vllm_reads_land_and_stay_quiet(trees: dict[str, Path], version: str, run_probe: Any) -> None:
+    from orchestrator.actions.read_source import summarize
+    from orchestrator.hypotheses.board import evaluate_rules
+
+    steps = flagship_vllm_steps()
+    everything = [read for _, reads in steps for read in reads]
+    assert sorted(r["id"] for r in everything) == sorted(FLAGSHIP_READS)
+    result = run_probe("sglang_source", {"package": "vllm", "sys_path": [str(trees[version])],
+                                         "reads": everything}).result
+    registered, offset = {}, 0
+    for step, reads in steps:
+        registered[step.register_as] = summarize(dict(result, reads=result["reads"][offset:offset + len(reads)]))
+        offset += len(reads)
+    by_id = {r["id"]: r for part in registered.values() for r in part["reads"]}
+    for rid, per_version in FLAGSHIP_READS.items():
+        file, alternative, line = per_version[version]
+        read = by_id[rid]
+        assert read["found"] and not read.get("error"), (rid, version, read.get("not_found"))
+        assert read["file"] == file and read.get("alternative") == alternative, (rid, read["file"], read.get("alternative"))
+        assert any(line in t for m in read.get("matches") or [read] for _, t in m["lines"]), (rid, version)
+        if read.get("expect") is not None:
+            assert read["expect"]["passed"], (rid, read["expect"])
+    for step, _ in steps:  # found code decides nothing by itself
+        assert evaluate_rules(step, registered) == [], step.name
