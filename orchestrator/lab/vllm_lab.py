@@ -14,8 +14,11 @@ Where the engines part (lab target: 12 layers; vllm 0.33.0, Model Runner V2; SGL
 | off-by-one  | top-level [0, 6, 11] (vLLM's convention)  | [0, 6, 11] | [0, 6, 11]  | [2, 6, 9]    | none (SGLang: wiring) |
 | sglang-ids  | nested [-1, 5, 10] (SGLang's convention)  | [0, 6, 11] | [2, 6, 9]   | [0, 6, 11]   | wiring, layer ids |
 | direct-d2t  | none; d2t stored as target ids            | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | d2t (+ wiring, fixed by the fixed draft) |
-| no-lm-head  | none; lm_head.weight dropped              | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | lm_head missing |
+| no-lm-head  | none; lm_head.weight dropped              | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | lm_head missing, wiring |
 
+``no-lm-head`` differs by engine too: SGLang keeps a random head, so nothing the draft learnt shows and its
+wiring fault (a copy of seed-wiring) stays hidden; vLLM 0.33 shares the target's head cut to the draft vocabulary,
+which predicts well enough for the wiring fault underneath to be measured, so both are confirmed there.
 ``off-by-one`` and ``sglang-ids`` are the divergent pair: the same trained weights, right for one engine and wrong
 for the other (playbooks/cross-engine.yaml serves one draft on both and names why one accepts more).
 """
@@ -85,8 +88,8 @@ def vllm_scenarios(base: Path, num_layers: int) -> dict[str, Scenario]:
         Scenario("direct-d2t", "d2t stored as target ids instead of offsets", "direct-d2t", flags("direct-d2t"),
                  fixed_seed, "d2t = target ids", "seed-wiring", confirms=("d2t_mapping",)),
         Scenario("no-lm-head", "draft_vocab_size declared, lm_head.weight missing", "no-lm-head",
-                 flags("no-lm-head"), fixed_seed, "lm_head.weight dropped", "seed-wiring",
-                 confirms=("lm_head_missing",)),
+                 flags("no-lm-head"), fixed_seed, "lm_head.weight dropped (and, as in seed-wiring, no ids)",
+                 "seed-wiring", confirms=("lm_head_missing", "wiring")),
     ]}
 
 
