@@ -18,7 +18,10 @@ tests/servers/test_vllm_source.py):
   ``..._num_accepted_tokens_total`` and ``..._num_accepted_tokens_per_pos_total{position="k"}`` (one series per
   engine, labels ``model_name``, ``engine``; v1/spec_decode/metrics.py). Mean acceptance length =
   1 + accepted / drafts, as vLLM's own "SpecDecoding metrics: Mean acceptance length" log line computes it (bonus
-  token included, comparable with SGLang's accept length).
+  token included, comparable with SGLang's accept length). Per request (concurrency 1) the client scrapes the
+  counters around each request: exact, because AsyncLLM's output handler pushes a step's outputs and records that
+  step's stats (``logger.record``, v1/engine/async_llm.py) with no await between them, so a request's final answer
+  cannot be written before its last step is counted (one API server process; several share counters).
 - the pre-flight check runs SGLang's parser, so it is off here (vLLM's own parser needs vLLM importable).
 """
 
