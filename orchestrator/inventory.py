@@ -8,6 +8,8 @@ hosts:
 groups:
   gpu: {hosts: [gpu1, gpu2], vars: {model: /models/kimi}}
 vars: {port: 30000}             # for every host
+slurm:                          # a Slurm allocation: its nodes become hosts of group `cluster` (orchestrator.slurm)
+  cluster: {partition: gpu, nodes: 2, time: "1:00:00"}
 exec_policy:                    # what `orchestrator mcp`'s exec tool may run (a host may have its own)
   allow: ["python -c 'import torch; print(torch.__version__)'"]
   deny: ["cat /etc/shadow"]
@@ -22,7 +24,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.errors import UserInputError
 
@@ -171,7 +173,9 @@ class HostSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = ""
-    transport: Literal["local", "ssh"] | None = None  # default: local for localhost names, else ssh
+    transport: Literal["local", "ssh", "srun"] | None = None  # default: local for localhost names, else ssh
+    slurm_job: int | None = None  # transport srun: the job whose allocation the node belongs to
+    slurm_node: str | None = None  # transport srun: the node (srun -w); default: the host's name
     address: str | None = None  # default: the name (may be an ~/.ssh/config alias)
     user: str | None = None
     port: int | None = None
@@ -183,6 +187,7 @@ class HostSpec(BaseModel):
     connect_timeout: float = 15.0
     keepalive_interval: float = 15.0
     max_channels: int = Field(default=8, ge=1, le=64)
+    agent: bool = True  # probe calls through the per-session remote agent; false: one Python start per call
     env: dict[str, str] = {}  # exported for every command on this host (e.g. PYTHONPATH for the lab)
     vars: dict[str, Any] = {}
     exec_policy: ExecPolicy | None = None  # this host's own (default: the inventory's)
@@ -192,6 +197,60 @@ class HostSpec(BaseModel):
         if self.transport:
             return self.transport
         return "local" if self.name in LOCAL_NAMES else "ssh"
+
+
+# A Slurm allocation whose nodes become hosts (orchestrator.slurm does the allocating): see the module docstring.
+_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # Slurm's minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]
+
+
+class SlurmSpec(BaseModel):
+    """``slurm: {NAME: {...}}``: ask for ``nodes`` nodes (``salloc --no-shell``, released at session end) or take
+    ``job``'s allocation (never released by us). The nodes become hosts of group NAME, reached ``via`` srun
+    (``srun --jobid J --overlap -w NODE``) or ssh; each node's workdir is ``<state_dir>/nodes/<node>``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = ""
+    job: int | None = Field(default=None, description="an existing job whose allocation to use (not released)")
+    partition: str | None = Field(default=None, description="partition to allocate from (default: the cluster's)")
+    nodes: int = Field(default=1, ge=1, le=4096, description="nodes to allocate (or to use of the job's)")
+    time: str = Field(default="1:00:00", description="time limit of a new allocation (salloc -t)")
+    job_name: str | None = Field(default=None, description="name of a new allocation (default: orch-<entry name>)")
+    salloc_args: list[str] = Field(default_factory=list, description="extra salloc arguments, e.g. [--gres=gpu:8]")
+    allocate_timeout: float = Field(default=300.0, gt=0, description="seconds to wait for a pending allocation")
+    via: Literal["srun", "ssh"] = Field(default="srun", description="how commands reach a node")
+    # what every node host gets (as HostSpec fields)
+    python: str = "python3"
+    state_dir: str = Field(default="$HOME/.orchestrator",
+                           description="per-node workdirs live in <state_dir>/nodes/<node> (safe on a shared home)")
+    env: dict[str, str] = {}
+    vars: dict[str, Any] = {}
+    # via: ssh only
+    user: str | None = None
+    port: int | None = None
+    key: str | None = None
+    known_hosts: str | None = None
+    ssh_config: str | None = None
+
+    @field_validator("time")
+    @classmethod
+    def _slurm_time(cls, value: str) -> str:
+        if not _TIME.match(value.strip()):
+            raise ValueError(f"{value!r} is not a Slurm time limit (minutes, MM:SS, HH:MM:SS or D-HH:MM:SS)")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _ssh_fields_need_ssh(self) -> SlurmSpec:
+        if self.via == "srun":
+            given = [f for f in ("user", "port", "key", "known_hosts", "ssh_config") if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} only apply with via: ssh (this entry reaches nodes through srun)")
+        return self
+
+    @property
+    def owned(self) -> bool:
+        """True when the orchestrator asks for the allocation (and so must release it)."""
+        return self.job is None
 
 
 class GroupSpec(BaseModel):
@@ -209,11 +268,19 @@ class Inventory(BaseModel):
     vars: dict[str, Any] = {}
     default_hosts: str | list[str] | None = None  # what a playbook without `hosts:` targets
     exec_policy: ExecPolicy = Field(default_factory=ExecPolicy)  # what an assistant's exec may run (mcp)
+    slurm: dict[str, SlurmSpec] = {}  # allocations whose nodes become hosts once granted (orchestrator.slurm)
     source: str | None = Field(default=None, exclude=True)
 
     @field_validator("hosts", mode="before")
     @classmethod
     def _name_hosts(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {name: {**(spec or {}), "name": name} for name, spec in value.items()}
+        return value
+
+    @field_validator("slurm", mode="before")
+    @classmethod
+    def _name_allocations(cls, value: Any) -> Any:
         if isinstance(value, dict):
             return {name: {**(spec or {}), "name": name} for name, spec in value.items()}
         return value
@@ -232,6 +299,9 @@ class Inventory(BaseModel):
                     found = self.groups[part].hosts
                 elif part in self.hosts or part in LOCAL_NAMES:
                     found = [part]
+                elif part in self.slurm:  # its nodes become a group once the session is granted them
+                    raise UserInputError(f"Slurm allocation {part!r} has no nodes yet: it is acquired when a "
+                                         "session starts (orchestrator run)")
                 else:
                     known = ", ".join(sorted([*self.hosts, *self.groups])) or "none"
                     raise UserInputError(f"unknown host or group {part!r} (inventory has: {known})")
@@ -276,6 +346,10 @@ def load_inventory(path: str | Path) -> Inventory:
         inventory = Inventory.model_validate(data or {})
     except Exception as exc:  # pydantic ValidationError -> located messages
         raise validation_errors(exc, locate, str(path)) from None
+    for name in inventory.slurm:
+        if name in inventory.hosts or name in inventory.groups:
+            raise UserInputError(f"{path}: slurm entry {name!r} has the name of a host or group (its nodes become "
+                                 "a group of that name)")
     for gname, group in inventory.groups.items():
         for h in group.hosts:
             if h not in inventory.hosts and h not in LOCAL_NAMES:

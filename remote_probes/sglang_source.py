@@ -81,10 +81,25 @@ def _distribution_of(top: str, site_dir: str) -> tuple[str | None, str | None]:
     wanted = top.lower().replace("_", "-")
     for dists in candidates:
         for dist in dists:
-            name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-            if name == wanted or top in _top_level_names(dist):
-                return dist.metadata["Name"], dist.version
+            name, version = _name_and_version(dist)
+            if (name or "").lower().replace("_", "-") == wanted or top in _top_level_names(dist):
+                return name, version
     return None, None
+
+
+def _name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
+    """Name and Version from the metadata's header block only. ``dist.metadata`` runs the email parser over the whole
+    file, long description included: on sglang that was most of a source read's time once the agent took Python's
+    start-up away."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the headers end at the first blank line; the description follows
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version") and key not in found:
+            found[key] = value.strip()
+    return found.get("Name"), found.get("Version")
 
 
 def _top_level_names(dist: metadata.Distribution) -> set[str]:

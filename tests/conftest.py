@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -10,15 +10,18 @@ import pytest
 from tests import realparts
 
 SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
+LAB_FIXTURES = {"lab", "lab_models"}  # fixtures that build the lab or train its models
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's test command) every test that needs the lab runs
-    on one worker, in file order: the lab is built once there (minutes of training) while the other worker runs
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's test command) every test that needs the lab or its
+    models runs on one worker, in file order: the lab is built once there (minutes of training) while the other worker runs
     everything else, instead of both waiting on the build or racing to write the same lab directory."""
     del config
     for item in items:
-        if item.get_closest_marker("lab"):
+        # the `lab` marker, or the lab's trained models through a fixture (tests/servers' lab_models): a test on the
+        # other worker would wait for the training under the training's own lock, past its timeout
+        if item.get_closest_marker("lab") or LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("lab"))
 
 
@@ -51,3 +54,15 @@ def sglang_trees() -> Callable[[str], Path]:
         return made[version]
 
     return get
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_planted_secret_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The one place the planted secrets are checked (issue 19): after every test has run, every artifact of
+    every test session (logs, outputs, reports, screenshots, exports, the committed snapshots) is scanned for
+    the values in tests/planted_secrets.py. A leak fails the run, at the teardown of its last test."""
+    yield
+    from tests.planted_secrets import scan_everything
+
+    leaks, _counts = scan_everything(tmp_path_factory.getbasetemp())
+    assert not leaks, "planted secrets leaked into test-session artifacts:\n" + "\n".join(map(str, leaks[:20]))

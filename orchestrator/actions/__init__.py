@@ -18,6 +18,7 @@ BUILTIN_ACTIONS: dict[str, str] = {
     "probe": "orchestrator.actions.probe:ProbeAction",
     "read_source": "orchestrator.actions.read_source:ReadSourceAction",
     "draft_test": "orchestrator.actions.draft_test:DraftTestAction",
+    "env_diff": "orchestrator.actions.env_diff:EnvDiffAction",
 }
 
 

@@ -1,4 +1,4 @@
-"""`sessions list|show`, `report`: reading saved sessions."""
+"""`sessions list|show|export|import`, `report`: reading and sharing saved sessions."""
 
 from __future__ import annotations
 
@@ -124,3 +124,69 @@ def report(
         typer.echo(str(write_report(directory, fmt=fmt, failures=failures)))
     for failure in failures:  # the report says it too, in the section's place
         typer.echo(f"orchestrator: report.{fmt}: {failure}", err=True)
+
+
+@sessions_app.command("export")
+@handle_errors
+def export_cmd(
+    session: Annotated[str, typer.Argument(help="Session directory, name, unique prefix, or 'last'.")],
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Archive to write (default ./SESSION.tar.gz).")] = None,
+    anonymise_paths: Annotated[bool, typer.Option(
+        "--anonymise-paths", help="Replace this machine's paths (session, sessions dir, cwd, home) by <session>, "
+                                  "<sessions>, <cwd>, ~.")] = False,
+    anonymise: Annotated[list[Path] | None, typer.Option(
+        "--anonymise", help="Another local path to replace (<path1>, ...); implies --anonymise-paths.")] = None,
+    secret_env: Annotated[list[str] | None, typer.Option(
+        "--secret-env", help="Also mask the value of this environment variable (repeatable). Secret-named "
+                             "ones (HF_TOKEN, API_KEY...) are masked without asking.")] = None,
+    sessions_dir: SessionsOpt = None,
+) -> None:
+    """Pack one session into a .tar.gz a colleague can import, replay and report: secrets masked again,
+    reports rendered from the masked log, local paths optionally anonymised."""
+    from orchestrator.errors import UserInputError
+    from orchestrator.session.reader import find_session
+    from orchestrator.session.share import export_session
+
+    directory = find_session(session, sessions_dir)
+    archive = output or Path(f"{directory.name}.tar.gz")
+    if not archive.name.endswith((".tar.gz", ".tgz")):
+        raise UserInputError(f"-o {archive}: the archive is a gzip'd tar; name it .tar.gz or .tgz")
+    if not archive.parent.is_dir():
+        raise UserInputError(f"-o {archive}: folder {archive.parent} does not exist")
+    try:
+        summary = export_session(directory, archive, anonymise_paths=anonymise_paths or bool(anonymise),
+                                 extra_paths=anonymise or [], secret_env=secret_env or [])
+    except OSError as exc:
+        raise UserInputError(f"cannot write {archive}: {exc.strerror or exc}") from None
+    typer.echo(str(summary.archive))
+    notes = [f"{summary.files} files"]
+    if summary.masked:
+        notes.append(f"{summary.masked} more value(s) that looked like secrets masked by the export scan")
+    if summary.anonymised:
+        notes.append(f"{summary.anonymised} local path(s) anonymised")
+    typer.echo("orchestrator: exported " + "; ".join(notes), err=True)
+    if summary.binary:
+        typer.echo(f"orchestrator: copied without a secrets scan (binary): {', '.join(summary.binary)}", err=True)
+    for failure in summary.report_failures:
+        typer.echo(f"orchestrator: {failure}", err=True)
+
+
+@sessions_app.command("import")
+@handle_errors
+def import_cmd(
+    archive: Annotated[Path, typer.Argument(help="An archive made by `orchestrator sessions export`.")],
+    name: Annotated[str | None, typer.Option("--name", help="Import under this name (default: the exported one).")] = None,
+    sessions_dir: SessionsOpt = None,
+) -> None:
+    """Unpack an exported session into the sessions dir, ready for `report`, `sessions show` and `tui --replay`."""
+    from orchestrator.session.reader import sessions_root
+    from orchestrator.session.share import import_session
+
+    summary = import_session(archive, sessions_root(sessions_dir), name=name)
+    typer.echo(str(summary.directory))
+    manifest = summary.manifest
+    extra = " (paths anonymised)" if manifest.get("anonymised_paths") else ""
+    typer.echo(f"orchestrator: imported {manifest['session']} from orchestrator {manifest.get('orchestrator_version', '?')}"
+               f"{extra}; replay: orchestrator tui --replay {summary.directory.name}", err=True)
+    if summary.problems:
+        typer.echo(f"orchestrator: the session's record is incomplete: {'; '.join(summary.problems)}", err=True)

@@ -120,6 +120,7 @@ class Engine:
         self.unreachable: dict[str, str] = {}
         self.step_hooks: list[StepHook] = []  # e.g. the hypothesis board's rule evaluation
         self.finalizers: list[Callable[[], Awaitable[None]]] = []  # run before transports close
+        self.preparers: list[Callable[[], Awaitable[None]]] = []  # run before the first step (Slurm allocations)
         self.services: SessionServices = build_services(self)  # servers, board, transports
         self.counts: dict[str, int] = {}
         self._seq = 0
@@ -159,6 +160,11 @@ class Engine:
             except Exception as exc:  # a broken sink must not take the session down, nor go unseen
                 self.problems.add(f"event sink {type(sink).__name__}", exc, loses_events=True,
                                   context=f"on {delivered.type} #{delivered.seq}")
+                if getattr(exc, "stops_session", False) and not self._cancelled:
+                    # The record itself is gone (a full disk): stop, with `always:` still run so no server is
+                    # left behind; carrying on would run experiments nobody can read about afterwards.
+                    self.problems.safe_say("stopping the run: the session log cannot be written")
+                    self.cancel()
 
     # -- transports ---------------------------------------------------------------------------
     async def transport(self, host: str) -> Transport:
@@ -209,7 +215,9 @@ class Engine:
         error: str | None = None
         outer_cancel = False
         try:
-            status = await self._run_guarded(self._run_section(self.playbook.steps))
+            status = await self._run_guarded(self._prepare())
+            if status == "ok":
+                status = await self._run_guarded(self._run_section(self.playbook.steps))
             if self._cancelled:
                 status = "cancelled"
             if not self._force:
@@ -221,6 +229,8 @@ class Engine:
             # the log, but bounded, then let the cancellation through.
             outer_cancel = True
             self._cancelled = self._force = True
+        except OrchestratorError as exc:  # a preparer's (no allocation granted): said, no traceback
+            status, error = "failed", exc.message
         except Exception as exc:  # an engine bug must still leave a finished, readable session
             status, error = "error", f"{type(exc).__name__}: {exc}"
         finally:
@@ -241,6 +251,12 @@ class Engine:
             raise asyncio.CancelledError
         return SessionOutcome(status=status, counts=dict(self.counts), duration=duration,
                               problems=self.problems.summary(), incomplete=self.problems.incomplete)
+
+    async def _prepare(self) -> SessionStatus:
+        """Preparers run under the same cancel as steps: Ctrl-C while a Slurm allocation is pending stops it."""
+        for prepare in self.preparers:
+            await prepare()
+        return "ok"
 
     async def _run_guarded(self, coro: Awaitable[SessionStatus]) -> SessionStatus:
         self._current = asyncio.ensure_future(coro)

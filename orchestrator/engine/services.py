@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.hypotheses.board import HypothesisBoard, rule_hook
 from orchestrator.servers.manager import ServerManager
+from orchestrator.slurm.session import SlurmAllocations
 from orchestrator.transport.factory import TransportFactory, make_transport
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ class SessionServices:
     servers: ServerManager  # the servers this session started; stopped at its end unless kept
     board: HypothesisBoard  # the hypotheses and their evidence
     make_transport: TransportFactory = make_transport  # how a host is reached (tests may swap it)
+    slurm: SlurmAllocations | None = None  # the Slurm allocations this session holds
 
 
 def build_services(engine: Engine) -> SessionServices:
@@ -35,6 +37,11 @@ def build_services(engine: Engine) -> SessionServices:
         await servers.stop_all(include_kept=False)
 
     engine.finalizers.append(stop_servers)
+    # Slurm allocations: granted before the first step; released last (finalizers run in reverse), after the
+    # servers on their nodes were stopped.
+    slurm = SlurmAllocations(engine)
+    engine.preparers.append(slurm.acquire)
+    engine.finalizers.insert(0, slurm.release)
     board = HypothesisBoard(engine.playbook.hypotheses)
     engine.step_hooks.append(rule_hook(board))
-    return SessionServices(servers=servers, board=board)
+    return SessionServices(servers=servers, board=board, slurm=slurm)

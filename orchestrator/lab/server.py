@@ -85,6 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     for line in args.warnings:
         log.warning(line)
     log.info("server_args=%s", args.public())
+    nnodes = int(getattr(ns, "nnodes", 1) or 1)
+    if nnodes > 1:  # SGLang's --nnodes/--node-rank/--dist-init-addr: ranks > 0 join rank 0 and serve no HTTP
+        from orchestrator.lab import ranks
+
+        try:
+            if int(getattr(ns, "node_rank", 0) or 0) > 0:
+                return ranks.serve_as_worker(nnodes, int(ns.node_rank), ns.dist_init_addr, log.info)
+            ranks.wait_for_workers(nnodes, ns.dist_init_addr, log.info)
+        except StartupError as exc:
+            return _fail(exc)
 
     from orchestrator.lab.server_http import LabHTTPServer, ServerState
 

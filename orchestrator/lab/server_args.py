@@ -178,6 +178,10 @@ def _subset_parser() -> argparse.ArgumentParser:
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--max-running-requests", type=int, default=None)
     p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    # multi-node (orchestrator/lab/ranks.py coordinates the ranks over TCP)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", default=None)
     p.add_argument("--attention-backend", default=None,
                    choices=["triton", "torch_native", "flex_attention", "flashinfer", "fa3", "fa4", "flashmla",
                             "cutlass_mla", "trtllm_mla", "trtllm_mha", "aiter", "wave", "intel_amx", "ascend"])

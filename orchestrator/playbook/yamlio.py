@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,41 @@ from orchestrator.errors import Location, PlaybookError, PlaybookErrors
 Locator = Callable[..., Location]  # (path, key=False) -> Location
 
 
-def _plain(node: Any) -> Any:
-    """CommentedMap/Seq -> dict/list (pydantic and Jinja should see plain data)."""
-    if isinstance(node, CommentedMap) or isinstance(node, dict):
-        return {str(k) if not isinstance(k, (str, int, float, bool)) else k: _plain(v) for k, v in node.items()}
-    if isinstance(node, CommentedSeq) or isinstance(node, list):
-        return [_plain(v) for v in node]
+# A playbook holds hundreds of values. Aliases can multiply a few lines into billions (nine levels of ten
+# aliases: "billion laughs"), and each copy is made when the document becomes plain data: refuse past this.
+MAX_VALUES = 500_000
+MAX_DEPTH = 200  # nesting; well under Python's recursion limit, far over any real playbook's
+
+
+class _Unreadable(Exception):
+    """Raised inside ``_plain``: the document cannot become plain data (``where`` is the node that said so)."""
+
+    def __init__(self, reason: str, where: Any) -> None:
+        super().__init__(reason)
+        self.reason, self.where = reason, where
+
+
+def _plain(node: Any, budget: list[int] | None = None, stack: tuple[int, ...] = ()) -> Any:
+    """CommentedMap/Seq -> dict/list (pydantic and Jinja should see plain data).
+
+    :raises _Unreadable: an alias that contains itself, nesting past MAX_DEPTH, or aliases that expand
+        past MAX_VALUES values.
+    """
+    budget = [MAX_VALUES] if budget is None else budget
+    budget[0] -= 1
+    if isinstance(node, (dict, list)):
+        if budget[0] < 0:  # checked at containers, so the error points at one (scalars have no position)
+            raise _Unreadable(f"the YAML expands to more than {MAX_VALUES} values (aliases that multiply "
+                              "aliases?)", node)
+        if id(node) in stack:
+            raise _Unreadable("an alias refers to the value that contains it (a cycle)", node)
+        if len(stack) >= MAX_DEPTH:
+            raise _Unreadable(f"values nested more than {MAX_DEPTH} levels deep", node)
+        inner = (*stack, id(node))
+        if isinstance(node, dict):
+            return {str(k) if not isinstance(k, (str, int, float, bool)) else k: _plain(v, budget, inner)
+                    for k, v in node.items()}
+        return [_plain(v, budget, inner) for v in node]
     if hasattr(node, "__class__") and node.__class__.__module__.startswith("ruamel"):
         # ScalarString, ScalarFloat, TaggedScalar...: keep their plain Python value.
         for base in (str, bool, int, float):
@@ -28,6 +58,13 @@ def _plain(node: Any) -> Any:
                 return base(node)
         return str(node)
     return node
+
+
+def _position(node: Any, file: str) -> Location:
+    lc = getattr(node, "lc", None)
+    if lc is not None and lc.line is not None:
+        return Location(file, lc.line + 1, lc.col + 1)
+    return Location(file, 1, 1)
 
 
 def make_locator(root: Any, file: str) -> Locator:
@@ -73,7 +110,29 @@ def make_locator(root: Any, file: str) -> Locator:
     return locate
 
 
+MAX_FLOW_DEPTH = 256  # ruamel's composer recurses per level: deeper fails, and its time grows with the square
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _too_deep(text: str, file: str) -> PlaybookError | None:
+    """Brackets nested past MAX_FLOW_DEPTH, found before the parser spends seconds (800 levels: 3 s, 1,200:
+    15 s) on them. Brackets inside quoted strings count too: a string holding hundreds of unclosed ``[`` is
+    not a playbook anyone writes."""
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        depth += 1 if match.group() in "[{" else -1
+        if depth > MAX_FLOW_DEPTH:
+            line = text.count("\n", 0, match.start())
+            col = match.start() - (text.rfind("\n", 0, match.start()) + 1)
+            return PlaybookError(f"brackets nested more than {MAX_FLOW_DEPTH} levels deep",
+                                 Location(file, line + 1, col + 1))
+    return None
+
+
 def load_yaml_text(text: str, file: str) -> tuple[Any, Locator]:
+    deep = _too_deep(text, file)
+    if deep is not None:
+        raise deep
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
     try:
@@ -90,7 +149,12 @@ def load_yaml_text(text: str, file: str) -> tuple[Any, Locator]:
         raise PlaybookError(f"YAML syntax error: {problem.strip()}{context}", loc) from None
     except YAMLError as exc:
         raise PlaybookError(f"YAML error: {exc}", Location(file, 1, 1)) from None
-    return _plain(root), make_locator(root, file)
+    except RecursionError:  # the composer recurses once per nesting level
+        raise PlaybookError("YAML nested too deeply to read", Location(file, 1, 1)) from None
+    try:
+        return _plain(root), make_locator(root, file)
+    except _Unreadable as exc:
+        raise PlaybookError(exc.reason, _position(exc.where, file)) from None
 
 
 def load_yaml(path: Path) -> tuple[Any, Locator]:

@@ -4,6 +4,7 @@ the result against the probe's pydantic model before anyone reads it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -63,14 +64,18 @@ async def run_probe(
     on_progress: ProgressCallback | None = None,
     on_stderr: Callable[[str], None] | None = None,
     result_model: type[BaseModel] | None = None,
+    use_agent: bool = True,
 ) -> dict[str, Any]:
     """Run ``remote_probes/<probe>.py`` on the transport's host and return its result.
 
     The result is validated with ``result_model`` (default: the probe's model in ``PROBES``, when it has one).
+    It runs through the transport's per-session agent where the host can start one (``use_agent=False``, or the
+    inventory's ``agent: false``, forces a one-shot Python start).
 
     :raises ProbeError: the probe reported an error, crashed, printed no result, timed out, or returned a result
         that does not match its model (kind ``bad_result``).
     :raises HostUnreachable: the host went away.
+    :raises AgentLost: the agent ended during the call (the next call starts a new one).
     """
     source = probes_dir()
     if not (source / f"{probe}.py").exists() or probe.startswith("_"):
@@ -84,13 +89,15 @@ async def run_probe(
         if stream == "stderr":
             splitter.feed(text)
 
-    import json
-
-    result = await transport.run(
-        [python, f"{remote_dir}/{probe}.py"],
-        env={"ORCH_PROBE_NONCE": nonce, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"},
-        cwd=remote_dir, stdin=json.dumps(args), timeout=timeout, on_output=on_output,
-    )
+    env = {"ORCH_PROBE_NONCE": nonce, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+    # The per-session agent when the host can run one (a fork on the host, no Python start); else one-shot. Both
+    # give the same stdout/stderr/exit status, parsed below the same way.
+    agent = await transport.agents.get(python, remote_dir) if use_agent else None
+    if agent is not None:
+        result = await agent.run_probe(probe, args, nonce=nonce, env=env, timeout=timeout, on_output=on_output)
+    else:
+        result = await transport.run([python, f"{remote_dir}/{probe}.py"], env=env, cwd=remote_dir,
+                                     stdin=json.dumps(args), timeout=timeout, on_output=on_output)
     splitter.flush()
     if result.exit_code == 127 or "No such file or directory" in result.stderr[-300:] and not result.stdout:
         raise ProbeError(f"{transport.host}: cannot run {python!r} (set the host's `python` in the inventory)")

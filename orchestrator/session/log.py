@@ -1,8 +1,21 @@
 """SessionLog: the sink that writes ``events.jsonl`` (+ ``outputs/``) for one session.
 
-One JSON object per line, flushed as written, fsync'd at step and session boundaries, so a crash
-loses at most the output of the step that was running. Large outputs go to ``outputs/<step>.<host>.log``
-in full; the log keeps the first ``INLINE_OUTPUT`` characters of each step's output inline.
+One JSON object per line. Large outputs go to ``outputs/<step>.<host>.log`` in full; the log keeps the first
+``INLINE_OUTPUT`` characters of each step's output inline.
+
+Durability, and what it costs (BENCHMARKS.md states the same guarantee):
+
+* **The orchestrator killed (``kill -9``, OOM, a crash):** nothing that was handed to the sink is lost. Every event is
+  written to the file with one ``write(2)`` before ``handle`` returns, so it sits in the kernel's page cache and
+  outlives our process. At most the line being written when the signal landed is torn, and the reader drops a torn
+  last line. So a kill loses at most the step in flight (its result was not emitted yet), never a finished step.
+* **The machine dies (power, kernel panic):** the page cache is lost, so step and session boundaries (the events in
+  ``SYNC_EVENTS``) are ``fsync``'d, but by a background thread (group commit): the engine does not wait for the disk,
+  which costs ms per step on a busy disk. Each boundary is on disk within one fsync's time of being written; a
+  machine that dies in that window loses the events since the previous completed fsync (the step that just ended).
+  ``close`` waits for the last fsync, so a finished session is on disk when ``orchestrator run`` returns.
+* An fsync that fails is not swallowed: the next ``handle`` or ``close`` raises it (the engine records a sink failure
+  as a session problem).
 """
 
 from __future__ import annotations
@@ -10,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
@@ -27,6 +41,14 @@ from orchestrator.events import (
 EVENTS_FILE = "events.jsonl"
 INLINE_OUTPUT = 64 * 1024  # per step and host; the rest is only in outputs/
 SYNC_EVENTS = (StepFinished, SessionFinished, SessionStarted, HypothesisUpdated, NoteAdded)  # fsync'd when written
+
+
+class SessionLogLost(OSError):
+    """The session log can no longer be written (disk full, quota, I/O error). The log was cut back to its
+    last whole event, so it reads cleanly as an unfinished session; the engine stops the run on this error:
+    an investigation nobody can read afterwards is not worth continuing."""
+
+    stops_session = True
 
 
 def session_stamp(now: datetime | None = None) -> str:
@@ -68,6 +90,56 @@ def _cap(value: object) -> object:
     return value
 
 
+class _BackgroundSync:
+    """fsync off the critical path (group commit): ``request`` marks the file dirty and returns at once; one thread
+    fsyncs whatever was written by then, so ten boundaries in a row cost one or two fsyncs, not ten."""
+
+    def __init__(self, fileno: int) -> None:
+        self.fileno = fileno
+        self.wanted = 0  # requests made
+        self.done = 0  # requests covered by a completed fsync
+        self.error: OSError | None = None
+        self.closing = False
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._loop, name="session-log-fsync", daemon=True)
+        self.thread.start()
+
+    def request(self) -> None:
+        with self.cond:
+            self.wanted += 1
+            self.cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while self.wanted == self.done and not self.closing:
+                    self.cond.wait()
+                if self.wanted == self.done and self.closing:
+                    return
+                target = self.wanted
+            try:
+                os.fsync(self.fileno)
+            except OSError as exc:
+                with self.cond:
+                    self.error = self.error or exc
+            with self.cond:
+                self.done = target
+                self.cond.notify_all()
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise OSError(error.errno, f"fsync of the session log failed: {error.strerror}")
+
+    def close(self) -> None:
+        """Wait for every requested fsync, stop the thread, and raise a failure it met."""
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        self.thread.join()
+        self.raise_error()
+
+
 class SessionLog:
     """Writes events to ``<dir>/events.jsonl``. Use as a sink; can also reopen a finished session to append
     (manual notes and verdicts after the fact)."""
@@ -76,14 +148,22 @@ class SessionLog:
         self.directory = Path(directory)
         (self.directory / "outputs").mkdir(parents=True, exist_ok=True)
         self.path = self.directory / EVENTS_FILE
-        self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the sink
+        # Unbuffered bytes: a write the disk refused is never retried from a buffer on close (which would
+        # append a torn line after the cut-back in ``_lost``).
+        self._file: IO[bytes] | None = open(self.path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the sink
         self._outputs: dict[tuple[str, str], IO[str]] = {}
         self._inline: dict[tuple[str, str], int] = {}
         self.count = 0
+        self._whole = self._file.tell()  # bytes of the log that end with a whole event
+        self._sync = _BackgroundSync(self._file.fileno())
 
     def handle(self, event: Event) -> None:
         if self._file is None:
             return
+        try:
+            self._sync.raise_error()  # an fsync that failed since the last event: the disk is gone
+        except OSError as exc:
+            self._lost(exc)
         data = event.model_dump(mode="json")
         if isinstance(event, Output):
             routed = self._route_output(data)
@@ -94,13 +174,41 @@ class SessionLog:
             for outcome in data.get("results", []):
                 if isinstance(outcome.get("result"), dict):
                     outcome["result"] = {k: _cap(v) for k, v in outcome["result"].items()}
-        self._file.write(json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n")
-        self._file.flush()
+        line = memoryview((json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8"))
+        try:
+            while line:  # a raw write may take part of the line
+                line = line[self._file.write(line) or 0:]
+        except OSError as exc:
+            self._lost(exc)
+        self._whole = self._file.tell()
         self.count += 1
         if isinstance(event, SYNC_EVENTS):
-            os.fsync(self._file.fileno())
+            self._sync.request()  # on disk shortly, without the engine waiting for it (see the module's doc)
         if isinstance(event, StepFinished):
             self._close_outputs(event.step_id)
+
+    def _lost(self, exc: OSError) -> None:
+        """Cut the log back to its last whole event (truncating needs no free space), stop writing, and say why."""
+        handle, self._file = self._file, None
+        try:
+            self._sync.close()
+        except OSError:
+            pass  # a later fsync failure of the same lost disk: the SessionLogLost raised below reports it
+        for out in self._outputs.values():
+            try:
+                out.close()
+            except OSError:
+                pass  # its buffered tail is lost with the disk; the log says the session did not finish
+        self._outputs.clear()
+        try:
+            if handle is not None:
+                os.ftruncate(handle.fileno(), self._whole)
+                handle.close()
+        except OSError:
+            pass  # the file buffer may fail to flush again on close: the truncation is what matters
+        reason = exc.strerror or str(exc)
+        raise SessionLogLost(exc.errno or 0, f"cannot write {self.path}: {reason}; the log is kept up to its "
+                             f"last whole event ({self.count} events)") from exc
 
     def _route_output(self, data: dict[str, Any]) -> dict[str, Any] | None:
         key = (data["step_id"], data["host"])
@@ -108,7 +216,10 @@ class SessionLog:
         if out is None:
             name = f"{slug(data['step_id'])}.{slug(data['host'])}.log"
             out = self._outputs[key] = open(self.directory / "outputs" / name, "a", encoding="utf-8")  # noqa: SIM115
-        out.write(data["text"])
+        try:
+            out.write(data["text"])
+        except OSError as exc:
+            self._lost(exc)
         used = self._inline.get(key, 0)
         if used > INLINE_OUTPUT:  # the "continues" note is written already
             return None
@@ -130,7 +241,9 @@ class SessionLog:
             out.close()
         self._outputs.clear()
         if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
+            try:
+                self._sync.request()
+                self._sync.close()  # the last fsync done (or its failure raised) before the file is closed
+            finally:
+                self._file.close()
+                self._file = None

@@ -6,6 +6,7 @@ Sections are functions from the loaded session to blocks; other areas add sectio
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -138,5 +139,13 @@ def render_report(directory: str | Path, *, fmt: str = "md", failures: list[str]
 def write_report(directory: str | Path, *, fmt: str = "md", failures: list[str] | None = None) -> Path:
     directory = Path(directory)
     path = directory / f"report.{fmt}"
-    path.write_text(render_report(directory, fmt=fmt, failures=failures), encoding="utf-8")
+    text = render_report(directory, fmt=fmt, failures=failures)
+    # Beside it, then renamed: a full disk must not leave a truncated report that looks like a whole one.
+    partial = path.with_name(path.name + ".part")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return path

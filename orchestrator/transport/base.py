@@ -17,10 +17,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from orchestrator.errors import TransportError
 from orchestrator.events import OutputStream
+
+if TYPE_CHECKING:
+    from orchestrator.transport.agent import AgentChannel
 
 Command = str | Sequence[str]
 """A shell script (run by ``bash -c``) or an argv list (quoted with ``shlex.join``; no shell)."""
@@ -147,6 +150,7 @@ class Transport(ABC):
 
     #: capability flags, Harlequin-style
     supports_detached = True
+    supports_agent = False  #: ``open_agent_channel`` works: probe calls can go through a per-session agent
 
     def __init__(
         self,
@@ -155,8 +159,14 @@ class Transport(ABC):
         state_dir: str = "$HOME/.orchestrator",
         session_id: str = "adhoc",
         env: Mapping[str, str] | None = None,
+        agent: bool = True,
     ) -> None:
+        # Imported here: agent.py builds on this module (OutputCapture, RunResult), so a top-level import is a cycle.
+        from orchestrator.transport.agent import AgentPool
+
         self.host = host
+        self.use_agent = agent  # the inventory's `agent: false` sends every probe one-shot
+        self.agents = AgentPool(self)
         self.base_env: dict[str, str] = dict(env or {})  # exported for every command on this host
         self.state_dir = state_dir
         self.session_id = session_id
@@ -188,6 +198,20 @@ class Transport(ABC):
     @abstractmethod
     async def put(self, local_path: Path, remote_path: str, *, mode: int = 0o600) -> None:
         """Copy one file to the host (parent directory must exist). Raises TransportError."""
+
+    async def open_agent_channel(self, command: Command, *, env: Mapping[str, Any] | None = None,
+                                 cwd: str | None = None) -> AgentChannel:
+        """Start ``command`` with pipes both ways that stay open, for the remote agent (``supports_agent``).
+        Raises TransportError where the transport has no such channel, HostUnreachable."""
+        raise TransportError(f"{self.host}: {type(self).__name__} cannot hold an agent channel")
+
+    def track_group(self, sign: Literal["+", "-"], pgid: int | None) -> None:  # noqa: B027 - optional, as connect
+        """A process group started on the host outside ``run`` (the agent, its calls) begins (+) or ends (-): a
+        transport whose connection can drop kills the live ones when it does (SSH: the guardian)."""
+
+    async def stop_agents(self) -> None:
+        """Stop this host's agents (each kills what it still runs). Part of ``close`` and ``remove_workdir``."""
+        await self.agents.close()
 
     # -- shared behaviour -------------------------------------------------------------------
     async def check(self, command: Command, **kwargs: Any) -> RunResult:
@@ -328,6 +352,7 @@ class Transport(ABC):
 
     async def remove_workdir(self) -> None:
         """Delete this session's workdir unless a detached process of ours still runs in it."""
+        await self.stop_agents()  # they run from files in it
         if self._workdir is None:
             return
         path = shlex.quote(self._workdir)

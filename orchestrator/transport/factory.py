@@ -20,7 +20,12 @@ def make_transport(spec: HostSpec, session_id: str) -> Transport:
     if spec.kind == "local":
         from orchestrator.transport.local import LocalTransport
 
-        return LocalTransport(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env)
+        return LocalTransport(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env,
+                              agent=spec.agent)
+    if spec.kind == "srun":  # a node of a Slurm allocation (orchestrator.slurm)
+        from orchestrator.transport.srun import SrunTransport
+
+        return SrunTransport(spec, session_id=session_id)
     from orchestrator.transport.ssh import SshTransport
 
     return SshTransport(spec, session_id=session_id)

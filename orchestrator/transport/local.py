@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from orchestrator.transport.agent import LINE_LIMIT, AgentChannel, AgentUnavailable
 from orchestrator.transport.base import (
     Command,
     OutputCallback,
@@ -83,7 +84,7 @@ class _Child:
             self.transport.close()
 
 
-async def _spawn(argv: list[str], **kwargs: Any) -> _Child:
+async def _spawn(argv: list[str], *, limit: int = 2**16, **kwargs: Any) -> _Child:
     """``create_subprocess_exec`` that a cancel cannot cut in half.
 
     asyncio answers a cancel that arrives after the fork but while it still connects the pipes by killing
@@ -94,7 +95,7 @@ async def _spawn(argv: list[str], **kwargs: Any) -> _Child:
     loop = asyncio.get_running_loop()
 
     def protocol() -> asyncio.subprocess.SubprocessStreamProtocol:
-        return asyncio.subprocess.SubprocessStreamProtocol(limit=2**16, loop=loop)  # asyncio's default limit
+        return asyncio.subprocess.SubprocessStreamProtocol(limit=limit, loop=loop)  # default: asyncio's
 
     spawn = asyncio.ensure_future(loop.subprocess_exec(protocol, *argv, **kwargs))
     try:
@@ -113,8 +114,69 @@ def _kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+class _LocalAgentChannel(AgentChannel):
+    """The agent as our child, in its own session; its stdin is a pipe from us, so should we die (even by
+    SIGKILL) it reads EOF and stops what it started."""
+
+    def __init__(self, child: _Child) -> None:
+        self.child = child
+        self.stderr_tail = ""
+        stderr = child.proc.stderr
+        assert stderr is not None
+        self._stderr = asyncio.create_task(self._keep_stderr(stderr))
+
+    async def _keep_stderr(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            self.stderr_tail = (self.stderr_tail + chunk.decode("utf-8", "replace"))[-2000:]
+
+    async def readline(self) -> bytes:
+        assert self.child.proc.stdout is not None
+        return await self.child.proc.stdout.readline()
+
+    def write(self, data: bytes) -> None:
+        stdin = self.child.proc.stdin
+        if stdin is None or stdin.is_closing():
+            raise ConnectionResetError("the agent's stdin is closed")
+        stdin.write(data)
+
+    async def close(self) -> None:
+        stdin = self.child.proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()
+        try:  # EOF makes it stop its calls (TERM, KILL after 2 s) and exit
+            await asyncio.wait_for(asyncio.shield(self.child.proc.wait()), KILL_GRACE + 3)
+        except asyncio.TimeoutError:
+            await self.child.terminate()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stderr, 1)
+        self.child.transport.close()
+
+    def end_reason(self) -> str:
+        code = self.child.proc.returncode
+        status = "still running" if code is None else f"killed by signal {-code}" if code < 0 else f"exit {code}"
+        tail = self.stderr_tail.strip()
+        return status + (f": {tail[-500:]}" if tail else "")
+
+
 class LocalTransport(Transport):
     """This machine. ``run`` starts ``bash -c`` (or the argv) in a new session so cancel kills it all."""
+
+    supports_agent = True
+
+    async def open_agent_channel(self, command: Command, *, env: Mapping[str, Any] | None = None,
+                                 cwd: str | None = None) -> AgentChannel:
+        full_env = {**os.environ, **self.base_env, **{k: str(v) for k, v in (env or {}).items()}}
+        argv = ["bash", "-c", command] if isinstance(command, str) else [str(part) for part in command]
+        try:
+            child = await _spawn(argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                 stderr=asyncio.subprocess.PIPE, cwd=os.path.expanduser(cwd) if cwd else None,
+                                 env=full_env, start_new_session=True, limit=LINE_LIMIT)
+        except OSError as exc:
+            raise AgentUnavailable(f"{self.host}: cannot start the agent: {exc}") from None
+        return _LocalAgentChannel(child)
+
+    async def close(self) -> None:
+        await self.stop_agents()
 
     async def run(
         self,

@@ -24,14 +24,15 @@ import secrets
 import shlex
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import asyncssh
 
 from orchestrator.errors import HostUnreachable, TransportError
 from orchestrator.inventory import HostSpec
+from orchestrator.transport.agent import LINE_LIMIT, AgentChannel
 from orchestrator.transport.base import (
     Command,
     OutputCallback,
@@ -53,6 +54,7 @@ from orchestrator.transport.known_hosts import (
 KILL_GRACE = 2.0
 OPEN_RETRIES = 4  # 10+20+40+80 ms: covers sshd's slot-release lag, not a real oversubscription
 PGID_WAIT = 5.0  # how long an aborted run waits for its PGID line before giving up on the kill
+UNTRACK_DELAY = 0.05  # how long a "-PGID" line for the guardian may wait to share a packet
 
 # Reads "+PGID" / "-PGID" lines; at EOF (the connection is gone, or we closed it) kills what is left.
 GUARDIAN = r"""
@@ -146,11 +148,77 @@ class _RunSession(asyncssh.SSHClientSession[str]):
             self.done.set_result(exc)
 
 
+class _SshAgentChannel(AgentChannel):
+    """The agent on its own channel. Without a pty, closing the channel only gives the agent EOF, which is all it
+    needs to stop its calls and exit; the guardian covers a connection that dies with the agent stuck."""
+
+    def __init__(self, host: str, process: asyncssh.SSHClientProcess[bytes], release: Callable[[], None],
+                 marker: str) -> None:
+        self.host = host
+        self.process = process
+        self._release: Callable[[], None] | None = release
+        self._marker = marker
+        self.stderr_tail = ""
+        self._stderr = asyncio.create_task(self._keep_stderr())
+
+    async def _keep_stderr(self) -> None:
+        # Read all along: stderr shares the channel's flow-control window with the agent's answers.
+        with contextlib.suppress(asyncssh.Error, OSError):
+            while chunk := await self.process.stderr.read(65536):
+                text = chunk.decode("utf-8", "replace")
+                text = "".join(line for line in text.splitlines(keepends=True) if self._marker not in line)
+                self.stderr_tail = (self.stderr_tail + text)[-2000:]
+
+    async def readline(self) -> bytes:
+        try:
+            line = await self.process.stdout.readline()
+        except asyncssh.Error as exc:
+            raise ConnectionResetError(f"{self.host}: {exc}") from None
+        if len(line) > LINE_LIMIT:
+            raise ValueError(f"an agent line of {len(line)} bytes")
+        return line
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.process.stdin.write(data)
+        except (asyncssh.Error, BrokenPipeError) as exc:
+            raise ConnectionResetError(f"{self.host}: {exc}") from None
+
+    async def close(self) -> None:
+        try:
+            with contextlib.suppress(asyncssh.Error, OSError):
+                self.process.stdin.write_eof()
+            try:
+                await asyncio.wait_for(asyncio.shield(self.process.wait_closed()), KILL_GRACE + 3)
+            except asyncio.TimeoutError:
+                self.process.close()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stderr, 1)
+        finally:
+            release, self._release = self._release, None
+            if release is not None:  # the slot goes back exactly once
+                release()
+
+    def end_reason(self) -> str:
+        tail = self.stderr_tail.strip()
+        signal_info = self.process.exit_signal
+        status = self.process.exit_status
+        if signal_info:
+            said = f"killed by SIG{signal_info[0]}"
+        elif status is not None and status >= 0:
+            said = f"exit {status}"
+        else:
+            said = "no exit status (the channel or connection closed)"
+        return said + (f": {tail[-500:]}" if tail else "")
+
+
 class SshTransport(Transport):
     """A host reached over SSH. Raises HostUnreachable / HostKeyError from ``connect`` and ``run``."""
 
+    supports_agent = True
+
     def __init__(self, spec: HostSpec, *, session_id: str) -> None:
-        super().__init__(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env)
+        super().__init__(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env, agent=spec.agent)
         self.spec = spec
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lost: str | None = None
@@ -158,6 +226,8 @@ class SshTransport(Transport):
         self._channels = asyncio.Semaphore(spec.max_channels)
         self._kill_channel = asyncio.Semaphore(1)  # outside the pool, so cancelling 8 runs cannot deadlock
         self._guardian: asyncssh.SSHClientChannel[str] | None = None
+        self._untracked: list[str] = []  # "-PGID" lines waiting to share a packet (see _track)
+        self._untrack_timer: asyncio.TimerHandle | None = None
         self._marker = f"__orch_pgid_{secrets.token_hex(6)}__ "
         self._shell_is_bash = True
         self._shell_leads_group = True
@@ -219,10 +289,35 @@ class SshTransport(Transport):
             return  # no guardian (e.g. a restricted server): cancel and timeout still kill, connection loss cannot
         self._guardian = channel
 
+    def track_group(self, sign: Literal["+", "-"], pgid: int | None) -> None:
+        self._track(sign, pgid)
+
     def _track(self, sign: str, pgid: int | None) -> None:
-        if pgid and self._guardian is not None and self._lost is None:
-            with contextlib.suppress(Exception):
-                self._guardian.write(f"{sign}{pgid}\n")
+        """Tell the guardian. A "+" goes at once (the group must be covered while it runs); a "-" waits up to
+        UNTRACK_DELAY to share the next "+"'s packet: in a run of short steps that halves the guardian's packets
+        (one per step, not two). Until it is sent the guardian may kill a group that already ended, which is
+        harmless unless its number is reused by a new group within those milliseconds."""
+        if not pgid or self._guardian is None or self._lost is not None:
+            return
+        if sign == "-":
+            self._untracked.append(f"-{pgid}\n")
+            if self._untrack_timer is None:
+                self._untrack_timer = asyncio.get_running_loop().call_later(UNTRACK_DELAY, self._flush_untracked)
+            return
+        self._guardian_write("".join(self._untracked) + f"{sign}{pgid}\n")
+        self._untracked.clear()
+
+    def _flush_untracked(self) -> None:
+        self._untrack_timer = None
+        if self._untracked and self._guardian is not None and self._lost is None:
+            self._guardian_write("".join(self._untracked))
+        self._untracked.clear()
+
+    def _guardian_write(self, text: str) -> None:
+        assert self._guardian is not None
+        # A guardian whose channel broke cannot be told anything; the connection's loss is seen by every run.
+        with contextlib.suppress(asyncssh.Error, OSError):
+            self._guardian.write(text)
 
     async def _connection(self) -> asyncssh.SSHClientConnection:
         if self._conn is None or self._lost is not None:
@@ -231,6 +326,20 @@ class SshTransport(Transport):
         return self._conn
 
     async def close(self) -> None:
+        # The agents first, while the connection can still carry their EOF: each then stops its own calls.
+        agents_failed: TransportError | None = None
+        try:
+            await self.stop_agents()
+        except TransportError as exc:  # the connection must still be closed; the failure is raised after
+            agents_failed = exc
+        await self._close_connection()
+        if agents_failed is not None:
+            raise agents_failed
+
+    async def _close_connection(self) -> None:
+        if self._untrack_timer is not None:
+            self._untrack_timer.cancel()
+        self._flush_untracked()  # else the guardian, told EOF below, would kill groups that ended already
         if self._guardian is not None:
             with contextlib.suppress(Exception):
                 self._guardian.write_eof()
@@ -299,12 +408,30 @@ class SshTransport(Transport):
             duration=time.monotonic() - started, truncated=out.truncated or err.truncated,
         )
 
+    async def open_agent_channel(self, command: Command, *, env: Mapping[str, Any] | None = None,
+                                 cwd: str | None = None) -> AgentChannel:
+        """The agent on a channel of the connection we hold. It keeps one of the ``max_channels`` slots for its
+        life (sshd counts it against MaxSessions like any other), so commands get one fewer."""
+        conn = await self._connection()
+        remote = self.wrap(command, env=env, cwd=cwd)
+        await self._channels.acquire()
+        try:
+            process = await self._open_channel(lambda: conn.create_process(remote, encoding=None))
+        except BaseException:
+            self._channels.release()
+            raise
+        return _SshAgentChannel(self.host, process, self._channels.release, self._marker)
+
     async def _open_session(self, conn: asyncssh.SSHClientConnection, factory: Any, remote: str) -> Any:
-        """Open a channel and start ``remote``. sshd frees a session slot a moment after it closes the
+        return await self._open_channel(
+            lambda: conn.create_session(factory, remote, encoding="utf-8", errors="replace"))
+
+    async def _open_channel(self, opener: Callable[[], Awaitable[Any]]) -> Any:
+        """Open a channel and start a command. sshd frees a session slot a moment after it closes the
         channel, so a refusal right after a close is retried briefly; a sustained refusal is an error."""
         for attempt in range(OPEN_RETRIES + 1):
             try:
-                return await conn.create_session(factory, remote, encoding="utf-8", errors="replace")
+                return await opener()
             except asyncssh.ChannelOpenError as exc:
                 if self._lost is not None:
                     raise self._unreachable("opening a channel", exc) from None

@@ -10,10 +10,9 @@ import pytest
 
 from orchestrator.redact import Redactor, is_secret_name
 
-INLINE = "inline-s3cret-4f8a9c1d"
-FROM_ENV = "fromenv-s3cret-77e2b0aa"
-HF = "hf_tokenvalue_9d8c7b6a5f"
-API = "apikey-value-31337-zz"
+# Every planted secret lives in tests/planted_secrets.py, scanned for at the end of the run.
+from tests.planted_secrets import API, FROM_ENV, HF, INLINE
+
 VIA_VAR = "plainvar-to-token-5e5e5e"
 NOT_SECRET = "maxnewtokens-value-2048"
 # VIA_VAR is a plain var (listed as such at session start); only its use as $STEP_TOKEN must be masked.

@@ -23,7 +23,10 @@ def test_every_engine_has_typed_services() -> None:
     assert isinstance(services.servers, ServerManager) and isinstance(services.board, HypothesisBoard)
     assert list(services.board.entries) == ["h1"]
     assert services.make_transport is make_transport
-    assert len(engine.finalizers) == 1 and len(engine.step_hooks) == 1  # servers stop; rules are judged
+    assert len(engine.step_hooks) == 1  # rules are judged
+    # finalizers run in reverse: servers stop first, then the Slurm allocations are released (after their servers)
+    assert engine.finalizers == [services.slurm.release, engine.finalizers[1]] and len(engine.finalizers) == 2
+    assert engine.preparers == [services.slurm.acquire]
 
 
 def test_the_transport_factory_lives_in_transport_and_makes_local_transports() -> None:

@@ -17,9 +17,8 @@ import pytest
 
 from orchestrator.inventory import Inventory
 from orchestrator.lab.build import cached_sglang_tree
+from tests.planted_secrets import SERVER_API_KEY as KEY  # unmistakable; scanned for at the end of the run
 from tests.servers.conftest import processes_with, run_playbook
-
-KEY = "sk-lab-7f3a9c2e41d8b6"  # long and unmistakable: any leak is found by a plain grep
 
 
 # -- the lab's HTTP layer: SGLang's auth rules, no models needed -------------------------------------------------

@@ -1,0 +1,130 @@
+"""A session's Slurm allocations: acquired before the first step, released after the last.
+
+The engine calls ``acquire`` before it runs any step (an ``Engine.preparers`` entry) and ``release`` as its
+last finalizer, after the servers are stopped. Only the entries the playbook targets are acquired (by name, or
+through ``all``): an inventory may list several clusters without every run holding nodes on each.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator.events import NoteAdded
+from orchestrator.inventory import GroupSpec, HostSpec, Inventory, SlurmSpec
+from orchestrator.slurm.allocation import (
+    Allocation,
+    SlurmError,
+    allocate,
+    job_state,
+    node_addresses,
+    release,
+    take_job,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.engine.runner import Engine
+
+FINISHED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY")
+
+
+def targeted_entries(engine: Engine) -> list[str]:
+    """The slurm entries named by the playbook's ``hosts:``, a step's ``hosts:`` or the inventory default."""
+    inventory = engine.inventory
+    if not inventory.slurm:
+        return []
+    patterns: list[object] = [engine.playbook.hosts or inventory.default_hosts]
+    patterns += [step.hosts for step in engine.playbook.all_steps()]
+    words: set[str] = set()
+    for pattern in patterns:
+        for item in [pattern] if isinstance(pattern, str) else (pattern if isinstance(pattern, list) else []):
+            words.update(p.strip() for p in str(item).split(","))
+    return [name for name in inventory.slurm if name in words or "all" in words]
+
+
+def node_host(spec: SlurmSpec, allocation: Allocation, node: str, rank: int) -> HostSpec:
+    node_vars = {"slurm_job": allocation.job_id, "slurm_node": node, "slurm_node_index": rank,
+                 "slurm_nodes": list(allocation.nodes)}
+    # Every node gets its own state dir: on a shared home the per-session workdirs (pidfiles, logs) of two
+    # nodes would otherwise be one directory, and a cleanup on one node would signal the other's PGIDs.
+    state_dir = f"{spec.state_dir}/nodes/{node}"
+    if spec.via == "ssh":
+        return HostSpec(name=node, transport="ssh", address=allocation.addresses.get(node, node), user=spec.user,
+                        port=spec.port, key=spec.key, known_hosts=spec.known_hosts, ssh_config=spec.ssh_config,
+                        python=spec.python, state_dir=state_dir, env=dict(spec.env), vars=node_vars)
+    return HostSpec(name=node, transport="srun", slurm_job=allocation.job_id, slurm_node=node, python=spec.python,
+                    state_dir=state_dir, env=dict(spec.env), vars=node_vars)
+
+
+def add_nodes(inventory: Inventory, spec: SlurmSpec, allocation: Allocation) -> None:
+    """The allocation's nodes as hosts, grouped under the entry's name (in place: the engine's inventory)."""
+    clash = [n for n in allocation.nodes if n in inventory.hosts]
+    if clash:
+        raise SlurmError(f"slurm entry {spec.name!r}: node(s) {', '.join(clash)} clash with hosts already in the "
+                         "inventory (another entry's, or a static host of that name)")
+    for rank, node in enumerate(allocation.nodes):
+        inventory.hosts[node] = node_host(spec, allocation, node, rank)
+    inventory.groups[spec.name] = GroupSpec(hosts=list(allocation.nodes), vars=dict(spec.vars))
+
+
+class SlurmAllocations:
+    """The allocations one session holds."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.granted: dict[str, Allocation] = {}
+
+    def _note(self, text: str) -> None:
+        self.engine.emit(NoteAdded(text=text, author="slurm"))
+
+    async def acquire(self) -> None:
+        """Take or ask for every targeted allocation; its nodes become hosts. Raises SlurmError (the
+        session fails before its first step, with the reason) and releases what it already got."""
+        try:
+            for name in targeted_entries(self.engine):
+                spec = self.engine.inventory.slurm[name]
+                if spec.owned:
+                    allocation = await allocate(spec, session_id=self.engine.options.session_id)
+                else:
+                    allocation = await take_job(spec)
+                self.granted[name] = allocation
+                if spec.via == "ssh":
+                    allocation.addresses = await node_addresses(allocation.nodes)
+                add_nodes(self.engine.inventory, spec, allocation)
+                how = (f"granted in {allocation.seconds:.2f}s, released at session end" if allocation.owned
+                       else "an existing job: not released by this session")
+                self._note(f"Slurm allocation {name!r}: job {allocation.job_id} ({allocation.job_name}), "
+                           f"nodes {', '.join(allocation.nodes)} via {spec.via}; {how}")
+        except BaseException:
+            await self.release()
+            raise
+
+    async def release(self) -> None:
+        """Tidy each node's workdir while the allocation still exists, then scancel the jobs we asked for.
+
+        Runs after the servers were stopped. A job that ended meanwhile (scancel from outside, time limit)
+        cannot be reached any more: that is said, and its hosts are not tried again by the shutdown."""
+        engine = self.engine
+        for name, allocation in list(self.granted.items()):
+            found = await job_state(allocation.job_id)
+            alive = found is not None and found[0] not in FINISHED
+            for node in allocation.nodes:
+                transport = engine.transports.pop(node, None)
+                if transport is None:
+                    continue
+                try:
+                    if alive and not engine.options.keep_remote:
+                        await transport.remove_workdir()
+                    await transport.close()
+                except Exception as exc:
+                    engine.problems.add(f"host {node}: tidying before the Slurm allocation is released", exc)
+            if not alive:
+                state = found[0] if found else "gone"
+                self._note(f"Slurm allocation {name!r}: job {allocation.job_id} ended outside this session "
+                           f"({state}); its nodes' workdirs could not be removed")
+            elif allocation.owned:
+                if await release(allocation.job_id):
+                    self._note(f"Slurm allocation {name!r}: job {allocation.job_id} released (scancel)")
+                else:
+                    engine.problems.add(f"Slurm allocation {name!r}",
+                                        SlurmError(f"job {allocation.job_id} still runs after scancel"))
+            del self.granted[name]

@@ -1,0 +1,406 @@
+"""The per-session remote agent: serves probe calls as JSON lines, so a call costs a round trip, not a Python start.
+
+Standard library only, Python >= 3.9, one thread (it forks). Started once per host per session by the orchestrator
+(orchestrator/transport/agent.py) over the connection it already holds; reads requests on stdin, answers on stdout,
+one JSON object a line.
+
+Requests: ``{"id": n, "op": ...}`` with op
+  ``probe``  {"probe", "args", "nonce", "env"}: runs remote_probes/<probe>.py in a forked child of this process (the
+             modules below are imported already, the script's code is compiled once), under the probe protocol of
+             _probe.py: the child's stdout/stderr come back as they are, and the orchestrator parses the result block
+             exactly as it does for a one-shot run. Forking keeps a crashing probe from taking the agent with it.
+  ``run``    {"argv" | "script", "cwd", "env", "stdin"}: a command in its own session (process group).
+  ``stat``   {"path"}; ``put`` {"path", "data" (base64), "mode"}; ``ping``.
+  ``cancel`` {"target": id}: TERM the call's process group, KILL it 2 s later.
+Answers: ``{"hello": {...}}`` once at start; then per call ``{"id", "event": "started", "pgid"}``,
+``{"id", "event": "out", "stream", "text"}``..., and exactly one final ``{"id", "event": "exit", "exit_code"}`` (negative:
+killed by that signal), ``{"id", "event": "result", "result"}`` or ``{"id", "event": "error", "message"}``.
+
+It dies with its connection: EOF on stdin (the channel closed, the connection dropped, the orchestrator exited), SIGTERM
+or SIGHUP make it TERM then KILL every process group it started, and exit. Each child reports its PGID first so the
+orchestrator can also register it with the connection's guardian and kill it should the agent itself be SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import gc
+import hashlib
+import io
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import types
+
+PROTOCOL = 1
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHUNK = 65536
+KILL_GRACE = 2.0
+# Imported before any fork, so a probe's child finds them loaded (a fresh interpreter spends most of its start here).
+# Only stdlib and the probes' own stdlib-only helpers: never torch or a package under investigation.
+PRELOAD = ("json", "ast", "re", "difflib", "importlib.util", "importlib.metadata", "platform", "socket", "shutil",
+           "struct", "urllib.request", "http.client", "_probe", "source_address")
+
+
+def _send(message: dict) -> None:
+    """One JSON line on fd 1. Blocking on purpose: a slow reader back-pressures the agent, nothing is dropped."""
+    data = (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+    view = memoryview(data)
+    while view:
+        written = os.write(1, view)
+        view = view[written:]
+
+
+class Job:
+    """One call's process: its pipes, its group, and the deadline of a pending KILL."""
+
+    def __init__(self, call_id: object, pid: int, out_fd: int, err_fd: int, stdin_fd: "int | None",
+                 stdin_data: bytes) -> None:
+        self.call_id = call_id
+        self.pid = pid
+        self.open_fds = {out_fd: "stdout", err_fd: "stderr"}
+        self.decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in ("stdout", "stderr")}
+        self.stdin_fd = stdin_fd
+        self.stdin_data = memoryview(stdin_data)
+        self.kill_at: "float | None" = None
+        self.status: "int | None" = None
+
+
+class Agent:
+    def __init__(self) -> None:
+        self.selector = selectors.DefaultSelector()
+        self.jobs: "dict[object, Job]" = {}
+        self.code_cache: "dict[str, tuple[tuple[int, int], types.CodeType]]" = {}
+        self.inbuf = b""
+        self.stopping = False
+
+    # -- requests ---------------------------------------------------------------------------------
+    def handle_line(self, line: bytes) -> None:
+        try:
+            request = json.loads(line)
+            call_id = request["id"]
+            op = request["op"]
+        except (ValueError, KeyError, TypeError) as exc:
+            _send({"id": None, "event": "error", "message": "bad request line: %s" % exc})
+            return
+        try:
+            if op == "probe":
+                self.start_probe(call_id, request)
+            elif op == "run":
+                self.start_run(call_id, request)
+            elif op == "cancel":
+                self.cancel(request.get("target"))
+            elif op == "stat":
+                _send({"id": call_id, "event": "result", "result": stat(request["path"])})
+            elif op == "put":
+                _send({"id": call_id, "event": "result", "result": put(request)})
+            elif op == "ping":
+                _send({"id": call_id, "event": "result", "result": {"pid": os.getpid(), "jobs": len(self.jobs)}})
+            else:
+                _send({"id": call_id, "event": "error", "message": "unknown op %r" % (op,)})
+        except Exception as exc:  # the agent's own failure for this call, said to the caller; the agent goes on
+            _send({"id": call_id, "event": "error", "message": "%s: %s" % (type(exc).__name__, exc),
+                   "traceback": traceback.format_exc()[-2000:]})
+
+    def code_for(self, path: str) -> types.CodeType:
+        info = os.stat(path)
+        key = (info.st_mtime_ns, info.st_size)
+        cached = self.code_cache.get(path)
+        if cached is None or cached[0] != key:
+            with open(path, "rb") as handle:
+                cached = (key, compile(handle.read(), path, "exec", dont_inherit=True))
+            self.code_cache[path] = cached
+        return cached[1]
+
+    def start_probe(self, call_id: object, request: dict) -> None:
+        name = str(request["probe"])
+        if not name.replace("_", "").isalnum() or name.startswith("_"):
+            raise ValueError("invalid probe name %r" % name)
+        path = os.path.join(HERE, name + ".py")
+        code = self.code_for(path)  # compiled here, before the fork, so every later child reuses it
+        args_text = json.dumps(request.get("args") or {})
+        env = dict(request.get("env") or {}, ORCH_PROBE_NONCE=str(request["nonce"]))
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the agent's loop
+            _probe_child(code, path, args_text, env, out_w, err_w)
+        os.close(out_w)
+        os.close(err_w)
+        self.adopt(Job(call_id, pid, out_r, err_r, None, b""))
+
+    def start_run(self, call_id: object, request: dict) -> None:
+        argv = ["bash", "-c", request["script"]] if "script" in request else [str(a) for a in request["argv"]]
+        env = dict(os.environ)
+        env.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+        stdin_data = request.get("stdin")
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=request.get("cwd") or None,
+                                    env=env, start_new_session=True)
+        except OSError as exc:  # as a shell would say it: 127 not found, 126 not executable, 1 a bad cwd
+            code = 126 if isinstance(exc, PermissionError) else 1 if request.get("cwd") and not os.path.isdir(
+                request["cwd"]) else 127
+            _send({"id": call_id, "event": "out", "stream": "stderr", "text": "%s\n" % exc})
+            _send({"id": call_id, "event": "exit", "exit_code": code})
+            return
+        assert proc.stdout is not None and proc.stderr is not None
+        stdin_fd = None
+        if proc.stdin is not None:
+            stdin_fd = os.dup(proc.stdin.fileno())
+            proc.stdin.close()
+            os.set_blocking(stdin_fd, False)
+        out_fd, err_fd = os.dup(proc.stdout.fileno()), os.dup(proc.stderr.fileno())
+        proc.stdout.close()
+        proc.stderr.close()
+        # Popen's object is dropped: the agent reaps by pid itself (Popen would otherwise warn or reap behind us).
+        proc.returncode = 0
+        self.adopt(Job(call_id, proc.pid, out_fd, err_fd, stdin_fd, (stdin_data or "").encode("utf-8")))
+
+    def adopt(self, job: Job) -> None:
+        self.jobs[job.call_id] = job
+        _send({"id": job.call_id, "event": "started", "pgid": job.pid})
+        for fd in job.open_fds:
+            self.selector.register(fd, selectors.EVENT_READ, job)
+        if job.stdin_fd is not None:
+            if job.stdin_data:
+                self.selector.register(job.stdin_fd, selectors.EVENT_WRITE, job)
+            else:
+                os.close(job.stdin_fd)
+                job.stdin_fd = None
+
+    def cancel(self, target: object) -> None:
+        job = self.jobs.get(target)
+        if job is None or job.kill_at is not None:
+            return  # finished already, or being killed: nothing to do
+        _killpg(job.pid, signal.SIGTERM)
+        job.kill_at = time.monotonic() + KILL_GRACE
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def serve(self) -> None:
+        os.set_blocking(0, False)
+        self.selector.register(0, selectors.EVENT_READ, None)
+        # Signals (a child's exit, TERM/HUP) write a byte here: select() would otherwise sleep on through them,
+        # as Python retries an interrupted select (PEP 475).
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        self.selector.register(wake_r, selectors.EVENT_READ, "wake")
+        while not self.stopping or self.jobs:
+            # A pending KILL needs a clock; everything else wakes select by itself.
+            killing = any(j.kill_at is not None for j in self.jobs.values())
+            for key, mask in self.selector.select(0.05 if killing else None):
+                if key.data is None:
+                    self.read_requests()
+                elif key.data == "wake":
+                    while True:
+                        try:
+                            if not os.read(wake_r, 512):
+                                break
+                        except BlockingIOError:
+                            break
+                elif mask & selectors.EVENT_WRITE:
+                    self.feed_stdin(key.data)
+                else:
+                    self.read_output(key.data, key.fd)
+            self.reap()
+
+    def read_requests(self) -> None:
+        try:
+            data = os.read(0, CHUNK)
+        except BlockingIOError:
+            return
+        if not data:  # the channel is gone: no caller is left to answer
+            self.selector.unregister(0)
+            self.shutdown()
+            return
+        self.inbuf += data
+        *lines, self.inbuf = self.inbuf.split(b"\n")
+        for line in lines:
+            if line.strip():
+                self.handle_line(line)
+
+    def feed_stdin(self, job: Job) -> None:
+        assert job.stdin_fd is not None
+        try:
+            written = os.write(job.stdin_fd, job.stdin_data[:CHUNK])
+        except BlockingIOError:
+            return
+        except OSError:  # the command closed its stdin without reading it all, as a shell pipe allows
+            written = len(job.stdin_data)
+        job.stdin_data = job.stdin_data[written:]
+        if not job.stdin_data:
+            self.selector.unregister(job.stdin_fd)
+            os.close(job.stdin_fd)
+            job.stdin_fd = None
+
+    def read_output(self, job: Job, fd: int) -> None:
+        stream = job.open_fds[fd]
+        data = os.read(fd, CHUNK)
+        text = job.decoders[stream].decode(data, final=not data)
+        if text:
+            _send({"id": job.call_id, "event": "out", "stream": stream, "text": text})
+        if not data:
+            self.selector.unregister(fd)
+            os.close(fd)
+            del job.open_fds[fd]
+
+    def reap(self) -> None:
+        now = time.monotonic()
+        for job in list(self.jobs.values()):
+            if job.kill_at is not None and now >= job.kill_at:
+                _killpg(job.pid, signal.SIGKILL)
+                job.kill_at = now + 3600  # once
+            if job.status is None:
+                pid, status = os.waitpid(job.pid, os.WNOHANG)
+                if pid:
+                    job.status = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else (
+                        -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+            if job.status is not None and (not job.open_fds or job.kill_at is not None):
+                # Output still buffered in a killed job's pipes is read first; a killed group's stray holder of
+                # the pipes (it left the group) must not keep the call open, hence the kill_at test.
+                if job.kill_at is not None:
+                    for fd in list(job.open_fds):
+                        self.drain(job, fd)
+                self.jobs.pop(job.call_id)
+                if job.stdin_fd is not None:
+                    self.selector.unregister(job.stdin_fd)
+                    os.close(job.stdin_fd)
+                _send({"id": job.call_id, "event": "exit", "exit_code": job.status})
+
+    def drain(self, job: Job, fd: int) -> None:
+        os.set_blocking(fd, False)
+        try:
+            while fd in job.open_fds:
+                self.read_output(job, fd)
+        except BlockingIOError:
+            self.selector.unregister(fd)
+            os.close(fd)
+            del job.open_fds[fd]
+
+    def shutdown(self, *_: object) -> None:
+        """Stop every group we started (TERM, KILL after the grace), then let the loop end."""
+        self.stopping = True
+        for job in self.jobs.values():
+            if job.kill_at is None:
+                _killpg(job.pid, signal.SIGTERM)
+                job.kill_at = time.monotonic() + KILL_GRACE
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    if pgid > 1:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _probe_child(code: types.CodeType, path: str, args_text: str, env: dict, out_w: int, err_w: int) -> None:
+    """Runs in the forked child: become a process group of its own, stdio onto the call's pipes, run the probe as
+    ``__main__`` (exactly as ``python probe.py`` would), exit with its status. Never returns."""
+    status = 1
+    try:
+        os.setpgid(0, 0)
+        signal.set_wakeup_fd(-1)  # else a signal here would write into whatever fd later takes that number
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)  # the agent's stdin is the request channel: no probe (nor its children) may read it
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 65536)
+        os.chdir(HERE)
+        os.environ.update({str(k): str(v) for k, v in env.items()})
+        sys.stdin = io.StringIO(args_text)
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True)
+        sys.argv = [path]
+        main = types.ModuleType("__main__")
+        main.__file__ = path
+        sys.modules["__main__"] = main
+        try:
+            exec(code, main.__dict__)
+            status = 0
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if exc.code is not None and not isinstance(exc.code, int):
+                sys.stderr.write("%s\n" % exc.code)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # a probe bug outside its own protocol handler: as Python would print it
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        finally:
+            os._exit(1)
+    os._exit(status)
+
+
+def stat(path: str) -> dict:
+    full = os.path.expanduser(path)
+    try:
+        info = os.stat(full)
+    except FileNotFoundError:
+        return {"exists": False}
+    result: "dict[str, object]" = {"exists": True, "size": info.st_size, "mode": info.st_mode & 0o7777, "mtime": info.st_mtime,
+              "is_dir": os.path.isdir(full)}
+    if not result["is_dir"] and info.st_size <= 64 * 1024 * 1024:
+        digest = hashlib.sha256()
+        with open(full, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        result["sha256"] = digest.hexdigest()
+    return result
+
+
+def put(request: dict) -> dict:
+    """Write a file atomically (temp + rename), so a reader never sees half of it."""
+    full = os.path.expanduser(request["path"])
+    data = base64.b64decode(request["data"])
+    temp = "%s.tmp-%d" % (full, os.getpid())
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, int(request.get("mode", 0o600)))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temp, int(request.get("mode", 0o600)))
+        os.replace(temp, full)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+    return {"size": len(data)}
+
+
+def main() -> None:
+    sys.dont_write_bytecode = True
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    preload_failed = {}
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except Exception as exc:  # a missing optional module only makes the first probe that needs it slower
+            preload_failed[name] = "%s: %s" % (type(exc).__name__, exc)
+    # Preloaded objects move out of the collector's reach: a child's collections then never walk (and so never copy,
+    # page by page) the heap it shares with the agent. (The collector stays on in children: a torch probe lives long.)
+    gc.freeze()
+    agent = Agent()
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears of each child's exit
+    signal.signal(signal.SIGTERM, agent.shutdown)
+    signal.signal(signal.SIGHUP, agent.shutdown)
+    signal.signal(signal.SIGINT, agent.shutdown)
+    _send({"hello": {"protocol": PROTOCOL, "pid": os.getpid(), "pgid": os.getpgid(0),
+                     "python": "%d.%d.%d" % sys.version_info[:3], "preload_failed": preload_failed}})
+    agent.serve()
+
+
+if __name__ == "__main__":
+    main()

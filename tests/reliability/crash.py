@@ -1,0 +1,176 @@
+"""kill -9 of a real `python -m orchestrator run` at a random moment, then `orchestrator cleanup`: shared by
+tests/reliability/test_crash_points.py (a few kills) and bench/reliability.py crash (20 and more).
+
+Each trial checks what issue 19 asks: after cleanup, 0 processes of the run and 0 ports it listened on; the
+session log parses to its last complete line (at most the last one torn); `orchestrator report` renders it and
+marks it incomplete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def processes_with(marker: str) -> list[int]:
+    """PIDs whose environment holds ``marker``, from /proc (never this process)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def local_playbook(marker: str, ports: list[int]) -> str:
+    """Quick steps between two long-lived listeners (as a server is): a kill lands before, during or after
+    each, and both listeners are detached process groups that only cleanup can stop."""
+    return f"""name: crash points
+hosts: localhost
+steps:
+  - name: quick one
+    shell: {{command: "echo one", env: {{MARK: {marker}}}}}
+  - name: first listener
+    shell: {{command: "python3 -m http.server {ports[0]} --bind 127.0.0.1 & sleep 0.5; echo up; sleep 30",
+             env: {{MARK: {marker}}}}}
+    timeout: 2
+    ignore_errors: true
+  - name: note
+    set: {{seen: 1}}
+  - name: second listener
+    shell: {{command: "python3 -m http.server {ports[1]} --bind 127.0.0.1", env: {{MARK: {marker}}}}}
+"""
+
+
+@dataclass
+class Trial:
+    killed_after: float
+    events: int = 0
+    orphans_before_cleanup: int = 0  # processes of the run alive after the kill: what cleanup had to stop
+    ports_before_cleanup: int = 0
+    torn_lines: int = 0
+    left_processes: list[int] = field(default_factory=list)
+    left_ports: list[int] = field(default_factory=list)
+    cleanup_rc: int = 0
+    report_marked_incomplete: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def held(self) -> bool:
+        return not (self.left_processes or self.left_ports or self.cleanup_rc or self.problems) \
+            and self.report_marked_incomplete
+
+
+def env_for() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200"}
+
+
+def inventory_file(directory: Path, state_dir: Path) -> Path:
+    path = directory / "inventory.yaml"
+    path.write_text(json.dumps({"hosts": {"localhost": {"transport": "local", "python": sys.executable,
+                                                        "state_dir": str(state_dir)}},
+                                "default_hosts": "localhost"}), encoding="utf-8")
+    return path
+
+
+def kill_and_clean(directory: Path, *, rng: random.Random, earliest: float = 0.3, latest: float = 4.0,
+                   playbook_text: str | None = None, marker: str | None = None,
+                   ports: list[int] | None = None, after_listener: int | None = None) -> Trial:
+    """One trial in ``directory``: run, SIGKILL after a random delay, cleanup, check. Leaves nothing running
+    even when a check fails (whatever carries the marker is killed at the end). With ``after_listener`` (0 or
+    1), the random delay counts from the moment that listener answers, not from the start: on a loaded machine
+    the start alone can take seconds."""
+    marker = marker or f"orch-crash-{uuid.uuid4().hex[:10]}"
+    ports = ports or [free_port(), free_port()]
+    state_dir = directory / "state"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    inventory = inventory_file(directory, state_dir)
+    playbook = directory / "pb.yaml"
+    playbook.write_text(playbook_text or local_playbook(marker, ports), encoding="utf-8")
+    sessions = directory / "sessions"
+    delay = rng.uniform(earliest, latest)
+    env = env_for()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(playbook), "-i", str(inventory),
+                             "--sessions-dir", str(sessions)], cwd=directory, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trial = Trial(killed_after=round(delay, 2))
+    try:
+        if after_listener is not None:
+            deadline = time.monotonic() + 60
+            while not listening(ports[after_listener]) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        time.sleep(delay)
+        if proc.poll() is not None:
+            trial.problems.append(f"the run ended by itself (rc {proc.returncode}) before the kill")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        trial.orphans_before_cleanup = len(processes_with(marker))
+        trial.ports_before_cleanup = sum(listening(p) for p in ports)
+        cleanup = subprocess.run([sys.executable, "-m", "orchestrator", "cleanup", "localhost", "-i", str(inventory),
+                                  "--json"], cwd=directory, env=env, capture_output=True, text=True, timeout=60)
+        trial.cleanup_rc = cleanup.returncode
+        if cleanup.returncode:
+            trial.problems.append(f"cleanup exit {cleanup.returncode}: {cleanup.stderr[-500:]}")
+        deadline = time.monotonic() + 3  # a SIGTERMed group may take a moment to be reaped
+        while (processes_with(marker) or any(listening(p) for p in ports)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        trial.left_processes = processes_with(marker)
+        trial.left_ports = [p for p in ports if listening(p)]
+        _check_log(sessions, directory, env, trial)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in processes_with(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return trial
+
+
+def _check_log(sessions: Path, directory: Path, env: dict[str, str], trial: Trial) -> None:
+    logs = list(sessions.glob("*/events.jsonl"))
+    if not logs:  # killed before the session directory existed: nothing to read, nothing to report
+        trial.report_marked_incomplete = True
+        return
+    lines = logs[0].read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, start=1):
+        try:
+            json.loads(line)
+            trial.events += 1
+        except ValueError:
+            trial.torn_lines += 1
+            if number != len(lines):
+                trial.problems.append(f"line {number} of {len(lines)} is torn: only the last may be")
+    report = subprocess.run([sys.executable, "-m", "orchestrator", "report", str(logs[0].parent), "--stdout"],
+                            cwd=directory, env=env, capture_output=True, text=True, timeout=60)
+    if report.returncode or "Traceback" in report.stderr:
+        trial.problems.append(f"report failed ({report.returncode}): {report.stderr[-500:]}")
+    trial.report_marked_incomplete = "did not finish" in report.stdout
