@@ -12,6 +12,7 @@ from typing import Any
 from draft_agreement import check_agreement
 from eagle3_config import VARIANT_FLAGS, flat_config, rope_config, variant_flags
 from eagle3_wiring import default_wiring, nested_ids, top_level_ids
+from vllm_capture import NEWEST, config_ids, vllm_wiring
 
 
 def _finding(fid: str, severity: str, message: str, **details: Any) -> dict[str, Any]:
@@ -316,22 +317,36 @@ def check_d2t_t2d(cfg: dict[str, Any], tensors: dict[str, Any], small: dict[str,
     return out
 
 
-def check_feeds(raw: dict[str, Any], n_layers: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Which HF hidden_states indices each engine feeds (see eagle3_wiring), and a finding about it."""
+def check_feeds(raw: dict[str, Any], n_layers: int | None,
+                vllm_rules: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Which HF hidden_states indices each engine feeds (see eagle3_wiring), and a finding about it. vLLM's reading
+    is the installed one's (``vllm_rules``: vllm_capture.capture_rules), else the newest vLLM read (0.33.0)."""
     nested, top = nested_ids(raw), top_level_ids(raw)
     default = default_wiring(n_layers) if n_layers else None
     sglang = [i + 1 for i in nested] if nested is not None else default
-    vllm = list(top) if top is not None else default
+    vllm_ids = config_ids(raw, vllm_rules)
+    if n_layers:
+        vllm = vllm_wiring(raw, n_layers, vllm_rules)
+    else:
+        vllm = sorted(set(vllm_ids)) if vllm_ids is not None else None
     feeds = {"sglang": sglang, "vllm": vllm}
     where = "both" if nested is not None and top is not None else "nested" if nested is not None else \
         "top_level" if top is not None else "none"
+    rules = vllm_rules or NEWEST
     details = {"location": where, "nested_ids": nested, "top_level_ids": top, "default": default,
-               "target_num_layers": n_layers, "feeds": feeds}
+               "target_num_layers": n_layers, "feeds": feeds,
+               "vllm": {"version": rules.get("version"), "runner": rules.get("runner"), "ids_read": vllm_ids,
+                        "capture": rules.get("capture"), "evidence": rules.get("evidence", [])}}
     beyond = [i for i in (sglang or []) + (vllm or []) if n_layers and (i < 0 or i >= n_layers)]
     if beyond and n_layers:  # beyond is empty without n_layers
         return feeds, _finding("aux_layer_ids", "error", f"Aux hidden-state indices {sorted(set(beyond))} are "
                                f"never captured: a {n_layers}-layer target captures indices 0..{n_layers - 1} at "
                                "layer entry.", **details)
+    if n_layers and vllm is None:
+        return feeds, _finding("aux_layer_ids", "warning", f"vLLM {rules.get('version')} cannot capture the ids "
+                               f"{vllm_ids} on a {n_layers}-layer target (capture at layer {rules.get('capture')}"
+                               f"{'; the embedding output is not capturable' if rules.get('embedding') is False else ''}"
+                               f"); SGLang feeds {sglang}.", **details)
     if where == "none":
         msg = (f"No aux layer ids: SGLang and vLLM both feed the default [2, N//2, N-3] = {default}."
                if default else "No aux layer ids: engines feed [2, N//2, N-3]; pass target_num_layers to resolve it.")
@@ -371,6 +386,7 @@ def check_rope(cfg: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:
 def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any], weights: dict[str, Any],
             target: dict[str, Any], engine: dict[str, Any] | None = None,
             loader_flags: dict[str, bool] | None = None, engine_reads_nested: bool | None = None,
+            vllm_rules: dict[str, Any] | None = None,
             ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     """(feeds, naming, findings) for one draft checkpoint; ``engine`` is engine_registry.scan_sglang's result and
     ``loader_flags`` what the loader of the draft's architecture reads (both None when no engine was scanned)."""
@@ -406,7 +422,7 @@ def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any],
     findings.append(_finding("tied_embeddings", "warning" if tied else "info",
                              "tie_word_embeddings is true: SGLang takes lm_head from the target." if tied
                              else "tie_word_embeddings is false or absent.", tie_word_embeddings=tied))
-    feeds, feed_finding = check_feeds(raw, target.get("num_layers"))
+    feeds, feed_finding = check_feeds(raw, target.get("num_layers"), vllm_rules)
     findings.append(feed_finding)
     if top is not None and nested is None and num_aux != len(top):
         findings.append(_finding("aux_count", "warning", f"{len(top)} top-level ids but SGLang sizes fc for "

@@ -4,7 +4,10 @@ Reads config.json and the safetensors JSON headers (8-byte little-endian length 
 small integer tensors d2t/t2d straight from the file. Nothing is imported from torch or safetensors.
 
 Args: ``{"path": draft_dir, "target_path"?: dir with the target's config.json, "target_num_layers"?: int,
-"target_hidden_size"?: int, "target_vocab_size"?: int, "engine_sys_path"?: [dirs holding the sglang package]}``
+"target_hidden_size"?: int, "target_vocab_size"?: int, "engine_sys_path"?: [dirs holding the sglang package],
+"vllm_sys_path"?: [dirs holding the vllm package], "vllm_runner"?: "v1" | "v2"}``. ``feeds.vllm`` follows the
+installed vLLM's own rules (vllm_capture.py; ``"vllm"`` in the result says which version and runner), else the newest
+vLLM read (0.33.0, Model Runner V2).
 (explicit numbers win over target_path). The installed SGLang (found like ``sglang_source`` does, or under
 ``engine_sys_path``) is scanned, never imported, for its model registry: whether a loader exists for the draft's
 architecture and which variant flags that loader reads (engine_registry.py). ``"engine"`` in the result says which
@@ -28,6 +31,7 @@ from _probe import ProbeFailure, run_probe
 from draft_findings import analyse
 from eagle3_config import flat_config, rope_config
 from engine_registry import config_reads, loader_flags, scan_sglang
+from vllm_capture import capture_rules, find_vllm_root
 
 CONFIG_KEYS = ("architectures", "model_type", "hidden_size", "target_hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
@@ -172,7 +176,8 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     flags = loader_flags(engine["root"], module) if engine and module else None
     reads_nested = (config_reads(engine["root"], "transformer_layer_config", module)
                     if engine and isinstance(raw.get("transformer_layer_config"), dict) else None)
-    feeds, naming, findings = analyse(raw, tensors, small, weights, target, engine, flags, reads_nested)
+    vllm = vllm_scan(args)
+    feeds, naming, findings = analyse(raw, tensors, small, weights, target, engine, flags, reads_nested, vllm)
     config = {k: raw[k] for k in CONFIG_KEYS if k in raw}
     if isinstance(raw.get("transformer_layer_config"), dict):  # speculators format nests the Llama config
         config["transformer_layer_config"] = {k: v for k, v in raw["transformer_layer_config"].items()
@@ -180,6 +185,8 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     return {"path": path, "config": config, "target": target, "weights": weights, "naming": naming,
             "tensors": {name: {"dtype": m["dtype"], "shape": m["shape"]} for name, m in sorted(tensors.items())},
             "feeds": feeds, "findings": findings,
+            "vllm": None if vllm is None else {k: vllm[k] for k in ("version", "root", "runner", "runners",
+                                                                   "capture", "lm_head_missing")},
             "engine": None if engine is None else {"engine": engine["engine"], "version": engine["version"],
                                                    "root": engine["root"], "loader_module": module,
                                                    "loader_flags": flags,
@@ -192,6 +199,18 @@ def engine_scan(args: dict[str, Any]) -> dict[str, Any] | None:
     if extra is not None and (not isinstance(extra, list) or not all(isinstance(p, str) for p in extra)):
         raise ProbeFailure("bad_args", "'engine_sys_path' must be a list of directories")
     return scan_sglang(extra or None)
+
+
+def vllm_scan(args: dict[str, Any]) -> dict[str, Any] | None:
+    """The installed vLLM's feeding rules (vllm_capture.py), or None (feeds.vllm then follows the newest read)."""
+    extra = args.get("vllm_sys_path")
+    if extra is not None and (not isinstance(extra, list) or not all(isinstance(p, str) for p in extra)):
+        raise ProbeFailure("bad_args", "'vllm_sys_path' must be a list of directories")
+    runner = args.get("vllm_runner")
+    if runner not in (None, "v1", "v2"):
+        raise ProbeFailure("bad_args", f"'vllm_runner' must be v1 or v2, got {runner!r}")
+    root = find_vllm_root(extra or None)
+    return capture_rules(root, runner) if root else None
 
 
 if __name__ == "__main__":

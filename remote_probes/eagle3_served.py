@@ -73,7 +73,8 @@ def trained_parts(config: Dict[str, Any], tensors: Collection[str]) -> Dict[str,
 
 
 def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str, Sequence[int]], algorithm: str = "EAGLE3",
-                 engine: str = "sglang", target_hidden_size: Optional[int] = None) -> Dict[str, Any]:
+                 engine: str = "sglang", target_hidden_size: Optional[int] = None,
+                 vllm_rules: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The parts the engine serves, the parts the draft was trained with, and why they differ.
 
     ``config``: the draft's config.json (flat keys, as SGLang's transformers config sees them); ``tensors``: the
@@ -82,7 +83,8 @@ def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str,
     Result: ``{"algorithm", "engine", "served": {embedding, head, head_rows, d2t, fc, feed}, "trained": {...},
     "swapped": [{"part", "served", "trained", "why"}], "why": {part: sentence}, "fails": message | None}``.
     ``head_rows``: the served head is cut to its first rows (target ids 0..rows-1), None when not cut.
-    Only SGLang is modelled; for vLLM the parts are reported as trained with a note saying so.
+    vLLM (method eagle3) follows ``vllm_rules`` (vllm_capture.capture_rules; None: the newest vLLM read, see
+    ``_vllm_parts``); vLLM's method "eagle" with an EAGLE-3 draft is not modelled (parts as trained, with a note).
     """
     if algorithm not in ALGORITHMS:
         raise ValueError("algorithm must be one of %s, got %r" % (", ".join(ALGORITHMS), algorithm))
@@ -98,8 +100,11 @@ def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str,
     why: Dict[str, str] = {}
     served = dict(trained, head_rows=None)
     fails: Optional[str] = None
+    if engine == "vllm" and algorithm == "EAGLE3":
+        return _vllm_parts(config, tensors, trained, served, why, vllm_rules, t_hidden)
     if engine != "sglang":
-        why["engine"] = "%s's embedding/head sharing is not modelled: parts reported as trained" % engine
+        why["engine"] = ("%s's embedding/head sharing is not modelled for %s: parts reported as trained"
+                         % (engine, algorithm))
         return _result(algorithm, engine, served, trained, why, fails)
     shareable = cfg_th is None or cfg_th == hidden
     if algorithm == "EAGLE":
@@ -175,6 +180,58 @@ def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str,
         why["feed"] = ("eagle_config.use_aux_hidden_state is false: no aux states are captured (%s)"
                        % SGLANG_REFS["aux_capture"])
     return _result(algorithm, engine, served, trained, why, fails)
+
+
+VLLM_REFS = {
+    "share_embed": "v1/spec_decode/llm_base_proposer.py _maybe_share_embeddings (0.33.0), v1/spec_decode/eagle.py:854-873 "
+                   "(0.11.0)",
+    "share_head": "llm_base_proposer.py _maybe_share_lm_head (0.33.0), eagle.py:883-898 (0.11.0)",
+    "d2t": "model_executor/models/llama_eagle3.py Eagle3LlamaForCausalLM.compute_logits and load_weights",
+    "fc": "llama_eagle3.py combine_hidden_states: fc on the concatenated aux states, no width test",
+}
+
+
+def _vllm_parts(config: Dict[str, Any], tensors: Any, trained: Dict[str, Any], served: Dict[str, Any],
+                why: Dict[str, str], rules: Optional[Dict[str, Any]], t_hidden: Optional[int]) -> Dict[str, Any]:
+    """vLLM's eagle3 loading (read in 0.11.0 and 0.33.0; vllm_capture.py says which rule a tree follows):
+
+    - embedding: 0.33.0 shares the target's when the checkpoint has no embed_tokens (has_own_embed_tokens false) and
+      the widths match, keeps the draft's own otherwise; 0.11.0 shares whenever the shapes match.
+    - head: the draft's own lm_head (draft_vocab_size rows); without one, 0.33.0 shares the target's and its logits
+      processor keeps the first draft_vocab_size rows; 0.11.0 shares only an equal-shaped head (draft_vocab_size
+      absent or equal to the target's) and otherwise keeps the random one.
+    - d2t: applied as offsets when draft_vocab_size differs from the target's vocabulary; a missing d2t stays zeros
+      (identity); fc always runs on the aux states.
+    """
+    head_rule = (rules or {}).get("lm_head_missing", "target_head")
+    version = (rules or {}).get("version") or "0.33.0"
+    names = {_canon(n) for n in tensors}
+    hidden, vocab = _int(config.get("hidden_size")), _int(config.get("vocab_size"))
+    dvs = _int(config.get("draft_vocab_size")) or vocab
+    same_width = t_hidden is None or hidden is None or t_hidden == hidden
+    own_embed = "embed_tokens.weight" in names
+    if head_rule == "target_head":  # 0.33.0: share only what the checkpoint lacks
+        served["embedding"] = "draft" if own_embed else ("target" if same_width else "random")
+    else:  # 0.11.0: share an equal-shaped embedding, own or not
+        served["embedding"] = "target" if same_width else ("draft" if own_embed else "random")
+    why["embedding"] = "vLLM %s: %s (%s)" % (version, "the target's embedding is shared" if served["embedding"] ==
+                                              "target" else "the draft keeps its own embedding", VLLM_REFS["share_embed"])
+    if "lm_head.weight" in names:
+        served["head"] = "draft_head"
+    elif head_rule == "target_head" or dvs == vocab:
+        served["head"] = "target_head"
+        served["head_rows"] = dvs if vocab is not None and dvs is not None and dvs < (vocab or 0) else None
+    else:
+        served["head"] = "random"
+    why["head"] = ("vLLM %s: %s (%s)" % (version, {
+        "draft_head": "the draft's own lm_head", "random": "no lm_head.weight and a draft_vocab_size head the "
+        "target's cannot replace: the randomly initialised head stays", "target_head": "no lm_head.weight: the "
+        "target's lm_head is shared, its logits cut to the first %s rows" % dvs}[served["head"]], VLLM_REFS["share_head"]))
+    served["d2t"] = bool(trained["d2t"]) and dvs != vocab
+    why["d2t"] = "vLLM maps draft ids with arange + d2t when draft_vocab_size != vocab_size (%s)" % VLLM_REFS["d2t"]
+    served["fc"], served["feed"] = "applied", "aux"
+    why["fc"] = why["feed"] = VLLM_REFS["fc"]
+    return _result("EAGLE3", "vllm", served, trained, why, None)
 
 
 def _d2t_length(tensors: Any) -> Optional[int]:

@@ -6,7 +6,8 @@ N = after the final norm. Conventions (research/sglang-eagle3-facts.md, eagle3-d
 
 - SGLang / SpecForge: nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` are layer ids captured at layer
   ENTRY, so the HF index is id + 1; the top-level key is ignored; without nested ids: ``[2, N//2, N-3]``.
-- vLLM / speculators: top-level ``eagle_aux_hidden_state_layer_ids`` used as HF indices; else the same default.
+- vLLM / speculators: top-level ``eagle_aux_hidden_state_layer_ids`` used as HF indices, in layer order; else the
+  same default; version by version (0.11.0 reads no ids at all) in vllm_capture.py, which ``server_wiring`` follows.
 
 Public API: ``nested_ids(config)``, ``top_level_ids(config)``, ``default_wiring(n_layers)``,
 ``server_wiring(config, n_layers, engine="sglang") -> list[int] | None``,
@@ -61,12 +62,19 @@ def server_wiring(config: Dict[str, Any], n_layers: int, engine: str = "sglang")
     """The HF indices the engine will feed this draft, or None when they fall outside the target."""
     if engine not in ENGINES:
         raise ValueError("engine must be one of %s, got %r" % (", ".join(ENGINES), engine))
-    if engine == "sglang":
-        ids = nested_ids(config)
-        wiring = [i + 1 for i in ids] if ids is not None else default_wiring(n_layers)
-    else:
-        ids = top_level_ids(config)
-        wiring = ids if ids is not None else default_wiring(n_layers)
+    if engine == "vllm":
+        # the installed vLLM's own reading (vllm_capture.py), else the newest vLLM read (0.33.0)
+        import importlib
+
+        # imported as remote_probes.eagle3_wiring (the lab server, tests) or as a probe beside its siblings
+        capture = importlib.import_module(".vllm_capture", __package__) if __package__ else \
+            importlib.import_module("vllm_capture")
+        root = capture.find_vllm_root()
+        wired: Optional[List[int]] = capture.vllm_wiring(config, n_layers, capture.capture_rules(root) if root else None)
+        return wired
+
+    ids = nested_ids(config)
+    wiring = [i + 1 for i in ids] if ids is not None else default_wiring(n_layers)
     if any(i < 0 or i > n_layers for i in wiring):
         return None
     return wiring

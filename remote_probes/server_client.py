@@ -6,7 +6,10 @@ It speaks the probe protocol (_probe.py) like every probe; server log lines go t
 
 Args: ``{"command": "request" | "wait" | "port" | "bench", ...}``. What is engine-specific comes from the
 orchestrator's engine adapter as arguments (``health_path``, ``info_paths``, ``flush_path``, ``generate_path``,
-``request_stat_keys``); nothing here knows SGLang beyond its ``/generate`` request and ``meta_info`` shape.
+``request_stat_keys``, ``api``, ``models_path``, ``metrics_path``, ``metric_names``). Two request shapes: ``api:
+"sglang"`` (default: ``/generate`` with ``sampling_params``, stats in ``meta_info``) and ``api: "openai"`` (vLLM:
+``/v1/completions`` with ``max_tokens``, counts in ``usage``; no per-request speculative stats, so acceptance comes
+from the server's Prometheus counters at ``metrics_path``, scraped before and after the run).
 
 Every command takes ``api_key`` (and ``admin_api_key``) for a server started with ``--api-key``: each HTTP call
 sends ``Authorization: Bearer <key>`` (SGLang exempts /health*, /metrics and /ready; sending it there is
@@ -14,11 +17,16 @@ harmless), and ``flush_path`` uses the admin key when there is one (SGLang's ADM
 on stdin with the other arguments, so they never appear on a command line.
 
 - ``request``: ``{"url", "method"?, "body"?, "timeout"?}`` -> ``{"status", "text", "json"}`` (status 0: no connection)
-- ``wait``: ``{"url", "log", "pgid", "timeout", "health_path", "ready_line"?, "line_grace"?, "interval"?}``:
-  poll the health path while tailing the log until ready, the process group exits, or the timeout
+- ``wait``: ``{"url", "log", "pgid", "timeout", "health_path", "ready_line"?, "line_grace"?, "interval"?,
+  "models_path"?}``: poll the health path while tailing the log until ready, the process group exits, or the timeout;
+  with ``models_path`` (vLLM: ``/v1/models``) ready also needs that path to list at least one model
 - ``port``: ``{"host"?, "port"?, "wait"?}`` -> ``{"free", "port"}`` (no port, 0 or "auto": pick a free one)
 - ``bench``: ``{"url", "prompts", "n", "max_new_tokens", ...}`` -> throughput, latency, per-request stats and the
-  server's info document (``server_info``, from the first of ``info_paths`` that answers) for the adapter to read
+  server's info document (``server_info``, from the first of ``info_paths`` that answers) for the adapter to read;
+  with ``metrics_path``: ``metrics_before`` / ``metrics_after``, the samples whose names start with ``metric_prefix``
+  (``[{"name", "labels", "value"}]``). With ``metric_names`` (``{"drafts": counter, "accepted": counter}``) and
+  concurrency 1, each request's accept length is ``1 + accepted/drafts`` over the counters' change across that
+  request (vLLM's "Mean acceptance length" convention, bonus token included)
 """
 
 from __future__ import annotations
@@ -107,6 +115,7 @@ def cmd_wait(args: Args) -> Dict[str, Any]:
     health_path = _need(args, "health_path")
     timeout, ready_line = float(_need(args, "timeout")), args.get("ready_line")
     line_grace = float(args.get("line_grace", 10))
+    models_path = args.get("models_path")
     started = time.monotonic()
     offset, pending, seen_line, health_ok_since = 0, b"", False, None
     last_status = None
@@ -130,6 +139,8 @@ def cmd_wait(args: Args) -> Dict[str, Any]:
         status, _ = http(url + health_path, timeout=5, api_key=args.get("api_key"))
         last_status = status
         now = time.monotonic()
+        if status == 200 and models_path and not _lists_models(url + models_path, args.get("api_key")):
+            status = last_status = -1  # healthy but not serving a model yet (vLLM answers /health first)
         if status == 200:
             health_ok_since = health_ok_since or now
             if not ready_line or seen_line or now - health_ok_since >= line_grace:
@@ -142,6 +153,78 @@ def cmd_wait(args: Args) -> Dict[str, Any]:
         if now - started >= timeout:
             return {"ready": False, "reason": "timeout", "waited": round(now - started, 3), "health": last_status}
         time.sleep(float(args.get("interval", 0.25)))
+
+
+def _lists_models(url: str, api_key: Optional[str]) -> bool:
+    status, text = http(url, timeout=5, api_key=api_key)
+    try:
+        data = json.loads(text).get("data") if status == 200 else None
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(data, list) and len(data) > 0
+
+
+def _served_model(url: str, models_path: str, api_key: Optional[str]) -> str:
+    """The first model id the server lists (an OpenAI completion names the model it asks for)."""
+    status, text = http(url + models_path, timeout=10, api_key=api_key)
+    if status in (401, 403):
+        raise ProbeFailure("unauthorized", unauthorized_message(status, url + models_path, api_key))
+    try:
+        return str(json.loads(text)["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise ProbeFailure("bad_answer", "%s answered %s without a model list: %s"
+                           % (url + models_path, status, text[:200])) from None
+
+
+def parse_metrics(text: str, prefix: str) -> List[Dict[str, Any]]:
+    """Prometheus text exposition -> samples whose name starts with ``prefix`` (comments and others skipped)."""
+    samples: List[Dict[str, Any]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or not line.startswith(prefix):
+            continue
+        labels: Dict[str, str] = {}
+        if "{" in line:
+            name, rest = line.split("{", 1)
+            body, _, tail = rest.rpartition("}")
+            for part in _split_labels(body):
+                key, _, value = part.partition("=")
+                labels[key.strip()] = value.strip().strip('"').replace('\\"', '"')
+        else:
+            name, _, tail = line.partition(" ")
+        try:
+            number = float(tail.split()[0])
+        except (IndexError, ValueError):
+            continue
+        samples.append({"name": name.strip(), "labels": labels, "value": number})
+    return samples
+
+
+def _split_labels(body: str) -> List[str]:
+    parts, cur, quoted = [], "", False
+    for ch in body:
+        if ch == '"' and not cur.endswith("\\"):
+            quoted = not quoted
+        if ch == "," and not quoted:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return parts
+
+
+def _scrape(url: str, prefix: str, api_key: Optional[str]) -> Optional[List[Dict[str, Any]]]:
+    status, text = http(url, timeout=10, api_key=api_key)
+    return parse_metrics(text, prefix) if status == 200 else None
+
+
+def _total(samples: Optional[List[Dict[str, Any]]], name: str) -> Optional[float]:
+    """A counter summed over its label sets (vLLM keeps one per engine)."""
+    if samples is None:
+        return None
+    return sum(s["value"] for s in samples if s["name"] == name)
 
 
 def cmd_port(args: Args) -> Dict[str, Any]:
@@ -187,7 +270,9 @@ class Unauthorized(Exception):
 
 
 def _one_request(url: str, prompt: str, params: Dict[str, Any], stream: bool, timeout: float,
-                 stat_keys: Dict[str, str], api_key: Optional[str] = None) -> Dict[str, Any]:
+                 stat_keys: Dict[str, str], api_key: Optional[str] = None, model: Optional[str] = None) -> Dict[str, Any]:
+    if model is not None:
+        return _one_completion(url, prompt, params, stream, timeout, model, api_key)
     body = {"text": prompt, "sampling_params": params, "stream": bool(stream)}
     req = _request(url, json.dumps(body).encode(), "POST", api_key)
     started = time.monotonic()
@@ -227,6 +312,58 @@ def _one_request(url: str, prompt: str, params: Dict[str, Any], stream: bool, ti
             "finish": _finish(meta.get("finish_reason"))}
 
 
+def _open(req: urllib.request.Request, url: str, timeout: float, api_key: Optional[str]) -> Any:
+    try:
+        return urllib.request.urlopen(req, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            exc.close()
+            raise Unauthorized(unauthorized_message(exc.code, url, api_key)) from None
+        raise
+
+
+def _one_completion(url: str, prompt: str, params: Dict[str, Any], stream: bool, timeout: float, model: str,
+                    api_key: Optional[str]) -> Dict[str, Any]:
+    """One OpenAI ``/v1/completions`` request (vLLM): counts from ``usage`` (streamed: the include_usage chunk)."""
+    body: Dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": params["max_new_tokens"],
+                            "temperature": params["temperature"], "stream": bool(stream)}
+    if params.get("ignore_eos"):
+        body["ignore_eos"] = True  # a vLLM extension of the OpenAI request
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    req = _request(url, json.dumps(body).encode(), "POST", api_key)
+    started = time.monotonic()
+    ttft, finish = None, None
+    usage: Dict[str, Any] = {}
+    with _open(req, url, timeout, api_key) as resp:
+        if not stream:
+            doc = json.loads(resp.read().decode())
+            usage = doc.get("usage") or {}
+            finish = ((doc.get("choices") or [{}])[0]).get("finish_reason")
+        else:
+            for raw in resp:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                chunk = json.loads(payload)
+                if isinstance(chunk, dict) and "error" in chunk:
+                    raise RuntimeError(str(chunk["error"]))
+                choice = (chunk.get("choices") or [None])[0]
+                if choice is not None:
+                    if ttft is None and choice.get("text"):
+                        ttft = time.monotonic() - started
+                    finish = choice.get("finish_reason") or finish
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+    return {"latency": time.monotonic() - started, "ttft": ttft,
+            "completion_tokens": int(usage.get("completion_tokens") or 0),
+            "prompt_tokens": int(usage.get("prompt_tokens") or 0), "accept_length": None, "verify_ct": None,
+            "finish": _finish(finish)}
+
+
 def _number(value: Any) -> Optional[float]:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -262,6 +399,17 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
     if args.get("ignore_eos"):
         params["ignore_eos"] = True
     api_key = args.get("api_key") or None
+    api = args.get("api") or "sglang"
+    if api not in ("sglang", "openai"):
+        raise ProbeFailure("bad_args", "bench api must be 'sglang' or 'openai', got %r" % (api,))
+    model = None
+    if api == "openai":
+        model = args.get("model") or _served_model(url, str(args.get("models_path") or "/v1/models"), api_key)
+    metrics_url = url + str(args["metrics_path"]) if args.get("metrics_path") else None
+    prefix = str(args.get("metric_prefix") or "")
+    names = args.get("metric_names") or {}
+    # per-request counter deltas are only that request's when requests do not overlap
+    per_request_metrics = bool(metrics_url and names and concurrency == 1)
     flushed = None
     if args.get("flush", True) and args.get("flush_path"):
         flush_key = args.get("admin_api_key") or api_key
@@ -283,7 +431,11 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
             if i >= n or refused:
                 return
             try:
-                results[i] = _one_request(generate_url, jobs[i], params, stream, timeout, stat_keys, api_key)
+                before = _scrape(metrics_url, prefix, api_key) if per_request_metrics and metrics_url else None
+                row = _one_request(generate_url, jobs[i], params, stream, timeout, stat_keys, api_key, model)
+                if before is not None and metrics_url:
+                    row["accept_length"] = _delta_accept(before, _scrape(metrics_url, prefix, api_key), names)
+                results[i] = row
             except Unauthorized as exc:
                 with lock:
                     refused.append(str(exc))
@@ -291,6 +443,7 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
                 with lock:
                     errors.append(f"request {i}: {type(exc).__name__}: {exc}")
 
+    metrics_before = _scrape(metrics_url, prefix, api_key) if metrics_url else None
     wall_start = time.monotonic()
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(concurrency, n))]
     for t in threads:
@@ -307,6 +460,7 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
     accepts = [float(r["accept_length"]) for r in done if r["accept_length"] is not None]
     verify = [int(r["verify_ct"]) for r in done if r["verify_ct"] is not None]
     info_path, info = _server_info(url, list(args.get("info_paths") or []), api_key)
+    metrics_after = _scrape(metrics_url, prefix, api_key) if metrics_url else None
     r4 = lambda v: None if v is None else round(v, 4)  # noqa: E731
     return {
         "n": n, "completed": len(done), "errors": errors, "concurrency": concurrency, "stream": stream,
@@ -317,8 +471,19 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
         "ttft_p50": r4(_percentile(ttfts, 0.5)), "ttft_p99": r4(_percentile(ttfts, 0.99)),
         "accept_length": r4(statistics.mean(accepts)) if accepts else None,
         "verify_ct": sum(verify) if verify else None, "server_info": info, "server_info_path": info_path,
+        "api": api, "model": model, "metrics_before": metrics_before, "metrics_after": metrics_after,
         "per_request": [dict(r, latency=r4(r["latency"]), ttft=r4(r["ttft"])) for r in done],
     }
+
+
+def _delta_accept(before: List[Dict[str, Any]], after: Optional[List[Dict[str, Any]]],
+                  names: Dict[str, str]) -> Optional[float]:
+    """1 + accepted/drafts over one request's change of the counters; None when it drafted nothing."""
+    if after is None:
+        return None
+    drafts = (_total(after, names["drafts"]) or 0.0) - (_total(before, names["drafts"]) or 0.0)
+    accepted = (_total(after, names["accepted"]) or 0.0) - (_total(before, names["accepted"]) or 0.0)
+    return round(1.0 + accepted / drafts, 4) if drafts > 0 else None
 
 
 COMMANDS: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {

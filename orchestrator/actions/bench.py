@@ -15,6 +15,10 @@ per-request accept lengths; the wall-clock tok/s with the relative spread of per
 ``accept_length_sd`` / ``tok_s_sd`` the per-request standard deviations; ``completed`` is n. With fewer than two
 requests the intervals are None. Temperature 0 by default; ``/flush_cache`` first (it also resets SGLang's spec counters). ``accept_length`` is
 the mean of per-request ``meta_info.spec_accept_length``; ``server_accept_length`` the ``/server_info`` average.
+vLLM (``/v1/completions``, no per-request stats): ``spec_decode`` holds the change of its ``/metrics`` counters across
+the run (drafts, draft_tokens, accepted_tokens, accept_length = 1 + accepted/drafts, acceptance_rate, per_position),
+``server_accept_length`` its accept_length, and at concurrency 1 each request's accept length is the counters' change
+around it (servers/vllm.py).
 ``prompts``: the bundled set (orchestrator/data/bench_prompts.json) or a JSON file on this machine holding a list
 of strings or ``{prompts: [{text: ...}]}``.
 """

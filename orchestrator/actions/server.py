@@ -37,13 +37,14 @@ from pydantic import Field, model_validator
 from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
 from orchestrator.errors import OrchestratorError
 
-FlagMap = dict[str, str | int | float | bool | list[str | int | float] | None]
+# a mapping value is one JSON argument (vLLM's --speculative-config {method: eagle3, model: ..., ...})
+FlagMap = dict[str, str | int | float | bool | list[str | int | float] | dict[str, Any] | None]
 
 
 class ServerLaunchArgs(ActionArgs):
     """What `server` start and `sweep` share."""
 
-    engine: str | None = Field(default=None, description="sglang | lab (default: host var 'engine', else sglang)")
+    engine: str | None = Field(default=None, description="sglang | vllm | lab (default: host var 'engine', else sglang)")
     model: str | None = Field(default=None, description="--model-path (default: host var 'target')")
     flags: FlagMap = Field(default_factory=dict, description="server flags without leading dashes")
     port: Annotated[int, Field(ge=1, le=65535)] | Literal["auto"] = Field(default="auto", description="a port number, or auto to pick a free one")

@@ -261,29 +261,46 @@ def cached_sglang_tree(version: str = SGLANG_VERSION, *, timeout: float = 900) -
     The lab links to it and the tests read it. :raises OrchestratorError: pip failed (offline, no such version);
     the message carries pip's last lines.
     """
-    cached = cache_dir() / "sglang-src" / version
-    if (cached / "sglang" / "__init__.py").is_file():
+    return cached_package_tree("sglang", version, timeout=timeout)
+
+
+#: the vLLM versions read for the vLLM adapter and rules: the newest on the registry and an older line (0.11.0, which
+#: still ignores the draft config's aux layer ids)
+VLLM_VERSIONS = ("0.33.0", "0.11.0")
+
+
+def cached_vllm_tree(version: str = VLLM_VERSIONS[0], *, timeout: float = 1800) -> Path:
+    """A real vllm source tree (``pip install --no-deps --target``; ~1 GB unpacked) under the cache dir, installed
+    once and read without importing it. :raises OrchestratorError: pip failed."""
+    return cached_package_tree("vllm", version, timeout=timeout)
+
+
+def cached_package_tree(package: str, version: str, *, timeout: float = 900) -> Path:
+    """``$ORCHESTRATOR_CACHE_DIR/<package>-src/<version>`` holding ``<package>/__init__.py``, installed once; a file
+    lock makes concurrent test workers install it once."""
+    cached = cache_dir() / f"{package}-src" / version
+    if (cached / package / "__init__.py").is_file():
         return cached
-    with file_lock(cached.with_name(version + ".lock")):  # concurrent test workers install it once
-        if (cached / "sglang" / "__init__.py").is_file():
+    with file_lock(cached.with_name(version + ".lock")):
+        if (cached / package / "__init__.py").is_file():
             return cached
-        return _install_sglang_tree(version, cached, timeout)
+        return _install_tree(package, version, cached, timeout)
 
 
-def _install_sglang_tree(version: str, cached: Path, timeout: float) -> Path:
+def _install_tree(package: str, version: str, cached: Path, timeout: float) -> Path:
     from orchestrator.errors import OrchestratorError
 
     partial = cached.with_name(version + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--quiet",
-                           "--disable-pip-version-check", "--target", str(partial), f"sglang=={version}"],
+                           "--disable-pip-version-check", "--target", str(partial), f"{package}=={version}"],
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        raise OrchestratorError(f"cannot install sglang=={version}: {tail}", title="sglang install failed")
-    shutil.rmtree(cached, ignore_errors=True)  # a leftover without sglang/__init__.py: incomplete
+        raise OrchestratorError(f"cannot install {package}=={version}: {tail}", title=f"{package} install failed")
+    shutil.rmtree(cached, ignore_errors=True)  # a leftover without <package>/__init__.py: incomplete
     partial.rename(cached)  # atomic: an interrupted install never looks complete
     return cached
 

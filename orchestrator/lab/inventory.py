@@ -1,6 +1,8 @@
 """The lab as an inventory: host ``lab`` (this machine's python with the lab's sglang tree on its path), with the
 active scenario's paths and flags as host vars. ``$ORCHESTRATOR_LAB_SGLANG`` (0.5.12.post1 or 0.5.23) picks the SGLang
 version the lab stands in for: its tree goes on the lab host's path and into ``sglang_site``/``sglang_version``. ``orchestrator run`` without an inventory targets it.
+``$ORCHESTRATOR_LAB_ENGINE=vllm`` makes the lab stand in for vLLM instead (vllm_lab.py: host var ``engine: lab-vllm``,
+the vLLM scenarios, the cached vllm tree on the host's path beside the sglang one).
 
 Public API: ``lab_inventory(scenario=None, *, root=None) -> Inventory``, ``lab_ssh_inventory(address, port, user,
 key, known_hosts, *, scenario=None, root=None) -> Inventory``, ``lab_is_built(scenario) -> bool``,
@@ -17,38 +19,60 @@ from typing import Any
 from orchestrator.inventory import HostSpec, Inventory
 from orchestrator.lab import build
 from orchestrator.lab.build import DEFAULT_SCENARIO, BuildProgress, LabPaths, check_scenario
+from orchestrator.lab.vllm_lab import (
+    check_vllm_scenario,
+    ensure_vllm_lab,
+    lab_engine,
+    vllm_host_vars,
+    vllm_lab_is_built,
+    vllm_site,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # holds orchestrator/ and remote_probes/ (both imported by the server)
 
 
-def active_scenario(scenario: str | None = None) -> str:
-    """The argument, else $ORCHESTRATOR_LAB_SCENARIO, else ``seed-wiring``. Raises UserInputError if unknown."""
-    return check_scenario(scenario or os.environ.get("ORCHESTRATOR_LAB_SCENARIO") or DEFAULT_SCENARIO)
+def active_scenario(scenario: str | None = None, engine: str | None = None) -> str:
+    """The argument, else $ORCHESTRATOR_LAB_SCENARIO, else ``seed-wiring``. Raises UserInputError if unknown (to
+    the engine the lab stands in for)."""
+    name = scenario or os.environ.get("ORCHESTRATOR_LAB_SCENARIO") or DEFAULT_SCENARIO
+    return check_vllm_scenario(name) if (engine or lab_engine()) == "vllm" else check_scenario(name)
 
 
-def lab_is_built(scenario: str | None = None, *, root: Path | str | None = None) -> bool:
-    return build.lab_is_built(active_scenario(scenario), root=Path(root) if root else None)
+def lab_is_built(scenario: str | None = None, *, root: Path | str | None = None, engine: str | None = None) -> bool:
+    if (engine or lab_engine()) == "vllm":
+        return vllm_lab_is_built(active_scenario(scenario, "vllm"), root=Path(root) if root else None)
+    return build.lab_is_built(active_scenario(scenario, "sglang"), root=Path(root) if root else None)
 
 
 def ensure_lab(scenario: str | None = None, progress: BuildProgress | None = None, *,
-               root: Path | str | None = None) -> LabPaths:
+               root: Path | str | None = None, engine: str | None = None) -> LabPaths:
     """Build what the scenario needs and is missing (a few minutes the first time), then return the paths."""
-    return build.build_lab(active_scenario(scenario), root=root, progress=progress)
+    if (engine or lab_engine()) == "vllm":
+        ensure_vllm_lab(active_scenario(scenario, "vllm"), progress, root=Path(root) if root else None)
+        return build.paths(root=root)
+    return build.build_lab(active_scenario(scenario, "sglang"), root=root, progress=progress)
 
 
-def lab_env(root: Path | str | None = None) -> dict[str, str]:
-    """PYTHONPATH for the lab host: the orchestrator's source root (the lab server) and the sglang tree."""
+def lab_env(root: Path | str | None = None, engine: str | None = None) -> dict[str, str]:
+    """PYTHONPATH for the lab host: the orchestrator's source root (the lab server) and the sglang tree (and, for
+    the vLLM lab, the cached vllm tree: the lab server reads its rules there, read_source reads its code)."""
     # the tree of the version the lab stands in for ($ORCHESTRATOR_LAB_SGLANG): the lab server parses with it
     site = build.site_dir(build.lab_dir(root), build.lab_sglang_version())
-    return {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(site)])}
+    parts = [str(REPO_ROOT), str(site)] + ([str(vllm_site())] if (engine or lab_engine()) == "vllm" else [])
+    return {"PYTHONPATH": os.pathsep.join(parts)}
 
 
-def lab_host_vars(scenario: str | None = None, *, root: Path | str | None = None) -> dict[str, Any]:
-    name = active_scenario(scenario)
+def lab_host_vars(scenario: str | None = None, *, root: Path | str | None = None,
+                  engine: str | None = None) -> dict[str, Any]:
+    if (engine or lab_engine()) == "vllm":
+        return {**vllm_host_vars(active_scenario(scenario, "vllm"), root=root),
+                "sglang_site": str(build.site_dir(build.lab_dir(root), build.lab_sglang_version())),
+                "sglang_version": build.lab_sglang_version()}
+    name = active_scenario(scenario, "sglang")
     base = build.lab_dir(root)
     n = build.num_layers_of(base)
     sc = build.scenarios(base, n)[name]
-    return {"engine": "lab", "scenario": name, "scenario_title": sc.title, "lab_dir": str(base),
+    return {"engine": "lab", "engine_family": "sglang", "scenario": name, "scenario_title": sc.title, "lab_dir": str(base),
             "target": str(base / "target"), "draft": str(base / "drafts" / sc.draft),
             "candidate_flags": dict(sc.candidate), "fixed_flags": dict(sc.fixed),
             "sglang_site": str(build.site_dir(base, build.lab_sglang_version())),
@@ -56,10 +80,12 @@ def lab_host_vars(scenario: str | None = None, *, root: Path | str | None = None
             "server_module": "orchestrator.lab.server", "prompts_file": str(base / "target" / "prompts.json")}
 
 
-def lab_inventory(scenario: str | None = None, *, root: Path | str | None = None) -> Inventory:
-    """Hosts ``lab`` (local transport) and ``localhost``; default target ``lab``. Builds nothing."""
-    spec = HostSpec(name="lab", transport="local", python=sys.executable, env=lab_env(root),
-                    vars=lab_host_vars(scenario, root=root))
+def lab_inventory(scenario: str | None = None, *, root: Path | str | None = None,
+                  engine: str | None = None) -> Inventory:
+    """Hosts ``lab`` (local transport) and ``localhost``; default target ``lab``. Builds nothing. ``engine``: the
+    engine the lab stands in for (default ``$ORCHESTRATOR_LAB_ENGINE``, else sglang)."""
+    spec = HostSpec(name="lab", transport="local", python=sys.executable, env=lab_env(root, engine),
+                    vars=lab_host_vars(scenario, root=root, engine=engine))
     local = HostSpec(name="localhost", transport="local", python=sys.executable)
     # Inventory's validator names hosts from plain mappings
     return Inventory.model_validate({"hosts": {"lab": spec.model_dump(), "localhost": local.model_dump()},

@@ -88,10 +88,15 @@ class LabServerArgs:
     lab_threads: int = 1
     warnings: list[str] = field(default_factory=list)
     sglang_version: str = SGLANG_VERSION  # the version the lab stands in for (its parser's tree)
+    #: whose loading rules the lab follows: "sglang" (server.py), or "vllm" (server_vllm.py, with the rules read
+    #: from a vLLM tree by remote_probes/vllm_capture.py; None there: the newest vLLM read)
+    engine: str = "sglang"
+    vllm_rules: dict[str, Any] | None = None
 
     def public(self) -> dict[str, Any]:
         """The fields /server_info reports (everything but the lab's bookkeeping)."""
-        out = {k: v for k, v in self.__dict__.items() if k not in ("warnings", "sglang_version")}
+        out = {k: v for k, v in self.__dict__.items()
+               if k not in ("warnings", "sglang_version", "engine", "vllm_rules")}
         return out
 
 

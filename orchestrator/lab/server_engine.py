@@ -149,8 +149,8 @@ class LabModels:
         algorithm = "EAGLE3" if args.speculative_algorithm == "EAGLE3" else "EAGLE"  # is_eagle3() or not
         try:
             config, state, notes = read_state_dict(str(args.speculative_draft_model_path))
-            self.parts = served_parts(flat_config(config), state, algorithm,
-                                      target_hidden_size=self.config.hidden_size)
+            self.parts = served_parts(flat_config(config), state, algorithm, engine=args.engine,
+                                      target_hidden_size=self.config.hidden_size, vllm_rules=args.vllm_rules)
             if self.parts["fails"]:
                 raise StartupError(f"cannot load the draft model {args.speculative_draft_model_path}: "
                                    f"{describe(self.parts)}", kind="AttributeError" if "AttributeError"
@@ -171,6 +171,8 @@ class LabModels:
             self.notes.append(f"lab-only --lab-capture-layers: feeding hidden_states {self.capture}")
         elif self.parts["served"]["feed"] == "last_hidden":
             self.capture = [n]  # the target's last (final-normed) hidden state, width H: fc skipped
+        elif args.engine == "vllm":
+            self._vllm_capture(config, n)
         else:
             ids = nested_ids(config)
             self.capture = [i + 1 for i in ids] if ids is not None else [2, n // 2, n - 3]
@@ -181,6 +183,25 @@ class LabModels:
         if bad:
             raise StartupError(f"aux hidden-state layers {self.capture} fall outside the target's {n} layers "
                                f"(capturable HF indices 0..{limit}): {bad}")
+
+    def _vllm_capture(self, config: dict[str, Any], n: int) -> None:
+        """vLLM's reading of the draft config (remote_probes/vllm_capture.py), failing where that vLLM fails."""
+        from remote_probes.vllm_capture import NEWEST, config_ids, vllm_wiring
+
+        rules = self.args.vllm_rules or NEWEST
+        wiring = vllm_wiring(config, n, rules)
+        ids = config_ids(config, rules)
+        if wiring is None:
+            if 0 in (ids or []) and rules.get("embedding") is False:
+                raise StartupError("unsupported operand type(s) for +: 'Tensor' and 'NoneType' (aux layer id 0 "
+                                   f"asks for the embedding output, which vLLM {rules.get('version')} captures at "
+                                   "layer entry before any residual exists)", kind="TypeError")
+            raise StartupError(f"aux hidden-state layer ids {ids} fall outside the target's {n} layers: vLLM "
+                               f"{rules.get('version')} captures fewer states than the draft's fc expects")
+        self.capture = wiring
+        self.notes.append(f"vLLM {rules.get('version')} ({rules.get('runner')} runner) feeds hidden_states "
+                          f"{wiring}: " + (f"ids {ids} read from the draft config" if ids is not None else
+                                           "the draft config gives no ids it reads, so (2, N//2, N-3)"))
 
     # -- forward helpers --------------------------------------------------------------------------------------
     def _target(self, ids: torch.Tensor, cache: Any, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -1,4 +1,4 @@
-"""The engine adapter: everything that differs between inference servers (SGLang, the lab, later vLLM).
+"""The engine adapter: everything that differs between inference servers (SGLang, vLLM, the lab).
 
 An adapter is pure: it turns a ``LaunchSpec`` into an argv, says how readiness looks, where the resolved
 arguments and speculative-decoding statistics live in the server's answers, and which flag sets are
@@ -121,6 +121,23 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
             return {"info_paths": list(self.info_paths), "generate_path": self.generate_path,
                     "flush_path": self.flush_path, "request_stat_keys": dict(self.request_stat_keys)}
         return {}
+
+    def read_bench(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The bench result with the server-side figures read (SGLang: ``server_info``'s accept length)."""
+        info = result.pop("server_info", None)
+        result["server_accept_length"] = self.server_accept_length(info) if isinstance(info, dict) else None
+        return result
+
+    def requested_args(self, spec: LaunchSpec) -> dict[str, Any]:
+        """What was asked for, keyed as ``resolved_args`` reports it (compared by flags.requested_vs_effective)."""
+        requested = dict(spec.flags)
+        if spec.model:
+            requested["model_path"] = spec.model
+        return requested
+
+    def resolved_args(self, info: Mapping[str, Any] | None, log_text: str) -> dict[str, Any]:
+        """What the server says it uses: SGLang's info document (``/server_info``); the log is for engines without one."""
+        return self.effective_args(info) if info else {}
 
     # -- reading answers ---------------------------------------------------------------------
     def effective_args(self, info: Mapping[str, Any]) -> dict[str, Any]:

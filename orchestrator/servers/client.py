@@ -57,8 +57,7 @@ class ServerClient:
                 raise ServerError(exc.reason) from None
             raise ServerError(f"server client {command}: {exc.message}") from None
         if command == "bench":
-            info = result.pop("server_info", None)
-            result["server_accept_length"] = self.adapter.server_accept_length(info) if isinstance(info, dict) else None
+            result = self.adapter.read_bench(result)
         return result
 
     async def get_json(self, url: str, *, timeout: float = 10.0) -> tuple[int, Any]:

@@ -1,4 +1,5 @@
-"""The lab server (``python -m orchestrator.lab.server``): SGLang's HTTP API and flags on tiny CPU models.
+"""The lab servers: ``lab`` (``python -m orchestrator.lab.server``, SGLang's HTTP API and flags on tiny CPU models)
+and ``lab-vllm`` (``python -m orchestrator.lab.server_vllm serve``, vLLM's).
 
 It runs with the host's python (the lab inventory points that at the orchestrator's own venv), loads in
 seconds, and stops at once on SIGTERM — so its defaults are short.
@@ -11,6 +12,7 @@ from typing import ClassVar
 
 from orchestrator.servers.base import EngineAdapter, LaunchSpec
 from orchestrator.servers.flags import flag_key
+from orchestrator.servers.vllm import VllmAdapter
 
 
 class LabAdapter(EngineAdapter):
@@ -30,3 +32,18 @@ class LabAdapter(EngineAdapter):
         sglang_only = replace(spec, flags={k: v for k, v in spec.flags.items()
                                            if not flag_key(str(k)).startswith("lab_")})
         return self.server_argv(sglang_only)
+
+
+class LabVllmAdapter(VllmAdapter):
+    """The lab in vLLM mode (``python -m orchestrator.lab.server_vllm serve``): vLLM's command line and HTTP API,
+    vLLM's loading rules, the lab's tiny CPU models."""
+
+    name: ClassVar[str] = "lab-vllm"
+    default_ready_timeout: ClassVar[float] = 120.0
+    stop_grace: ClassVar[float] = 5.0
+
+    def default_launcher(self, python: str) -> list[str]:
+        return [python, "-m", "orchestrator.lab.server_vllm", "serve"]
+
+    def is_spec_flag(self, name: str) -> bool:
+        return super().is_spec_flag(name) or flag_key(name) in ("lab_capture_layers", "lab_vllm_runner")

@@ -210,13 +210,10 @@ class ServerManager:
         assert record.handle is not None
         log_text = await record.transport.read_file_tail(record.handle.log_path, lines=5000)
         record.log_tail = "\n".join(log_text.rstrip().splitlines()[-LOG_TAIL_LINES:])
-        record.effective = record.adapter.effective_args(info) if info else {}
-        requested = dict(record.spec.flags)
-        if record.spec.model:
-            requested["model_path"] = record.spec.model
-        record.diff = requested_vs_effective(requested, record.effective, log_text=log_text,
-                                             aliases=record.adapter.aliases)
-        if info is None:
+        record.effective = record.adapter.resolved_args(info, log_text)
+        record.diff = requested_vs_effective(record.adapter.requested_args(record.spec), record.effective,
+                                             log_text=log_text, aliases=record.adapter.aliases)
+        if info is None and record.adapter.info_paths:
             record.diff["unverified"] = sorted(set(record.diff["unverified"]) | {"(no /server_info answer)"})
 
     # -- stop --------------------------------------------------------------------------------

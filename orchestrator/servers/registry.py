@@ -7,10 +7,12 @@ import importlib
 from orchestrator.errors import UserInputError
 from orchestrator.servers.base import EngineAdapter
 
-# name -> "module:Class"; a vLLM adapter is one more line (see servers/sglang.py for what it overrides).
+# name -> "module:Class" (servers/vllm.py says what vLLM overrides)
 ADAPTERS: dict[str, str] = {
     "sglang": "orchestrator.servers.sglang:SglangAdapter",
+    "vllm": "orchestrator.servers.vllm:VllmAdapter",
     "lab": "orchestrator.servers.lab:LabAdapter",
+    "lab-vllm": "orchestrator.servers.lab:LabVllmAdapter",
 }
 
 

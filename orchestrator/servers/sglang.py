@@ -1,8 +1,8 @@
 """SGLang (0.5.12 - 0.5.23): ``python -m sglang.launch_server`` (or ``launcher: "sglang serve"``).
 
 Everything SGLang-specific already is the adapter default (research/sglang-interface.md); this module
-names it so a vLLM adapter has a sibling to copy: vLLM would override ``default_launcher`` (``vllm serve``),
-``ready_line``, ``info_paths`` (no /server_info: read ``/metrics`` spec counters) and ``effective_args``.
+names it beside its sibling, servers/vllm.py, which overrides the launcher (``vllm serve``), readiness, the
+resolved-config source (the startup log) and where acceptance lives (``/metrics`` counters).
 """
 
 from __future__ import annotations

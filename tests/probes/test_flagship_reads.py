@@ -87,7 +87,9 @@ EXPECTED: dict[str, dict[str, Expected]] = {
 
 def flagship_read_steps() -> list[tuple[Step, list[dict[str, Any]]]]:
     """The flagship's read_source steps with their reads, exactly as the action sends them to the probe."""
-    steps = [s for s in load_playbook(FLAGSHIP, extra_names=HOST_VARS).steps if s.action == "read_source"]
+    # SGLang's reads (the vLLM ones, package vllm, are tests/probes/test_vllm_source.py's)
+    steps = [s for s in load_playbook(FLAGSHIP, extra_names=HOST_VARS).steps
+             if s.action == "read_source" and s.args.get("package") == "sglang"]
     return [(s, ReadSourceArgs.model_validate(s.args).all_reads()) for s in steps]
 
 

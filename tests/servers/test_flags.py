@@ -83,8 +83,8 @@ def test_reserved_flags_refused(flag: str) -> None:
 
 
 def test_unknown_engine() -> None:
-    with pytest.raises(UserInputError, match="unknown engine 'vllm'"):
-        get_adapter("vllm")
+    with pytest.raises(UserInputError, match=r"unknown engine 'trtllm' \(known: lab, lab-vllm, sglang, vllm\)"):
+        get_adapter("trtllm")
 
 
 @pytest.mark.parametrize(("flags", "invalid"), [

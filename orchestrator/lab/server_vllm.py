@@ -1,0 +1,185 @@
+"""``python -m orchestrator.lab.server_vllm serve MODEL``: the orchestrator lab's CPU stand-in for ``vllm serve``.
+
+It is NOT vLLM, and says so in its first log line, in ``/version`` and in ``/v1/models``. It takes the part of
+``vllm serve``'s command line an EAGLE-3 investigation uses (positional model, ``--speculative-config`` JSON, host,
+port, served model name, API key, seed...; an unknown flag exits 2 as argparse does), loads the draft the way vLLM
+does (remote_probes/vllm_capture.py reads which ids, where and in what order; eagle3_served.py which embedding,
+head and d2t) and really runs greedy chain speculative decoding (server_engine.py) behind vLLM's HTTP API:
+``/health``, ``/v1/models``, ``/v1/completions`` (streamed or not), ``/metrics`` with the ``vllm:spec_decode_*``
+counters, ``/version``. The rules are those of the vLLM tree on its path (the lab host puts the cached one there),
+else of the newest vLLM read (0.33.0, Model Runner V2). ``--lab-vllm-runner v1`` stands for
+``VLLM_USE_V2_MODEL_RUNNER=0``.
+
+Lab-only flags start with ``--lab-`` (``--lab-capture-layers``, ``--lab-threads``, ``--lab-vllm-runner``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from orchestrator.lab.server import _target_architecture
+from orchestrator.lab.server_args import LabServerArgs, StartupError, _capture_list
+
+log = logging.getLogger("orchestrator.lab.server")
+READY_LINE = "Application startup complete."
+#: what vLLM's auto-detection turns a draft path into when ``method`` is absent (config/speculative.py)
+METHOD_HINTS = (("eagle-", "eagle"), ("eagle3", "eagle3"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vllm", description="The orchestrator lab's CPU stand-in for `vllm serve` "
+                                "(its EAGLE-3 flags and HTTP API; NOT vLLM).")
+    sub = p.add_subparsers(dest="subcommand", required=True)
+    s = sub.add_parser("serve", usage="vllm serve [model_tag] [options]")
+    s.add_argument("model_tag", nargs="?", default=None)
+    s.add_argument("--model", default=None)
+    s.add_argument("--host", default=None)
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--speculative-config", "-sc", type=json.loads, default=None)
+    s.add_argument("--served-model-name", nargs="+", default=None)
+    s.add_argument("--tokenizer", default=None)
+    s.add_argument("--api-key", default=None)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--dtype", default="auto")
+    s.add_argument("--max-model-len", type=int, default=None)
+    s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    s.add_argument("--enforce-eager", action="store_true")
+    s.add_argument("--trust-remote-code", action="store_true")
+    s.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    lab = s.add_argument_group("lab-only flags (NOT vLLM flags)")
+    lab.add_argument("--lab-capture-layers", default=None, help="HF hidden_states indices fed to the draft, "
+                     "overriding vLLM's reading, to verify a wiring fix")
+    lab.add_argument("--lab-threads", type=int, default=1)
+    lab.add_argument("--lab-vllm-runner", choices=["v1", "v2"], default=None,
+                     help="the model runner whose reading of the ids applies (VLLM_USE_V2_MODEL_RUNNER)")
+    return p
+
+
+def vllm_rules(runner: str | None) -> dict[str, Any] | None:
+    """The rules of the vLLM tree on this process's path, or None (the newest read)."""
+    from remote_probes.vllm_capture import NEWEST, capture_rules, find_vllm_root
+
+    root = find_vllm_root()
+    if root is None:
+        return dict(NEWEST, runner=runner or NEWEST["runner"], reads_nested=runner == "v1",
+                    reads_layer_ids=runner != "v1") if runner else None
+    return capture_rules(root, runner)
+
+
+def resolve(ns: argparse.Namespace) -> tuple[LabServerArgs, dict[str, Any]]:
+    """vLLM's reading of the command line -> the lab's args, and the speculative config as vLLM resolves it."""
+    model = ns.model_tag or ns.model
+    if not model:
+        raise StartupError("the model is required: vllm serve MODEL", kind="ValueError")
+    if ns.tensor_parallel_size != 1:
+        raise StartupError(f"the lab runs on one CPU process; --tensor-parallel-size {ns.tensor_parallel_size}")
+    rules = vllm_rules(ns.lab_vllm_runner)
+    args = LabServerArgs(model_path=model, tokenizer_path=ns.tokenizer or model,
+                         served_model_name=(ns.served_model_name or [model])[0], host=ns.host or "0.0.0.0",
+                         port=ns.port, api_key=ns.api_key, random_seed=ns.seed,
+                         lab_capture_layers=_capture_list(ns.lab_capture_layers), lab_threads=max(1, ns.lab_threads),
+                         engine="vllm", vllm_rules=rules, sglang_version="none")
+    spec = ns.speculative_config
+    if spec is None:
+        if args.lab_capture_layers is not None:
+            raise StartupError("--lab-capture-layers needs --speculative-config")
+        return args, {}
+    if not isinstance(spec, dict):
+        raise StartupError(f"--speculative-config must be a JSON object, got {spec!r}")
+    draft, method = spec.get("model"), spec.get("method")
+    if method is None and isinstance(draft, str):  # vLLM's auto-detection by the draft's name
+        method = next((m for hint, m in METHOD_HINTS if hint in draft.lower()), None)
+    if method != "eagle3":
+        raise StartupError(f"the orchestrator lab implements speculative method eagle3 only, not {method!r} "
+                           "(give \"method\": \"eagle3\" in --speculative-config)")
+    k = spec.get("num_speculative_tokens")
+    if not isinstance(k, int) or k < 1:
+        raise StartupError(f"num_speculative_tokens must be a positive integer, got {k!r}")
+    if not draft:
+        raise StartupError("--speculative-config needs \"model\" (the draft) for eagle3")
+    args.speculative_algorithm, args.speculative_draft_model_path = "EAGLE3", str(draft)
+    args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = k, 1, k + 1
+    return args, {"method": method, "model": str(draft), "num_spec_tokens": k}
+
+
+def config_line(args: LabServerArgs, spec: dict[str, Any], version: str) -> str:
+    """VllmConfig.__str__'s leading fields, as vLLM logs them (v1/engine/core.py)."""
+    sc = (f"SpeculativeConfig(method={spec['method']!r}, model={spec['model']!r}, "
+          f"num_spec_tokens={spec['num_spec_tokens']})") if spec else "None"
+    return (f"Initializing a V1 LLM engine (v{version}) with config: model={args.model_path!r}, "
+            f"speculative_config={sc}, tokenizer={args.tokenizer_path!r}, skip_tokenizer_init=False, "
+            "tokenizer_mode=auto, revision=None, tokenizer_revision=None, trust_remote_code=False, "
+            "dtype=torch.float32, max_seq_len=2048, download_dir=None, load_format=auto, tensor_parallel_size=1, "
+            "pipeline_parallel_size=1, data_parallel_size=1, quantization=None, enforce_eager=True, "
+            f"kv_cache_dtype=auto, device_config=cpu, seed={args.random_seed}, "
+            f"served_model_name={args.served_model_name}, enable_prefix_caching=False")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s [lab] %(message)s",
+                        datefmt="%m-%d %H:%M:%S", stream=sys.stderr, force=True)
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("Received %s; the lab server exits now.", signal.Signals(signum).name)
+        logging.shutdown()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        args, spec = resolve(ns)
+    except StartupError as exc:
+        return _fail(exc)
+    rules = args.vllm_rules or {}
+    version = str(rules.get("version") or "0.33.0")
+    log.info("orchestrator lab server: a CPU stand-in for vLLM %s's `vllm serve`, NOT vLLM (python -m "
+             "orchestrator.lab.server_vllm, pid %d); its loading rules: %s", version, os.getpid(),
+             f"read from {rules.get('root')} ({rules.get('runner')} runner)" if rules.get("root") else
+             "the newest vLLM read (0.33.0, Model Runner V2)")
+    given = {k: v for k, v in vars(ns).items() if v not in (None, False) and k != "subcommand"}
+    log.info("non-default args: %s", given)
+    try:
+        _target_architecture(args.model_path)
+        log.info(config_line(args, spec, version))
+        from orchestrator.lab.server_engine import LabModels
+
+        models = LabModels(args, log=log.info)
+    except StartupError as exc:
+        return _fail(exc)
+    for note in models.notes:
+        log.info("draft load: %s", note)
+    if models.draft is not None:
+        log.info("Using Eagle3 auxiliary layers (HF hidden_states indices): %s", tuple(models.capture))
+    from orchestrator.lab.server_vllm_http import VllmLabHTTPServer, VllmState
+
+    state = VllmState(args=args, models=models, version=version, spec=spec)
+    try:
+        httpd = VllmLabHTTPServer(state)
+    except OSError as exc:
+        return _fail(StartupError(f"[Errno 98] error while attempting to bind on address ({args.host!r}, "
+                                  f"{args.port}): {exc.strerror or exc}", kind="OSError"))
+    log.info("Starting vLLM API server 0 on http://%s:%d", args.host, args.port)
+    threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
+    state.ready = True
+    log.info("Started server process [%d]", os.getpid())
+    log.info(READY_LINE)
+    threading.Event().wait()
+    return 0
+
+
+def _fail(exc: StartupError) -> int:
+    log.error("EngineCore failed to start.")
+    print(f"{exc.kind}: {exc}", file=sys.stderr, flush=True)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

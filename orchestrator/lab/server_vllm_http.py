@@ -1,0 +1,213 @@
+"""The lab's vLLM-mode HTTP API: vLLM's OpenAI-compatible routes and its Prometheus spec_decode counters.
+
+Shapes follow vLLM 0.33.0 (entrypoints/openai, entrypoints/serve): ``GET /health`` (200, empty body),
+``GET /v1/models`` (``{"object": "list", "data": [{"id", "object": "model", "owned_by": "vllm", ...}]}``),
+``POST /v1/completions`` (``choices[0].text``, ``finish_reason``; ``usage``; streamed as ``data:`` chunks, the usage
+chunk when ``stream_options.include_usage``), ``GET /metrics`` and ``GET /version``. ``--api-key`` guards the
+``/v1`` prefix only, as vLLM's AuthenticationMiddleware does (GUARDED_PREFIX). The counters follow
+v1/spec_decode/metrics.py: per verify cycle, one draft of K tokens, ``accepted`` = drafts the target agreed with,
+position k counted when the first k+1 drafts were accepted. Deviations, all visible: ``/version`` and the model card
+say it is the lab; temperature > 0 is served greedily.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+from orchestrator.lab.server_args import LabServerArgs
+from orchestrator.lab.server_engine import Generation, LabModels
+from orchestrator.lab.server_http import LabHandler, RequestError
+
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
+LAB_NOTE = "the orchestrator lab's CPU stand-in for vLLM {version} (python -m orchestrator.lab.server_vllm), not vLLM"
+
+
+@dataclass
+class VllmState:
+    args: LabServerArgs
+    models: LabModels
+    version: str
+    spec: dict[str, Any]
+    ready: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    per_position: list[int] = field(default_factory=list)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def count(self, gen: Generation) -> None:
+        spec = gen.spec
+        self.drafts += spec.verify_ct
+        self.draft_tokens += spec.proposed_drafts
+        self.accepted += spec.correct_drafts
+        k = len(gen.histogram) - 1
+        if len(self.per_position) < k:
+            self.per_position += [0] * (k - len(self.per_position))
+        for pos in range(k):  # position pos accepted when at least pos + 1 drafts were
+            self.per_position[pos] += sum(gen.histogram[pos + 1:])
+
+    def metrics(self) -> str:
+        labels = f'engine="0",model_name="{self.args.served_model_name}"'
+        lines = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
+                 "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{labels}}} 0.0"]
+        if self.spec:  # vLLM registers the spec_decode counters only with a speculative config
+            for name, doc, value in (("drafts", "Number of spec decoding drafts.", self.drafts),
+                                     ("draft_tokens", "Number of draft tokens.", self.draft_tokens),
+                                     ("accepted_tokens", "Number of accepted tokens.", self.accepted)):
+                full = f"vllm:spec_decode_num_{name}_total"
+                lines += [f"# HELP {full} {doc}", f"# TYPE {full} counter", f"{full}{{{labels}}} {float(value)}"]
+            full = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+            lines += [f"# HELP {full} Accepted tokens per draft position.", f"# TYPE {full} counter"]
+            positions = self.per_position or [0] * int(self.spec["num_spec_tokens"])
+            lines += [f'{full}{{{labels},position="{k}"}} {float(v)}' for k, v in enumerate(positions)]
+        return "\n".join(lines) + "\n"
+
+
+class VllmHandler(LabHandler):
+    server: VllmLabHTTPServer  # type: ignore[assignment]
+
+    @property
+    def vstate(self) -> VllmState:
+        return self.server.vstate
+
+    def _authorized(self, path: str) -> bool:
+        key = self.vstate.args.api_key
+        if not key or not path.startswith(GUARDED_PREFIX):
+            return True
+        parts = (self.headers.get("Authorization") or "").split(" ", 1)
+        return len(parts) == 2 and parts[0].lower() == "bearer" and hmac.compare_digest(parts[1].encode(), key.encode())
+
+    def _route(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        state = self.vstate
+        if not self._authorized(path):
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            return self._send(401, {"error": "Unauthorized"})
+        try:
+            if path == "/health":
+                return self._send(200 if state.ready else 503, None)
+            if path == "/version":
+                return self._send(200, {"version": state.version, "lab": True,
+                                        "lab_note": LAB_NOTE.format(version=state.version)})
+            if path == "/metrics":
+                return self._send(200, state.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
+            if path == "/v1/models":
+                return self._send(200, {"object": "list", "data": [{
+                    "id": state.args.served_model_name, "object": "model", "created": state.created,
+                    "owned_by": "vllm", "root": state.args.model_path, "parent": None, "max_model_len": 2048,
+                    "lab_note": LAB_NOTE.format(version=state.version)}]})
+            if path == "/v1/completions" and method == "POST":
+                return self._completion()
+            return self._send(404, {"detail": "Not Found"})
+        except RequestError as exc:
+            return self._send(400, {"error": {"message": str(exc), "type": "BadRequestError", "param": None,
+                                              "code": 400}})
+        except (BrokenPipeError, ConnectionResetError):
+            return None
+
+    def _completion(self) -> None:
+        state = self.vstate
+        body = self._body()
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        if body.get("model") != state.args.served_model_name:
+            return self._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                              "type": "NotFoundError", "param": "model", "code": 404}})
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise RequestError("the lab serves one non-empty string prompt per request")
+        max_tokens = body.get("max_tokens", 16)
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise RequestError("max_tokens must be a positive integer")
+        stop = body.get("stop") or []
+        opts = {"max_new_tokens": max_tokens, "stop": [stop] if isinstance(stop, str) else list(stop),
+                "stop_token_ids": list(body.get("stop_token_ids") or []),
+                "ignore_eos": bool(body.get("ignore_eos", False))}
+        ids = state.models.tokenizer(prompt)["input_ids"]
+        rid = f"cmpl-{uuid.uuid4().hex}"
+        if body.get("stream"):
+            return self._stream(ids, opts, rid, bool((body.get("stream_options") or {}).get("include_usage")))
+        with state.lock:
+            gen = self._run(ids, opts)
+        text = self._text(gen)
+        return self._send(200, {"id": rid, "object": "text_completion", "created": int(time.time()),
+                                "model": state.args.served_model_name,
+                                "choices": [{"index": 0, "text": text, "logprobs": None,
+                                             "finish_reason": gen.finish_reason["type"], "stop_reason": None}],
+                                "usage": self._usage(gen)})
+
+    def _run(self, ids: list[int], opts: dict[str, Any], on_step: Any = None) -> Generation:
+        state = self.vstate
+        try:
+            gen = state.models.generate(ids, max_new_tokens=opts["max_new_tokens"], stop=opts["stop"],
+                                        stop_token_ids=opts["stop_token_ids"], ignore_eos=opts["ignore_eos"],
+                                        on_step=on_step)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        state.count(gen)  # under the lock: the counters move before the answer is sent, as one request's
+        return gen
+
+    def _text(self, gen: Generation) -> str:
+        text = str(self.vstate.models.tokenizer.decode(gen.output_ids, skip_special_tokens=True))
+        matched = gen.finish_reason.get("matched")
+        return text[: text.index(matched)] if isinstance(matched, str) and matched in text else text
+
+    @staticmethod
+    def _usage(gen: Generation) -> dict[str, int]:
+        return {"prompt_tokens": gen.prompt_tokens, "total_tokens": gen.prompt_tokens + len(gen.output_ids),
+                "completion_tokens": len(gen.output_ids)}
+
+    def _stream(self, ids: list[int], opts: dict[str, Any], rid: str, usage: bool) -> None:  # type: ignore[override]
+        state = self.vstate
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        sent = [0]
+        base = {"id": rid, "object": "text_completion", "created": int(time.time()),
+                "model": state.args.served_model_name}
+
+        def chunk(doc: Any) -> None:
+            self.wfile.write(f"data: {doc if isinstance(doc, str) else json.dumps(doc)}\n\n".encode())
+            self.wfile.flush()
+
+        def on_step(out: list[int]) -> None:
+            text = state.models.tokenizer.decode(out, skip_special_tokens=True)
+            if len(text) > sent[0]:
+                chunk({**base, "choices": [{"index": 0, "text": text[sent[0]:], "logprobs": None,
+                                            "finish_reason": None, "stop_reason": None}]})
+                sent[0] = len(text)
+
+        with state.lock:
+            try:
+                gen = self._run(ids, opts, on_step=on_step)
+            except RequestError as exc:
+                chunk({"error": {"message": str(exc), "type": "BadRequestError", "code": 400}})
+                chunk("[DONE]")
+                return
+        text = self._text(gen)
+        chunk({**base, "choices": [{"index": 0, "text": text[sent[0]:], "logprobs": None,
+                                    "finish_reason": gen.finish_reason["type"], "stop_reason": None}]})
+        if usage:
+            chunk({**base, "choices": [], "usage": self._usage(gen)})
+        chunk("[DONE]")
+
+
+class VllmLabHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, vstate: VllmState) -> None:
+        super().__init__((vstate.args.host, vstate.args.port), VllmHandler)
+        self.vstate = vstate

@@ -1,0 +1,154 @@
+"""The lab standing in for vLLM (``$ORCHESTRATOR_LAB_ENGINE=vllm``): its scenarios, drafts and host vars.
+
+The lab server in vLLM mode (server_vllm.py) loads drafts by the rules of the vLLM tree on its path: the cached
+vllm 0.33.0 tree (build.cached_vllm_tree), which also serves ``read_source`` reads of ``package: vllm``. The
+scenarios reuse the SGLang lab's trained drafts and its fault copies (nothing is retrained, the calibrated build is
+untouched); the one vLLM-only draft is a config-only copy written under ``vllm-drafts/``, outside ``drafts/``.
+
+Where the engines part (lab target: 12 layers; vllm 0.33.0, Model Runner V2; SGLang 0.5.x):
+
+| scenario    | draft ids in config.json                  | trained on | vLLM feeds  | SGLang feeds | planted on vLLM |
+|-------------|-------------------------------------------|------------|-------------|--------------|-----------------|
+| seed-wiring | none                                      | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | wiring          |
+| healthy     | nested [1, 5, 8]                          | [2, 6, 9]  | [2, 6, 9]   | [2, 6, 9]    | none            |
+| off-by-one  | top-level [0, 6, 11] (vLLM's convention)  | [0, 6, 11] | [0, 6, 11]  | [2, 6, 9]    | none (SGLang: wiring) |
+| sglang-ids  | nested [-1, 5, 10] (SGLang's convention)  | [0, 6, 11] | [2, 6, 9]   | [0, 6, 11]   | wiring, layer ids |
+| direct-d2t  | none; d2t stored as target ids            | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | d2t (+ wiring, fixed by the fixed draft) |
+| no-lm-head  | none; lm_head.weight dropped              | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | lm_head missing, wiring |
+
+``no-lm-head`` differs by engine too: SGLang keeps a random head, so nothing the draft learnt shows and its
+wiring fault (a copy of seed-wiring) stays hidden; vLLM 0.33 shares the target's head cut to the draft vocabulary,
+which predicts well enough for the wiring fault underneath to be measured, so both are confirmed there.
+``off-by-one`` and ``sglang-ids`` are the divergent pair: the same trained weights, right for one engine and wrong
+for the other (playbooks/cross-engine.yaml serves one draft on both and names why one accepts more).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import UserInputError
+from orchestrator.lab import build
+from orchestrator.lab.build import BuildProgress, Scenario, seed_wiring
+
+VLLM_VERSION = build.VLLM_VERSIONS[0]
+#: vLLM scenario -> the SGLang lab scenario whose build provides its drafts
+BASE = {"seed-wiring": "seed-wiring", "healthy": "healthy", "off-by-one": "off-by-one", "sglang-ids": "seed-wiring",
+        "direct-d2t": "direct-d2t", "no-lm-head": "no-lm-head"}
+VLLM_SCENARIO_NAMES = tuple(BASE)
+#: drafts written here (config-only copies), keyed by name -> (source draft, the config change)
+VLLM_DRAFTS = ("sglang-ids",)
+
+
+def lab_engine() -> str:
+    """``$ORCHESTRATOR_LAB_ENGINE``: which engine the lab stands in for (sglang, the default, or vllm)."""
+    engine = os.environ.get("ORCHESTRATOR_LAB_ENGINE") or "sglang"
+    if engine not in ("sglang", "vllm"):
+        raise UserInputError(f"ORCHESTRATOR_LAB_ENGINE must be sglang or vllm, got {engine!r}")
+    return engine
+
+
+def check_vllm_scenario(name: str) -> str:
+    if name not in BASE:
+        raise UserInputError(f"unknown vLLM lab scenario {name!r}; choose one of: {', '.join(VLLM_SCENARIO_NAMES)}")
+    return name
+
+
+def spec_config(draft: Path, k: int = 7) -> dict[str, Any]:
+    return {"method": "eagle3", "model": str(draft), "num_speculative_tokens": k}
+
+
+def draft_dir(base: Path, name: str) -> Path:
+    return base / ("vllm-drafts" if name in VLLM_DRAFTS else "drafts") / name
+
+
+def vllm_scenarios(base: Path, num_layers: int) -> dict[str, Scenario]:
+    """The vLLM scenarios (``Scenario.draft`` names the draft; ``draft_dir`` says where it lives)."""
+    capture = {"lab-capture-layers": ",".join(str(i) for i in seed_wiring(num_layers))}
+    seed = draft_dir(base, "seed-wiring")
+
+    def flags(draft: str) -> dict[str, Any]:
+        return {"speculative-config": spec_config(draft_dir(base, draft))}
+
+    fixed_seed = {"speculative-config": spec_config(seed), **capture}
+    return {s.name: s for s in [
+        Scenario("seed-wiring", "draft trained embedding-first, vLLM feeds its default layers", "seed-wiring",
+                 flags("seed-wiring"), fixed_seed, "no ids: vLLM feeds (2, N//2, N-3)", confirms=("wiring",)),
+        Scenario("healthy", "draft trained on the default wiring", "healthy", flags("healthy"), flags("healthy"),
+                 "none"),
+        Scenario("off-by-one", "top-level ids (vLLM's convention): right on vLLM, ignored by SGLang", "off-by-one",
+                 flags("off-by-one"), flags("off-by-one"), "none on vLLM; SGLang feeds its default"),
+        Scenario("sglang-ids", "nested eagle_config ids (SGLang's +1 convention), which vLLM's default runner "
+                 "ignores", "sglang-ids", flags("sglang-ids"), {**flags("sglang-ids"), **capture},
+                 "eagle_config ids [-1, N//2-1, N-2] read by SGLang only", confirms=("wiring", "layer_id_convention")),
+        Scenario("direct-d2t", "d2t stored as target ids instead of offsets", "direct-d2t", flags("direct-d2t"),
+                 fixed_seed, "d2t = target ids", "seed-wiring", confirms=("d2t_mapping",)),
+        Scenario("no-lm-head", "draft_vocab_size declared, lm_head.weight missing", "no-lm-head",
+                 flags("no-lm-head"), fixed_seed, "lm_head.weight dropped (and, as in seed-wiring, no ids)",
+                 "seed-wiring", confirms=("lm_head_missing", "wiring")),
+    ]}
+
+
+def write_vllm_draft(base: Path, name: str, num_layers: int) -> Path:
+    """A config-only copy of a built draft (no training): ``sglang-ids`` = seed-wiring with its trained wiring
+    written as nested eagle_config ids in SGLang's convention (HF index - 1)."""
+    if name != "sglang-ids":
+        raise ValueError(name)
+    src, dst = base / "drafts" / "seed-wiring", draft_dir(base, name)
+    if build.is_complete(dst):
+        return dst
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(".complete", "lab_tokens.pt"))
+    config = json.loads((tmp / "config.json").read_text())
+    eagle = dict(config.get("eagle_config") or {})
+    eagle["eagle_aux_hidden_state_layer_ids"] = [i - 1 for i in seed_wiring(num_layers)]
+    config["eagle_config"] = eagle
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (tmp / "lab_fault.json").write_text(json.dumps({"variant_of": "seed-wiring", "fault": name}) + "\n")
+    (tmp / ".complete").write_text("ok\n")
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+    return dst
+
+
+def vllm_lab_is_built(scenario: str, *, root: Path | None = None) -> bool:
+    base = build.lab_dir(root)
+    name = check_vllm_scenario(scenario)
+    tree = build.cache_dir() / "vllm-src" / VLLM_VERSION / "vllm" / "__init__.py"
+    if not build.lab_is_built(BASE[name], root=base) or not tree.is_file():
+        return False
+    return name not in VLLM_DRAFTS or build.is_complete(draft_dir(base, name))
+
+
+def ensure_vllm_lab(scenario: str, progress: BuildProgress | None = None, *, root: Path | None = None) -> Path:
+    """Build the SGLang lab scenario that provides the drafts, the vLLM-only copies, and the vllm tree."""
+    name = check_vllm_scenario(scenario)
+    paths = build.build_lab(BASE[name], root=root, progress=progress)
+    if BASE[name] != "seed-wiring":
+        build.build_lab("seed-wiring", root=root, progress=progress)  # the fixes' draft
+    if name in VLLM_DRAFTS:
+        write_vllm_draft(paths.root, name, paths.num_layers)
+    build.cached_vllm_tree(VLLM_VERSION)
+    return paths.root
+
+
+def vllm_site() -> Path:
+    """The cached vllm tree's import root (not installed here: the lab server then follows the newest rules)."""
+    return build.cache_dir() / "vllm-src" / VLLM_VERSION
+
+
+def vllm_host_vars(scenario: str, *, root: Path | str | None = None) -> dict[str, Any]:
+    name = check_vllm_scenario(scenario)
+    base = build.lab_dir(root)
+    n = build.num_layers_of(base)
+    sc = vllm_scenarios(base, n)[name]
+    return {"engine": "lab-vllm", "engine_family": "vllm", "scenario": name, "scenario_title": sc.title,
+            "lab_dir": str(base), "target": str(base / "target"), "draft": str(draft_dir(base, sc.draft)),
+            "candidate_flags": dict(sc.candidate), "fixed_flags": dict(sc.fixed), "vllm_site": str(vllm_site()),
+            "vllm_version": VLLM_VERSION, "target_num_layers": n, "server_module": "orchestrator.lab.server_vllm",
+            "prompts_file": str(base / "target" / "prompts.json")}

@@ -1,0 +1,180 @@
+"""How an installed vLLM feeds and loads an EAGLE-3 draft, read from its source (standard library only; vllm is
+never imported). A wiring is a list of HF ``hidden_states`` indices (eagle3_wiring.py).
+
+What differs from SGLang, and between vLLM versions (read in the 0.11.0 and 0.33.0 wheels; paths under ``vllm/``):
+
+- which ids: the model runner asks the DRAFT's config.
+  - 0.11.0 never reads it: v1/worker/gpu_model_runner.py:2644-2646 always calls
+    ``get_eagle3_aux_hidden_state_layers()`` = ``(2, N//2, N-3)`` (model_executor/models/llama.py:575-577).
+  - 0.33.0 has two runners. Model Runner V2, the default where Triton exists (config/vllm.py
+    ``use_v2_model_runner``; ``VLLM_USE_V2_MODEL_RUNNER=0`` picks V1), reads the TOP-LEVEL
+    ``eagle_aux_hidden_state_layer_ids`` as given, then ``eagle_config.layer_ids``
+    (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py ``get_eagle3_aux_layers_from_config``); the V1 runner reads
+    top-level, else the NESTED ``eagle_config.eagle_aux_hidden_state_layer_ids`` as given, with NO +1
+    (v1/worker/gpu_model_runner.py ``_get_eagle3_aux_layers_from_config``). Neither adds 1: SGLang's nested
+    convention (id + 1) read by vLLM's V1 runner feeds every layer one lower.
+- where: 0.11.0 appends ``hidden_states + residual`` at the ENTRY of layer ``idx`` (llama.py:403-404), so id i
+  is HF index i for i in 1..N-1, and id 0 adds a None residual (TypeError at the first forward). 0.33.0 captures at
+  layer boundaries, ``idx + 1`` after layer idx and ``start_layer`` before the first
+  (models/llama.py ``_maybe_add_hidden_state``; interfaces.py ``residual if residual is not None else
+  hidden_states``), so id 0 is the embedding output and id N the last layer's PRE-norm output (HF's index N is
+  after the final norm: not the same state).
+- order: both loop over the layers and test ``idx in aux_hidden_state_layers``, so the states arrive in layer
+  order: ids [11, 6, 0] feed [0, 6, 11]; a repeated id is captured once.
+- a draft without ``lm_head.weight``: 0.33.0 shares the target's lm_head (v1/spec_decode/llm_base_proposer.py
+  ``_maybe_share_lm_head``: ``has_own_lm_head`` false) and the draft's logits processor keeps draft_vocab_size
+  rows; 0.11.0 shares it only when the shapes match (v1/spec_decode/eagle.py:889-898), else keeps the randomly
+  initialised head.
+- fc always runs on the concatenated aux states (llama_eagle3.py ``combine_hidden_states``), whatever the width;
+  d2t is applied as offsets (``compute_logits``: ``arange + draft_id_to_target_id``); t2d is skipped.
+
+Public API: ``find_vllm_root(sys_path=None)``, ``capture_rules(root, runner=None) -> dict``,
+``vllm_wiring(config, n_layers, rules=None) -> list[int] | None``, ``NEWEST`` (the rules of the newest version read,
+for a host without vLLM).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import re
+from typing import Any, Dict, List, Optional
+
+V1_RUNNER = os.path.join("v1", "worker", "gpu_model_runner.py")
+V2_UTILS = os.path.join("v1", "worker", "gpu", "spec_decode", "eagle", "eagle3_utils.py")
+CONFIG = os.path.join("config", "vllm.py")
+INTERFACES = os.path.join("model_executor", "models", "interfaces.py")
+LLAMA = os.path.join("model_executor", "models", "llama.py")
+PROPOSER_33 = os.path.join("v1", "spec_decode", "llm_base_proposer.py")
+PROPOSER_11 = os.path.join("v1", "spec_decode", "eagle.py")
+
+_TOP = re.compile(r'getattr\(\s*hf_config,\s*"eagle_aux_hidden_state_layer_ids"')
+_NESTED = re.compile(r'eagle_config\.get\(\s*"eagle_aux_hidden_state_layer_ids"\s*\)')
+_LAYER_IDS = re.compile(r'drafter_config\.get\(\s*"layer_ids"\s*\)')
+_BOUNDARY = re.compile(r"hidden_states \+ residual if residual is not None else hidden_states")
+_ENTRY = re.compile(r"aux_hidden_states\.append\(hidden_states \+ residual\)")
+
+#: 0.33.0's rules (V2 runner), used when the host has no vLLM to read
+NEWEST: Dict[str, Any] = {"version": "0.33.0 (not installed here: the newest read)", "runner": "v2",
+                          "reads_top_level": True, "reads_nested": False, "reads_layer_ids": True,
+                          "capture": "boundary", "embedding": True, "max_index": None,
+                          "lm_head_missing": "target_head", "evidence": []}
+
+
+def find_vllm_root(sys_path: Optional[List[str]] = None) -> Optional[str]:
+    """The installed ``vllm`` package directory (found without importing it), or None."""
+    try:
+        if sys_path:
+            spec = importlib.machinery.PathFinder.find_spec("vllm", [os.path.expanduser(p) for p in sys_path])
+        else:
+            spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.realpath(list(spec.submodule_search_locations)[0])
+
+
+def _read(root: str, rel: str) -> Optional[str]:
+    try:
+        with open(os.path.join(root, rel), encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _evidence(root: str, rel: str, text: Optional[str], rx: "re.Pattern[str]") -> Optional[Dict[str, Any]]:
+    if text is None:
+        return None
+    match = rx.search(text)
+    if match is None:
+        return None
+    line = text.count("\n", 0, match.start()) + 1
+    return {"file": rel, "line": line, "text": text.splitlines()[line - 1].strip()}
+
+
+def installed_version(root: str) -> Optional[str]:
+    parent = os.path.dirname(root)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return None
+    for name in names:
+        if name.startswith("vllm-") and name.endswith(".dist-info"):
+            return name[len("vllm-"):-len(".dist-info")]
+    return None
+
+
+def capture_rules(root: str, runner: Optional[str] = None) -> Dict[str, Any]:
+    """The rules of the vLLM at ``root`` (see the module doc). ``runner``: "v1" | "v2" | None (this version's
+    default on a GPU host). Every rule carries the source line it was read from in ``evidence``."""
+    evidence: List[Dict[str, Any]] = []
+
+    def note(rel: str, text: Optional[str], rx: "re.Pattern[str]") -> bool:
+        hit = _evidence(root, rel, text, rx)
+        if hit is not None:
+            evidence.append(hit)
+        return hit is not None
+
+    v1_text, v2_text, config = _read(root, V1_RUNNER), _read(root, V2_UTILS), _read(root, CONFIG) or ""
+    has_v2 = v2_text is not None and "def use_v2_model_runner" in config
+    if runner not in (None, "v1", "v2"):
+        raise ValueError("runner must be 'v1', 'v2' or None, got %r" % (runner,))
+    chosen = runner or ("v2" if has_v2 else "v1")
+    if chosen == "v2" and not has_v2:
+        chosen = "v1"  # this version has one runner
+    text, rel = (v2_text, V2_UTILS) if chosen == "v2" else (v1_text, V1_RUNNER)
+    top = note(rel, text, _TOP)
+    nested = note(rel, text, _NESTED)
+    layer_ids = note(rel, text, _LAYER_IDS)
+    interfaces, llama = _read(root, INTERFACES), _read(root, LLAMA)
+    if note(INTERFACES, interfaces, _BOUNDARY):
+        capture, embedding, max_index = "boundary", True, None  # None: up to N (the last layer's pre-norm output)
+    elif note(LLAMA, llama, _ENTRY):
+        capture, embedding, max_index = "entry", False, -1  # -1: N - 1
+    else:
+        capture, embedding, max_index = "unknown", None, None
+    if note(PROPOSER_33, _read(root, PROPOSER_33), re.compile(r"if not self\.model\.has_own_lm_head:")):
+        head = "target_head"
+    elif note(PROPOSER_11, _read(root, PROPOSER_11), re.compile(r"self\.model\.lm_head\.weight\.shape\s*$", re.M)):
+        head = "random"  # shared only when the draft head's shape equals the target's: a declared vocab differs
+    else:
+        head = "unknown"
+    return {"version": installed_version(root), "root": root, "runner": chosen, "runners": ["v1", "v2"] if has_v2
+            else ["v1"], "reads_top_level": top, "reads_nested": nested, "reads_layer_ids": layer_ids,
+            "capture": capture, "embedding": embedding, "max_index": max_index, "lm_head_missing": head,
+            "evidence": evidence}
+
+
+def _ids(value: Any) -> Optional[List[int]]:
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                          for v in value):
+        return list(value)
+    return None
+
+
+def config_ids(config: Dict[str, Any], rules: Optional[Dict[str, Any]] = None) -> Optional[List[int]]:
+    """The ids this vLLM takes from the draft config (None: it uses its default), in the config's order."""
+    rules = rules or NEWEST
+    nested = config.get("eagle_config")
+    eagle: Dict[str, Any] = nested if isinstance(nested, dict) else {}
+    if rules["reads_top_level"] and _ids(config.get("eagle_aux_hidden_state_layer_ids")):
+        return _ids(config.get("eagle_aux_hidden_state_layer_ids"))
+    if rules["reads_nested"] and _ids(eagle.get("eagle_aux_hidden_state_layer_ids")):
+        return _ids(eagle.get("eagle_aux_hidden_state_layer_ids"))
+    if rules["reads_layer_ids"] and _ids(eagle.get("layer_ids")):
+        return _ids(eagle.get("layer_ids"))
+    return None
+
+
+def vllm_wiring(config: Dict[str, Any], n_layers: int, rules: Optional[Dict[str, Any]] = None) -> Optional[List[int]]:
+    """The HF indices this vLLM feeds (layer order, each once), or None when it cannot capture them all (an id
+    outside the layers: fewer states than fc expects; id 0 where capture is at layer entry: TypeError)."""
+    rules = rules or NEWEST
+    ids = config_ids(config, rules)
+    wiring = sorted(set(ids)) if ids is not None else [2, n_layers // 2, n_layers - 3]
+    top = n_layers + (rules["max_index"] or 0)
+    if any(i < 0 or i > top for i in wiring) or (0 in wiring and rules["embedding"] is False):
+        return None
+    return wiring

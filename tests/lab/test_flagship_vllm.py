@@ -1,0 +1,64 @@
+"""The flagship with `engine: vllm`: end to end against every vLLM lab scenario (the lab's server in vLLM mode,
+vLLM's loading rules read from the cached vllm 0.33.0 tree, the installed vLLM's code read by symbol/pattern). It must
+confirm the planted fault and no other, and the report must name the cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.hypotheses.board import HypothesisBoard
+from orchestrator.lab.build import LabPaths
+from orchestrator.lab.inventory import ensure_lab, lab_inventory
+from orchestrator.lab.vllm_lab import VLLM_SCENARIO_NAMES, vllm_scenarios
+from orchestrator.playbook.loader import load_playbook
+from orchestrator.session.reader import read_session
+from orchestrator.session.recording import build_engine, run_with_signals, write_reports
+
+REPO = Path(__file__).resolve().parents[2]
+FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
+FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
+          "lm_head_missing", "architecture", "rope_mismatch"}
+MUST_REFUTE = {
+    "seed-wiring": {"d2t_mapping", "lm_head_missing", "wrong_algorithm", "architecture", "flags_override",
+                    "layer_id_convention"},
+    "healthy": {"wiring", "flags_override", "d2t_mapping", "lm_head_missing", "wrong_algorithm"},
+    # right for vLLM (top-level ids as HF indices), wrong for SGLang: nothing to find on vLLM
+    "off-by-one": {"wiring", "layer_id_convention", "d2t_mapping", "lm_head_missing", "wrong_algorithm"},
+    "sglang-ids": {"d2t_mapping", "lm_head_missing", "wrong_algorithm", "flags_override"},
+    "direct-d2t": {"lm_head_missing", "wrong_algorithm"},
+    "no-lm-head": {"d2t_mapping", "wrong_algorithm"},
+}
+
+
+async def run_flagship(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:
+    ensure_lab(scenario, root=lab.root, engine="vllm")
+    inventory = lab_inventory(scenario, root=lab.root, engine="vllm")
+    playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
+    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=sessions)
+    outcome = await run_with_signals(engine)
+    write_reports(directory)
+    return directory, HypothesisBoard.from_events(read_session(directory).events), outcome.status
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", list(MUST_REFUTE))
+async def test_flagship_on_vllm_names_the_planted_fault(scenario: str, lab: LabPaths, tmp_path: Path) -> None:
+    assert set(MUST_REFUTE) == set(VLLM_SCENARIO_NAMES)
+    directory, board, status = await run_flagship(scenario, lab, tmp_path / "sessions")
+    states = {hid: entry.state for hid, entry in board.entries.items()}
+    must_confirm = set(vllm_scenarios(lab.root, lab.num_layers)[scenario].confirms)
+    confirmed = {hid for hid, state in states.items() if state == "confirmed"}
+    assert confirmed & FAULTS == must_confirm, f"{scenario}: {states}"
+    for hid in MUST_REFUTE[scenario]:
+        assert states[hid] == "refuted", f"{scenario}: {hid} is {states[hid]} ({states})"
+    assert status == "ok"
+    events = read_session(directory).events
+    text = "\n".join(str(e.model_dump()) for e in events)
+    assert "lab-vllm" in text and "vllm.entrypoints" not in text  # the lab's vLLM mode served, not a real vLLM
+    assert "orchestrator.lab.server_vllm" in text and "Initializing a V1 LLM engine (v0.33.0)" in text
+    report = (directory / "report.md").read_text()
+    for hid in must_confirm:
+        assert hid in report
