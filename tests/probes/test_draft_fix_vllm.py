@@ -21,15 +21,6 @@ SEED_WIRING = [0, N // 2, N - 1]  # trained with the embedding output first (the
 NEW, OLD = "0.33.0", "0.11.0"
 
 
-@pytest.fixture(scope="module")
-def trees() -> dict[str, Path]:
-    from orchestrator.lab.build import cached_vllm_tree
-
-    try:
-        return {v: cached_vllm_tree(v) for v in (NEW, OLD)}
-    except Exception as exc:  # noqa: BLE001 - offline machine
-        pytest.skip(f"vllm trees cannot be installed here: {exc}")
-
 
 def fix_args(draft: Path, target: Path, tree: Path, *, method: str = "eagle3", spec_as_text: bool = False,
              **extra: Any) -> dict[str, Any]:
@@ -51,11 +42,11 @@ def specforge(tmp_path: Path) -> tuple[Path, Path]:
     return draft, target
 
 
-def test_embedding_first_wiring_is_served_on_0_33_by_top_level_ids_beside_the_draft(run_probe, trees,
+def test_embedding_first_wiring_is_served_on_0_33_by_top_level_ids_beside_the_draft(run_probe, vllm_trees,
                                                                                      specforge) -> None:
     draft, target = specforge
     before = (draft / "config.json").read_bytes()
-    res = run_probe("draft_fix", fix_args(draft, target, trees[NEW], wiring=mismatch(SEED_WIRING))).result
+    res = run_probe("draft_fix", fix_args(draft, target, vllm_trees[NEW], wiring=mismatch(SEED_WIRING))).result
     assert res["fix_status"] == "fix", res["summary"]
     assert res["engine"]["engine"] == "vllm" and res["engine"]["version"] == NEW
     fixed = Path(res["draft"])
@@ -64,15 +55,15 @@ def test_embedding_first_wiring_is_served_on_0_33_by_top_level_ids_beside_the_dr
     assert config["eagle_aux_hidden_state_layer_ids"] == SEED_WIRING  # vLLM reads them as HF indices, no +1
     # what the real tree's rules make of the corrected config, in both of 0.33's runners
     for runner in ("v2", "v1"):
-        assert vllm_wiring(config, N, capture_rules(str(trees[NEW] / "vllm"), runner)) == SEED_WIRING
+        assert vllm_wiring(config, N, capture_rules(str(vllm_trees[NEW] / "vllm"), runner)) == SEED_WIRING
     assert res["flags"]["speculative-config"]["model"] == str(fixed)
     assert res["flags"]["speculative-config"]["num_speculative_tokens"] == 5 and res["flags"]["max-model-len"] == 2048
     assert "vLLM 0.33.0" in res["summary"] and "eagle_aux_hidden_state_layer_ids None -> [0, 6, 11]" in res["summary"]
 
 
-def test_vllm_0_11_reads_no_ids_so_nothing_config_can_do(run_probe, trees, specforge) -> None:
+def test_vllm_0_11_reads_no_ids_so_nothing_config_can_do(run_probe, vllm_trees, specforge) -> None:
     draft, target = specforge
-    res = run_probe("draft_fix", fix_args(draft, target, trees[OLD], wiring=mismatch([1, 5, 9]))).result
+    res = run_probe("draft_fix", fix_args(draft, target, vllm_trees[OLD], wiring=mismatch([1, 5, 9]))).result
     assert res["fix_status"] == "blocked" and res["draft"] is None
     [blocker] = res["blockers"]
     assert "reads no layer ids from the draft config" in blocker["why"] and "0.11.0" in blocker["why"]
@@ -80,13 +71,13 @@ def test_vllm_0_11_reads_no_ids_so_nothing_config_can_do(run_probe, trees, specf
     assert not Path(str(draft) + ".orchestrator-fix").exists()
 
 
-def test_the_final_normed_state_is_never_servable(run_probe, trees, specforge) -> None:
+def test_the_final_normed_state_is_never_servable(run_probe, vllm_trees, specforge) -> None:
     draft, target = specforge
-    res = run_probe("draft_fix", fix_args(draft, target, trees[NEW], wiring=mismatch([2, N // 2, N]))).result
+    res = run_probe("draft_fix", fix_args(draft, target, vllm_trees[NEW], wiring=mismatch([2, N // 2, N]))).result
     assert res["fix_status"] == "blocked" and "after the final norm" in res["blockers"][0]["why"]
 
 
-def test_sglang_ids_on_a_speculators_draft_get_vllms_own_reading(run_probe, trees, tmp_path: Path) -> None:
+def test_sglang_ids_on_a_speculators_draft_get_vllms_own_reading(run_probe, vllm_trees, tmp_path: Path) -> None:
     """The cross-engine pair: nested ids in SGLang's +1 convention mean nothing to vLLM 0.33's default runner; the fix
     states the trained wiring at the top level and leaves the nested ids SGLang reads as they were."""
     draft, target = tmp_path / "spec", tmp_path / "target"
@@ -95,7 +86,7 @@ def test_sglang_ids_on_a_speculators_draft_get_vllms_own_reading(run_probe, tree
     config = json.loads((draft / "config.json").read_text())
     config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [-1, 5, 10]}
     (draft / "config.json").write_text(json.dumps(config))
-    res = run_probe("draft_fix", fix_args(draft, target, trees[NEW], spec_as_text=True,
+    res = run_probe("draft_fix", fix_args(draft, target, vllm_trees[NEW], spec_as_text=True,
                                           wiring=mismatch(SEED_WIRING))).result
     fixed = json.loads((Path(res["draft"]) / "config.json").read_text())
     assert fixed["eagle_aux_hidden_state_layer_ids"] == SEED_WIRING
@@ -103,22 +94,22 @@ def test_sglang_ids_on_a_speculators_draft_get_vllms_own_reading(run_probe, tree
     assert isinstance(res["flags"]["speculative-config"], dict)  # given as JSON text, returned as the object
 
 
-def test_eagle_method_with_an_eagle3_draft_and_blockers(run_probe, trees, specforge) -> None:
+def test_eagle_method_with_an_eagle3_draft_and_blockers(run_probe, vllm_trees, specforge) -> None:
     draft, target = specforge
     findings = [{"id": "lm_head", "severity": "error", "message": "draft_vocab_size 64 but no lm_head.weight"}]
-    res = run_probe("draft_fix", fix_args(draft, target, trees[NEW], method="eagle", findings=findings,
+    res = run_probe("draft_fix", fix_args(draft, target, vllm_trees[NEW], method="eagle", findings=findings,
                                           wiring={"decision": "fine", "best": [2, 6, 9], "served": [2, 6, 9]})).result
     assert res["fix_status"] == "partial"
     assert res["flags"]["speculative-config"]["method"] == "eagle3" and res["draft"] is None
     assert res["blockers"][0]["what"] == "lm_head" and "shares the target's head" in res["blockers"][0]["why"]
 
 
-def test_nothing_to_fix_and_a_bad_config_flag(run_probe, trees, specforge) -> None:
+def test_nothing_to_fix_and_a_bad_config_flag(run_probe, vllm_trees, specforge) -> None:
     draft, target = specforge
     fine = {"decision": "fine", "best": [2, 6, 9], "served": [2, 6, 9]}
-    res = run_probe("draft_fix", fix_args(draft, target, trees[NEW], wiring=fine)).result
+    res = run_probe("draft_fix", fix_args(draft, target, vllm_trees[NEW], wiring=fine)).result
     assert res["fix_status"] == "nothing_to_fix"
-    args = fix_args(draft, target, trees[NEW], wiring=fine)
+    args = fix_args(draft, target, vllm_trees[NEW], wiring=fine)
     args["candidate_flags"]["speculative-config"] = "{not json"
     run = run_probe("draft_fix", args)
     assert not run.outcome.ok and run.outcome.error is not None and run.outcome.error.kind == "bad_args"
