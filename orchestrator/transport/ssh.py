@@ -43,6 +43,7 @@ from orchestrator.transport.base import (
     term_kill_script,
     to_shell,
 )
+from orchestrator.transport.disk_space import explain_copy_failure
 from orchestrator.transport.known_hosts import (
     connect_kwargs,
     load_known_hosts,
@@ -476,6 +477,9 @@ class SshTransport(Transport):
         except (asyncssh.SFTPError, asyncssh.ChannelOpenError, OSError) as exc:
             if self._lost is not None:
                 raise self._unreachable("copying a file", exc) from None
-            raise TransportError(f"{self.host}: cannot copy {local} to {remote_path}: {exc}") from None
+            # SFTP v3 says only "Failure" for a full disk: ask the host what ran out
+            why = await explain_copy_failure(self, remote, size=local.stat().st_size) \
+                if isinstance(exc, asyncssh.SFTPError) else None
+            raise TransportError(f"{self.host}: cannot copy {local} to {remote_path}: {why or exc}") from None
         except asyncssh.Error as exc:
             raise self._unreachable("copying a file", exc) from None
