@@ -13,8 +13,8 @@ Root only (namespaces need CAP_NET_ADMIN): elsewhere these skip with the reason,
 from __future__ import annotations
 
 import asyncio
+import random
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,15 +31,9 @@ from tcp_delay_proxy import start_proxy  # noqa: E402
 
 from orchestrator.engine.runner import Engine, EngineOptions  # noqa: E402
 from orchestrator.engine.sinks import ListSink  # noqa: E402
-from orchestrator.events import Event  # noqa: E402
-from orchestrator.inventory import Inventory  # noqa: E402
 from orchestrator.playbook.loader import load_playbook_text  # noqa: E402
 from tests import realparts  # noqa: E402
-from tests.ssh.conftest import pgrep, wait_until  # noqa: E402
-
-KEEPALIVE = 1.0  # the inventory's keepalive_interval for these hosts (the product's default is 15 s)
-KEEPALIVE_BOUND = 4 * KEEPALIVE  # asyncssh drops the connection at the 4th silent interval (keepalive_count_max 3)
-SLACK = 8.0  # a loaded 2-core machine: event loop and sshd scheduling
+from tests.reliability.link_cut import cut_mid_step, inventory  # noqa: E402
 
 
 @pytest.fixture
@@ -62,90 +56,14 @@ def namespaced_hosts(tmp_path: Path) -> Iterator[Any]:
             host.close()
 
 
-def inventory(hosts: dict[str, tuple[NamespacedHost, str, int]], host_vars: dict[str, dict[str, Any]] | None = None,
-              **extra: Any) -> Inventory:
-    """Hosts by name: (namespaced host, address to dial, port to dial) — the sshd itself or a proxy in front."""
-    entries = {}
-    for name, (host, address, port) in hosts.items():
-        assert host.sshd is not None
-        spec = host.sshd.host_spec(name, address=address, port=port, keepalive_interval=KEEPALIVE, **extra)
-        spec.pop("name")
-        spec["vars"] = (host_vars or {}).get(name, {})
-        entries[name] = spec
-    return Inventory.model_validate({"hosts": entries, "groups": {"gpus": {"hosts": list(hosts)}}})
-
-
-class TimedSink(ListSink):
-    """Events with the monotonic time they arrived."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.arrived: list[tuple[float, Event]] = []
-
-    def handle(self, event: Event) -> None:
-        super().handle(event)
-        self.arrived.append((time.monotonic(), event))
-
-
-def _mark() -> str:
-    return f"{300 + uuid.uuid4().int % 10**6 / 10**6:.6f}"  # a sleep argument no other process has
-
-
 async def test_link_cut_mid_step_is_unreachable_within_keepalive_others_go_on_no_orphans(namespaced_hosts: Any) -> None:
     cut, steady = namespaced_hosts(2)
-    mark, short = _mark(), f"2.{uuid.uuid4().int % 10**6:06d}"
-    inv = inventory({"cut": (cut, cut.address, cut.sshd.port), "steady": (steady, steady.address, steady.sshd.port)},
-                    {"cut": {"nap": mark}, "steady": {"nap": short}})
-    sink = TimedSink()
-    engine = Engine(load_playbook_text(
-        "name: link cut\nhosts: gpus\nvars: {nap: 1}  # each host sets its own\nsteps:\n  - name: before\n    shell: echo before\n"
-        "  - name: long\n    shell: 'echo started; sleep {{ nap }}'\n"
-        "  - name: after\n    shell: 'echo after from $(hostname -I)'\n"), inventory=inv, sinks=[sink],
-        options=EngineOptions(session_id=f"cut-{uuid.uuid4().hex[:8]}"))
-    run = asyncio.ensure_future(engine.run())
-    try:
-        assert await asyncio.to_thread(wait_until, lambda: bool(pgrep(mark)) and bool(pgrep(short)), 30), \
-            "the long step did not start on both hosts"
-        cut_at = time.monotonic()
-        cut.cut()
-        outcome = await asyncio.wait_for(run, KEEPALIVE_BOUND + SLACK + 30)
-    finally:
-        if not run.done():
-            run.cancel()
-        alive_during_cut = bool(pgrep(mark))  # nothing can tell the host while the link is down
-        cut.restore()
-        restored_at = time.monotonic()
-
-    before, long, after = sink.of_type("step_finished")
-    assert before.status == "ok"
-    by_host = {o.host: o for o in long.results}
-    assert by_host["cut"].status == "unreachable", by_host["cut"]
-    assert "connection lost" in (by_host["cut"].error or "") and "keepalive" in (by_host["cut"].error or "")
-    assert by_host["steady"].status == "ok" and by_host["steady"].result["stdout"] == "started\n"
-    # the cut host's result came within the keepalive bound of the cut (its step started before the cut)
-    [(started_at, _)] = [(t, e) for t, e in sink.arrived if e.type == "step_started" and e.step_id == long.step_id]
-    detected = started_at + by_host["cut"].duration - cut_at
-    assert 0 < detected <= KEEPALIVE_BOUND + SLACK, detected
-    # the steady host went on while the link was still down; the cut one was not tried again
-    assert [o.host for o in after.results] == ["steady"] and after.status == "ok"
-    assert steady.address in after.results[0].result["stdout"]
-    assert outcome.status == "ok"  # as for a host down at the start: the reachable hosts finished the run
-    print(f"cut host unreachable {detected:.2f}s after the cut (bound {KEEPALIVE_BOUND:g}s)")
-
-    # Link back: sshd on the cut host gets the connection's end (the client's FIN, retransmitted), the guardian
-    # kills the step's process group. TCP backs off its retransmissions, so this may take a while.
-    gone = await asyncio.to_thread(wait_until, lambda: not pgrep(mark), 120, 0.2)
-    assert gone, f"left on the cut host after the link came back: {pgrep(mark)}"
-    assert await asyncio.to_thread(wait_until, lambda: not cut.sshd.descendants(), 30, 0.2), \
-        f"sshd sessions left on the cut host: {cut.sshd.descendants()}"
-    assert not pgrep(short)
-    print(f"the step's processes on the cut host: {'alive' if alive_during_cut else 'gone'} while the link was down, "
-          f"gone {time.monotonic() - restored_at:.1f}s after it came back")
-
-    # and the host is usable again
-    again = Engine(load_playbook_text("name: again\nhosts: cut\nsteps:\n  - shell: echo back\n"),
-                   inventory=inv, sinks=[ListSink()], options=EngineOptions(session_id=f"again-{uuid.uuid4().hex[:8]}"))
-    assert (await again.run()).status == "ok"
+    trial = await cut_mid_step(cut, steady, keepalive=1.0, rng=random.Random(19))
+    assert trial.held, trial.problems
+    assert trial.detected is not None and trial.cleaned is not None
+    print(f"cut host unreachable {trial.detected:.2f}s after the cut (bound {trial.bound:g}s); the step's process "
+          f"{'alive' if trial.alive_during_cut else 'gone'} while the link was down, gone {trial.cleaned:.1f}s "
+          "after it came back")
 
 
 async def test_playbook_through_30ms_rtt_and_one_percent_loss(namespaced_hosts: Any) -> None:
