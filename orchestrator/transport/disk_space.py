@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import posixpath
 import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import TransportError
@@ -39,12 +40,14 @@ def describe_full_disk(df_blocks: str, df_inodes: str, *, needed: int, name: str
             f"{name} needs {max(1, -(-needed // 1024))} KiB")
 
 
-async def explain_copy_failure(transport: Transport, remote_path: str, *, size: int) -> str | None:
-    """Remove what the failed copy left at ``remote_path`` and say whether a full disk is why (None: not that,
-    or the host could not be asked)."""
+async def explain_copy_failure(transport: Transport, remote_path: str, *, size: int,
+                               also_remove: Sequence[str] = ()) -> str | None:
+    """Remove what the failed copies left (``remote_path`` and ``also_remove``) and say whether a full disk is why
+    (None: not that, or the host could not be asked)."""
     directory = posixpath.dirname(remote_path) or "."
-    target, where = shlex.quote(remote_path), shlex.quote(directory)
-    script = f"rm -f -- {target}; df -Pk -- {where} | tail -n 1; df -Pi -- {where} | tail -n 1"
+    targets = " ".join(shlex.quote(path) for path in dict.fromkeys([remote_path, *also_remove]))
+    where = shlex.quote(directory)
+    script = f"rm -f -- {targets}; df -Pk -- {where} | tail -n 1; df -Pi -- {where} | tail -n 1"
     try:
         result = await transport.run(script, timeout=30)
     except (TransportError, OSError, asyncio.TimeoutError):
