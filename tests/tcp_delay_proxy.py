@@ -116,6 +116,13 @@ async def _main(maps: list[tuple[str, tuple[str, int]]], shaping: Shaping) -> No
     print("ready", flush=True)
     # Stop when the parent closes our stdin (or dies): no proxy outlives its test.
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    for server in servers:
+        server.close()
+    # connections still open (a client that has not closed yet): end them here, not as pending tasks at exit
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
     print(f"chunks {shaping.chunks} stalled {shaping.stalls}", file=sys.stderr, flush=True)
 
 
