@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,8 @@ from orchestrator.engine.runner import Engine, EngineOptions  # noqa: E402
 from orchestrator.engine.sinks import ListSink  # noqa: E402
 from orchestrator.playbook.loader import load_playbook_text  # noqa: E402
 from tests import realparts  # noqa: E402
-from tests.reliability.link_cut import cut_mid_step, inventory  # noqa: E402
+from tests.reliability.link_cut import SLACK, cut_mid_step, inventory, keepalive_bound  # noqa: E402
+from tests.ssh.conftest import wait_until  # noqa: E402
 
 
 @pytest.fixture
@@ -92,3 +94,56 @@ async def test_playbook_through_30ms_rtt_and_one_percent_loss(namespaced_hosts: 
     # every step paid at least one round trip: the proxy really is in the way
     assert min(f.duration for f in finished[1:10]) >= 0.030, [f.duration for f in finished]
     assert summary.startswith("chunks "), summary
+
+
+async def test_link_cut_during_a_push_is_unreachable_and_the_host_recovers(namespaced_hosts: Any) -> None:
+    """The probe tree is being copied (one SFTP session, many files in flight) when the link behind a 100 ms RTT
+    proxy dies: the step is `unreachable` ("connection lost copying a file"), not a copy failure, within the
+    keepalive bound; once the link is back no sshd session is left, and the next session pushes and runs the probe."""
+    [host] = namespaced_hosts(1)
+    assert host.sshd is not None
+    sshd = host.sshd
+    proxy = start_proxy([(host.near_address, host.address, sshd.port)], rtt_ms=100, loss=0)
+    try:
+        address, port = proxy.endpoints[0]
+        sshd.trust(address, port)
+        inv = inventory({"far": (host, address, port)}, keepalive_interval=1.0)
+        session = f"push-{uuid.uuid4().hex[:8]}"
+        files = sshd.directory / "state" / "sessions" / session / "files"
+        sink = ListSink()
+        engine = Engine(load_playbook_text("name: push cut\nhosts: gpus\nsteps:\n  - name: env\n    probe: env_info\n"),
+                        inventory=inv, sinks=[sink], options=EngineOptions(session_id=session))
+        run = asyncio.ensure_future(engine.run())
+        try:
+            pushing = await asyncio.to_thread(wait_until, lambda: any(files.glob("remote_probes-*/*")), 60, 0.005)
+            assert pushing, "the push did not start"
+            cut_at = time.monotonic()
+            await asyncio.to_thread(host.cut)
+            await asyncio.wait_for(asyncio.shield(run), keepalive_bound(1.0) + SLACK + 30)
+            ended = time.monotonic() - cut_at
+        finally:
+            if not run.done():
+                run.cancel()
+            await asyncio.to_thread(host.restore)
+        [env] = sink.of_type("step_finished")
+        outcome = env.results[0]
+        assert outcome.status == "unreachable" and "connection lost copying a file" in (outcome.error or ""), outcome
+        assert ended <= keepalive_bound(1.0) + SLACK, ended
+        assert await asyncio.to_thread(wait_until, lambda: not sshd.descendants(), 60, 0.2), \
+            f"sshd sessions left after the link came back: {sshd.descendants()}"
+        again = Engine(load_playbook_text("name: again\nhosts: gpus\nsteps:\n  - probe: env_info\n"), inventory=inv,
+                       sinks=[ListSink()], options=EngineOptions(session_id=f"again-{uuid.uuid4().hex[:8]}"))
+        assert (await again.run()).status == "ok"
+    finally:
+        proxy.stop()
+
+
+def test_the_proxy_loss_model_stalls_chunks_as_often_as_their_packets_would_lose_one() -> None:
+    from tcp_delay_proxy import RTO, Shaping
+
+    for size, expected in ((100, 0.01), (1448 * 10, 1 - 0.99**10), (65536, 1 - 0.99**46)):
+        shaping = Shaping(rtt=0.030, loss=0.01, rng=random.Random(size))
+        delays = [shaping.delivery_delay(size) for _ in range(20_000)]
+        assert set(delays) == {0.015, 0.015 + RTO}
+        assert abs(shaping.stalls / shaping.chunks - expected) < 0.2 * expected + 0.002, (size, shaping.stalls)
+    assert {Shaping(rtt=0.030, loss=0.0).delivery_delay(65536) for _ in range(100)} == {0.015}
