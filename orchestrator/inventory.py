@@ -185,7 +185,7 @@ class HostSpec(BaseModel):
     known_hosts: str | None = None  # default ~/.ssh/known_hosts (or the ssh_config's UserKnownHostsFile)
     ssh_config: str | None = None  # OpenSSH client config to read; default ~/.ssh/config
     connect_timeout: float = 15.0
-    keepalive_interval: float = 15.0
+    keepalive_interval: float = 15.0  # a silent link is given up after 4 intervals (keepalive_count_max 3): 60 s
     max_channels: int = Field(default=8, ge=1, le=64)
     agent: bool = True  # probe calls through the per-session remote agent; false: one Python start per call
     env: dict[str, str] = {}  # exported for every command on this host (e.g. PYTHONPATH for the lab)
