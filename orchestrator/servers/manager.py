@@ -293,6 +293,9 @@ class ServerManager:
         record.status = "stopped"
         try:
             record.log_tail = await record.transport.read_file_tail(record.handle.log_path, lines=LOG_TAIL_LINES)
+            for rank in record.ranks[1:]:  # the session keeps each worker's last lines (its workdir goes at the end)
+                if rank.handle is not None:
+                    rank.log_tail = await rank.transport.read_file_tail(rank.handle.log_path, lines=LOG_TAIL_LINES)
             port = await record.client.call("port", {"host": record.spec.bind, "port": record.spec.port, "wait": 5})
         except HostUnreachable as exc:
             if not gone:
