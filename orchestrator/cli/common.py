@@ -97,6 +97,9 @@ def inventory_var_names(inv: object, extra: dict[str, Any]) -> set[str]:
         names.update(group.vars)
     for spec in getattr(inv, "hosts", {}).values():
         names.update(spec.vars)
+    for entry in getattr(inv, "slurm", {}).values():  # its nodes' vars, once the session is granted them
+        names.update(entry.vars)
+        names.update(("slurm_job", "slurm_node", "slurm_node_index", "slurm_nodes", "slurm_node_addr"))
     return names
 
 

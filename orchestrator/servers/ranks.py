@@ -41,7 +41,9 @@ class RankProcess:
         h = self.handle
         return {"rank": self.rank, "host": self.host, "pid": h.pid if h else None, "pgid": h.pgid if h else None,
                 "log_path": h.log_path if h else None, "command": self.argv, "exit_code": self.exit_code,
-                "log_tail": self.log_tail}
+                "log_tail": self.log_tail,
+                # on Slurm: the node and the job step the rank runs as (what `scancel JOB.STEP` would end)
+                **{k: h.meta[k] for k in ("slurm_job", "slurm_node", "slurm_step_name") if h and k in h.meta}}
 
 
 def process_name(server: str, rank: int) -> str:

@@ -24,7 +24,9 @@ from orchestrator.slurm.allocation import (
 if TYPE_CHECKING:
     from orchestrator.engine.runner import Engine
 
-FINISHED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY")
+# COMPLETING: the job is over and its steps are being ended (what squeue shows right after a scancel)
+FINISHED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY",
+            "COMPLETING")
 
 
 def targeted_entries(engine: Engine) -> list[str]:
