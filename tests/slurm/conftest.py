@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 from slurm_cluster import SlurmCluster, slurm_missing_reason, start_cluster  # noqa: E402
+from sshd_fixture import sshd_server  # noqa: E402,F401 - the loopback sshd for via: ssh
 
 from tests import realparts  # noqa: E402
 
@@ -24,8 +26,11 @@ NODES = 4
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # One worker runs every Slurm test: one cluster, and no two tests' allocations competing for its 4 nodes.
+    # A Slurm test that also uses the lab stays in this group only (tests/conftest.py groups lab tests as "lab";
+    # both marks would make a third group, "lab_slurm", free to run beside this one). The lab build is locked.
     for item in items:
         if "tests/slurm/" in str(item.fspath).replace("\\", "/"):
+            item.own_markers[:] = [m for m in item.own_markers if m.name != "xdist_group"]
             item.add_marker(pytest.mark.slurm)
             item.add_marker(pytest.mark.xdist_group("slurm"))
 
@@ -63,3 +68,21 @@ def cluster(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     for line in left:
         slurm_cluster.run("scancel", line.split()[0])
     raise AssertionError(f"the test left Slurm jobs behind: {left}")
+
+
+@pytest.fixture
+def marker() -> str:
+    """Put in every node process's environment (the entry's env), so the process table can be searched for them."""
+    return f"orch-slurm-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def lab_root() -> Path:
+    """The lab (its healthy scenario) for servers on the cluster's nodes: cached, shared with tests/lab."""
+    realparts.importorskip("torch")
+    realparts.importorskip("transformers")
+    from orchestrator.lab.build import build_lab, cache_dir
+
+    root = cache_dir() / "lab-test"
+    build_lab("healthy", root=root)
+    return root

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -16,39 +15,10 @@ from slurm_cluster import SlurmCluster
 
 from tests.core.conftest import subprocess_env
 from tests.servers.conftest import listening, processes_with
+from tests.slurm.lab_nodes import lab_slurm_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.lab, pytest.mark.torch]
-
-
-@pytest.fixture
-def marker() -> str:
-    """In every rank's environment (the entry's env), so the process table can be searched for them."""
-    return f"orch-slurm-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture(scope="module")
-def lab_root() -> Path:
-    from tests import realparts
-
-    realparts.importorskip("torch")
-    from orchestrator.lab.build import build_lab, cache_dir
-
-    root = cache_dir() / "lab-test"
-    build_lab("healthy", root=root)  # cached after the first build (tests/lab shares it)
-    return root
-
-
-def lab_slurm_inventory(tmp_path: Path, cluster: SlurmCluster, root: Path, marker: str, **extra: object) -> Path:
-    """The lab's host vars and python on the nodes of a new 2-node allocation; the playbook targets its first."""
-    from orchestrator.lab.inventory import lab_env, lab_host_vars
-
-    entry = {"partition": cluster.partition, "nodes": 2, "time": "20", "state_dir": str(tmp_path / "state"),
-             "python": sys.executable, "env": {**lab_env(root, "sglang"), "MARK": marker},
-             "vars": {**lab_host_vars("healthy", root=root, engine="sglang"), "server_nodes": 2, **extra}}
-    path = tmp_path / "inv.yaml"
-    path.write_text(json.dumps({"slurm": {"cluster": entry}, "default_hosts": "cluster[0]"}))
-    return path
 
 
 def events(tmp_path: Path) -> list[dict]:
