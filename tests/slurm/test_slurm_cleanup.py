@@ -122,8 +122,12 @@ def test_kept_servers_in_an_existing_job_are_stopped_and_the_job_is_not(
         assert sorted((r["host"], r["name"], r["action"]) for r in rows) == [
             ("n1", "server-big", "kept (keep: true)"), ("n2", "server-big-rank1", "kept (keep: true)")], rows
         rows = cleanup_rows(tmp_path, "--all")
-        assert sorted((r["host"], r["name"], r["action"]) for r in rows) == [
-            ("n1", "server-big", "stopped"), ("n2", "server-big-rank1", "stopped")], rows
+        found = {(r["host"], r["name"]): r["action"] for r in rows}
+        assert found[("n1", "server-big")] == "stopped", rows
+        # nodes are cleaned in order: rank 0 stopped on n1 takes its worker down (as a broken NCCL group would),
+        # so on n2 the worker is stopped or already gone (then only its pidfile is left to remove)
+        assert found[("n2", "server-big-rank1")] in ("stopped", "removed stale pidfile"), rows
+        assert len(found) == 2, rows
         assert next(r for r in rows if r["host"] == "n1")["port_free"] is True
         assert not wait_gone(marker), "a rank survived the cleanup"
         steps = cluster.run("squeue", "-h", "-s", "-j", job, "-o", "%j").stdout.split()
