@@ -152,8 +152,8 @@ class ServerAction(Action[ServerStepArgs]):
             raise StepFailed(f"nodes: {args.nodes} needs the session's other hosts (run it from a playbook)")
         workers = []
         for host in rank_hosts(args.nodes, ctx)[1:]:
-            _spec, transport = await ctx.peer(host)
-            workers.append(RankHost(host, transport))
+            host_spec, transport = await ctx.peer(host)
+            workers.append(RankHost(host, transport, python=args.python or host_spec.python))
         return workers
 
     async def run(self, args: ServerStepArgs, ctx: ActionContext) -> dict[str, Any]:

@@ -23,7 +23,14 @@ from orchestrator.servers.base import EngineAdapter, LaunchSpec
 from orchestrator.servers.client import ServerClient
 from orchestrator.servers.flags import flag_key, requested_vs_effective
 from orchestrator.servers.preflight import Preflight, run_preflight
-from orchestrator.servers.ranks import RankHost, RankProcess, process_name, stop_ranks, worker_states
+from orchestrator.servers.ranks import (
+    RankHost,
+    RankProcess,
+    first_dead_worker,
+    process_name,
+    stop_ranks,
+    worker_states,
+)
 from orchestrator.servers.startlog import StartFailure, analyse_start_failure
 from orchestrator.transport.base import ProcessHandle, Transport
 
@@ -151,7 +158,8 @@ class ServerManager:
             dist_init_addr = f"[{dist_host}]:{dist_port}" if ":" in dist_host else f"{dist_host}:{dist_port}"
             hosts = [RankHost(host, transport), *record.workers]
             record.ranks = [RankProcess(rank=i, host=h.host, transport=h.transport,
-                                        argv=adapter.rank_argv(spec, nnodes=len(hosts), rank=i,
+                                        argv=adapter.rank_argv(replace(spec, python=h.python or spec.python),
+                                                               nnodes=len(hosts), rank=i,
                                                                dist_init_addr=dist_init_addr))
                             for i, h in enumerate(hosts)]
             record.argv = record.ranks[0].argv
@@ -175,11 +183,7 @@ class ServerManager:
         timeout = ready_timeout if ready_timeout is not None else adapter.default_ready_timeout
         started = time.monotonic()
         try:
-            wait = await client.call(
-                "wait", {"url": record.url, "log": record.handle.log_path, "pgid": record.handle.pgid,
-                         "timeout": timeout},
-                on_log=on_log, timeout=timeout + 60,
-            )
+            wait = await self._wait_ready(record, timeout, on_log)
         except BaseException:
             # Cancelled (Ctrl-C, a step timeout) or the client broke: a half-started server must not linger.
             await asyncio.shield(self._abort(record, "start-up interrupted"))
@@ -191,6 +195,41 @@ class ServerManager:
         record.status = "ready"
         self._event("server_ready", record, detail=f"ready in {record.ready_s:.1f}s at {record.url}")
         return record
+
+    async def _wait_ready(self, record: ServerRecord, timeout: float,
+                          on_log: Callable[[str], None] | None) -> dict[str, Any]:
+        """Rank 0's readiness wait; for a multi-node server, also watch the workers: one that exits ends the wait
+        at once (``reason: worker_exited``) instead of rank 0 waiting for it until the timeout."""
+        assert record.handle is not None
+        wait = record.client.call(
+            "wait", {"url": record.url, "log": record.handle.log_path, "pgid": record.handle.pgid,
+                     "timeout": timeout},
+            on_log=on_log, timeout=timeout + 60,
+        )
+        if not record.ranks:
+            return await wait
+        waiting = asyncio.ensure_future(wait)
+        watching = asyncio.ensure_future(first_dead_worker(record.ranks))
+        try:
+            await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiting, watching):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(waiting, watching, return_exceptions=True)
+        if waiting.done() and not waiting.cancelled() and waiting.exception() is None:
+            return waiting.result()
+        if watching.cancelled() or watching.exception() is not None:
+            return waiting.result()  # raises the wait's own error
+        dead = watching.result()
+        assert dead.handle is not None
+        # confirmed by its exit status (an unreachable host raises here: its allocation ended, say that instead)
+        for _ in range(20):  # the setsid wrapper writes the exit status just after the group dies
+            dead.exit_code = await dead.transport.exit_status(dead.handle)
+            if dead.exit_code is not None:
+                break
+            await asyncio.sleep(0.1)
+        return {"ready": False, "reason": "worker_exited", "rank": dead.rank}
 
     async def _spawn_workers(self, record: ServerRecord, meta: dict[str, Any]) -> None:
         """Ranks 1.. in parallel (each joins rank 0, which is already listening or retried by the engine)."""
@@ -232,6 +271,9 @@ class ServerManager:
                     break
                 await asyncio.sleep(0.1)
             why = f"exited with code {record.exit_code} during start-up"
+        elif wait.get("reason") == "worker_exited":
+            dead = record.ranks[int(wait["rank"])]
+            why = f"lost rank {dead.rank} on {dead.host} during start-up: it exited with code {dead.exit_code}"
         else:
             why = f"did not become ready within {timeout:g}s (/health: {wait.get('health') or 'no answer'})"
         workers_said = ""
@@ -241,8 +283,14 @@ class ServerManager:
         await self._kill_all(record, grace=min(record.grace or record.adapter.stop_grace, 5.0))
         log_text = await transport.read_file_tail(record.handle.log_path, lines=FAILURE_LOG_LINES)
         record.log_tail = "\n".join(log_text.rstrip().splitlines()[-LOG_TAIL_LINES:])
+        reason, exit_code = str(wait.get("reason") or "timeout"), record.exit_code
+        if reason == "worker_exited":  # the cause is in the worker's log, not in rank 0's (still waiting for it)
+            dead = record.ranks[int(wait["rank"])]
+            assert dead.handle is not None
+            log_text = await dead.transport.read_file_tail(dead.handle.log_path, lines=FAILURE_LOG_LINES)
+            reason, exit_code = "exited", dead.exit_code
         failure = record.failure = analyse_start_failure(
-            log_text, reason=str(wait.get("reason") or "timeout"), exit_code=record.exit_code, timeout=timeout,
+            log_text, reason=reason, exit_code=exit_code, timeout=timeout,
             draft_path=_draft_path(record.spec.flags))
         record.status = "failed"
         self._event("server_failed", record, detail=f"{why}; {failure.label}: {failure.summary}")

@@ -22,6 +22,7 @@ class RankHost:
 
     host: str
     transport: Transport
+    python: str | None = None  # that host's python, when it is not rank 0's (nodes need not be alike)
 
 
 @dataclass
@@ -68,6 +69,16 @@ async def stop_ranks(ranks: list[RankProcess], grace: float) -> list[RankProcess
 
     await asyncio.gather(*(one(r) for r in ranks))
     return [r for r in ranks if not r.gone]
+
+
+async def first_dead_worker(ranks: list[RankProcess], interval: float = 1.0) -> RankProcess:
+    """Poll the workers (ranks 1..) until one is no longer running; return it. Runs beside rank 0's readiness wait:
+    a real engine's rank 0 would wait for a dead worker until its rendezvous timeout (minutes)."""
+    while True:
+        for rank in ranks[1:]:
+            if rank.handle is not None and not await rank.transport.is_running(rank.handle):
+                return rank
+        await asyncio.sleep(interval)
 
 
 async def worker_states(ranks: list[RankProcess], lines: int) -> str:

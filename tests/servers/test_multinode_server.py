@@ -92,3 +92,31 @@ steps:
     assert "Ray" in errors["s3"]
     assert not ran.of_type("server_started")  # nothing was started by any of them
     assert not processes_with(marker)
+
+
+def test_a_worker_that_cannot_start_fails_the_server_saying_how(tmp_path: Path, lab_models: dict[str, str],
+                                                                 marker: str) -> None:
+    """Host b's python is broken: its rank exits at once, the start fails then (not at the ready timeout: rank 0
+    alone would wait for it), the error names the worker's exit and its own lines; rank 0 is stopped."""
+    inventory = pair_inventory(tmp_path, lab_models)
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'this node has no python for the server' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    inventory.hosts["b"] = inventory.hosts["b"].model_copy(update={"python": str(broken)})
+    playbook = f"""
+name: broken-worker
+hosts: pair
+steps:
+  - server: {{name: big, nodes: 2, model: "{{{{ target }}}}", env: {{MARK: {marker}}}, ready_timeout: 300}}
+    register: srv
+"""
+    ran = run_playbook(playbook, inventory, tmp_path / "sessions")
+    assert ran.status == "failed"
+    error = ran.step("s1")["error"]
+    assert "lost rank 1 on b during start-up: it exited with code 3 (rank 0 of a 2-node server)" in error, error
+    assert "this node has no python for the server" in error, error  # the worker's own last lines
+    srv = ran.result("s1", "a")["result"]
+    assert srv["ranks"][1]["command"][0] == str(broken)  # each rank runs with its own host's python
+    assert srv["ranks"][1]["exit_code"] == 3
+    assert [e["server_id"] for e in ran.of_type("server_failed")] == ["big"]
+    assert not processes_with(marker)

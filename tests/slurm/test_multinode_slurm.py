@@ -1,6 +1,6 @@
 """A multi-node server on a real Slurm allocation: the flagship playbook (playbooks/eagle3.yaml) on a 2-node lab
 server (rank 0 on the allocation's first node, the worker on the second, each its own job step), and an allocation
-cancelled from outside mid-step: a clear error, and no process, port or job left behind."""
+cancelled from outside mid-readiness and mid-step: a clear error, and no process, port or job left behind."""
 
 from __future__ import annotations
 
@@ -67,26 +67,35 @@ steps:
 """
 
 
-def test_allocation_cancelled_mid_step_is_a_clear_error_and_leaves_nothing(
-        cluster: SlurmCluster, lab_root: Path, tmp_path: Path, marker: str) -> None:
+def _seen(tmp_path: Path, kind: str, step_id: str | None = None) -> dict | None:
+    for log in (tmp_path / "sessions").glob("*/events.jsonl"):
+        for line in log.read_text().splitlines():
+            event = json.loads(line) if line.strip() else {}
+            if event.get("type") == kind and (step_id is None or event.get("step_id") == step_id):
+                return event
+    return None
+
+
+@pytest.mark.parametrize("moment", ["mid-readiness", "mid-step"])
+def test_allocation_cancelled_is_a_clear_error_and_leaves_nothing(
+        cluster: SlurmCluster, lab_root: Path, tmp_path: Path, marker: str, moment: str) -> None:
+    """scancel while the 2-node server waits for readiness (its ranks spawned, not ready), or while a later step
+    runs on the allocation: the running step fails saying so, and every rank, port and srun client is gone."""
     inventory = lab_slurm_inventory(tmp_path, cluster, lab_root, marker)
     (tmp_path / "pb.yaml").write_text(CANCELLED_MID_STEP)
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "pb.yaml", "-i", str(inventory)],
                             cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    kind, step_id = ("server_started", None) if moment == "mid-readiness" else ("step_started", "s2")
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            logs = list((tmp_path / "sessions").glob("*/events.jsonl"))
-            if logs and any(json.loads(line).get("type") == "step_started" and json.loads(line)["step_id"] == "s2"
-                            for line in logs[0].read_text().splitlines() if line.strip()):
-                break
-            time.sleep(0.3)
+        while time.monotonic() < deadline and proc.poll() is None and _seen(tmp_path, kind, step_id) is None:
+            time.sleep(0.1)
         assert proc.poll() is None, proc.communicate()
-        time.sleep(1.0)  # the sleep is running as a job step
-        ready = next(e for e in events(tmp_path) if e["type"] == "server_ready")
-        port = ready["port"]
-        assert listening(port) and len(processes_with(marker)) >= 2  # both ranks up
+        port = _seen(tmp_path, "server_started")["port"]  # type: ignore[index]
+        if moment == "mid-step":
+            time.sleep(1.0)  # the sleep is running as a job step
+            assert listening(port) and len(processes_with(marker)) >= 2  # both ranks up
         [job] = {line.split()[0] for line in cluster.jobs()}
         cluster.run("scancel", job)
         out, err = proc.communicate(timeout=120)
@@ -99,8 +108,12 @@ def test_allocation_cancelled_mid_step_is_a_clear_error_and_leaves_nothing(
     assert "Traceback" not in said, said
     assert f"the Slurm allocation (job {job}) is" in said, said
     log = events(tmp_path)
-    step = next(e for e in log if e["type"] == "step_finished" and e["step_id"] == "s2")
+    failed_step = "s1" if moment == "mid-readiness" else "s2"
+    step = next(e for e in log if e["type"] == "step_finished" and e["step_id"] == failed_step)
     assert step["status"] in ("unreachable", "failed") and f"job {job}" in (step["error"] or ""), step
+    if moment == "mid-readiness":
+        assert not [e for e in log if e["type"] == "server_ready"]
+        assert [e["server_id"] for e in log if e["type"] == "server_failed"] == ["big"]
     notes = [e["text"] for e in log if e["type"] == "note_added"]
     assert any("ended outside this session" in n for n in notes), notes
     # nothing behind: no rank, no port, no job, no srun client of ours
