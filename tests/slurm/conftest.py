@@ -26,13 +26,13 @@ NODES = 4
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # One worker runs every Slurm test: one cluster, and no two tests' allocations competing for its 4 nodes.
-    # A Slurm test that also uses the lab stays in this group only (tests/conftest.py groups lab tests as "lab";
-    # both marks would make a third group, "lab_slurm", free to run beside this one). The lab build is locked.
+    # A Slurm test that uses the lab stays in tests/conftest.py's "lab" group (building the lab on two workers at
+    # once is not safe) and runs on that worker's own cluster (the fixture is per worker), with its own job ids.
     for item in items:
         if "tests/slurm/" in str(item.fspath).replace("\\", "/"):
-            item.own_markers[:] = [m for m in item.own_markers if m.name != "xdist_group"]
             item.add_marker(pytest.mark.slurm)
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+            if not any(m.name == "xdist_group" for m in item.own_markers):
+                item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 @pytest.fixture(scope="session")

@@ -123,5 +123,7 @@ def test_allocation_cancelled_is_a_clear_error_and_leaves_nothing(
     assert not processes_with(marker), "a rank survived the cancelled allocation"
     assert not listening(port)
     assert cluster.wait_idle(15), cluster.jobs()
-    left = subprocess.run(["pgrep", "-f", f"--jobid={job}"], capture_output=True, text=True).stdout.split()
+    # srun clients carry the marker in their command line (the entry's env is exported in their step's script):
+    # a job id alone is not unique while another xdist worker runs its own cluster
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     assert not left, f"srun clients of the cancelled job survived: {left}"

@@ -85,7 +85,9 @@ def test_a_crashed_sessions_allocation_is_cancelled(cluster: SlurmCluster, lab_r
         assert not wait_gone(marker), "a rank of the cancelled allocation survived"
         assert not listening(port)
         assert [line.split()[0] for line in cluster.jobs() if "RUNNING" in line] == [live]
-        left = subprocess.run(["pgrep", "-f", f"--jobid={job}"], capture_output=True, text=True).stdout.split()
+        # srun clients carry the marker in their command line (the entry's env is exported in their step's
+        # script): a job id alone is not unique while another xdist worker runs its own cluster
+        left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
         assert not left, f"srun clients of the cancelled job survived: {left}"
 
         rows = {r["name"].split()[2]: r for r in cleanup_rows(tmp_path, "--all")}

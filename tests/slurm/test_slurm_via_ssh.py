@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from slurm_cluster import SlurmCluster
 from sshd_fixture import SshdServer
 
 from tests.core.conftest import subprocess_env
 from tests.servers.conftest import processes_with
+
+pytestmark = [pytest.mark.lab, pytest.mark.torch]
 
 PLAYBOOK = """\
 name: via-ssh
