@@ -369,7 +369,7 @@ class DraftFixArgs(_Args):
     draft: str
     target: str
     candidate_flags: dict[str, Any] = Field(default_factory=dict)
-    engine: Literal["sglang"] = "sglang"
+    engine: Literal["sglang", "vllm"] = "sglang"
     engine_sys_path: list[str] | None = None
     effective: dict[str, Any] | None = None
     overrides: list[dict[str, Any]] | None = None
