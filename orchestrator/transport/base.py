@@ -66,6 +66,9 @@ class RunResult:
     stderr: str
     duration: float
     truncated: bool = False
+    #: a probe the agent ran in its own process answers with the probe protocol's document itself (what the result
+    #: markers on stdout would carry), not with stdout to parse; ``stdout`` is then empty and ``exit_code`` 0
+    document: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
