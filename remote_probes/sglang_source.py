@@ -4,7 +4,7 @@
 Standard library only, Python >= 3.9. Run as ``python3 sglang_source.py ARGS.json`` next to ``_probe.py``, or
 inside the agent's own process (the marker line above this docstring; remote_probes/_agent.py): pure and read-only, it changes
 nothing in the process (sys.path included), and what it learns about a tree (where the package is, its version,
-the files' text, their ASTs, the file list) is kept across calls, each entry checked against the mtimes it
+the files' text, their symbol indexes, the file list) is kept across calls, each entry checked against the mtimes it
 came from before it is reused, so a reinstalled package or an edited file is read afresh.
 
 Args: ``{"package": "sglang", "sys_path": [dirs prepended to sys.path], "reads": [READ, ...]}`` where a READ is
@@ -43,7 +43,7 @@ from collections import OrderedDict
 from typing import Any
 
 from _probe import ProbeFailure, progress, run_probe
-from source_address import ReadError, all_qualnames, compile_regex, find_symbols, resolve_range
+from source_address import ReadError, all_qualnames, compile_regex, find_symbols, resolve_range, symbol_index
 
 DEFAULT_MAX_LINES = 2000
 DEFAULT_MAX_MATCHES = 20
@@ -51,7 +51,7 @@ DEFAULT_CONTEXT = 3
 _SKIP_DIRS = {"__pycache__", ".git", "node_modules"}
 # Bounds of what an agent keeps between calls (a one-shot run ends before it matters).
 _TEXT_CACHE_BYTES = 64 * 1024 * 1024
-_TREE_CACHE_FILES = 32
+_SYMBOL_CACHE_FILES = 4096  # an index is small: a few KiB a file
 
 
 # ---------------------------------------------------------------- locating the package
@@ -158,13 +158,13 @@ def _top_level_names(dist: metadata.Distribution) -> set[str]:
 
 
 class _SharedFiles:
-    """Text and ASTs of files, kept across the calls an agent serves, each keyed by the file's (mtime, size) when
+    """Text and symbol indexes (source_address.symbol_index, the one walk of a file's AST) of files, kept across the calls an agent serves, each keyed by the file's (mtime, size) when
     read: an edited file is read again. Bounded (least recently used goes first); one lock, calls may be concurrent."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._text: OrderedDict[str, tuple[tuple[int, int], str, list[str]]] = OrderedDict()
-        self._trees: OrderedDict[str, tuple[tuple[int, int], ast.AST]] = OrderedDict()
+        self._symbol_index: OrderedDict[str, tuple[tuple[int, int], list[tuple[str, int, int]]]] = OrderedDict()
         self._bytes = 0
 
     def text(self, path: str, stamp: tuple[int, int]) -> tuple[str, list[str]] | None:
@@ -185,20 +185,20 @@ class _SharedFiles:
             while self._bytes > _TEXT_CACHE_BYTES and len(self._text) > 1:
                 self._bytes -= len(self._text.popitem(last=False)[1][1])
 
-    def tree(self, path: str, stamp: tuple[int, int]) -> ast.AST | None:
+    def symbols(self, path: str, stamp: tuple[int, int]) -> list[tuple[str, int, int]] | None:
         with self._lock:
-            entry = self._trees.get(path)
+            entry = self._symbol_index.get(path)
             if entry is None or entry[0] != stamp:
                 return None
-            self._trees.move_to_end(path)
+            self._symbol_index.move_to_end(path)
             return entry[1]
 
-    def keep_tree(self, path: str, stamp: tuple[int, int], tree: ast.AST) -> None:
+    def keep_symbols(self, path: str, stamp: tuple[int, int], index: list[tuple[str, int, int]]) -> None:
         with self._lock:
-            self._trees[path] = (stamp, tree)
-            self._trees.move_to_end(path)
-            while len(self._trees) > _TREE_CACHE_FILES:
-                self._trees.popitem(last=False)
+            self._symbol_index[path] = (stamp, index)
+            self._symbol_index.move_to_end(path)
+            while len(self._symbol_index) > _SYMBOL_CACHE_FILES:
+                self._symbol_index.popitem(last=False)
 
 
 _SHARED_FILES = _SharedFiles()
@@ -213,7 +213,7 @@ class FileCache:
         self._stamps: dict[str, tuple[int, int]] = {}
         self._text: dict[str, str] = {}
         self._lines: dict[str, list[str]] = {}
-        self._trees: dict[str, ast.AST] = {}
+        self._symbols: dict[str, list[tuple[str, int, int]]] = {}
 
     def _stamp(self, path: str) -> tuple[int, int]:
         if path not in self._stamps:
@@ -241,15 +241,16 @@ class FileCache:
             self._load(path)
         return self._lines[path]
 
-    def tree(self, path: str) -> ast.AST:
-        if path not in self._trees:
+    def symbols(self, path: str) -> list[tuple[str, int, int]]:
+        """Every class and function of the file with its lines. :raises SyntaxError: the file does not parse."""
+        if path not in self._symbols:
             stamp = self._stamp(path)
-            tree = self._shared.tree(path, stamp)
-            if tree is None:
-                tree = ast.parse(self.text(path), filename=path)
-                self._shared.keep_tree(path, stamp, tree)
-            self._trees[path] = tree
-        return self._trees[path]
+            index = self._shared.symbols(path, stamp)
+            if index is None:
+                index = symbol_index(ast.parse(self.text(path), filename=path))
+                self._shared.keep_symbols(path, stamp, index)
+            self._symbols[path] = index
+        return self._symbols[path]
 
 
 def resolve_file(root: str, package: str, file: str) -> tuple[str, str]:
@@ -362,9 +363,17 @@ def _where(ctx: dict[str, Any], read: dict[str, Any]) -> str:
     return f"{under}/" if under else "the package"
 
 
+def _resolve(ctx: dict[str, Any], file: str) -> tuple[str, str]:
+    """resolve_file, once per call for each name however many reads address it (a batch reads one file often)."""
+    resolved: dict[str, tuple[str, str]] = ctx.setdefault("resolved", {})
+    if file not in resolved:
+        resolved[file] = resolve_file(ctx["root"], ctx["package"], file)
+    return resolved[file]
+
+
 def _targets(ctx: dict[str, Any], read: dict[str, Any]) -> list[tuple[str, str]]:
     if read.get("file"):
-        return [resolve_file(ctx["root"], ctx["package"], str(read["file"]))]
+        return [_resolve(ctx, str(read["file"]))]
     base = ctx["root"] if os.path.isdir(ctx["root"]) else os.path.dirname(ctx["root"])
     every = [(os.path.relpath(p, base).replace(os.sep, "/"), p) for p in ctx["files"]()]
     under = _under(ctx, read)
@@ -392,7 +401,7 @@ def _read_symbol(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -
         if not all(part in text for part in parts) or not all(needle.search(text) for needle in needles):
             continue  # cheap textual filter before paying for ast.parse
         try:
-            hits = find_symbols(cache.tree(abs_path), symbol)
+            hits = find_symbols(cache.symbols(abs_path), symbol)
         except SyntaxError as exc:
             unparsable.append(f"{rel}: {exc}")
             continue
@@ -405,7 +414,7 @@ def _read_symbol(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -
         details: dict[str, Any] = {"symbol": symbol, "unparsable": unparsable[:5]}
         if read.get("file"):
             rel, abs_path = _targets(ctx, read)[0]
-            names = all_qualnames(cache.tree(abs_path)) if not unparsable else []
+            names = all_qualnames(cache.symbols(abs_path)) if not unparsable else []
             details["similar"] = difflib.get_close_matches(symbol, names, n=6, cutoff=0.5)
         raise ReadError("symbol_not_found", f"no class or function {symbol!r} in {_where(ctx, read)}", **details)
     return matches
@@ -508,7 +517,7 @@ def _read_one(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -> t
         if not read.get("file"):
             raise ReadError("bad_read", "a 'lines' read needs a 'file'")
         fields["lines_spec"] = read["lines"]
-        rel, abs_path = resolve_file(ctx["root"], ctx["package"], str(read["file"]))
+        rel, abs_path = _resolve(ctx, str(read["file"]))
         start, end = resolve_range(str(read["lines"]), ctx["cache"].lines(abs_path))
         fields.update(_span(ctx["cache"], rel, abs_path, start, end, budget))
         return fields, [t for _, t in fields["lines"]]
