@@ -174,13 +174,14 @@ class SessionLog:
             for outcome in data.get("results", []):
                 if isinstance(outcome.get("result"), dict):
                     outcome["result"] = {k: _cap(v) for k, v in outcome["result"].items()}
-        line = memoryview((json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8"))
+        encoded = (json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+        line = memoryview(encoded)
         try:
             while line:  # a raw write may take part of the line
                 line = line[self._file.write(line) or 0:]
         except OSError as exc:
             self._lost(exc)
-        self._whole = self._file.tell()
+        self._whole += len(encoded)  # (the file is only appended to, by us: no tell() per event)
         self.count += 1
         if isinstance(event, SYNC_EVENTS):
             self._sync.request()  # on disk shortly, without the engine waiting for it (see the module's doc)
