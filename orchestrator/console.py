@@ -6,6 +6,7 @@ import json
 import sys
 from typing import IO
 
+from rich.color import ColorSystem
 from rich.console import COLOR_SYSTEMS, Console
 from rich.control import strip_control_codes
 from rich.markup import escape
@@ -41,6 +42,12 @@ _DIM, _CYAN = Style(dim=True), Style(color="cyan")
 Segment = tuple[str, Style | None]
 
 
+def _styled(text: str, own: Style | None, line: Style | None, system: ColorSystem) -> str:
+    """A segment in the console's colours: its own style over the line's."""
+    style = line + own if line is not None and own is not None else own or line
+    return style.render(text, color_system=system) if style is not None else text
+
+
 class _LineWriter:
     """Writes one line of styled segments straight to the console's file, as Rich would render it (the console's
     colour system, or plain text when it has none; control codes stripped as Rich's Text strips them), flushed at
@@ -62,8 +69,7 @@ class _LineWriter:
         if system is None or console.no_color:
             text = "".join(t for t, _ in segments)
         else:
-            text = "".join((style + st if style and st else st or style).render(t, color_system=system)
-                           if (st or style) else t for t, st in segments)
+            text = "".join(_styled(t, st, style, system) for t, st in segments)
         # One write of the whole line, as Console.print does; sinks are called from the engine's one thread.
         console.file.write(text + "\n")
         console.file.flush()
