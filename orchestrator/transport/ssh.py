@@ -133,6 +133,12 @@ class _RunSession(asyncssh.SSHClientSession[str]):
         if text:
             self.err.feed(text)
 
+    def eof_received(self) -> bool:
+        """The command's output ended. True: no EOF of ours in answer (asyncssh would send one, a packet per
+        command that nothing needs: sshd closes the channel when the command has exited, and its stdin had its
+        EOF or is /dev/null already)."""
+        return True
+
     def exit_status_received(self, status: int) -> None:
         self.exit_code = status
 
