@@ -55,6 +55,9 @@ KILL_GRACE = 2.0
 PRELOAD = ("json", "ast", "re", "difflib", "importlib.util", "importlib.metadata", "platform", "socket", "shutil",
            "struct", "urllib.request", "http.client", "_probe", "source_address")
 IN_PROCESS_MARKER = b"# orchestrator-agent: in-process"
+# An in-process document's answer line may be this long (characters): what the orchestrator keeps of a forked
+# probe's stdout (MAX_CAPTURE in orchestrator/transport/base.py). A longer one is answered as an error instead.
+MAX_DOCUMENT = 4 * 1024 * 1024
 # Answer lines come from the loop and from in-process calls' threads: one line at a time.
 _SEND_LOCK = threading.Lock()
 
@@ -203,6 +206,11 @@ class Agent:
             except (TypeError, ValueError) as exc:
                 line = json.dumps({"id": call_id, "event": "document", "document": {"ok": False, "error": {
                     "kind": "crash", "message": "the probe's result is not JSON: %s" % exc, "details": {}}}})
+            if len(line) > MAX_DOCUMENT:
+                line = json.dumps({"id": call_id, "event": "document", "document": {"ok": False, "error": {
+                    "kind": "too_large", "message": "the probe's result is %d characters of JSON, over the %d one "
+                    "call may return; ask for less (fewer reads, lower max_lines or max_matches)"
+                    % (len(line), MAX_DOCUMENT), "details": {"size": len(line)}}}})
             with self.in_process_lock:
                 cancelled = self.in_process.pop(call_id, [True])[0]
             if not cancelled:

@@ -75,6 +75,8 @@ def main(args):
         down(0)
     if how == "nan":
         return {"x": float("nan")}
+    if how == "big":
+        return {"x": "y" * 5_000_000}
     if how == "sleep":
         time.sleep(args["sleep"])
     return {"n": args.get("n"), "pid": os.getpid(), "thread": threading.current_thread().name,
@@ -258,13 +260,14 @@ async def case_in_process_probes(transport: Transport, tmp_path: Path) -> None:
     assert run.document is not None and '"message": "in process"' in run.stderr  # type: ignore[attr-defined]
     sys_path = echo["result"]["sys_path"]
     failures = {how: (await call(agent, "inproc_probe", {"how": how}))[0]
-                for how in ("raise", "fail", "exit", "recurse", "nan")}
+                for how in ("raise", "fail", "exit", "recurse", "nan", "big")}
     assert failures["raise"]["error"]["kind"] == "crash" and "broke on purpose" in failures["raise"]["error"]["message"]
     assert "RuntimeError" in failures["raise"]["error"]["details"]["traceback"]
     assert (failures["fail"]["error"]["kind"], failures["fail"]["error"]["details"]["n"]) == ("told_to", 1)
     assert failures["exit"]["error"]["kind"] == "crash" and "SystemExit" in failures["exit"]["error"]["message"]
     assert "RecursionError" in failures["recurse"]["error"]["message"]
     assert "not JSON" in failures["nan"]["error"]["message"]
+    assert failures["big"]["error"]["kind"] == "too_large" and "ask for less" in failures["big"]["error"]["message"]
     # A timed-out call is answered at once (a thread cannot be killed: its late answer is dropped, not misread).
     started = time.monotonic()
     with pytest.raises(asyncio.TimeoutError):

@@ -81,3 +81,10 @@ async def test_in_process_reads_see_an_edited_file_and_a_reinstall(local: LocalT
     assert len(local.agents.agents) == 1  # all three through the one agent
     one_shot = await run_probe(local, "sglang_source", args, python=sys.executable, use_agent=False)
     assert one_shot == reinstalled
+
+
+def test_an_in_process_document_is_bounded_as_a_forked_probes_stdout() -> None:
+    from orchestrator.transport.base import MAX_CAPTURE
+    from remote_probes import _agent
+
+    assert _agent.MAX_DOCUMENT == MAX_CAPTURE
