@@ -2,10 +2,11 @@
 """Probe: read source of an installed Python package (sglang, vllm, ...) WITHOUT importing it.
 
 Standard library only, Python >= 3.9. Run as ``python3 sglang_source.py ARGS.json`` next to ``_probe.py``, or
-inside the agent's own process (the marker line above this docstring; remote_probes/_agent.py): pure and read-only, it changes
-nothing in the process (sys.path included), and what it learns about a tree (where the package is, its version,
-the files' text, their symbol indexes, the file list) is kept across calls, each entry checked against the mtimes it
-came from before it is reused, so a reinstalled package or an edited file is read afresh.
+inside the agent's own process (the marker line above this docstring; remote_probes/_agent.py): pure and
+read-only, it changes nothing in the process (sys.path included), and what it learns about a tree (where the
+package is, its version, the files' text, their symbol indexes, the file list) is kept across calls, each entry
+checked against the mtimes (and sizes) it came from before it is reused, so a reinstalled package or an edited
+file is read afresh.
 
 Args: ``{"package": "sglang", "sys_path": [dirs prepended to sys.path], "reads": [READ, ...]}`` where a READ is
 ``{"file"?: path relative to the package root (a leading "<package>/" is accepted) or absolute,
