@@ -5,16 +5,17 @@ Standard library only, Python >= 3.9. Started once per host per session by the o
 one JSON object a line.
 
 Requests: ``{"id": n, "op": ...}`` with op
-  ``probe``  {"probe", "args", "nonce", "env"}: runs remote_probes/<probe>.py in a forked child of this process (the
+  ``probe``  {"probe", "args", "nonce", "env", "isolate"?}: runs remote_probes/<probe>.py in a forked child of this process (the
              modules below are imported already, the script's code is compiled once), under the probe protocol of
              _probe.py: the child's stdout/stderr come back as they are, and the orchestrator parses the result block
              exactly as it does for a one-shot run. Forking keeps a crashing probe from taking the agent with it.
              A probe whose first lines say ``# orchestrator-agent: in-process`` (pure, read-only, stdlib only, like
              sglang_source) runs instead in a thread of the agent itself, as a module loaded once: no fork, and the
-             caches it keeps (located package, file texts, ASTs) serve the next call. Its answer is one
-             ``{"id", "event": "document", "document", "stderr"}`` (the document the markers would carry); an
-             exception in it is that document's ``crash`` error, and the agent serves on. Fork isolation stays for
-             every other probe: those may crash the interpreter or import heavy things (torch).
+             caches it keeps (located package, file texts, symbol indexes) serve the next call. Its progress
+             comes as ``out`` events on stderr, its answer as one ``{"id", "event": "document", "document"}`` (the
+             document the markers would carry); an exception in it is that document's ``crash`` error, and the
+             agent serves on. Fork isolation stays for every other probe (they may crash the interpreter or import
+             heavy things: torch), and for any call that asks for it with ``"isolate": true``.
   ``run``    {"argv" | "script", "cwd", "env", "stdin"}: a command in its own session (process group).
   ``stat``   {"path"}; ``put`` {"path", "data" (base64), "mode"}; ``ping``.
   ``cancel`` {"target": id}: TERM the call's process group, KILL it 2 s later.

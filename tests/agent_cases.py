@@ -290,3 +290,5 @@ async def case_in_process_probes(transport: Transport, tmp_path: Path) -> None:
     assert after["result"]["sys_path"] == sys_path
     assert agent.alive and (await call(agent, "echo_probe", {"n": 3}))[0]["result"]["n"] == 3
     assert (await call(agent, "inproc_probe", {"n": 4}))[0]["result"]["pid"] == agent.info.pid
+    isolated, run = await call(agent, "inproc_probe", {"n": 5}, isolate=True)  # asked for: a fork all the same
+    assert run.document is None and isolated["result"]["pid"] != agent.info.pid  # type: ignore[attr-defined]

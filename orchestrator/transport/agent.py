@@ -184,13 +184,17 @@ class RemoteAgent:
         return result if isinstance(result, dict) else {}
 
     async def run_probe(self, probe: str, args: Mapping[str, Any], *, nonce: str, env: Mapping[str, str],
-                        timeout: float | None = None, on_output: OutputCallback | None = None) -> RunResult:
+                        timeout: float | None = None, on_output: OutputCallback | None = None,
+                        isolate: bool = False) -> RunResult:
         """``remote_probes/<probe>.py`` run in a child of the agent, as ``Transport.run`` would run it one-shot:
         the same stdout, stderr and exit status; or, for a probe that declares itself in-process (see _agent.py),
-        in the agent itself: then ``RunResult.document`` holds the probe's document and stderr its progress lines.
+        in the agent itself: then ``RunResult.document`` holds the probe's document and stderr its progress lines
+        (``isolate``: a forked child all the same).
         :raises AgentLost: asyncio.TimeoutError, CancelledError"""
-        return await self._process({"op": "probe", "probe": probe, "args": dict(args), "nonce": nonce,
-                                    "env": dict(env)}, timeout=timeout, on_output=on_output)
+        request: dict[str, Any] = {"op": "probe", "probe": probe, "args": dict(args), "nonce": nonce, "env": dict(env)}
+        if isolate:
+            request["isolate"] = True
+        return await self._process(request, timeout=timeout, on_output=on_output)
 
     async def run(self, command: Command, *, env: Mapping[str, Any] | None = None, cwd: str | None = None,
                   stdin: str | None = None, timeout: float | None = None,
