@@ -2,6 +2,8 @@
 
     python bench/reliability.py fuzz --count 1000          # generated + mutated playbooks, counted by outcome
     python bench/reliability.py crash --runs 20            # kill -9 at random moments, then cleanup
+    python bench/reliability.py crash --runs 20 --lab-playbook eagle3.yaml   # the same, of the flagship on the lab
+    python bench/reliability.py crash --runs 20 --lab-playbook sweep.yaml     # ... of the sweep
 
 Run from the repository root with the project's venv (PYTHONPATH=.). Each prints a summary line to paste.
 """
@@ -10,14 +12,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 
 def fuzz(count: int) -> int:
@@ -50,17 +55,38 @@ def fuzz(count: int) -> int:
     return 1 if bad else 0
 
 
-def crash(runs: int, seed: int) -> int:
-    from tests.reliability.crash import kill_and_clean
+def crash(runs: int, seed: int, lab_playbook: str | None = None, scenario: str = "seed-wiring",
+          lab_root: Path | None = None) -> int:
+    from tests.reliability.crash import LabRun, kill_and_clean
 
     rng = random.Random(seed)
+    lab = None
+    earliest, latest = 0.2, 4.5
+    if lab_playbook:
+        from orchestrator.lab.build import lab_dir
+        from orchestrator.lab.inventory import ensure_lab
+
+        root = lab_dir(lab_root)
+        ensure_lab(scenario, root=root)  # built once, before any timing
+        lab = LabRun(lab_playbook, scenario, root)
+        # kill anywhere in a whole run: time one undisturbed run first, then draw the moments inside it
+        t0 = time.monotonic()
+        whole = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(REPO / "playbooks" / lab_playbook),
+                                "--sessions-dir", tempfile.mkdtemp(prefix="orch-crash-whole-")],
+                               env={**os.environ, "PYTHONPATH": str(REPO), "ORCHESTRATOR_LAB_DIR": str(root),
+                                    "ORCHESTRATOR_LAB_SCENARIO": scenario},
+                               capture_output=True, text=True, cwd=str(REPO))
+        duration = time.monotonic() - t0
+        print(f"one whole {lab_playbook} run on {scenario}: {duration:.0f}s (exit {whole.returncode}); "
+              f"kills drawn from U(1, {0.95 * duration:.0f}) s")
+        earliest, latest = 1.0, 0.95 * duration
     held = 0
     orphans = ports = torn = 0
     worst: list[str] = []
     started = time.monotonic()
     for n in range(runs):
         with tempfile.TemporaryDirectory(prefix="orch-crash-") as tmp:
-            trial = kill_and_clean(Path(tmp), rng=rng, earliest=0.2, latest=4.5)
+            trial = kill_and_clean(Path(tmp), rng=rng, earliest=earliest, latest=latest, lab=lab)
         held += trial.held
         orphans += trial.orphans_before_cleanup
         ports += trial.ports_before_cleanup
@@ -85,8 +111,14 @@ def main() -> int:
     c = sub.add_parser("crash")
     c.add_argument("--runs", type=int, default=20)
     c.add_argument("--seed", type=int, default=19)
+    c.add_argument("--lab-playbook", choices=["eagle3.yaml", "sweep.yaml"], default=None,
+                   help="kill this playbook of playbooks/ on the lab host instead of the quick local one")
+    c.add_argument("--scenario", default="seed-wiring")
+    c.add_argument("--lab", type=Path, default=None, help="the lab directory (default: the CLI's)")
     args = parser.parse_args()
-    return fuzz(args.count) if args.what == "fuzz" else crash(args.runs, args.seed)
+    if args.what == "fuzz":
+        return fuzz(args.count)
+    return crash(args.runs, args.seed, args.lab_playbook, args.scenario, args.lab)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,7 @@ class ServerEvent(EventBase):
     effective: dict[str, Any] = {}
     overrides: list[dict[str, Any]] = []
     detail: str | None = None
+    ranks: list[str] = []  # a multi-node server: the host of each rank, rank 0 (``host``) first; empty for one node
 
 
 class HypothesisUpdated(EventBase):

@@ -185,7 +185,7 @@ class HostSpec(BaseModel):
     known_hosts: str | None = None  # default ~/.ssh/known_hosts (or the ssh_config's UserKnownHostsFile)
     ssh_config: str | None = None  # OpenSSH client config to read; default ~/.ssh/config
     connect_timeout: float = 15.0
-    keepalive_interval: float = 15.0
+    keepalive_interval: float = 15.0  # a silent link is given up after 4 intervals (keepalive_count_max 3): 60 s
     max_channels: int = Field(default=8, ge=1, le=64)
     agent: bool = True  # probe calls through the per-session remote agent; false: one Python start per call
     env: dict[str, str] = {}  # exported for every command on this host (e.g. PYTHONPATH for the lab)
@@ -253,6 +253,25 @@ class SlurmSpec(BaseModel):
         return self.job is None
 
 
+_INDEXED = re.compile(r"^(?P<name>[^\[\]]+)\[(?P<start>-?\d*)(?P<colon>:?)(?P<stop>-?\d*)\]$")
+
+
+def _index_suffix(part: str) -> tuple[str, slice | None]:
+    """Ansible's ``group[0]`` / ``group[1:3]``: the name and the slice of its hosts, or (part, None)."""
+    m = _INDEXED.match(part)
+    if m is None:
+        if "[" in part or "]" in part:
+            raise UserInputError(f"{part!r}: a host index is NAME[i] or NAME[i:j] (e.g. cluster[0])")
+        return part, None
+    start, stop = m["start"], m["stop"]
+    if not m["colon"]:
+        if not start:
+            raise UserInputError(f"{part!r}: empty index; write NAME[i] or NAME[i:j]")
+        i = int(start)
+        return m["name"], slice(i, i + 1 if i != -1 else None)
+    return m["name"], slice(int(start) if start else None, int(stop) if stop else None)
+
+
 class GroupSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -293,7 +312,13 @@ class Inventory(BaseModel):
         names: list[str] = []
         for item in items:
             for part in [p.strip() for p in item.split(",") if p.strip()]:
-                if part == "all":
+                part, picked = _index_suffix(part)
+                if picked is not None:
+                    members = self.resolve(part)
+                    found = members[picked]
+                    if not found:
+                        raise UserInputError(f"{item!r}: {part!r} has {len(members)} host(s); the index picks none")
+                elif part == "all":
                     found = list(self.hosts)
                 elif part in self.groups:
                     found = self.groups[part].hosts

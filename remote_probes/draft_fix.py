@@ -1,10 +1,11 @@
 """Probe: derive, from the investigation's evidence, the fix a real SGLang host can serve — or say why none can.
+With ``engine: vllm`` the fix is derived for ``vllm serve`` by draft_fix_vllm.py instead.
 
 Standard library only, Python >= 3.9; sglang is never imported (its capture rule is read from its source,
 sglang_capture.py). Run on the host that serves, because a corrected draft is written there.
 
-Args: ``{"draft": dir, "target": dir, "candidate_flags": {flag: value}, "engine": "sglang",
-"engine_sys_path"?: [dirs holding the sglang package], "effective"?: {flag: value the server resolved},
+Args: ``{"draft": dir, "target": dir, "candidate_flags": {flag: value}, "engine": "sglang" | "vllm",
+"engine_sys_path"?: [dirs holding the engine's package], "effective"?: {flag: value the server resolved},
 "overrides"?: [{"flag", "requested", "effective"}], "findings"?: [draft_inspect findings],
 "wiring"?: {"decision", "best", "served"} (the draft test's decision, best and served HF wirings),
 "out_dir"?: where to write the corrected draft (default: beside the draft)}``.
@@ -33,6 +34,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from _probe import ProbeFailure, run_probe
+from draft_fix_vllm import derive_vllm
 from eagle3_config import flat_config
 from eagle3_wiring import default_wiring, nested_ids, top_level_ids
 from engine_registry import installed_version
@@ -100,12 +102,14 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     n_layers = tcfg.get("num_hidden_layers")
     if not isinstance(n_layers, int) or n_layers < 1:
         raise ProbeFailure("bad_config", "the target config has no num_hidden_layers", path=target)
+    findings = [f for f in args.get("findings") or [] if isinstance(f, dict)]
+    if args.get("engine") == "vllm":
+        return _finish_vllm(args, draft, derive_vllm(args, raw, n_layers, findings, _is_eagle3_draft(raw, findings)))
     root = find_sglang_root(args.get("engine_sys_path"))
     rules = capture_rules(root) if root else {"embedding": None, "final_norm": False, "evidence": [],
                                               "why": "no sglang package found for this python, so its capture "
                                                      "rule cannot be read"}
     version = installed_version(root) if root else None
-    findings = [f for f in args.get("findings") or [] if isinstance(f, dict)]
     severity = {str(f.get("id")): f.get("severity") for f in findings}
     message = {str(f.get("id")): f.get("message") for f in findings}
     flags = Flags(args.get("candidate_flags") or {})
@@ -211,23 +215,41 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
                         "why": "the corrected config lives beside the draft (the draft itself is never changed)"})
         flags.set("speculative_draft_model_path", written)
 
-    if changes and blockers:
-        status = "partial"
-    elif changes:
-        status = "fix"
-    elif blockers:
-        status = "blocked"
-    else:
-        status = "nothing_to_fix"
+    status = fix_status(changes, blockers)
     return {"fix_status": status, "flags": flags.flags, "draft": written, "changes": changes,
             "blockers": blockers, "notes": notes, "capture": {k: rules.get(k) for k in ("embedding", "final_norm", "why", "evidence")},
             "engine": {"engine": "sglang", "version": version, "root": root},
             "summary": summary(status, changes, blockers, sglang)}
 
 
+def _finish_vllm(args: Dict[str, Any], draft: str, part: Dict[str, Any]) -> Dict[str, Any]:
+    """Write the corrected draft vLLM will load, point --speculative-config's model at it, and say what was done."""
+    changes, spec, flags = part["changes"], part["spec"], part["flags"]
+    written = None
+    if part["config_changed"]:
+        written = _write_corrected(draft, part["config"], changes, args.get("out_dir"))
+        changes.append({"what": "speculative-config model", "from": spec.get("model"), "to": written,
+                        "why": "the corrected config lives beside the draft (the draft itself is never changed)"})
+        spec["model"] = written
+    if part["flag_name"] is not None and changes:
+        flags[part["flag_name"]] = spec
+    status = fix_status(changes, part["blockers"])
+    return {"fix_status": status, "flags": flags, "draft": written, "changes": changes, "blockers": part["blockers"],
+            "notes": part["notes"], "capture": part["capture"], "engine": part["engine"],
+            "summary": summary(status, changes, part["blockers"], part["name"])}
+
+
+def fix_status(changes: List[Dict[str, Any]], blockers: List[Dict[str, Any]]) -> str:
+    if changes and blockers:
+        return "partial"
+    if changes:
+        return "fix"
+    return "blocked" if blockers else "nothing_to_fix"
+
+
 def summary(status: str, changes: List[Dict[str, Any]], blockers: List[Dict[str, Any]], sglang: str) -> str:
     did = "; ".join("%s %s -> %s" % (c["what"], c["from"], c["to"]) for c in changes
-                    if c["what"] != "speculative-draft-model-path")
+                    if c["what"] not in ("speculative-draft-model-path", "speculative-config model"))
     cannot = "; ".join("%s: %s (remedies: %s)" % (b["what"], b["why"], " | ".join(b["remedies"])) for b in blockers)
     if status == "fix":
         return "servable fix on %s: %s" % (sglang, did)
@@ -270,8 +292,8 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     for key in ("draft", "target"):
         if not isinstance(args.get(key), str) or not args[key]:
             raise ProbeFailure("bad_args", "'%s' (a checkpoint directory) is required" % key)
-    if args.get("engine", "sglang") != "sglang":
-        raise ProbeFailure("bad_args", "draft_fix derives SGLang fixes only (engine %r)" % args.get("engine"))
+    if args.get("engine", "sglang") not in ("sglang", "vllm"):
+        raise ProbeFailure("bad_args", "draft_fix knows engines sglang and vllm, not %r" % args.get("engine"))
     return derive(args)
 
 

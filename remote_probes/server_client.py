@@ -40,7 +40,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from _probe import ProbeFailure, run_probe
 
@@ -277,27 +277,11 @@ def _one_request(url: str, prompt: str, params: Dict[str, Any], stream: bool, ti
     req = _request(url, json.dumps(body).encode(), "POST", api_key)
     started = time.monotonic()
     ttft, final = None, None
-    try:
-        resp = urllib.request.urlopen(req, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            exc.close()
-            raise Unauthorized(unauthorized_message(exc.code, url, api_key)) from None
-        raise
-    with resp:
+    with _open(req, url, timeout, api_key) as resp:
         if not stream:
             final = json.loads(resp.read().decode())
         else:
-            for raw in resp:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                chunk = json.loads(payload)
-                if isinstance(chunk, dict) and "error" in chunk:
-                    raise RuntimeError(str(chunk["error"]))
+            for chunk in _sse_chunks(resp):
                 if ttft is None and (chunk.get("text") or chunk.get("output_ids")):
                     ttft = time.monotonic() - started
                 final = chunk
@@ -322,6 +306,21 @@ def _open(req: urllib.request.Request, url: str, timeout: float, api_key: Option
         raise
 
 
+def _sse_chunks(resp: Any) -> Iterator[Dict[str, Any]]:
+    """The JSON chunks of a server-sent-events answer (``data: {...}`` lines) up to ``[DONE]``; an error chunk raises."""
+    for raw in resp:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        chunk = json.loads(payload)
+        if isinstance(chunk, dict) and "error" in chunk:
+            raise RuntimeError(str(chunk["error"]))
+        yield chunk
+
+
 def _one_completion(url: str, prompt: str, params: Dict[str, Any], stream: bool, timeout: float, model: str,
                     api_key: Optional[str]) -> Dict[str, Any]:
     """One OpenAI ``/v1/completions`` request (vLLM): counts from ``usage`` (streamed: the include_usage chunk)."""
@@ -341,16 +340,7 @@ def _one_completion(url: str, prompt: str, params: Dict[str, Any], stream: bool,
             usage = doc.get("usage") or {}
             finish = ((doc.get("choices") or [{}])[0]).get("finish_reason")
         else:
-            for raw in resp:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                chunk = json.loads(payload)
-                if isinstance(chunk, dict) and "error" in chunk:
-                    raise RuntimeError(str(chunk["error"]))
+            for chunk in _sse_chunks(resp):
                 choice = (chunk.get("choices") or [None])[0]
                 if choice is not None:
                     if ttft is None and choice.get("text"):

@@ -88,8 +88,7 @@ ReturnToService=2
 InactiveLimit=0
 KillWait=5
 MinJobAge=10
-NodeName=n[1-{n}] NodeHostname={hostname} NodeAddr=127.0.0.1 Port=[{node_port}-{node_port_last}] CPUs={cpus} State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+{node_lines}PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
 
@@ -162,8 +161,11 @@ def start_cluster(nodes: int = 4, *, cpus: int = 2, timeout: float = 20.0) -> Sl
     ctld_port = _free_port_block(1)
     node_port = _free_port_block(nodes)
     conf = d / "slurm.conf"
-    conf.write_text(SLURM_CONF.format(d=d, ctld_port=ctld_port, n=nodes, hostname=socket.gethostname(),
-                                      node_port=node_port, node_port_last=node_port + nodes - 1, cpus=cpus))
+    # Each node its own loopback address (n1 = 127.0.0.2 ...), as real nodes have theirs: what `via: ssh` connects
+    # to (the test sshd listens on 127.0.0.2-5) and where a multi-node server's workers reach rank 0.
+    node_lines = "".join(f"NodeName=n{i} NodeHostname={socket.gethostname()} NodeAddr=127.0.0.{1 + i} "
+                         f"Port={node_port + i - 1} CPUs={cpus} State=UNKNOWN\n" for i in range(1, nodes + 1))
+    conf.write_text(SLURM_CONF.format(d=d, ctld_port=ctld_port, node_lines=node_lines))
     cluster = SlurmCluster(directory=d, nodes=[f"n{i}" for i in range(1, nodes + 1)],
                            env={"SLURM_CONF": str(conf)})
     env = {**os.environ, **cluster.env}

@@ -2,7 +2,8 @@
 
 One sshd listens on several loopback addresses (127.0.0.2, .3, ...) on one free port, so each
 address acts as a separate host. Host and client keys are generated per run in a temporary
-directory; only 127.0.0.0/8 is ever contacted.
+directory; only 127.0.0.0/8 is ever contacted, or, with ``netns=``, the addresses of a network
+namespace the caller made (tests/netns.py), where sshd then runs.
 
 Use from any test directory: ``from sshd_fixture import sshd_server`` (put ``tests/`` on sys.path, as
 tests/ssh/conftest.py does), or call ``start_sshd(directory)`` directly (the benchmark does).
@@ -57,9 +58,16 @@ class SshdServer:
     user: str = field(default_factory=getpass.getuser)
     process: subprocess.Popen[bytes] | None = None
     config_path: Path | None = None
+    netns: str | None = None  # the network namespace sshd runs in (its addresses are that namespace's)
     # sshd listens on at most 16 sockets: more addresses are served by extra sshd processes, same port
     extra_configs: list[Path] = field(default_factory=list)
     extra_processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def trust(self, address: str, port: int) -> None:
+        """Accept this server's host key at another address (a proxy in front of it)."""
+        public = self.host_key.export_public_key("openssh").decode().split()
+        with self.known_hosts.open("a") as known:
+            known.write(f"[{address}]:{port} {public[0]} {public[1]}\n")
 
     @property
     def down_address(self) -> str:
@@ -82,10 +90,13 @@ class SshdServer:
         assert self.config_path is not None
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege-separation dir sshd insists on
         log = open(self.directory / "sshd.log", "ab")  # noqa: SIM115 - lives as long as the process
-        self.process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config_path)], stdout=log, stderr=log,
-                                        stdin=subprocess.DEVNULL)
+        # `ip netns exec` execs sshd in the namespace: the PID we hold is sshd's own
+        inside = ["ip", "netns", "exec", self.netns] if self.netns else []
+        self.process = subprocess.Popen([*inside, SSHD, "-D", "-e", "-f", str(self.config_path)], stdout=log,
+                                        stderr=log, stdin=subprocess.DEVNULL)
         self.extra_processes = [
-            subprocess.Popen([SSHD, "-D", "-e", "-f", str(c)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+            subprocess.Popen([*inside, SSHD, "-D", "-e", "-f", str(c)], stdout=log, stderr=log,
+                             stdin=subprocess.DEVNULL)
             for c in self.extra_configs
         ]
         deadline = time.monotonic() + 10
@@ -158,14 +169,17 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def start_sshd(directory: Path, *, hosts: int = 4, port: int | None = None, max_sessions: int = 100) -> SshdServer:
+def start_sshd(directory: Path, *, hosts: int = 4, port: int | None = None, max_sessions: int = 100,
+               addresses: list[str] | None = None, netns: str | None = None) -> SshdServer:
     """Generate keys and config in ``directory`` and start sshd on 127.0.0.2 .. 127.0.0.(1+hosts).
 
-    ``max_sessions=10`` gives OpenSSH's default channel limit, the one real servers have.
+    ``max_sessions=10`` gives OpenSSH's default channel limit, the one real servers have. ``netns`` runs sshd
+    in that network namespace, listening on ``addresses`` (which must be the namespace's own).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    addresses = [f"127.0.0.{2 + i}" for i in range(hosts)]
-    port = port or free_port()
+    if addresses is None:
+        addresses = [f"127.0.0.{2 + i}" for i in range(hosts)]
+    port = port or free_port()  # any free one: a namespace has all its ports free
     host_key = asyncssh.generate_private_key("ssh-ed25519")
     _write_key(directory / "ssh_host_ed25519_key", host_key)
     client_key = asyncssh.generate_private_key("ssh-ed25519")
@@ -184,7 +198,7 @@ def start_sshd(directory: Path, *, hosts: int = 4, port: int | None = None, max_
     server = SshdServer(
         directory=directory, port=port, addresses=addresses, host_key=host_key,
         client_key_path=directory / "id_ed25519", known_hosts=known, ssh_config=directory / "ssh_config",
-        config_path=configs[0], extra_configs=configs[1:],
+        config_path=configs[0], extra_configs=configs[1:], netns=netns,
     )
     server.start()
     return server

@@ -8,8 +8,8 @@ message and whatever result is worth keeping (a failed shell command still has i
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -59,6 +59,10 @@ class ActionContext:
     services: SessionServices  # the session's servers, hypothesis board and transport factory
     emit: Callable[[Any], None] | None = None  # emit a typed event (server lifecycle, artifacts)
     timeout: float | None = None
+    #: the step's hosts in order (``host`` among them): a step that runs once over several (``server: {nodes: N}``)
+    step_hosts: list[str] = field(default_factory=list)
+    #: another host's spec and connected transport (the session's, shared with its steps); None outside an engine
+    peer: Callable[[str], Awaitable[tuple[HostSpec, Transport]]] | None = None
 
     def output(self, text: str, stream: OutputStream = "info") -> None:
         self.emit_output(stream, text)
@@ -82,6 +86,12 @@ class Action(ABC, Generic[A]):
     raw_fields: ClassVar[tuple[str, ...]] = ()
     #: False for actions that run once on the controller (``set``), not per host
     per_host: ClassVar[bool] = True
+
+    @classmethod
+    def runs_once(cls, raw_args: Any) -> bool:
+        """True when this step (its unrendered arguments) runs once, on its first host, using the others itself
+        (``ctx.step_hosts``) rather than once per host."""
+        return False
     #: one-line description for `orchestrator schema` and the docs
     summary: ClassVar[str] = ""
 

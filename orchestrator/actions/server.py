@@ -23,6 +23,14 @@ that crashes SGLang at start-up, fails the step in seconds (failure reason ``pre
 ``preflight: false`` skips the check. ``engine`` defaults to the host var
 ``engine`` (the lab inventory sets ``lab``), else ``sglang``; ``model`` to the host var ``target``.
 The server is stopped at session end (also on failure or cancel) unless ``keep: true``.
+``nodes: N`` starts ONE logical server across N hosts (servers/ranks.py): rank 0 on the step's first host, ranks
+1..N-1 on the next of the step's hosts, or, when the step has fewer, the next nodes of rank 0's Slurm allocation
+(host var ``slurm_nodes``). Every rank gets the same argv plus the engine's own multi-node flags (SGLang and the lab:
+``--nnodes N --node-rank R --dist-init-addr ADDR:PORT``, ADDR = rank 0's address: its host var ``node_addr``, its
+Slurm NodeAddr, its SSH address, else 127.0.0.1; PORT picked free on rank 0). A ``nodes:`` step runs once, not once
+per host. Readiness, ``srv.url`` and ``bench`` are rank 0's; ``srv.ranks`` lists every rank (host, pid, log); stop
+and the session's end stop every rank (on Slurm, ``scancel`` of a rank's step is the last resort). vLLM refuses
+``nodes > 1`` (its multi-node serving needs a Ray cluster started beforehand).
 ``api-key`` (and ``admin-api-key``) among the flags: the server client sends the key as a bearer token on every
 call (readiness, /server_info, /flush_cache, bench), and the value is masked like a secret var wherever the
 flags, the command or the server's log are shown; give it from a secret var (``api-key: "{{ api_key }}"``).
@@ -70,6 +78,8 @@ class ServerStepArgs(ServerLaunchArgs):
     name: str = Field(default="server", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
     keep: bool = Field(default=False, description="leave it running after the session ends")
     replace_flags: bool = Field(default=False, description="restart: use only the new flags, not merged")
+    nodes: int = Field(default=1, ge=1, le=1024, description="start: one server across this many hosts (rank 0 = "
+                                                              "the step's first host; the engine's multi-node flags)")
 
 
 def host_var(ctx: ActionContext, name: str) -> Any:
@@ -97,10 +107,54 @@ def launch_parts(args: ServerLaunchArgs, ctx: ActionContext) -> tuple[Any, Any, 
     return adapter, spec, host_python, auto
 
 
+def rank_hosts(nodes: int, ctx: ActionContext) -> list[str]:
+    """The hosts of a ``nodes: N`` server in rank order: the step's host, the step's other hosts, then the other
+    nodes of its Slurm allocation. :raises StepFailed: when there are fewer than N."""
+    pool = [ctx.host, *(h for h in ctx.step_hosts if h != ctx.host)]
+    siblings = ctx.host_spec.vars.get("slurm_nodes") if ctx.host_spec is not None else None
+    pool += [h for h in (siblings if isinstance(siblings, list) else []) if str(h) not in pool]
+    if len(pool) < nodes:
+        raise StepFailed(f"nodes: {nodes} needs {nodes} hosts, but the step has {len(pool)} "
+                         f"({', '.join(map(str, pool))}): target a group of {nodes} (or a Slurm allocation's node)")
+    return [str(h) for h in pool[:nodes]]
+
+
+def rank0_address(ctx: ActionContext) -> str:
+    """Where the workers reach rank 0 (the dist-init address): set, Slurm's NodeAddr, SSH's address, loopback."""
+    spec = ctx.host_spec
+    if spec is None:
+        return "127.0.0.1"
+    for key in ("node_addr", "slurm_node_addr"):
+        if spec.vars.get(key):
+            return str(spec.vars[key])
+    if spec.kind == "ssh" and spec.address:
+        return spec.address
+    return "127.0.0.1"
+
+
 class ServerAction(Action[ServerStepArgs]):
     kind = "server"
     Args = ServerStepArgs
     summary = "Start/stop/restart an inference server with candidate flags; registers url, effective args, overrides."
+
+    @classmethod
+    def runs_once(cls, raw_args: Any) -> bool:
+        # a multi-node start is one server over the step's hosts (any templated `nodes:` counts: decided unrendered)
+        return isinstance(raw_args, dict) and raw_args.get("nodes") not in (None, 1, "1")
+
+    async def _workers(self, args: ServerStepArgs, ctx: ActionContext, adapter: Any, spec: Any) -> list[Any]:
+        from orchestrator.servers.ranks import RankHost
+
+        if args.nodes == 1:
+            return []
+        adapter.rank_argv(spec, nnodes=args.nodes, rank=0, dist_init_addr="127.0.0.1:1")  # refusals first
+        if ctx.peer is None:
+            raise StepFailed(f"nodes: {args.nodes} needs the session's other hosts (run it from a playbook)")
+        workers = []
+        for host in rank_hosts(args.nodes, ctx)[1:]:
+            host_spec, transport = await ctx.peer(host)
+            workers.append(RankHost(host, transport, python=args.python or host_spec.python))
+        return workers
 
     async def run(self, args: ServerStepArgs, ctx: ActionContext) -> dict[str, Any]:
         from orchestrator.servers.manager import ServerStartError
@@ -109,10 +163,15 @@ class ServerAction(Action[ServerStepArgs]):
         try:
             if args.action == "start":
                 adapter, spec, client_python, auto = launch_parts(args, ctx)
+                workers = await self._workers(args, ctx, adapter, spec)
                 record = await manager.start(
                     name=args.name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter, spec=spec,
                     client_python=client_python, ready_timeout=args.ready_timeout, keep=args.keep, grace=args.grace,
-                    step_id=ctx.step_id, on_log=on_log, auto_port=auto, preflight=args.preflight)
+                    step_id=ctx.step_id, on_log=on_log, auto_port=auto, preflight=args.preflight,
+                    workers=workers, dist_host=rank0_address(ctx))
+                if workers:
+                    ctx.output(f"one server over {record.nodes} nodes: "
+                               + ", ".join(f"rank {r.rank} on {r.host}" for r in record.ranks) + "\n")
                 result = record.as_result()
                 if record.preflight is not None:
                     ctx.output(record.preflight.note() + "\n")

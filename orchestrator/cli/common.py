@@ -97,6 +97,9 @@ def inventory_var_names(inv: object, extra: dict[str, Any]) -> set[str]:
         names.update(group.vars)
     for spec in getattr(inv, "hosts", {}).values():
         names.update(spec.vars)
+    for entry in getattr(inv, "slurm", {}).values():  # its nodes' vars, once the session is granted them
+        names.update(entry.vars)
+        names.update(("slurm_job", "slurm_node", "slurm_node_index", "slurm_nodes", "slurm_node_addr"))
     return names
 
 
@@ -110,7 +113,9 @@ def resolve_inventory(inventory: Path | None, host: str | None) -> Any:
         inv = default_inventory()
     if host:
         name = host
-        if host not in inv.hosts and host not in LOCAL_NAMES and host not in inv.groups:
+        base = host.partition("[")[0]  # `cluster[0]`: one host of a group or Slurm entry
+        known = base in inv.hosts or base in inv.groups or base in getattr(inv, "slurm", {})
+        if not known and host not in LOCAL_NAMES:
             inv = inv.with_host(host, **{k: v for k, v in parse_host_ref(host).items() if v is not None})
         inv = inv.model_copy(update={"default_hosts": name})
     return inv if inv is not None else Inventory()

@@ -21,13 +21,14 @@ if TYPE_CHECKING:
 CONTROLLER = "controller"  # the host name for steps that run once here (`set`, notes)
 
 
-async def run_on_host(engine: Engine, step: Step, action_cls: Any, host: str) -> tuple[HostOutcome, int]:
+async def run_on_host(engine: Engine, step: Step, action_cls: Any, host: str,
+                      step_hosts: list[str] | None = None) -> tuple[HostOutcome, int]:
     max_attempts = 1 + (step.retries if step.retries is not None else (3 if step.until else 0))
     attempt = 0
     outcome = HostOutcome(host=host, status="failed")
     while attempt < max_attempts:
         attempt += 1
-        outcome = await attempt_once(engine, step, action_cls, host)
+        outcome = await attempt_once(engine, step, action_cls, host, step_hosts)
         engine.flush_output(step.step_id, host)
         if outcome.status in ("cancelled", "unreachable"):
             break
@@ -57,7 +58,15 @@ async def run_on_host(engine: Engine, step: Step, action_cls: Any, host: str) ->
     return outcome, attempt
 
 
-async def attempt_once(engine: Engine, step: Step, action_cls: Any, host: str) -> HostOutcome:
+async def _peer(engine: Engine, name: str) -> tuple[Any, Any]:
+    """Another host of the session, connected (a multi-node server's worker ranks). Raises HostUnreachable."""
+    if name in engine.unreachable:
+        raise HostUnreachable(f"{name}: {engine.unreachable[name]}")
+    return engine.inventory.host(name), await engine.transport(name)
+
+
+async def attempt_once(engine: Engine, step: Step, action_cls: Any, host: str,
+                       step_hosts: list[str] | None = None) -> HostOutcome:
     started = time.monotonic()
     on_controller = host == CONTROLLER
     variables = engine.vars.for_host(None if on_controller else host)
@@ -93,6 +102,7 @@ async def attempt_once(engine: Engine, step: Step, action_cls: Any, host: str) -
         session_dir=engine.options.session_dir,
         emit_output=lambda stream, text: engine.emit_output(step.step_id, host, stream, text),
         services=engine.services, emit=engine.emit, timeout=step.timeout,
+        step_hosts=list(step_hosts or [host]), peer=lambda name: _peer(engine, name),
     )
     action = action_cls()
     try:

@@ -324,6 +324,10 @@ class Engine:
                     run_hosts.append(host)
             except TemplateError as exc:
                 return self._finish_early(step, "failed", f"{step.location}: when: {exc.message}", started, author)
+        step_hosts = list(run_hosts)
+        if len(run_hosts) > 1 and action_cls.runs_once(step.args):
+            # one run over several hosts (a multi-node server): on the first, which uses the rest itself
+            hosts = run_hosts = run_hosts[:1]
         self.emit(StepStarted(step_id=step.step_id, name=step.display_name, action=step.action, section=step.section,
                               hosts=hosts, args=self._safe_args(step, hosts[0]),
                               location=str(step.location) if step.location else None, author=author))
@@ -334,7 +338,7 @@ class Engine:
 
         async def one(host: str) -> tuple[HostOutcome, int]:
             async with semaphore:
-                return await run_on_host(self, step, action_cls, host)
+                return await run_on_host(self, step, action_cls, host, step_hosts)
 
         tasks = [asyncio.ensure_future(one(h)) for h in run_hosts]
         try:

@@ -81,11 +81,14 @@ def lab_host_vars(scenario: str | None = None, *, root: Path | str | None = None
 
 
 def lab_inventory(scenario: str | None = None, *, root: Path | str | None = None,
-                  engine: str | None = None) -> Inventory:
+                  engine: str | None = None, real_host: bool = False) -> Inventory:
     """Hosts ``lab`` (local transport) and ``localhost``; default target ``lab``. Builds nothing. ``engine``: the
-    engine the lab stands in for (default ``$ORCHESTRATOR_LAB_ENGINE``, else sglang)."""
-    spec = HostSpec(name="lab", transport="local", python=sys.executable, env=lab_env(root, engine),
-                    vars=lab_host_vars(scenario, root=root, engine=engine))
+    engine the lab stands in for (default ``$ORCHESTRATOR_LAB_ENGINE``, else sglang). ``real_host``: no
+    ``fixed_flags``, as on a real host (see lab_ssh_inventory)."""
+    host_vars = lab_host_vars(scenario, root=root, engine=engine)
+    if real_host:
+        del host_vars["fixed_flags"]
+    spec = HostSpec(name="lab", transport="local", python=sys.executable, env=lab_env(root, engine), vars=host_vars)
     local = HostSpec(name="localhost", transport="local", python=sys.executable)
     # Inventory's validator names hosts from plain mappings
     return Inventory.model_validate({"hosts": {"lab": spec.model_dump(), "localhost": local.model_dump()},

@@ -81,6 +81,9 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
             if flag_key(str(name)) in self.reserved:
                 raise UserInputError(
                     f"flags: {name!r} is set by the step itself; use the step's 'model'/'port' instead")
+            if flag_key(str(name)) in self.multinode_flags:
+                raise UserInputError(
+                    f"flags: {name!r} is set per rank by the step itself; use the step's 'nodes: N' instead")
 
     def build_argv(self, spec: LaunchSpec) -> list[str]:
         return self.launcher_argv(spec) + self.server_argv(spec)
@@ -91,6 +94,18 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
         argv = ["--model-path", spec.model] if spec.model else []
         argv += ["--host", spec.bind, "--port", str(spec.port)]
         return argv + flags_to_argv(spec.flags, list_style=self.list_style)
+
+    # -- multi-node (``nodes: N``): one logical server, a process per node ----------------------
+    #: the engine's own multi-node flags, set per rank by the manager (never from ``flags``)
+    multinode_flags: ClassVar[tuple[str, ...]] = ("nnodes", "node_rank", "dist_init_addr")
+
+    def rank_argv(self, spec: LaunchSpec, *, nnodes: int, rank: int, dist_init_addr: str) -> list[str]:
+        """Rank ``rank``'s command line: SGLang's ``--nnodes N --node-rank R --dist-init-addr HOST:PORT`` after the
+        usual argv. Every rank gets the same model, flags and port (SGLang serves HTTP on rank 0 only).
+
+        :raises UserInputError: when the engine has no multi-node mode this tool can drive."""
+        return self.build_argv(spec) + ["--nnodes", str(nnodes), "--node-rank", str(rank),
+                                        "--dist-init-addr", dist_init_addr]
 
     #: whether a start is first checked by the installed SGLang's own parser (servers/preflight.py)
     preflight: ClassVar[bool] = True

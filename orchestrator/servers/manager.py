@@ -17,12 +17,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.errors import ServerError, UserInputError
+from orchestrator.errors import HostUnreachable, ServerError, UserInputError
 from orchestrator.events import Output, ServerEvent, ServerEventType
 from orchestrator.servers.base import EngineAdapter, LaunchSpec
 from orchestrator.servers.client import ServerClient
 from orchestrator.servers.flags import flag_key, requested_vs_effective
 from orchestrator.servers.preflight import Preflight, run_preflight
+from orchestrator.servers.ranks import (
+    RankHost,
+    RankProcess,
+    first_dead_worker,
+    process_name,
+    stop_ranks,
+    worker_states,
+)
 from orchestrator.servers.startlog import StartFailure, analyse_start_failure
 from orchestrator.transport.base import ProcessHandle, Transport
 
@@ -62,6 +70,14 @@ class ServerRecord:
     failure: StartFailure | None = None
     preflight: Preflight | None = None
     check_flags: bool = True  # run the pre-flight check before each start (kept for restarts)
+    # a multi-node server (``nodes: N``): every rank in order, rank 0 (this record's host) first; empty for one node
+    ranks: list[RankProcess] = field(default_factory=list)
+    workers: list[RankHost] = field(default_factory=list)  # kept for restarts
+    dist_host: str = "127.0.0.1"  # rank 0's address as the workers reach it
+
+    @property
+    def nodes(self) -> int:
+        return 1 + len(self.workers)
 
     @property
     def url(self) -> str:
@@ -80,6 +96,8 @@ class ServerRecord:
             "ready_s": self.ready_s, "exit_code": self.exit_code, "log_tail": self.log_tail, "keep": self.keep,
             "failure": self.failure.as_dict() if self.failure else None,
             "preflight": self.preflight.as_dict() if self.preflight else None,
+            "nodes": self.nodes, "hosts": [self.host, *(w.host for w in self.workers)],
+            "ranks": [r.as_dict() for r in self.ranks],
         }
 
 
@@ -106,10 +124,14 @@ class ServerManager:
         self, *, name: str, host: str, transport: Transport, adapter: EngineAdapter, spec: LaunchSpec,
         client_python: str, ready_timeout: float | None = None, keep: bool = False, grace: float | None = None,
         step_id: str | None = None, on_log: Callable[[str], None] | None = None, auto_port: bool = False,
-        preflight: bool = True,
+        preflight: bool = True, workers: list[RankHost] | None = None, dist_host: str = "127.0.0.1",
     ) -> ServerRecord:
         """Start and wait until ready; with ``preflight`` the installed SGLang's own parser checks the command line
         first (servers/preflight.py) and a refusal fails the start in seconds, before anything is spawned.
+
+        ``workers``: a multi-node server (servers/ranks.py): ranks 1.. on these hosts, rank 0 on ``host``, which
+        the workers reach at ``dist_host`` on a port picked free there. Readiness is rank 0's; a failed start
+        stops every rank and says how each worker ended.
 
         :raises ServerStartError: (refused by the pre-flight check, dies, never ready, port taken), UserInputError.
         """
@@ -119,7 +141,8 @@ class ServerManager:
                                  "stop or restart it")
         client = ServerClient(transport, client_python, adapter, **adapter.client_keys(spec.flags))
         record = ServerRecord(name=name, host=host, adapter=adapter, transport=transport, client=client, spec=spec,
-                              keep=keep, grace=grace, step_id=step_id, check_flags=preflight)
+                              keep=keep, grace=grace, step_id=step_id, check_flags=preflight,
+                              workers=list(workers or []), dist_host=dist_host)
         if auto_port:
             record.spec = spec = replace(spec, port=int((await client.call("port", {"host": spec.bind}))["port"]))
         else:
@@ -130,22 +153,37 @@ class ServerManager:
                 record.failure = StartFailure(cause="port_in_use", summary=why, reason="not_started")
                 raise ServerStartError(f"{why}; pick another port or `port: auto`", record.as_result())
         record.argv = adapter.build_argv(spec)
+        if record.workers:
+            dist_port = int((await client.call("port", {"host": dist_host}))["port"])
+            dist_init_addr = f"[{dist_host}]:{dist_port}" if ":" in dist_host else f"{dist_host}:{dist_port}"
+            hosts = [RankHost(host, transport), *record.workers]
+            record.ranks = [RankProcess(rank=i, host=h.host, transport=h.transport,
+                                        argv=adapter.rank_argv(replace(spec, python=h.python or spec.python),
+                                                               nnodes=len(hosts), rank=i,
+                                                               dist_init_addr=dist_init_addr))
+                            for i, h in enumerate(hosts)]
+            record.argv = record.ranks[0].argv
         if preflight and adapter.preflight:
             await self._preflight(record)
         meta = {"kind": "server", "engine": adapter.name, "port": spec.port, "bind": spec.bind, "keep": keep,
                 "controller_host": socket.gethostname(), "controller_pid": os.getpid(), "started_at": time.time()}
+        if record.ranks:
+            meta.update(server=name, nnodes=len(record.ranks), rank=0)
         record.handle = await transport.spawn_detached(record.argv, name=f"server-{name}", env=spec.env, meta=meta)
         record.status = "starting"
         self.servers[name] = record  # registered before waiting: cancel or failure still stops it
+        if record.ranks:
+            record.ranks[0].handle = record.handle
+            try:
+                await self._spawn_workers(record, meta)
+            except BaseException:
+                await asyncio.shield(self._abort(record, "a worker rank could not be started"))
+                raise
         self._event("server_started", record, detail=" ".join(record.argv))
         timeout = ready_timeout if ready_timeout is not None else adapter.default_ready_timeout
         started = time.monotonic()
         try:
-            wait = await client.call(
-                "wait", {"url": record.url, "log": record.handle.log_path, "pgid": record.handle.pgid,
-                         "timeout": timeout},
-                on_log=on_log, timeout=timeout + 60,
-            )
+            wait = await self._wait_ready(record, timeout, on_log)
         except BaseException:
             # Cancelled (Ctrl-C, a step timeout) or the client broke: a half-started server must not linger.
             await asyncio.shield(self._abort(record, "start-up interrupted"))
@@ -157,6 +195,59 @@ class ServerManager:
         record.status = "ready"
         self._event("server_ready", record, detail=f"ready in {record.ready_s:.1f}s at {record.url}")
         return record
+
+    async def _wait_ready(self, record: ServerRecord, timeout: float,
+                          on_log: Callable[[str], None] | None) -> dict[str, Any]:
+        """Rank 0's readiness wait; for a multi-node server, also watch the workers: one that exits ends the wait
+        at once (``reason: worker_exited``) instead of rank 0 waiting for it until the timeout."""
+        assert record.handle is not None
+        wait = record.client.call(
+            "wait", {"url": record.url, "log": record.handle.log_path, "pgid": record.handle.pgid,
+                     "timeout": timeout},
+            on_log=on_log, timeout=timeout + 60,
+        )
+        if not record.ranks:
+            return await wait
+        waiting = asyncio.ensure_future(wait)
+        watching = asyncio.ensure_future(first_dead_worker(record.ranks))
+        try:
+            await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiting, watching):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(waiting, watching, return_exceptions=True)
+        if waiting.done() and not waiting.cancelled() and waiting.exception() is None:
+            return waiting.result()
+        if watching.cancelled() or watching.exception() is not None:
+            return waiting.result()  # raises the wait's own error
+        dead = watching.result()
+        assert dead.handle is not None
+        # confirmed by its exit status (an unreachable host raises here: its allocation ended, say that instead)
+        for _ in range(20):  # the setsid wrapper writes the exit status just after the group dies
+            dead.exit_code = await dead.transport.exit_status(dead.handle)
+            if dead.exit_code is not None:
+                break
+            await asyncio.sleep(0.1)
+        return {"ready": False, "reason": "worker_exited", "rank": dead.rank}
+
+    async def _spawn_workers(self, record: ServerRecord, meta: dict[str, Any]) -> None:
+        """Ranks 1.. in parallel (each joins rank 0, which is already listening or retried by the engine)."""
+
+        async def spawn(rank: RankProcess) -> None:
+            rank.handle = await rank.transport.spawn_detached(
+                rank.argv, name=process_name(record.name, rank.rank), env=record.spec.env,
+                meta={**meta, "rank": rank.rank, "rank0_host": record.host})
+
+        results = await asyncio.gather(*(spawn(r) for r in record.ranks[1:]), return_exceptions=True)
+        failed = [(r, e) for r, e in zip(record.ranks[1:], results, strict=True) if isinstance(e, BaseException)]
+        if failed:
+            rank, exc = failed[0]
+            if not isinstance(exc, Exception):
+                raise exc
+            message = exc.message if isinstance(exc, ServerError | HostUnreachable) else str(exc)
+            raise ServerError(f"server {record.name!r}: rank {rank.rank} on {rank.host} could not be started: "
+                              f"{message}") from exc
 
     async def _preflight(self, record: ServerRecord) -> None:
         check = record.preflight = await run_preflight(record.transport, record.adapter, record.spec)
@@ -180,22 +271,45 @@ class ServerManager:
                     break
                 await asyncio.sleep(0.1)
             why = f"exited with code {record.exit_code} during start-up"
+        elif wait.get("reason") == "worker_exited":
+            dead = record.ranks[int(wait["rank"])]
+            why = f"lost rank {dead.rank} on {dead.host} during start-up: it exited with code {dead.exit_code}"
         else:
             why = f"did not become ready within {timeout:g}s (/health: {wait.get('health') or 'no answer'})"
-        await transport.kill_group(record.handle, grace=min(record.grace or record.adapter.stop_grace, 5.0))
+        workers_said = ""
+        if record.ranks:
+            workers_said = await worker_states(record.ranks, lines=10)  # before the stop ends them
+            why += f" (rank 0 of a {len(record.ranks)}-node server)"
+        await self._kill_all(record, grace=min(record.grace or record.adapter.stop_grace, 5.0))
         log_text = await transport.read_file_tail(record.handle.log_path, lines=FAILURE_LOG_LINES)
         record.log_tail = "\n".join(log_text.rstrip().splitlines()[-LOG_TAIL_LINES:])
+        reason, exit_code = str(wait.get("reason") or "timeout"), record.exit_code
+        if reason == "worker_exited":  # the cause is in the worker's log, not in rank 0's (still waiting for it)
+            dead = record.ranks[int(wait["rank"])]
+            assert dead.handle is not None
+            log_text = await dead.transport.read_file_tail(dead.handle.log_path, lines=FAILURE_LOG_LINES)
+            reason, exit_code = "exited", dead.exit_code
         failure = record.failure = analyse_start_failure(
-            log_text, reason=str(wait.get("reason") or "timeout"), exit_code=record.exit_code, timeout=timeout,
+            log_text, reason=reason, exit_code=exit_code, timeout=timeout,
             draft_path=_draft_path(record.spec.flags))
         record.status = "failed"
         self._event("server_failed", record, detail=f"{why}; {failure.label}: {failure.summary}")
-        raise ServerStartError(failure_message(record, why, failure), record.as_result())
+        message = failure_message(record, why, failure)
+        if workers_said:
+            message += "\nthe other ranks:\n" + workers_said
+        raise ServerStartError(message, record.as_result())
+
+    async def _kill_all(self, record: ServerRecord, *, grace: float) -> bool:
+        """Every rank's group (one for a single-node server); True when all are gone."""
+        if not record.ranks:
+            assert record.handle is not None
+            return await record.transport.kill_group(record.handle, grace=grace)
+        return not await stop_ranks(record.ranks, grace)
 
     async def _abort(self, record: ServerRecord, why: str) -> None:
         assert record.handle is not None
         try:
-            await record.transport.kill_group(record.handle, grace=min(record.grace or record.adapter.stop_grace, 5.0))
+            await self._kill_all(record, grace=min(record.grace or record.adapter.stop_grace, 5.0))
         finally:
             record.status = "failed"
             self._event("server_failed", record, detail=why)
@@ -223,12 +337,26 @@ class ServerManager:
         if record.handle is None or record.status in ("stopped", "failed"):
             return record
         grace = record.grace if record.grace is not None else record.adapter.stop_grace
-        gone = await record.transport.kill_group(record.handle, grace=grace)
+        gone = await self._kill_all(record, grace=grace)
         record.status = "stopped"
-        record.log_tail = await record.transport.read_file_tail(record.handle.log_path, lines=LOG_TAIL_LINES)
-        port = await record.client.call("port", {"host": record.spec.bind, "port": record.spec.port, "wait": 5})
+        try:
+            record.log_tail = await record.transport.read_file_tail(record.handle.log_path, lines=LOG_TAIL_LINES)
+            for rank in record.ranks[1:]:  # the session keeps each worker's last lines (its workdir goes at the end)
+                if rank.handle is not None:
+                    rank.log_tail = await rank.transport.read_file_tail(rank.handle.log_path, lines=LOG_TAIL_LINES)
+            port = await record.client.call("port", {"host": record.spec.bind, "port": record.spec.port, "wait": 5})
+        except HostUnreachable as exc:
+            if not gone:
+                raise
+            # its host went away (a Slurm allocation ended): every process went with it, nothing to check there
+            self._event("server_stopped", record, detail=f"its host is gone: {exc.message}")
+            return record
+        alive = [f"rank {r.rank} on {r.host} (group {r.handle.pgid if r.handle else '?'})"
+                 for r in record.ranks if not r.gone]
+        what = f"STILL ALIVE: {', '.join(alive)}" if alive else "every rank gone" if record.ranks else (
+            "gone" if gone else "STILL ALIVE")
         detail = None if gone and port["free"] else (
-            f"process group {record.handle.pgid} {'gone' if gone else 'STILL ALIVE'}; "
+            f"process group {record.handle.pgid} {what}; "
             f"port {record.spec.port} {'free' if port['free'] else 'STILL IN USE'}")
         self._event("server_stopped", record, detail=detail)
         if detail:
@@ -255,11 +383,13 @@ class ServerManager:
         return await self.start(name=name, host=old.host, transport=old.transport, adapter=old.adapter, spec=spec,
                                 client_python=old.client.python, ready_timeout=ready_timeout, keep=old.keep,
                                 grace=old.grace, step_id=step_id or old.step_id, on_log=on_log,
-                                preflight=old.check_flags)
+                                preflight=old.check_flags, workers=old.workers, dist_host=old.dist_host)
 
     async def status(self, name: str) -> dict[str, Any]:
         record = self.get(name)
         alive = record.handle is not None and await record.transport.is_running(record.handle)
+        for rank in record.ranks[1:]:  # a multi-node server is up only while every rank is
+            alive = alive and rank.handle is not None and await rank.transport.is_running(rank.handle)
         health = None
         if alive:
             answer = await record.client.call("request", {"url": record.url + record.adapter.health_path, "timeout": 5})
@@ -279,6 +409,7 @@ class ServerManager:
             type=kind, server_id=record.name, step_id=record.step_id, host=record.host, engine=record.adapter.name,
             port=record.spec.port, pgid=record.handle.pgid if record.handle else None, flags=dict(record.spec.flags),
             effective=record.diff.get("effective", {}), overrides=record.diff.get("overrides", []), detail=detail,
+            ranks=[r.host for r in record.ranks],
         ))
 
     def log_forwarder(self, step_id: str, host: str) -> Callable[[str], None]:

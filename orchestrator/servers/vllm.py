@@ -70,6 +70,16 @@ class VllmAdapter(EngineAdapter):
     def default_launcher(self, python: str) -> list[str]:
         return [python, "-m", "vllm.entrypoints.cli.main", "serve"]
 
+    # vLLM's multi-node serving runs through a Ray cluster that must exist before `vllm serve` (ray start on each
+    # node, then one `vllm serve` with --pipeline/--tensor-parallel-size spanning them): not a per-rank argv.
+    multinode_flags: ClassVar[tuple[str, ...]] = ()
+
+    def rank_argv(self, spec: LaunchSpec, *, nnodes: int, rank: int, dist_init_addr: str) -> list[str]:
+        raise UserInputError(
+            f"nodes: {nnodes}: engine {self.name!r} cannot be started across nodes by this tool (vLLM's multi-node "
+            "serving runs on a Ray cluster started beforehand, not on per-rank flags); start it with nodes: 1 on "
+            "the Ray head node")
+
     def check_flags(self, flags: Mapping[str, Any]) -> None:
         super().check_flags(flags)
         for name, value in flags.items():

@@ -124,7 +124,8 @@ def servers_section(session: LoadedSession) -> list[Block]:
             overrides = "; ".join(f"{o.get('flag')}: {o.get('requested')} → {o.get('effective')} ({o.get('source')})"
                                   for o in e.overrides) or "—"
             state = "ready" if e.type == "server_ready" else f"failed: {e.detail or ''}"
-            rows.append([e.server_id, e.engine, f"{e.host}:{e.port}", flags, overrides, state])
+            where = f"{e.host}:{e.port}" + (f" ({len(e.ranks)} nodes: {', '.join(e.ranks)})" if e.ranks else "")
+            rows.append([e.server_id, e.engine, where, flags, overrides, state])
         blocks.append(Table(["server", "engine", "where", "requested flags", "overrides (requested → effective)", "state"], rows))
     if benches:
         rows = []

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 
@@ -122,6 +123,23 @@ async def check_partition_size(spec: SlurmSpec) -> None:
                          f"{sizes[partition]}")
 
 
+_COMMENT = re.compile(r"^orchestrator session (?P<session>\S+)(?: controller (?P<host>[^:\s]+):(?P<pid>\d+))?")
+
+
+def session_comment(session_id: str) -> str:
+    """The ``--comment`` of an allocation a session asks for: which session, and which process on which machine
+    holds it (``orchestrator cleanup`` cancels one whose process is gone: a crashed session's)."""
+    return f"--comment=orchestrator session {session_id} controller {socket.gethostname()}:{os.getpid()}"
+
+
+def parse_session_comment(comment: str) -> tuple[str, str | None, int | None] | None:
+    """(session id, controller host, controller pid) from a comment ``session_comment`` wrote, else None."""
+    m = _COMMENT.match(comment.strip())
+    if m is None:
+        return None
+    return m["session"], m["host"], int(m["pid"]) if m["pid"] else None
+
+
 async def allocate(spec: SlurmSpec, *, session_id: str) -> Allocation:
     """Ask for ``spec.nodes`` nodes with ``salloc --no-shell``; returns once granted.
 
@@ -133,7 +151,7 @@ async def allocate(spec: SlurmSpec, *, session_id: str) -> Allocation:
     await check_partition_size(spec)
     job_name = spec.job_name or f"orch-{spec.name}"
     argv = ["salloc", "--no-shell", f"--nodes={spec.nodes}", f"--time={spec.time}", f"--job-name={job_name}",
-            f"--comment=orchestrator session {session_id}", f"--immediate={max(1, int(spec.allocate_timeout))}"]
+            session_comment(session_id), f"--immediate={max(1, int(spec.allocate_timeout))}"]
     if spec.partition:
         argv.append(f"--partition={spec.partition}")
     argv += spec.salloc_args

@@ -24,7 +24,9 @@ from orchestrator.slurm.allocation import (
 if TYPE_CHECKING:
     from orchestrator.engine.runner import Engine
 
-FINISHED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY")
+# COMPLETING: the job is over and its steps are being ended (what squeue shows right after a scancel)
+FINISHED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY",
+            "COMPLETING")
 
 
 def targeted_entries(engine: Engine) -> list[str]:
@@ -37,13 +39,14 @@ def targeted_entries(engine: Engine) -> list[str]:
     words: set[str] = set()
     for pattern in patterns:
         for item in [pattern] if isinstance(pattern, str) else (pattern if isinstance(pattern, list) else []):
-            words.update(p.strip() for p in str(item).split(","))
+            # `cluster[0]` (one node of the entry's group) names the entry too
+            words.update(p.strip().partition("[")[0] for p in str(item).split(","))
     return [name for name in inventory.slurm if name in words or "all" in words]
 
 
 def node_host(spec: SlurmSpec, allocation: Allocation, node: str, rank: int) -> HostSpec:
     node_vars = {"slurm_job": allocation.job_id, "slurm_node": node, "slurm_node_index": rank,
-                 "slurm_nodes": list(allocation.nodes)}
+                 "slurm_nodes": list(allocation.nodes), "slurm_node_addr": allocation.addresses.get(node, node)}
     # Every node gets its own state dir: on a shared home the per-session workdirs (pidfiles, logs) of two
     # nodes would otherwise be one directory, and a cleanup on one node would signal the other's PGIDs.
     state_dir = f"{spec.state_dir}/nodes/{node}"
@@ -87,8 +90,8 @@ class SlurmAllocations:
                 else:
                     allocation = await take_job(spec)
                 self.granted[name] = allocation
-                if spec.via == "ssh":
-                    allocation.addresses = await node_addresses(allocation.nodes)
+                # NodeAddr: what via: ssh connects to, and where a multi-node server's workers reach rank 0
+                allocation.addresses = await node_addresses(allocation.nodes)
                 add_nodes(self.engine.inventory, spec, allocation)
                 how = (f"granted in {allocation.seconds:.2f}s, released at session end" if allocation.owned
                        else "an existing job: not released by this session")

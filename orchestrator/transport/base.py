@@ -282,10 +282,17 @@ class Transport(ABC):
         workdir = await self.workdir()
         remote_dir = f"{workdir}/files/{Path(local_dir).name}-{digest}"
         await self.check(f"mkdir -p {shlex.quote(remote_dir)}")
-        for path in files:
-            await self.put(path, f"{remote_dir}/{path.name}", mode=0o600)
+        await self.put_files([(path, f"{remote_dir}/{path.name}") for path in files], mode=0o600)
         self._pushed[key] = remote_dir
         return remote_dir
+
+    async def put_files(self, pairs: Sequence[tuple[Path, str]], *, mode: int = 0o600) -> None:
+        """Copy several (local, remote) files; one at a time here, transports with a cheaper batch override it.
+
+        :raises TransportError: a file could not be copied (what was copied of it is removed).
+        """
+        for local, remote in pairs:
+            await self.put(local, remote, mode=mode)
 
     async def spawn_detached(
         self,

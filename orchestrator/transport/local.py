@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from orchestrator.errors import TransportError
 from orchestrator.transport.agent import LINE_LIMIT, AgentChannel, AgentUnavailable
 from orchestrator.transport.base import (
     Command,
@@ -276,6 +277,14 @@ class LocalTransport(Transport):
         return path
 
     async def put(self, local_path: Path, remote_path: str, *, mode: int = 0o600) -> None:
+        if not Path(local_path).is_file():
+            raise TransportError(f"{self.host}: cannot copy {local_path}: no such file")
         target = Path(os.path.expandvars(os.path.expanduser(remote_path)))
-        shutil.copyfile(local_path, target)
-        os.chmod(target, mode)
+        try:
+            shutil.copyfile(local_path, target)
+            os.chmod(target, mode)
+        except OSError as exc:  # a full disk, a missing directory: the user's to fix, not an internal error
+            with contextlib.suppress(OSError):
+                if target.is_file():
+                    target.unlink()  # no half-written file that a later run could take for the whole one
+            raise TransportError(f"{self.host}: cannot copy {local_path} to {target}: {exc.strerror or exc}") from None

@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 # (lower case; any "srun: error" also makes us look at the job's state, so a new wording is still caught)
 _GONE_MARKERS = ("srun: error", "invalid job id", "unable to confirm allocation", "has expired",
                  "already completing or completed", "cancelled at", "job has been revoked")
-FINISHED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY")
+# COMPLETING: the job is over and its steps are being ended (what squeue shows right after a scancel)
+FINISHED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY",
+            "COMPLETING")
 LOCAL_STATE = "$HOME/.orchestrator/srun-clients"  # records of srun clients running here (for cleanup)
 
 

@@ -4,12 +4,13 @@ confirm the planted fault and no other, and the report must name the cause."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import LabPaths
+from orchestrator.lab.build import LabPaths, seed_wiring
 from orchestrator.lab.inventory import ensure_lab, lab_inventory
 from orchestrator.lab.vllm_lab import VLLM_SCENARIO_NAMES, vllm_scenarios
 from orchestrator.playbook.loader import load_playbook
@@ -62,3 +63,38 @@ async def test_flagship_on_vllm_names_the_planted_fault(scenario: str, lab: LabP
     report = (directory / "report.md").read_text()
     for hid in must_confirm:
         assert hid in report
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+async def test_flagship_on_vllm_derives_and_verifies_a_servable_fix_without_lab_flags(lab: LabPaths,
+                                                                                    tmp_path: Path) -> None:
+    """The lab as a real vLLM host looks to the flagship (no ``fixed_flags``): the seed's embedding-first draft is
+    served by top-level ids in vLLM's convention (HF indices, read by vLLM 0.33's runners), written beside the draft,
+    and the restart with ``--speculative-config`` pointed at it is verified on intervals."""
+    ensure_lab("seed-wiring", root=lab.root, engine="vllm")
+    inventory = lab_inventory("seed-wiring", root=lab.root, engine="vllm", real_host=True)
+    host_vars = inventory.host_vars("lab")
+    assert "fixed_flags" not in host_vars
+    playbook = load_playbook(FLAGSHIP, extra_names=host_vars)
+    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions")
+    outcome = await run_with_signals(engine)
+    write_reports(directory)
+    session = read_session(directory)
+    assert outcome.status == "ok"
+    assert "lab-capture-layers" not in (directory / "events.jsonl").read_text()  # no lab-only flag anywhere
+    fix = next(r.result for e in session.events if getattr(e, "name", "") == "Derive the fix this host can serve"
+               for r in getattr(e, "results", []))
+    assert fix["fix_status"] == "fix" and fix["engine"]["engine"] == "vllm", fix["summary"]
+    corrected = Path(fix["draft"])
+    assert corrected.parent == Path(host_vars["draft"]).parent
+    assert json.loads((corrected / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == \
+        seed_wiring(lab.num_layers)  # vLLM: HF indices as they are, no +1
+    assert fix["flags"]["speculative-config"]["model"] == str(corrected)
+    wiring = HypothesisBoard.from_events(session.events).entries["wiring"]
+    assert wiring.state == "confirmed"
+    verified = [h for h in wiring.history if h.state == "confirmed" and "fix verified" in (h.evidence or "")]
+    assert verified and "servable fix on vLLM 0.33.0" in (verified[-1].evidence or ""), \
+        [h.evidence for h in wiring.history]
+    verdict = (directory / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    assert "**Fix**" in verdict and str(corrected) in verdict

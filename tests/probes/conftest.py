@@ -58,3 +58,14 @@ def run_script(tmp_path: Path) -> Callable[..., ProbeRun]:
         return run_probe_script(script, args, tmp_path, **kwargs)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def vllm_trees() -> dict[str, Path]:
+    """The real vLLM 0.33.0 and 0.11.0 trees (``pip install --no-deps``, cached), keyed by version."""
+    from orchestrator.lab.build import cached_vllm_tree
+
+    try:
+        return {v: cached_vllm_tree(v) for v in ("0.33.0", "0.11.0")}
+    except Exception as exc:  # noqa: BLE001 - offline machine
+        pytest.skip(f"vllm trees cannot be installed here: {exc}")

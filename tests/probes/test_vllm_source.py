@@ -30,19 +30,10 @@ N = 12  # the lab target's layers
 NEW, OLD = "0.33.0", "0.11.0"
 
 
-@pytest.fixture(scope="module")
-def trees() -> dict[str, Path]:
-    from orchestrator.lab.build import cached_vllm_tree
 
-    try:
-        return {v: cached_vllm_tree(v) for v in (NEW, OLD)}
-    except Exception as exc:  # noqa: BLE001 - offline machine
-        pytest.skip(f"vllm trees cannot be installed here: {exc}")
-
-
-def test_rules_read_from_each_tree(trees: dict[str, Path]) -> None:
-    new, new_v1, old = (capture_rules(str(trees[NEW] / "vllm")), capture_rules(str(trees[NEW] / "vllm"), "v1"),
-                        capture_rules(str(trees[OLD] / "vllm")))
+def test_rules_read_from_each_tree(vllm_trees: dict[str, Path]) -> None:
+    new, new_v1, old = (capture_rules(str(vllm_trees[NEW] / "vllm")), capture_rules(str(vllm_trees[NEW] / "vllm"), "v1"),
+                        capture_rules(str(vllm_trees[OLD] / "vllm")))
     assert (new["version"], new["runner"], new["runners"]) == (NEW, "v2", ["v1", "v2"])
     assert (new["reads_top_level"], new["reads_nested"], new["reads_layer_ids"]) == (True, False, True)
     assert (new_v1["reads_top_level"], new_v1["reads_nested"], new_v1["reads_layer_ids"]) == (True, True, False)
@@ -69,15 +60,15 @@ CASES: dict[str, tuple[dict[str, Any], list[int] | None, list[int] | None, list[
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_what_each_vllm_feeds(trees: dict[str, Path], case: str) -> None:
+def test_what_each_vllm_feeds(vllm_trees: dict[str, Path], case: str) -> None:
     config, new, new_v1, old = CASES[case]
-    assert vllm_wiring(config, N, capture_rules(str(trees[NEW] / "vllm"))) == new
-    assert vllm_wiring(config, N, capture_rules(str(trees[NEW] / "vllm"), "v1")) == new_v1
-    assert vllm_wiring(config, N, capture_rules(str(trees[OLD] / "vllm"))) == old
+    assert vllm_wiring(config, N, capture_rules(str(vllm_trees[NEW] / "vllm"))) == new
+    assert vllm_wiring(config, N, capture_rules(str(vllm_trees[NEW] / "vllm"), "v1")) == new_v1
+    assert vllm_wiring(config, N, capture_rules(str(vllm_trees[OLD] / "vllm"))) == old
     assert vllm_wiring(config, N) == new  # no vLLM on the host: the newest read
 
 
-def test_draft_inspect_predicts_per_installed_version(trees: dict[str, Path], tmp_path: Path, run_probe: Any) -> None:
+def test_draft_inspect_predicts_per_installed_version(vllm_trees: dict[str, Path], tmp_path: Path, run_probe: Any) -> None:
     import json
 
     draft = tmp_path / "draft"
@@ -87,7 +78,7 @@ def test_draft_inspect_predicts_per_installed_version(trees: dict[str, Path], tm
         "eagle_aux_hidden_state_layer_ids": [0, 6, 11]}))
     feeds = {}
     for version, runner in ((NEW, None), (NEW, "v1"), (OLD, None)):
-        args = {"path": str(draft), "target_num_layers": N, "vllm_sys_path": [str(trees[version])]}
+        args = {"path": str(draft), "target_num_layers": N, "vllm_sys_path": [str(vllm_trees[version])]}
         if runner:
             args["vllm_runner"] = runner
         res = run_probe("draft_inspect", args).result
@@ -127,9 +118,9 @@ SHOWS = {
 
 
 @pytest.mark.parametrize("version", [NEW, OLD])
-def test_source_reads_land_on_the_code(trees: dict[str, Path], version: str, run_probe: Any) -> None:
+def test_source_reads_land_on_the_code(vllm_trees: dict[str, Path], version: str, run_probe: Any) -> None:
     reads = [{"id": key, **spec} for key, spec in READS.items()]
-    res = run_probe("sglang_source", {"package": "vllm", "sys_path": [str(trees[version])], "reads": reads}).result
+    res = run_probe("sglang_source", {"package": "vllm", "sys_path": [str(vllm_trees[version])], "reads": reads}).result
     assert res["version"] == version
     by_id = {key: res["reads"][i] for i, key in enumerate(READS)}  # results come in the reads' order
     for key, per_version in SHOWS.items():
@@ -142,15 +133,15 @@ def test_source_reads_land_on_the_code(trees: dict[str, Path], version: str, run
         assert line in text, (key, text[:400])
 
 
-def test_served_parts_follow_each_vllm(trees: dict[str, Path]) -> None:
+def test_served_parts_follow_each_vllm(vllm_trees: dict[str, Path]) -> None:
     """A draft with draft_vocab_size and no lm_head.weight: 0.33.0 shares the target's head (its logits cut to the
     draft vocabulary, d2t applied); 0.11.0 keeps the random head. With its own head both serve it as trained."""
     from eagle3_served import served_parts
 
     config = {"hidden_size": 64, "vocab_size": 256, "draft_vocab_size": 64, "tie_word_embeddings": False}
     tensors = {"fc.weight": [64, 192], "d2t": [64], "t2d": [256], "midlayer.hidden_norm.weight": [64]}
-    new = served_parts(config, tensors, engine="vllm", vllm_rules=capture_rules(str(trees[NEW] / "vllm")))
-    old = served_parts(config, tensors, engine="vllm", vllm_rules=capture_rules(str(trees[OLD] / "vllm")))
+    new = served_parts(config, tensors, engine="vllm", vllm_rules=capture_rules(str(vllm_trees[NEW] / "vllm")))
+    old = served_parts(config, tensors, engine="vllm", vllm_rules=capture_rules(str(vllm_trees[OLD] / "vllm")))
     assert new["served"] == {"embedding": "target", "head": "target_head", "head_rows": 64, "d2t": True,
                              "fc": "applied", "feed": "aux"} and new["fails"] is None
     assert old["served"]["head"] == "random" and old["served"]["d2t"] is True
@@ -187,14 +178,14 @@ FLAGSHIP_READS = {
 
 
 @pytest.mark.parametrize("version", [NEW, OLD])
-def test_flagship_vllm_reads_land_and_stay_quiet(trees: dict[str, Path], version: str, run_probe: Any) -> None:
+def test_flagship_vllm_reads_land_and_stay_quiet(vllm_trees: dict[str, Path], version: str, run_probe: Any) -> None:
     from orchestrator.actions.read_source import summarize
     from orchestrator.hypotheses.board import evaluate_rules
 
     steps = flagship_vllm_steps()
     everything = [read for _, reads in steps for read in reads]
     assert sorted(r["id"] for r in everything) == sorted(FLAGSHIP_READS)
-    result = run_probe("sglang_source", {"package": "vllm", "sys_path": [str(trees[version])],
+    result = run_probe("sglang_source", {"package": "vllm", "sys_path": [str(vllm_trees[version])],
                                          "reads": everything}).result
     registered, offset = {}, 0
     for step, reads in steps:

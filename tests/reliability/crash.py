@@ -82,20 +82,65 @@ def inventory_file(directory: Path, state_dir: Path) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class LabRun:
+    """A playbook of playbooks/ run on the lab host (a built lab at ``root``, one scenario)."""
+
+    playbook: str  # eagle3.yaml (the flagship) or sweep.yaml
+    scenario: str
+    root: Path
+
+
+def lab_inventory_file(directory: Path, state_dir: Path, marker: str, scenario: str, lab_root: Path) -> Path:
+    """The lab's inventory (host ``lab``) with its own state dir, and the marker in the host's environment, so
+    every process the run starts there (probes, the lab servers) carries it."""
+    from orchestrator.lab.inventory import lab_inventory
+
+    doc = lab_inventory(scenario, root=lab_root).model_dump(mode="json", exclude_none=True)
+    doc.pop("source", None)
+    for host in doc["hosts"].values():
+        host["state_dir"] = str(state_dir)
+        host["env"] = {**host.get("env", {}), "ORCH_CRASH_MARK": marker}
+    path = directory / "inventory.yaml"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def served_ports(sessions: Path) -> list[int]:
+    """The ports the run's servers were started on, from its (possibly torn) log."""
+    ports: set[int] = set()
+    for log in sessions.glob("*/events.jsonl"):
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if str(event.get("type", "")).startswith("server_") and isinstance(event.get("port"), int):
+                ports.add(event["port"])
+    return sorted(ports)
+
+
 def kill_and_clean(directory: Path, *, rng: random.Random, earliest: float = 0.3, latest: float = 4.0,
                    playbook_text: str | None = None, marker: str | None = None,
-                   ports: list[int] | None = None, after_listener: int | None = None) -> Trial:
+                   ports: list[int] | None = None, after_listener: int | None = None,
+                   lab: LabRun | None = None) -> Trial:
     """One trial in ``directory``: run, SIGKILL after a random delay, cleanup, check. Leaves nothing running
     even when a check fails (whatever carries the marker is killed at the end). With ``after_listener`` (0 or
     1), the random delay counts from the moment that listener answers, not from the start: on a loaded machine
-    the start alone can take seconds."""
+    the start alone can take seconds. With ``lab`` the run is a real playbook (the flagship, the sweep) on the lab
+    host, and the ports checked are those its servers were started on."""
     marker = marker or f"orch-crash-{uuid.uuid4().hex[:10]}"
-    ports = ports or [free_port(), free_port()]
     state_dir = directory / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
-    inventory = inventory_file(directory, state_dir)
-    playbook = directory / "pb.yaml"
-    playbook.write_text(playbook_text or local_playbook(marker, ports), encoding="utf-8")
+    if lab is not None:
+        ports = ports or []
+        inventory = lab_inventory_file(directory, state_dir, marker, lab.scenario, lab.root)
+        playbook, host = REPO / "playbooks" / lab.playbook, "lab"
+    else:
+        ports = ports or [free_port(), free_port()]
+        inventory = inventory_file(directory, state_dir)
+        playbook, host = directory / "pb.yaml", "localhost"
+        playbook.write_text(playbook_text or local_playbook(marker, ports), encoding="utf-8")
     sessions = directory / "sessions"
     delay = rng.uniform(earliest, latest)
     env = env_for()
@@ -105,17 +150,25 @@ def kill_and_clean(directory: Path, *, rng: random.Random, earliest: float = 0.3
     trial = Trial(killed_after=round(delay, 2))
     try:
         if after_listener is not None:
-            deadline = time.monotonic() + 60
-            while not listening(ports[after_listener]) and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+            deadline = time.monotonic() + (600 if lab is not None else 60)
+
+            def up() -> bool:
+                if lab is not None:  # a lab run's listeners are its servers: wait for the first to answer
+                    return any(listening(p) for p in served_ports(sessions))
+                return listening(ports[after_listener])
+
+            while not up() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
         time.sleep(delay)
         if proc.poll() is not None:
             trial.problems.append(f"the run ended by itself (rc {proc.returncode}) before the kill")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         trial.orphans_before_cleanup = len(processes_with(marker))
+        if lab is not None:
+            ports = sorted(set(ports) | set(served_ports(sessions)))
         trial.ports_before_cleanup = sum(listening(p) for p in ports)
-        cleanup = subprocess.run([sys.executable, "-m", "orchestrator", "cleanup", "localhost", "-i", str(inventory),
+        cleanup = subprocess.run([sys.executable, "-m", "orchestrator", "cleanup", host, "-i", str(inventory),
                                   "--json"], cwd=directory, env=env, capture_output=True, text=True, timeout=60)
         trial.cleanup_rc = cleanup.returncode
         if cleanup.returncode:

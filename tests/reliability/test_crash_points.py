@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.crash import kill_and_clean
+from tests.reliability.crash import LabRun, kill_and_clean
 
 pytestmark = pytest.mark.slow
 
@@ -30,3 +30,15 @@ def test_kill_9_then_cleanup_leaves_nothing(tmp_path: Path, window: str) -> None
     assert trial.torn_lines <= 1 and trial.report_marked_incomplete, trial
     if window == "late":  # the second listener was up: the kill orphaned it, and cleanup stopped it
         assert trial.orphans_before_cleanup >= 1 and trial.ports_before_cleanup == 1, trial
+
+
+@pytest.mark.lab
+def test_kill_9_of_the_flagship_with_a_server_up_then_cleanup_leaves_nothing(lab, tmp_path: Path) -> None:  # noqa: ANN001
+    """The flagship itself (playbooks/eagle3.yaml on the lab), killed within 3 s of its first server answering:
+    cleanup stops that server (a detached process group the kill orphaned) and frees its port."""
+    trial = kill_and_clean(tmp_path, rng=random.Random("flagship"), earliest=0.0, latest=3.0, after_listener=0,
+                           lab=LabRun("eagle3.yaml", "seed-wiring", lab.root))
+    assert trial.left_processes == [] and trial.left_ports == [], trial
+    assert trial.problems == [], trial
+    assert trial.torn_lines <= 1 and trial.report_marked_incomplete, trial
+    assert trial.orphans_before_cleanup >= 1 and trial.ports_before_cleanup >= 1, trial

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 from slurm_cluster import SlurmCluster, slurm_missing_reason, start_cluster  # noqa: E402
+from sshd_fixture import sshd_server  # noqa: E402,F401 - the loopback sshd for via: ssh
 
 from tests import realparts  # noqa: E402
 
@@ -24,10 +26,13 @@ NODES = 4
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # One worker runs every Slurm test: one cluster, and no two tests' allocations competing for its 4 nodes.
+    # A Slurm test that uses the lab stays in tests/conftest.py's "lab" group (building the lab on two workers at
+    # once is not safe) and runs on that worker's own cluster (the fixture is per worker), with its own job ids.
     for item in items:
         if "tests/slurm/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.slurm)
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+            if not any(m.name == "xdist_group" for m in item.own_markers):
+                item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +68,21 @@ def cluster(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     for line in left:
         slurm_cluster.run("scancel", line.split()[0])
     raise AssertionError(f"the test left Slurm jobs behind: {left}")
+
+
+@pytest.fixture
+def marker() -> str:
+    """Put in every node process's environment (the entry's env), so the process table can be searched for them."""
+    return f"orch-slurm-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def lab_root() -> Path:
+    """The lab (its healthy scenario) for servers on the cluster's nodes: cached, shared with tests/lab."""
+    realparts.importorskip("torch")
+    realparts.importorskip("transformers")
+    from orchestrator.lab.build import build_lab, cache_dir
+
+    root = cache_dir() / "lab-test"
+    build_lab("healthy", root=root)
+    return root
