@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import sys
@@ -113,20 +114,27 @@ def main() -> None:
     opts = parser.parse_args()
     tree = cached_sglang_tree("0.5.12.post1")
     root = Path(tempfile.mkdtemp(prefix="orch-agent-bench-"))
+    load_before = os.getloadavg()
     try:
         times = asyncio.run(over_ssh(root, tree, opts.repeat))
         adhoc = asyncio.run(adhoc_read(root, tree, opts.repeat))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     med = {name: statistics.median(ts) for name, ts in times.items()}
-    print(f"loopback sshd, sglang 0.5.12.post1 tree; median of {opts.repeat} interleaved calls each")
+    print(f"loopback sshd, sglang 0.5.12.post1 tree; median of {opts.repeat} interleaved calls each; load average "
+          f"before {' '.join(f'{x:.2f}' for x in load_before)}, after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for name, ts in times.items():
-        print(f"{name:<20} {med[name] * 1000:8.2f} ms  (min {min(ts) * 1000:.2f}, max {max(ts) * 1000:.2f})")
+        q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0]] * 3
+        print(f"{name:<20} {med[name] * 1000:8.2f} ms  (min {min(ts) * 1000:.2f}, quartiles {q[0] * 1000:.2f}-"
+              f"{q[2] * 1000:.2f}, max {max(ts) * 1000:.2f})")
     print(f"one-shot / agent, 1 range: {med['one-shot, 1 range'] / med['agent, 1 range']:.1f}x faster through the agent")
     print(f"agent 50 ranges / 1 range: {med['agent, 50 ranges'] / med['agent, 1 range']:.2f}x (target <= 1.2x)")
     print(f"read_batch mix / 1 range: agent {med['agent, 48 + sym + re'] / med['agent, 1 range']:.2f}x, one-shot "
           f"{med['one-shot, 48+sym+re'] / med['one-shot, 1 range']:.2f}x")
-    print(f"agent 1 range: {med['agent, 1 range'] * 1000:.2f} ms (target <= 5 ms median on loopback)")
+    print(f"agent 1 range: {med['agent, 1 range'] * 1000:.2f} ms (target <= 5 ms median on loopback); over the bare "
+          f"round trip: +{(med['agent, 1 range'] - med['agent ping']) * 1000:.2f} ms")
+    # What the machine's load costs by itself, per call: the same 1-range call's fastest runs.
+    print(f"agent 1 range, fastest quarter of the calls: {statistics.quantiles(times['agent, 1 range'], n=4)[0] * 1000:.2f} ms")
     print(f"ad-hoc read_source step (local host, what the TUI's R runs): median {statistics.median(adhoc) * 1000:.2f} ms "
           f"(min {min(adhoc) * 1000:.2f}, max {max(adhoc) * 1000:.2f}; target <= 50 ms to the source shown)")
 

@@ -8,6 +8,7 @@ interleave (orchestrator long, orchestrator short, raw long, raw short, ...) so 
 
     .venv/bin/python bench/user_path.py [--steps 200] [--runs 5]
     .venv/bin/python bench/user_path.py --profile      # + where `orchestrator run`'s per-step time goes (in-process)
+    .venv/bin/python bench/user_path.py --baseline ../main   # + another checkout's `orchestrator run`, interleaved
 
 Starts its own sshd on 127.0.0.2 (keys per run); nothing else is contacted.
 """
@@ -19,6 +20,7 @@ import cProfile
 import io
 import os
 import pstats
+import resource
 import shutil
 import statistics
 import subprocess
@@ -58,11 +60,18 @@ def write_inputs(server: SshdServer, root: Path, steps: int) -> dict[str, Path]:
     return files
 
 
-def timed(argv: list[str], cwd: Path) -> float:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+CPU: dict[tuple[str, ...], float] = {}  # argv -> the CPU seconds (user + system) its last run took
+
+
+def timed(argv: list[str], cwd: Path, repo: Path = REPO) -> float:
+    """Wall seconds of one run; its CPU seconds go to CPU (under load, CPU time drifts far less than wall time)."""
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[(str(repo), *argv)] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if done.returncode != 0:
         raise SystemExit(f"{argv[:4]} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     return elapsed
@@ -92,6 +101,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--baseline", type=Path, help="another checkout whose `orchestrator run` runs alongside")
     opts = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="orch-user-path-"))
     server = start_sshd(root / "sshd", hosts=1)
@@ -105,22 +115,42 @@ def main() -> None:
             "orchestrator run": (lambda n: [*orch[:4], str(files[f"play{n}"]), *orch[4:]]),
             "raw asyncssh": (lambda n: [*raw, str(n)]),
         }
+        repos = {"orchestrator run": REPO, "raw asyncssh": REPO}
+        if opts.baseline:
+            cases["baseline run"] = cases["orchestrator run"]
+            repos["baseline run"] = opts.baseline.resolve()
         times: dict[tuple[str, int], list[float]] = {(name, n): [] for name in cases for n in (1, opts.steps + 1)}
-        timed(cases["orchestrator run"](1), root)  # warm caches (imports, sshd)
+        cpu: dict[tuple[str, int], list[float]] = {(name, n): [] for name in cases for n in (1, opts.steps + 1)}
+        for name in repos:
+            if name != "raw asyncssh":
+                timed(cases[name](1), root, repos[name])  # warm caches (imports, sshd)
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for _ in range(opts.runs):
             for name, argv in cases.items():
                 for n in (opts.steps + 1, 1):
-                    times[(name, n)].append(timed(argv(n), root))
+                    times[(name, n)].append(timed(argv(n), root, repos[name]))
+                    cpu[(name, n)].append(CPU[(str(repos[name]), *argv(n))])
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"{opts.steps} extra `true` steps on one loopback host; median of {opts.runs} interleaved runs each")
-        print(f"{'':<18}{'1 step s':>10}{f'{opts.steps + 1} steps s':>14}{'ms/step':>10}")
+        print(f"{'':<18}{'1 step s':>10}{f'{opts.steps + 1} steps s':>14}{'ms/step':>10}{'spread ms/step':>18}")
         per: dict[str, float] = {}
         for name in cases:
             short = statistics.median(times[(name, 1)])
             long = statistics.median(times[(name, opts.steps + 1)])
             per[name] = (long - short) / opts.steps
-            print(f"{name:<18}{short:>10.2f}{long:>14.2f}{per[name] * 1000:>10.2f}")
-        ratio = per["orchestrator run"] / per["raw asyncssh"]
-        print(f"orchestrator run / raw asyncssh per step: {ratio:.2f}x (target <= 1.3x)")
+            # the spread: each run's own (long - short) pair, as ms/step
+            pairs = sorted((lg - sh) / opts.steps * 1000 for lg, sh in zip(times[(name, opts.steps + 1)],
+                                                                             times[(name, 1)], strict=True))
+            print(f"{name:<18}{short:>10.2f}{long:>14.2f}{per[name] * 1000:>10.2f}{pairs[0]:>9.2f}-{pairs[-1]:.2f}")
+        for name in cases:
+            if name != "raw asyncssh":
+                ratio = per[name] / per["raw asyncssh"]
+                print(f"{name} / raw asyncssh per step: {ratio:.2f}x (target <= 1.3x)")
+        # The client's own CPU per step (user + system of the process, the sshd's excluded): what the code costs,
+        # which load inflates far less than wall time.
+        cpu_per = {name: (statistics.median(cpu[(name, opts.steps + 1)]) - statistics.median(cpu[(name, 1)]))
+                   / opts.steps * 1000 for name in cases}
+        print("client CPU ms/step: " + ", ".join(f"{name} {v:.2f}" for name, v in cpu_per.items()))
         if opts.profile:
             print("\n`orchestrator run` profile (top 25 by own time):")
             print(profile(files, opts.steps, root))

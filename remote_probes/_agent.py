@@ -1,14 +1,21 @@
 """The per-session remote agent: serves probe calls as JSON lines, so a call costs a round trip, not a Python start.
 
-Standard library only, Python >= 3.9, one thread (it forks). Started once per host per session by the orchestrator
+Standard library only, Python >= 3.9. Started once per host per session by the orchestrator
 (orchestrator/transport/agent.py) over the connection it already holds; reads requests on stdin, answers on stdout,
 one JSON object a line.
 
 Requests: ``{"id": n, "op": ...}`` with op
-  ``probe``  {"probe", "args", "nonce", "env"}: runs remote_probes/<probe>.py in a forked child of this process (the
+  ``probe``  {"probe", "args", "nonce", "env", "isolate"?}: runs remote_probes/<probe>.py in a forked child of this process (the
              modules below are imported already, the script's code is compiled once), under the probe protocol of
              _probe.py: the child's stdout/stderr come back as they are, and the orchestrator parses the result block
              exactly as it does for a one-shot run. Forking keeps a crashing probe from taking the agent with it.
+             A probe whose first lines say ``# orchestrator-agent: in-process`` (pure, read-only, stdlib only, like
+             sglang_source) runs instead in a thread of the agent itself, as a module loaded once: no fork, and the
+             caches it keeps (located package, file texts, symbol indexes) serve the next call. Its progress
+             comes as ``out`` events on stderr, its answer as one ``{"id", "event": "document", "document"}`` (the
+             document the markers would carry); an exception in it is that document's ``crash`` error, and the
+             agent serves on. Fork isolation stays for every other probe (they may crash the interpreter or import
+             heavy things: torch), and for any call that asks for it with ``"isolate": true``.
   ``run``    {"argv" | "script", "cwd", "env", "stdin"}: a command in its own session (process group).
   ``stat``   {"path"}; ``put`` {"path", "data" (base64), "mode"}; ``ping``.
   ``cancel`` {"target": id}: TERM the call's process group, KILL it 2 s later.
@@ -34,9 +41,11 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import types
+import warnings
 
 PROTOCOL = 1
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,15 +55,26 @@ KILL_GRACE = 2.0
 # Only stdlib and the probes' own stdlib-only helpers: never torch or a package under investigation.
 PRELOAD = ("json", "ast", "re", "difflib", "importlib.util", "importlib.metadata", "platform", "socket", "shutil",
            "struct", "urllib.request", "http.client", "_probe", "source_address")
+IN_PROCESS_MARKER = b"# orchestrator-agent: in-process"
+# An in-process document's answer line may be this long (characters): what the orchestrator keeps of a forked
+# probe's stdout (MAX_CAPTURE in orchestrator/transport/base.py). A longer one is answered as an error instead.
+MAX_DOCUMENT = 4 * 1024 * 1024
+# Answer lines come from the loop and from in-process calls' threads: one line at a time.
+_SEND_LOCK = threading.Lock()
 
 
 def _send(message: dict) -> None:
     """One JSON line on fd 1. Blocking on purpose: a slow reader back-pressures the agent, nothing is dropped."""
-    data = (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+    _send_line(json.dumps(message, ensure_ascii=False, separators=(",", ":")))
+
+
+def _send_line(text: str) -> None:
+    data = (text + "\n").encode("utf-8")
     view = memoryview(data)
-    while view:
-        written = os.write(1, view)
-        view = view[written:]
+    with _SEND_LOCK:
+        while view:
+            written = os.write(1, view)
+            view = view[written:]
 
 
 class Job:
@@ -76,7 +96,12 @@ class Agent:
     def __init__(self) -> None:
         self.selector = selectors.DefaultSelector()
         self.jobs: "dict[object, Job]" = {}
-        self.code_cache: "dict[str, tuple[tuple[int, int], types.CodeType]]" = {}
+        self.code_cache: "dict[str, tuple[tuple[int, int], types.CodeType, bool]]" = {}
+        self.modules: "dict[str, tuple[types.CodeType, types.ModuleType]]" = {}
+        # In-process calls in flight: id -> cancelled flag (a thread cannot be killed; a cancelled call is answered
+        # at once and its late document dropped).
+        self.in_process: "dict[object, list[bool]]" = {}
+        self.in_process_lock = threading.Lock()
         self.inbuf = b""
         self.stopping = False
 
@@ -108,22 +133,29 @@ class Agent:
             _send({"id": call_id, "event": "error", "message": "%s: %s" % (type(exc).__name__, exc),
                    "traceback": traceback.format_exc()[-2000:]})
 
-    def code_for(self, path: str) -> types.CodeType:
+    def code_for(self, path: str) -> "tuple[types.CodeType, bool]":
+        """The script compiled, and whether it declares itself safe to run in-process (the marker line, within
+        its first 5 lines)."""
         info = os.stat(path)
         key = (info.st_mtime_ns, info.st_size)
         cached = self.code_cache.get(path)
         if cached is None or cached[0] != key:
             with open(path, "rb") as handle:
-                cached = (key, compile(handle.read(), path, "exec", dont_inherit=True))
+                source = handle.read()
+            in_process = any(line.strip() == IN_PROCESS_MARKER for line in source.splitlines()[:5])
+            cached = (key, compile(source, path, "exec", dont_inherit=True), in_process)
             self.code_cache[path] = cached
-        return cached[1]
+        return cached[1], cached[2]
 
     def start_probe(self, call_id: object, request: dict) -> None:
         name = str(request["probe"])
         if not name.replace("_", "").isalnum() or name.startswith("_"):
             raise ValueError("invalid probe name %r" % name)
         path = os.path.join(HERE, name + ".py")
-        code = self.code_for(path)  # compiled here, before the fork, so every later child reuses it
+        code, in_process = self.code_for(path)  # compiled here, before the fork, so every later child reuses it
+        if in_process and not request.get("isolate"):
+            self.start_in_process(call_id, name, path, code, request.get("args") or {})
+            return
         args_text = json.dumps(request.get("args") or {})
         env = dict(request.get("env") or {}, ORCH_PROBE_NONCE=str(request["nonce"]))
         out_r, out_w = os.pipe()
@@ -134,6 +166,58 @@ class Agent:
         os.close(out_w)
         os.close(err_w)
         self.adopt(Job(call_id, pid, out_r, err_r, None, b""))
+
+    def module_for(self, name: str, path: str, code: types.CodeType) -> types.ModuleType:
+        """The probe loaded as a module (its ``__main__`` block does not run), once per compiled version."""
+        cached = self.modules.get(name)
+        if cached is None or cached[0] is not code:
+            module = types.ModuleType("_in_process_" + name)
+            module.__file__ = path
+            exec(code, module.__dict__)
+            cached = (code, module)
+            self.modules[name] = cached
+        return cached[1]
+
+    def start_in_process(self, call_id: object, name: str, path: str, code: types.CodeType, args: object) -> None:
+        import _probe  # the probe protocol, preloaded; imported here so the agent starts without it too
+
+        module = self.module_for(name, path, code)  # in the loop: a broken module is this call's error
+        main = getattr(module, "main", None)
+        if not callable(main):
+            raise ValueError("probe %s has no main(args) to run in-process" % name)
+        state = [False]
+        with self.in_process_lock:
+            self.in_process[call_id] = state
+
+        def stderr(text: str) -> None:
+            with self.in_process_lock:
+                if state[0]:
+                    return
+            _send({"id": call_id, "event": "out", "stream": "stderr", "text": text})
+
+        def work() -> None:
+            try:
+                document = _probe.run_in_process(main, args, stderr)
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt...: still this call's error, not the agent's
+                document = {"ok": False, "error": {"kind": "crash", "message": "%s: %s" % (type(exc).__name__, exc),
+                                                   "details": {"traceback": traceback.format_exc()[-4000:]}}}
+            try:  # serialised here, in the thread: a big result does not hold up the loop
+                line = json.dumps({"id": call_id, "event": "document", "document": document}, ensure_ascii=False,
+                                  allow_nan=False, default=str, separators=(",", ":"))
+            except (TypeError, ValueError) as exc:
+                line = json.dumps({"id": call_id, "event": "document", "document": {"ok": False, "error": {
+                    "kind": "crash", "message": "the probe's result is not JSON: %s" % exc, "details": {}}}})
+            if len(line) > MAX_DOCUMENT:
+                line = json.dumps({"id": call_id, "event": "document", "document": {"ok": False, "error": {
+                    "kind": "too_large", "message": "the probe's result is %d characters of JSON, over the %d one "
+                    "call may return; ask for less (fewer reads, lower max_lines or max_matches)"
+                    % (len(line), MAX_DOCUMENT), "details": {"size": len(line)}}}})
+            with self.in_process_lock:
+                cancelled = self.in_process.pop(call_id, [True])[0]
+            if not cancelled:
+                _send_line(line)
+
+        threading.Thread(target=work, name="probe-%s" % (call_id,), daemon=True).start()
 
     def start_run(self, call_id: object, request: dict) -> None:
         argv = ["bash", "-c", request["script"]] if "script" in request else [str(a) for a in request["argv"]]
@@ -176,6 +260,13 @@ class Agent:
                 job.stdin_fd = None
 
     def cancel(self, target: object) -> None:
+        with self.in_process_lock:
+            state = self.in_process.pop(target, None)
+            if state is not None:
+                state[0] = True
+        if state is not None:  # a thread cannot be stopped: the call ends now, its work runs out unseen
+            _send({"id": target, "event": "exit", "exit_code": -signal.SIGTERM})
+            return
         job = self.jobs.get(target)
         if job is None or job.kill_at is not None:
             return  # finished already, or being killed: nothing to do
@@ -392,6 +483,9 @@ def main() -> None:
     # Preloaded objects move out of the collector's reach: a child's collections then never walk (and so never copy,
     # page by page) the heap it shares with the agent. (The collector stays on in children: a torch probe lives long.)
     gc.freeze()
+    # An in-process call's thread may be running when a probe forks; the child only runs its own probe (CPython
+    # holds the import lock across fork), so Python 3.12's warning about forking a threaded process is noise here.
+    warnings.filterwarnings("ignore", message=r".*multi-threaded.*fork", category=DeprecationWarning)
     agent = Agent()
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears of each child's exit
     signal.signal(signal.SIGTERM, agent.shutdown)

@@ -5,6 +5,10 @@ prints exactly one JSON result between marker lines on stdout, and exits 0. On f
 JSON error ``{"kind", "message", "details"}`` between the same markers and exits 3. The markers carry
 a nonce chosen by the caller (env ORCH_PROBE_NONCE), so nothing a library prints can forge them.
 Progress goes to stderr as ``@@ORCH-PROGRESS@@ {json}`` lines, one per update.
+
+A probe that says so (``# orchestrator-agent: in-process`` in its first lines: pure, read-only, stdlib-only) may also
+be run inside the agent's own process (_agent.py): ``run_in_process`` returns the same document the markers would
+carry, and ``progress`` then goes to that call's own stderr instead of the process's.
 """
 
 from __future__ import annotations
@@ -12,10 +16,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import traceback
 from typing import Any, Callable, Dict
 
 EXIT_PROBE_ERROR = 3
+# The call an in-process probe runs for, per thread: where its progress lines go (unset: the process's stderr).
+_CALL = threading.local()
 
 
 class ProbeFailure(Exception):
@@ -36,7 +43,12 @@ def _markers() -> "tuple[str, str]":
 def progress(message: str, **fields: Any) -> None:
     """Report progress to the orchestrator (shown live, recorded in the session)."""
     payload = dict(fields, message=message)
-    sys.stderr.write("@@ORCH-PROGRESS@@ " + json.dumps(payload, default=str) + "\n")
+    line = "@@ORCH-PROGRESS@@ " + json.dumps(payload, default=str) + "\n"
+    sink = getattr(_CALL, "stderr", None)
+    if sink is not None:
+        sink(line)
+        return
+    sys.stderr.write(line)
     sys.stderr.flush()
 
 
@@ -58,22 +70,41 @@ def _read_args(argv: "list[str]") -> Dict[str, Any]:
     return args
 
 
+def _document(main: Callable[[Dict[str, Any]], Dict[str, Any]], args: "Dict[str, Any] | None") -> "tuple[Dict[str, Any], int]":
+    """``main`` run under the protocol: (the document to report, the exit status). ``args`` None: read them."""
+    try:
+        if args is None:
+            args = _read_args(sys.argv)
+        result = main(args)
+        return {"ok": True, "result": result}, 0
+    except ProbeFailure as exc:
+        return {"ok": False, "error": {"kind": exc.kind, "message": exc.message, "details": exc.details}}, EXIT_PROBE_ERROR
+    except json.JSONDecodeError as exc:
+        return {"ok": False, "error": {"kind": "bad_args", "message": "probe arguments are not JSON: %s" % exc,
+                                       "details": {}}}, EXIT_PROBE_ERROR
+    except Exception as exc:  # a probe bug: report it as data so the orchestrator can show it
+        return {"ok": False, "error": {"kind": "crash", "message": "%s: %s" % (type(exc).__name__, exc),
+                                       "details": {"traceback": traceback.format_exc()[-4000:]}}}, EXIT_PROBE_ERROR
+
+
 def run_probe(main: Callable[[Dict[str, Any]], Dict[str, Any]]) -> None:
     """Run ``main(args) -> result`` under the protocol and exit."""
-    try:
-        args = _read_args(sys.argv)
-        result = main(args)
-        _emit({"ok": True, "result": result})
-        code = 0
-    except ProbeFailure as exc:
-        _emit({"ok": False, "error": {"kind": exc.kind, "message": exc.message, "details": exc.details}})
-        code = EXIT_PROBE_ERROR
-    except json.JSONDecodeError as exc:
-        _emit({"ok": False, "error": {"kind": "bad_args", "message": "probe arguments are not JSON: %s" % exc, "details": {}}})
-        code = EXIT_PROBE_ERROR
-    except Exception as exc:  # a probe bug: report it as data so the orchestrator can show it
-        _emit({"ok": False, "error": {"kind": "crash", "message": "%s: %s" % (type(exc).__name__, exc),
-                                      "details": {"traceback": traceback.format_exc()[-4000:]}}})
-        code = EXIT_PROBE_ERROR
+    document, code = _document(main, None)
+    _emit(document)
     sys.stdout.flush()
     sys.exit(code)
+
+
+def run_in_process(main: Callable[[Dict[str, Any]], Dict[str, Any]], args: Any,
+                   stderr: Callable[[str], None]) -> Dict[str, Any]:
+    """``main(args)`` in this thread for the agent: the document ``run_probe`` would print (a failure included, as
+    data), progress lines to ``stderr``."""
+    if not isinstance(args, dict):
+        return {"ok": False, "error": {"kind": "bad_args", "message": "probe arguments must be a JSON object",
+                                       "details": {}}}
+    _CALL.stderr = stderr
+    try:
+        document, _ = _document(main, args)
+    finally:
+        _CALL.stderr = None
+    return document

@@ -1,6 +1,12 @@
+# orchestrator-agent: in-process
 """Probe: read source of an installed Python package (sglang, vllm, ...) WITHOUT importing it.
 
-Standard library only, Python >= 3.9. Run as ``python3 sglang_source.py ARGS.json`` next to ``_probe.py``.
+Standard library only, Python >= 3.9. Run as ``python3 sglang_source.py ARGS.json`` next to ``_probe.py``, or
+inside the agent's own process (the marker line above this docstring; remote_probes/_agent.py): pure and
+read-only, it changes nothing in the process (sys.path included), and what it learns about a tree (where the
+package is, its version, the files' text, their symbol indexes, the file list) is kept across calls, each entry
+checked against the mtimes (and sizes) it came from before it is reused, so a reinstalled package or an edited
+file is read afresh.
 
 Args: ``{"package": "sglang", "sys_path": [dirs prepended to sys.path], "reads": [READ, ...]}`` where a READ is
 ``{"file"?: path relative to the package root (a leading "<package>/" is accepted) or absolute,
@@ -27,38 +33,73 @@ from __future__ import annotations
 
 import ast
 import difflib
+import importlib.machinery
 import importlib.metadata as metadata
 import importlib.util
 import os
 import re
 import sys
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from _probe import ProbeFailure, progress, run_probe
-from source_address import ReadError, all_qualnames, compile_regex, find_symbols, resolve_range
+from source_address import ReadError, all_qualnames, compile_regex, find_symbols, resolve_range, symbol_index
 
 DEFAULT_MAX_LINES = 2000
 DEFAULT_MAX_MATCHES = 20
 DEFAULT_CONTEXT = 3
 _SKIP_DIRS = {"__pycache__", ".git", "node_modules"}
+# Bounds of what an agent keeps between calls (a one-shot run ends before it matters).
+_TEXT_CACHE_BYTES = 64 * 1024 * 1024
+_SYMBOL_CACHE_FILES = 4096  # an index is small: a few KiB a file
 
 
 # ---------------------------------------------------------------- locating the package
 
 
-def locate_package(package: str) -> dict[str, Any]:
-    """Find the package's directory with find_spec of the top-level name (which does not run its __init__)."""
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+# (package, sys_path) -> (the directory mtimes it was found under, what was found): a pip install or uninstall
+# changes a directory on the search path or the package's own, and the entry is found afresh.
+_LOCATED: dict[tuple[str, tuple[str, ...]], tuple[tuple[int | None, ...], dict[str, Any]]] = {}
+
+
+def locate_package(package: str, extra: list[str] | None = None) -> dict[str, Any]:
+    """Find the package's directory with find_spec of the top-level name (which does not run its __init__), looking
+    in ``extra`` directories first, then where the interpreter itself would (sys.path mutated: never)."""
+    extra = list(extra or [])
+    key = (package, tuple(extra))
+    watched = [*extra, *sys.path]
+    cached = _LOCATED.get(key)
+    if cached is not None:
+        stamp = tuple(_mtime(d) for d in [*watched, cached[1]["root"]])
+        if stamp == cached[0]:
+            return dict(cached[1])
+    located = _locate_package(package, extra)
+    _LOCATED[key] = (tuple(_mtime(d) for d in [*watched, located["root"]]), located)
+    return dict(located)
+
+
+def _locate_package(package: str, extra: list[str]) -> dict[str, Any]:
     parts = package.split(".")
     top = parts[0]
     try:
-        spec = importlib.util.find_spec(top)
+        spec = importlib.machinery.PathFinder.find_spec(top, extra) if extra else None
+        if spec is None:
+            spec = importlib.util.find_spec(top)
     except (ImportError, ValueError) as exc:
         spec = None
         progress("find_spec failed", package=top, error=str(exc))
     if spec is None:
         raise ProbeFailure("package_not_found",
                            f"package {top!r} is not installed for {sys.executable} (searched sys.path)",
-                           python=sys.executable, sys_path=list(sys.path))
+                           python=sys.executable, sys_path=[*extra, *sys.path])
     if spec.submodule_search_locations:
         root = list(spec.submodule_search_locations)[0]
     elif spec.origin:
@@ -71,13 +112,13 @@ def locate_package(package: str) -> dict[str, Any]:
         root = os.path.join(root, sub)
     if not os.path.exists(root):
         raise ProbeFailure("package_not_found", f"{package!r} resolves to {root}, which does not exist", root=root)
-    dist_name, version = _distribution_of(top, site_dir)
+    dist_name, version = _distribution_of(top, site_dir, [*extra, *sys.path])
     return {"package": package, "version": version, "dist": dist_name, "root": root}
 
 
-def _distribution_of(top: str, site_dir: str) -> tuple[str | None, str | None]:
+def _distribution_of(top: str, site_dir: str, search: list[str]) -> tuple[str | None, str | None]:
     """The distribution that installed ``top``: first the one in the same directory (pip --target), then any."""
-    candidates = [metadata.distributions(path=[site_dir]), metadata.distributions()]
+    candidates = [metadata.distributions(path=[site_dir]), metadata.distributions(path=search)]
     wanted = top.lower().replace("_", "-")
     for dists in candidates:
         for dist in dists:
@@ -117,29 +158,100 @@ def _top_level_names(dist: metadata.Distribution) -> set[str]:
 # ---------------------------------------------------------------- files
 
 
-class FileCache:
-    """Each file is read and split once per run, however many reads address it (the batch stays cheap)."""
+class _SharedFiles:
+    """Text and symbol indexes (source_address.symbol_index, the one walk of a file's AST) of files, kept across the calls an agent serves, each keyed by the file's (mtime, size) when
+    read: an edited file is read again. Bounded (least recently used goes first); one lock, calls may be concurrent."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._text: OrderedDict[str, tuple[tuple[int, int], str, list[str]]] = OrderedDict()
+        self._symbol_index: OrderedDict[str, tuple[tuple[int, int], list[tuple[str, int, int]]]] = OrderedDict()
+        self._bytes = 0
+
+    def text(self, path: str, stamp: tuple[int, int]) -> tuple[str, list[str]] | None:
+        with self._lock:
+            entry = self._text.get(path)
+            if entry is None or entry[0] != stamp:
+                return None
+            self._text.move_to_end(path)
+            return entry[1], entry[2]
+
+    def keep_text(self, path: str, stamp: tuple[int, int], text: str, lines: list[str]) -> None:
+        with self._lock:
+            old = self._text.pop(path, None)
+            if old is not None:
+                self._bytes -= len(old[1])
+            self._text[path] = (stamp, text, lines)
+            self._bytes += len(text)
+            while self._bytes > _TEXT_CACHE_BYTES and len(self._text) > 1:
+                self._bytes -= len(self._text.popitem(last=False)[1][1])
+
+    def symbols(self, path: str, stamp: tuple[int, int]) -> list[tuple[str, int, int]] | None:
+        with self._lock:
+            entry = self._symbol_index.get(path)
+            if entry is None or entry[0] != stamp:
+                return None
+            self._symbol_index.move_to_end(path)
+            return entry[1]
+
+    def keep_symbols(self, path: str, stamp: tuple[int, int], index: list[tuple[str, int, int]]) -> None:
+        with self._lock:
+            self._symbol_index[path] = (stamp, index)
+            self._symbol_index.move_to_end(path)
+            while len(self._symbol_index) > _SYMBOL_CACHE_FILES:
+                self._symbol_index.popitem(last=False)
+
+
+_SHARED_FILES = _SharedFiles()
+
+
+class FileCache:
+    """Each file is read and split once per run, however many reads address it (the batch stays cheap); across
+    runs in one agent, a file whose (mtime, size) has not changed is not read again."""
+
+    def __init__(self, shared: _SharedFiles | None = None) -> None:
+        self._shared = shared or _SHARED_FILES
+        self._stamps: dict[str, tuple[int, int]] = {}
         self._text: dict[str, str] = {}
         self._lines: dict[str, list[str]] = {}
-        self._trees: dict[str, ast.AST] = {}
+        self._symbols: dict[str, list[tuple[str, int, int]]] = {}
+
+    def _stamp(self, path: str) -> tuple[int, int]:
+        if path not in self._stamps:
+            info = os.stat(path)
+            self._stamps[path] = (info.st_mtime_ns, info.st_size)
+        return self._stamps[path]
+
+    def _load(self, path: str) -> None:
+        stamp = self._stamp(path)
+        kept = self._shared.text(path, stamp)
+        if kept is None:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            kept = (text, text.splitlines())
+            self._shared.keep_text(path, stamp, *kept)
+        self._text[path], self._lines[path] = kept
 
     def text(self, path: str) -> str:
         if path not in self._text:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                self._text[path] = handle.read()
+            self._load(path)
         return self._text[path]
 
     def lines(self, path: str) -> list[str]:
         if path not in self._lines:
-            self._lines[path] = self.text(path).splitlines()
+            self._load(path)
         return self._lines[path]
 
-    def tree(self, path: str) -> ast.AST:
-        if path not in self._trees:
-            self._trees[path] = ast.parse(self.text(path), filename=path)
-        return self._trees[path]
+    def symbols(self, path: str) -> list[tuple[str, int, int]]:
+        """Every class and function of the file with its lines. :raises SyntaxError: the file does not parse."""
+        if path not in self._symbols:
+            stamp = self._stamp(path)
+            index = self._shared.symbols(path, stamp)
+            if index is None:
+                index = symbol_index(ast.parse(self.text(path), filename=path))
+                self._shared.keep_symbols(path, stamp, index)
+            self._symbols[path] = index
+        return self._symbols[path]
 
 
 def resolve_file(root: str, package: str, file: str) -> tuple[str, str]:
@@ -183,15 +295,25 @@ def _successors(base: str, abs_path: str) -> dict[str, Any]:
             "same_name_elsewhere": [e.replace(os.sep, "/") for e in elsewhere[:10]]}
 
 
+# root -> (every directory walked with its mtime, the files found): reused while no directory changed.
+_FILE_LISTS: dict[str, tuple[list[tuple[str, int | None]], list[str]]] = {}
+
+
 def package_files(root: str) -> list[str]:
     """Every .py file of the package, sorted, so whole-package searches are deterministic."""
     if os.path.isfile(root):
         return [root]
+    cached = _FILE_LISTS.get(root)
+    if cached is not None and all(_mtime(d) == m for d, m in cached[0]):
+        return list(cached[1])
     found: list[str] = []
+    walked: list[tuple[str, int | None]] = []
     for dirpath, dirnames, filenames in os.walk(root):
+        walked.append((dirpath, _mtime(dirpath)))
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         found.extend(os.path.join(dirpath, n) for n in sorted(filenames) if n.endswith(".py"))
-    return found
+    _FILE_LISTS[root] = (walked, found)
+    return list(found)
 
 
 # ---------------------------------------------------------------- one read
@@ -242,9 +364,17 @@ def _where(ctx: dict[str, Any], read: dict[str, Any]) -> str:
     return f"{under}/" if under else "the package"
 
 
+def _resolve(ctx: dict[str, Any], file: str) -> tuple[str, str]:
+    """resolve_file, once per call for each name however many reads address it (a batch reads one file often)."""
+    resolved: dict[str, tuple[str, str]] = ctx.setdefault("resolved", {})
+    if file not in resolved:
+        resolved[file] = resolve_file(ctx["root"], ctx["package"], file)
+    return resolved[file]
+
+
 def _targets(ctx: dict[str, Any], read: dict[str, Any]) -> list[tuple[str, str]]:
     if read.get("file"):
-        return [resolve_file(ctx["root"], ctx["package"], str(read["file"]))]
+        return [_resolve(ctx, str(read["file"]))]
     base = ctx["root"] if os.path.isdir(ctx["root"]) else os.path.dirname(ctx["root"])
     every = [(os.path.relpath(p, base).replace(os.sep, "/"), p) for p in ctx["files"]()]
     under = _under(ctx, read)
@@ -272,7 +402,7 @@ def _read_symbol(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -
         if not all(part in text for part in parts) or not all(needle.search(text) for needle in needles):
             continue  # cheap textual filter before paying for ast.parse
         try:
-            hits = find_symbols(cache.tree(abs_path), symbol)
+            hits = find_symbols(cache.symbols(abs_path), symbol)
         except SyntaxError as exc:
             unparsable.append(f"{rel}: {exc}")
             continue
@@ -285,7 +415,7 @@ def _read_symbol(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -
         details: dict[str, Any] = {"symbol": symbol, "unparsable": unparsable[:5]}
         if read.get("file"):
             rel, abs_path = _targets(ctx, read)[0]
-            names = all_qualnames(cache.tree(abs_path)) if not unparsable else []
+            names = all_qualnames(cache.symbols(abs_path)) if not unparsable else []
             details["similar"] = difflib.get_close_matches(symbol, names, n=6, cutoff=0.5)
         raise ReadError("symbol_not_found", f"no class or function {symbol!r} in {_where(ctx, read)}", **details)
     return matches
@@ -388,7 +518,7 @@ def _read_one(ctx: dict[str, Any], read: dict[str, Any], budget: list[int]) -> t
         if not read.get("file"):
             raise ReadError("bad_read", "a 'lines' read needs a 'file'")
         fields["lines_spec"] = read["lines"]
-        rel, abs_path = resolve_file(ctx["root"], ctx["package"], str(read["file"]))
+        rel, abs_path = _resolve(ctx, str(read["file"]))
         start, end = resolve_range(str(read["lines"]), ctx["cache"].lines(abs_path))
         fields.update(_span(ctx["cache"], rel, abs_path, start, end, budget))
         return fields, [t for _, t in fields["lines"]]
@@ -467,9 +597,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         raise ProbeFailure("bad_args", "'sys_path' must be a list of directory strings")
     if not isinstance(reads, list):
         raise ProbeFailure("bad_args", "'reads' must be a list of read objects")
-    sys.path[:0] = [os.path.abspath(os.path.expanduser(p)) for p in extra]
-    importlib.invalidate_caches()
-    located = locate_package(package)
+    located = locate_package(package, [os.path.abspath(os.path.expanduser(p)) for p in extra])
     files: list[str] = []
 
     def all_files() -> list[str]:

@@ -86,37 +86,33 @@ def resolve_range(spec: str, lines: list[str]) -> tuple[int, int]:
     return start, min(end, total)
 
 
-def find_symbols(tree: ast.AST, symbol: str) -> list[tuple[str, int, int]]:
-    """(qualified name, first line incl. decorators, last line) of classes/functions named by ``symbol``.
-
-    ``A.b`` matches a qualified name equal to it or ending in ``.A.b`` (nested definitions)."""
-    hits: list[tuple[str, int, int]] = []
+def symbol_index(tree: ast.AST) -> list[tuple[str, int, int]]:
+    """(qualified name, first line incl. decorators, last line) of every class and function, in source order: one
+    walk of the tree, which a caller may keep and search again (``find_symbols``, ``all_qualnames``)."""
+    index: list[tuple[str, int, int]] = []
 
     def walk(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 qual = prefix + child.name
-                if qual == symbol or qual.endswith("." + symbol):
-                    first = min([child.lineno] + [d.lineno for d in child.decorator_list])
-                    hits.append((qual, first, getattr(child, "end_lineno", child.lineno)))
+                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                index.append((qual, first, getattr(child, "end_lineno", child.lineno)))
                 walk(child, qual + ".")
             else:
                 walk(child, prefix)  # definitions inside if/try blocks keep the enclosing prefix
 
     walk(tree, "")
-    return hits
+    return index
 
 
-def all_qualnames(tree: ast.AST) -> list[str]:
-    out: list[str] = []
+def find_symbols(tree: "ast.AST | list[tuple[str, int, int]]", symbol: str) -> list[tuple[str, int, int]]:
+    """(qualified name, first line incl. decorators, last line) of classes/functions named by ``symbol``, from a
+    tree or its ``symbol_index``.
 
-    def walk(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                out.append(prefix + child.name)
-                walk(child, prefix + child.name + ".")
-            else:
-                walk(child, prefix)
+    ``A.b`` matches a qualified name equal to it or ending in ``.A.b`` (nested definitions)."""
+    index = tree if isinstance(tree, list) else symbol_index(tree)
+    return [hit for hit in index if hit[0] == symbol or hit[0].endswith("." + symbol)]
 
-    walk(tree, "")
-    return out
+
+def all_qualnames(tree: "ast.AST | list[tuple[str, int, int]]") -> list[str]:
+    return [qual for qual, _, _ in (tree if isinstance(tree, list) else symbol_index(tree))]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import TransportError
-from orchestrator.probes import new_nonce, parse_probe_output, probes_dir
+from orchestrator.probes import new_nonce, outcome_from_document, parse_probe_output, probes_dir
 from orchestrator.transport.agent import AgentLost, RemoteAgent
 from orchestrator.transport.base import Transport
 
@@ -55,6 +55,36 @@ def main(args):
 if __name__ == "__main__":
     run_probe(main)
 ''',
+    # In-process (the marker line): run in a thread of the agent itself, misbehaving on request.
+    "inproc_probe.py": '''# orchestrator-agent: in-process
+import os, sys, threading, time
+from _probe import ProbeFailure, progress, run_probe
+
+def main(args):
+    how = args.get("how")
+    progress("in process", how=how)
+    if how == "raise":
+        raise RuntimeError("the in-process probe broke on purpose")
+    if how == "fail":
+        raise ProbeFailure("told_to", "it failed as told", n=1)
+    if how == "exit":
+        sys.exit(5)
+    if how == "recurse":
+        def down(n):
+            return down(n + 1)
+        down(0)
+    if how == "nan":
+        return {"x": float("nan")}
+    if how == "big":
+        return {"x": "y" * 5_000_000}
+    if how == "sleep":
+        time.sleep(args["sleep"])
+    return {"n": args.get("n"), "pid": os.getpid(), "thread": threading.current_thread().name,
+            "sys_path": list(sys.path)}
+
+if __name__ == "__main__":
+    run_probe(main)
+''',
     "huge_probe.py": '''
 import sys
 from _probe import run_probe
@@ -74,7 +104,7 @@ if __name__ == "__main__":
 def probe_dir(tmp_path: Path) -> Path:
     target = tmp_path / f"agent-probes-{uuid.uuid4().hex[:6]}"
     target.mkdir()
-    for name in ("_agent.py", "_probe.py"):
+    for name in ("_agent.py", "_probe.py", "sglang_source.py", "source_address.py"):
         shutil.copy(probes_dir() / name, target / name)
     for name, text in PROBES.items():
         (target / name).write_text(text)
@@ -105,6 +135,8 @@ async def start(transport: Transport, tmp_path: Path) -> tuple[RemoteAgent, str]
 async def call(agent: RemoteAgent, probe: str, args: dict, **kwargs: object) -> tuple[dict, object]:  # type: ignore[type-arg]
     nonce = new_nonce()
     run = await agent.run_probe(probe, args, nonce=nonce, env={}, **kwargs)  # type: ignore[arg-type]
+    if run.document is not None:  # run in the agent's own process
+        return outcome_from_document(run.document, exit_status=run.exit_code).model_dump(), run
     outcome = parse_probe_output(run.stdout, nonce, exit_status=run.exit_code, stderr=run.stderr)
     return outcome.model_dump(), run
 
@@ -216,3 +248,47 @@ async def case_close_leaves_nothing(transport: Transport, tmp_path: Path) -> Non
     assert isinstance(ended, AgentLost) or ended[1].exit_code == -signal.SIGTERM, ended
     assert await wait_until(lambda: not pgrep(f"sleep 8{mark}") and not pgrep(f"{remote}/_agent.py"), 10), \
         (pgrep(mark), pgrep(remote))
+
+
+async def case_in_process_probes(transport: Transport, tmp_path: Path) -> None:
+    """A probe that declares itself in-process runs in a thread of the agent: no fork, and its failures of every
+    kind come back as that call's clear error while the agent serves on."""
+    agent, _ = await start(transport, tmp_path)
+    assert agent.info is not None
+    echo, run = await call(agent, "inproc_probe", {"n": 1})
+    assert echo["ok"] and echo["result"]["pid"] == agent.info.pid and echo["result"]["thread"].startswith("probe-")
+    assert run.document is not None and '"message": "in process"' in run.stderr  # type: ignore[attr-defined]
+    sys_path = echo["result"]["sys_path"]
+    failures = {how: (await call(agent, "inproc_probe", {"how": how}))[0]
+                for how in ("raise", "fail", "exit", "recurse", "nan", "big")}
+    assert failures["raise"]["error"]["kind"] == "crash" and "broke on purpose" in failures["raise"]["error"]["message"]
+    assert "RuntimeError" in failures["raise"]["error"]["details"]["traceback"]
+    assert (failures["fail"]["error"]["kind"], failures["fail"]["error"]["details"]["n"]) == ("told_to", 1)
+    assert failures["exit"]["error"]["kind"] == "crash" and "SystemExit" in failures["exit"]["error"]["message"]
+    assert "RecursionError" in failures["recurse"]["error"]["message"]
+    assert "not JSON" in failures["nan"]["error"]["message"]
+    assert failures["big"]["error"]["kind"] == "too_large" and "ask for less" in failures["big"]["error"]["message"]
+    # A timed-out call is answered at once (a thread cannot be killed: its late answer is dropped, not misread).
+    started = time.monotonic()
+    with pytest.raises(asyncio.TimeoutError):
+        await call(agent, "inproc_probe", {"how": "sleep", "sleep": 1.0}, timeout=0.2)
+    assert time.monotonic() - started < 1.0
+    # Concurrent calls run side by side, forked and in-process alike.
+    started = time.monotonic()
+    both = await asyncio.gather(*(call(agent, "inproc_probe", {"how": "sleep", "sleep": 0.4, "n": i}) for i in range(8)),
+                                call(agent, "echo_probe", {"n": 99, "sleep": 0.4}))
+    assert [r[0]["result"]["n"] for r in both] == [*range(8), 99] and time.monotonic() - started < 2.5
+    await asyncio.sleep(1.0)  # the timed-out call's thread has ended by now; its answer must not end the agent
+    # The real source probe runs in-process too, and leaves the agent's sys.path as it found it.
+    tree = tmp_path / "site"
+    (tree / "srcpkg").mkdir(parents=True)
+    (tree / "srcpkg" / "__init__.py").write_text("def f():\n    return 1\n")
+    read, run = await call(agent, "sglang_source", {"package": "srcpkg", "sys_path": [str(tree)],
+                                                    "reads": [{"file": "__init__.py", "symbol": "f"}]})
+    assert run.document is not None and read["result"]["reads"][0]["lines"] == [[1, "def f():"], [2, "    return 1"]]  # type: ignore[attr-defined]
+    after, _ = await call(agent, "inproc_probe", {"n": 2})
+    assert after["result"]["sys_path"] == sys_path
+    assert agent.alive and (await call(agent, "echo_probe", {"n": 3}))[0]["result"]["n"] == 3
+    assert (await call(agent, "inproc_probe", {"n": 4}))[0]["result"]["pid"] == agent.info.pid
+    isolated, run = await call(agent, "inproc_probe", {"n": 5}, isolate=True)  # asked for: a fork all the same
+    assert run.document is None and isolated["result"]["pid"] != agent.info.pid  # type: ignore[attr-defined]

@@ -23,12 +23,26 @@ class VariableState:
     shared: dict[str, Any] = field(default_factory=dict)  # registered results, `set` values
     per_host: dict[str, dict[str, Any]] = field(default_factory=dict)
     session: dict[str, Any] = field(default_factory=dict)
+    # What does not change during a session, built on first use instead of on every lookup (a step looks its
+    # variables up several times): the orchestrator's environment (copying os.environ decodes every entry), and
+    # each inventory host's merged vars, kept with the inventory they came from.
+    _environ: dict[str, str] | None = field(default=None, init=False, repr=False)
+    _host_vars: tuple[Inventory, dict[str, dict[str, Any]]] | None = field(default=None, init=False, repr=False)
+
+    def _inventory_vars(self) -> dict[str, dict[str, Any]]:
+        if self._host_vars is None or self._host_vars[0] is not self.inventory:
+            self._host_vars = (self.inventory, {h: self.inventory.host_vars(h) for h in self.inventory.hosts})
+        return self._host_vars[1]
 
     def for_host(self, host: str | None) -> dict[str, Any]:
+        """Every variable a template on ``host`` sees (None: the controller), as a new dict the caller may keep."""
+        if self._environ is None:
+            self._environ = dict(os.environ)
+        inventory_vars = self._inventory_vars()
         merged: dict[str, Any] = dict(self.playbook.vars)
         merged.update(self.secrets)
         if host is not None:
-            merged.update(self.inventory.host_vars(host))
+            merged.update(inventory_vars[host] if host in inventory_vars else self.inventory.host_vars(host))
         merged.update(self.shared)
         if host is not None:
             merged.update(self.per_host.get(host, {}))
@@ -37,10 +51,10 @@ class VariableState:
         merged.update(
             inventory_hostname=host,
             host={"name": host, "python": spec.python if spec else "python3", "transport": spec.kind if spec else None},
-            env=dict(os.environ),
+            env=dict(self._environ),
             session=self.session,
             playbook={"name": self.playbook.name, "path": self.playbook.path},
-            hostvars={h: self.inventory.host_vars(h) for h in self.inventory.hosts},
+            hostvars={h: dict(v) for h, v in inventory_vars.items()},
         )
         return merged
 

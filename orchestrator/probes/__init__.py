@@ -28,6 +28,7 @@ from orchestrator.probes.protocol import (
     ProbeErrorInfo,
     ProbeOutcome,
     new_nonce,
+    outcome_from_document,
     parse_probe_output,
     parse_progress_line,
 )
@@ -84,6 +85,6 @@ def parse_result(probe: str, outcome: ProbeOutcome) -> BaseModel:
 
 
 __all__ = [
-    "PROBES", "PROTOCOL_KINDS", "ProbeErrorInfo", "ProbeOutcome", "check_result", "new_nonce", "parse_probe_output",
+    "PROBES", "PROTOCOL_KINDS", "ProbeErrorInfo", "ProbeOutcome", "check_result", "new_nonce", "outcome_from_document", "parse_probe_output",
     "parse_progress_line", "parse_result", "probes_dir", "validate_args",
 ]

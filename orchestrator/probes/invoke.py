@@ -15,6 +15,7 @@ from orchestrator.probes import (
     PROBES,
     check_result,
     new_nonce,
+    outcome_from_document,
     parse_probe_output,
     parse_progress_line,
     probes_dir,
@@ -99,9 +100,14 @@ async def run_probe(
         result = await transport.run([python, f"{remote_dir}/{probe}.py"], env=env, cwd=remote_dir,
                                      stdin=json.dumps(args), timeout=timeout, on_output=on_output)
     splitter.flush()
-    if result.exit_code == 127 or "No such file or directory" in result.stderr[-300:] and not result.stdout:
+    if result.document is None and (result.exit_code == 127 or "No such file or directory" in result.stderr[-300:]
+                                    and not result.stdout):
         raise ProbeError(f"{transport.host}: cannot run {python!r} (set the host's `python` in the inventory)")
-    outcome = parse_probe_output(result.stdout, nonce, exit_status=result.exit_code, stderr=result.stderr)
+    if result.document is not None:  # run in the agent's own process: its document came as it is, no markers
+        outcome = outcome_from_document(result.document, stray=result.stdout, exit_status=result.exit_code,
+                                        stderr_tail=result.stderr[-2000:])
+    else:
+        outcome = parse_probe_output(result.stdout, nonce, exit_status=result.exit_code, stderr=result.stderr)
     if not outcome.ok:
         err = outcome.error
         assert err is not None

@@ -87,14 +87,25 @@ def parse_probe_output(stdout: str, nonce: str, *, exit_status: int | None = Non
     except ValueError as exc:
         return _protocol_error("not_json", f"the probe's result block is not JSON: {exc}", stray,
                                body_head=body[:500], **context)
+    return outcome_from_document(document, stray=stray, body_head=body[:500], **context)
+
+
+def outcome_from_document(document: Any, *, stray: str = "", **context: Any) -> ProbeOutcome:
+    """The outcome a probe's document says (``{"ok": true, "result"}`` or ``{"ok": false, "error"}``), whether it
+    came between the markers on stdout or straight from the agent (a probe it ran in its own process). A document
+    of the wrong shape is a ``bad_document`` outcome; this function never raises."""
+    body_head = context.pop("body_head", None)
     if not isinstance(document, dict) or not isinstance(document.get("ok"), bool):
+        extra = {"body_head": body_head} if body_head is not None else {}
         return _protocol_error("bad_document", "the probe's result is not an object with a boolean 'ok'", stray,
-                               body_head=body[:500], **context)
+                               **extra, **context)
     if document["ok"]:
         result = document.get("result")
         if not isinstance(result, dict):
             return _protocol_error("bad_document", "the probe reported ok without a result object", stray, **context)
-        return ProbeOutcome(ok=True, result=result, stray_output=stray)
+        # constructed, not validated: the check above is all this model's validation would do, and the result's
+        # own shape is checked once, against the probe's result model, by the caller
+        return ProbeOutcome.model_construct(ok=True, result=result, error=None, stray_output=stray)
     error = document.get("error")
     if not isinstance(error, dict) or not isinstance(error.get("message"), str):
         return _protocol_error("bad_document", "the probe reported failure without an error message", stray,
@@ -104,7 +115,7 @@ def parse_probe_output(stdout: str, nonce: str, *, exit_status: int | None = Non
         details = {}
     return ProbeOutcome(ok=False, stray_output=stray,
                         error=ProbeErrorInfo(kind=str(error.get("kind") or "unknown"), message=error["message"],
-                                             details=dict(details, exit_status=exit_status)))
+                                             details=dict(details, exit_status=context.get("exit_status"))))
 
 
 def _last_line(text: str) -> str:

@@ -16,7 +16,7 @@ from orchestrator.engine.sinks import EventSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook
 from orchestrator.session.log import SessionLog, new_session_dir
-from orchestrator.session.reader import sessions_root
+from orchestrator.session.reader import LoadedSession, read_session, sessions_root
 from orchestrator.session.report import write_report
 
 REPORT_FORMATS = ("md", "html")
@@ -83,10 +83,14 @@ def write_reports(directory: Path, say: Callable[[str], None] = say_on_stderr) -
     """Write report.md and report.html for a session. A failure does not fail the run (the log is the
     record; the exit code is the playbook's) but it is said, naming the report, and returned."""
     reports = ReportsWritten()
+    try:
+        session: LoadedSession | None = read_session(directory)  # once for every format
+    except Exception:  # each report then tries on its own and says why it failed
+        session = None
     for fmt in REPORT_FORMATS:
         broken_sections: list[str] = []
         try:
-            reports.written.append(write_report(directory, fmt=fmt, failures=broken_sections))
+            reports.written.append(write_report(directory, fmt=fmt, failures=broken_sections, session=session))
         except Exception as exc:
             stale = " (an older one is left there, out of date)" if (directory / f"report.{fmt}").exists() else ""
             reports.failures.append(f"report.{fmt} was not written{stale}: {describe_error(exc)}")

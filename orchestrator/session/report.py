@@ -127,19 +127,23 @@ def build_blocks(session: LoadedSession, failures: list[str] | None = None) -> l
     return blocks
 
 
-def render_report(directory: str | Path, *, fmt: str = "md", failures: list[str] | None = None) -> str:
+def render_report(directory: str | Path, *, fmt: str = "md", failures: list[str] | None = None,
+                  session: LoadedSession | None = None) -> str:
+    """The report of the session in ``directory`` (``session``: that session read already, so the md and html
+    reports of a run read its log once)."""
     directory = Path(directory)
-    session = read_session(directory)
+    session = session if session is not None else read_session(directory)
     blocks = build_blocks(session, failures)
     if fmt == "html":
         return to_html(blocks, directory, f"Postmortem {session.name}")
     return to_markdown(blocks, directory)
 
 
-def write_report(directory: str | Path, *, fmt: str = "md", failures: list[str] | None = None) -> Path:
+def write_report(directory: str | Path, *, fmt: str = "md", failures: list[str] | None = None,
+                 session: LoadedSession | None = None) -> Path:
     directory = Path(directory)
     path = directory / f"report.{fmt}"
-    text = render_report(directory, fmt=fmt, failures=failures)
+    text = render_report(directory, fmt=fmt, failures=failures, session=session)
     # Beside it, then renamed: a full disk must not leave a truncated report that looks like a whole one.
     partial = path.with_name(path.name + ".part")
     try:

@@ -38,6 +38,9 @@ CANCEL_WAIT = 6.0  # the agent TERMs, then KILLs after 2 s; this bounds how long
 MAX_CALLS = 32  # calls in flight per agent: each is a forked process on the host
 LINE_LIMIT = 64 * 1024 * 1024  # one answer line: 64 KiB of output, JSON-escaped (at most 6x), with room to spare
 AGENT_SCRIPT = "_agent.py"
+# The one answer that ends a call: a process's exit, a request's result, the agent's error, or the document of a
+# probe it ran in its own process.
+_FINAL_EVENTS = ("exit", "result", "error", "document")
 
 
 class AgentLost(TransportError):
@@ -136,7 +139,7 @@ class RemoteAgent:
                 if call is None:  # an answer to nobody is an agent bug: end it loudly rather than guess
                     reason = f"it answered an unknown call: {line[:200]!r}"
                     break
-                if message.get("event") in ("exit", "result", "error"):
+                if message.get("event") in _FINAL_EVENTS:
                     if not call.final.done():
                         call.final.set_result(message)
                 else:
@@ -181,11 +184,17 @@ class RemoteAgent:
         return result if isinstance(result, dict) else {}
 
     async def run_probe(self, probe: str, args: Mapping[str, Any], *, nonce: str, env: Mapping[str, str],
-                        timeout: float | None = None, on_output: OutputCallback | None = None) -> RunResult:
+                        timeout: float | None = None, on_output: OutputCallback | None = None,
+                        isolate: bool = False) -> RunResult:
         """``remote_probes/<probe>.py`` run in a child of the agent, as ``Transport.run`` would run it one-shot:
-        the same stdout, stderr and exit status. :raises AgentLost: asyncio.TimeoutError, CancelledError"""
-        return await self._process({"op": "probe", "probe": probe, "args": dict(args), "nonce": nonce,
-                                    "env": dict(env)}, timeout=timeout, on_output=on_output)
+        the same stdout, stderr and exit status; or, for a probe that declares itself in-process (see _agent.py),
+        in the agent itself: then ``RunResult.document`` holds the probe's document and stderr its progress lines
+        (``isolate``: a forked child all the same).
+        :raises AgentLost: asyncio.TimeoutError, CancelledError"""
+        request: dict[str, Any] = {"op": "probe", "probe": probe, "args": dict(args), "nonce": nonce, "env": dict(env)}
+        if isolate:
+            request["isolate"] = True
+        return await self._process(request, timeout=timeout, on_output=on_output)
 
     async def run(self, command: Command, *, env: Mapping[str, Any] | None = None, cwd: str | None = None,
                   stdin: str | None = None, timeout: float | None = None,
@@ -209,6 +218,11 @@ class RemoteAgent:
         final = await self._call(request, on_event, timeout=timeout, cancellable=True)
         if final.get("event") == "error":
             raise TransportError(f"{self.transport.host}: the agent could not start the call: {final.get('message')}")
+        if final.get("event") == "document":
+            document = final.get("document")
+            return RunResult(exit_code=0, stdout=out.text(), stderr=err.text(), duration=time.monotonic() - started,
+                             truncated=out.truncated or err.truncated,
+                             document=document if isinstance(document, dict) else {"ok": None})
         code = final.get("exit_code")
         return RunResult(exit_code=code if isinstance(code, int) else None, stdout=out.text(), stderr=err.text(),
                          duration=time.monotonic() - started, truncated=out.truncated or err.truncated)

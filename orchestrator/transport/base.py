@@ -9,8 +9,10 @@ the same scripts run in both places, so what the lab proves holds on a real GPU 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import hashlib
 import json
+import os
 import shlex
 import signal
 from abc import ABC, abstractmethod
@@ -66,6 +68,9 @@ class RunResult:
     stderr: str
     duration: float
     truncated: bool = False
+    #: a probe the agent ran in its own process answers with the probe protocol's document itself (what the result
+    #: markers on stdout would carry), not with stdout to parse; ``stdout`` is then empty and ``exit_code`` 0
+    document: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -145,6 +150,18 @@ def env_prefix(env: Mapping[str, Any] | None) -> str:
     return " ".join(parts) + " "
 
 
+def _tree_stamp(local_dir: Path, pattern: str) -> tuple[tuple[str, int, int], ...]:
+    """(name, mtime, size) of the directory's files matching ``pattern``, by name, as ``Path.glob`` picks them (no
+    hidden files, case-sensitive): one scandir instead of a glob and a stat per path."""
+    found = []
+    with os.scandir(local_dir) as entries:
+        for entry in entries:
+            if not entry.name.startswith(".") and fnmatch.fnmatchcase(entry.name, pattern) and entry.is_file():
+                info = entry.stat()
+                found.append((entry.name, info.st_mtime_ns, info.st_size))
+    return tuple(sorted(found))
+
+
 class Transport(ABC):
     """One host. Subclasses implement connect/close/run/put; everything else is shared."""
 
@@ -173,6 +190,10 @@ class Transport(ABC):
         self._workdir: str | None = None
         self._workdir_lock = asyncio.Lock()
         self._pushed: dict[str, str] = {}  # content hash -> remote path
+        # (local dir, pattern) -> (each file's name, mtime and size; the tree's content hash): a probe call asks for
+        # the pushed tree each time, and re-reading and hashing every probe file was most of a source read's cost
+        # on the orchestrator's side once the agent took the host's Python start away.
+        self._tree_digests: dict[tuple[str, str], tuple[tuple[tuple[str, int, int], ...], str]] = {}
 
     # -- primitives -------------------------------------------------------------------------
     async def connect(self) -> None:  # noqa: B027 - optional for transports with nothing to open
@@ -245,9 +266,16 @@ class Transport(ABC):
         return remote
 
     async def put_tree(self, local_dir: Path, *, pattern: str = "*.py") -> str:
-        """Push a directory's files (e.g. the probes) into one content-addressed remote dir."""
-        files = sorted(p for p in Path(local_dir).glob(pattern) if p.is_file())
-        digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:16]
+        """Push a directory's files (e.g. the probes) into one content-addressed remote dir. The content hash is
+        computed again only when a file's name, mtime or size changed."""
+        stamp = _tree_stamp(Path(local_dir), pattern)
+        files = [Path(local_dir) / name for name, _, _ in stamp]
+        cached = self._tree_digests.get((str(local_dir), pattern))
+        if cached is not None and cached[0] == stamp:
+            digest = cached[1]
+        else:
+            digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:16]
+            self._tree_digests[(str(local_dir), pattern)] = (stamp, digest)
         key = f"tree:{digest}"
         if key in self._pushed:
             return self._pushed[key]

@@ -135,6 +135,12 @@ class _RunSession(asyncssh.SSHClientSession[str]):
         if text:
             self.err.feed(text)
 
+    def eof_received(self) -> bool:
+        """The command's output ended. True: no EOF of ours in answer (asyncssh would send one, a packet per
+        command that nothing needs: sshd closes the channel when the command has exited, and its stdin had its
+        EOF or is /dev/null already)."""
+        return True
+
     def exit_status_received(self, status: int) -> None:
         self.exit_code = status
 
@@ -357,18 +363,22 @@ class SshTransport(Transport):
         return HostUnreachable(f"{self.host}: connection lost {during}: {reason}")
 
     # -- commands ---------------------------------------------------------------------------
-    def wrap(self, command: Command, *, env: Mapping[str, Any] | None = None, cwd: str | None = None) -> str:
-        """The remote command line: PGID line on stderr, exports, cd, then the command under bash."""
+    def wrap(self, command: Command, *, env: Mapping[str, Any] | None = None, cwd: str | None = None,
+             no_stdin: bool = False) -> str:
+        """The remote command line: PGID line on stderr, exports, cd, then the command under bash. ``no_stdin``:
+        its stdin is /dev/null, so the caller need not send the channel's EOF (one packet less per command: what
+        a run of short steps costs most is packets)."""
         inner = env_prefix({**self.base_env, **(env or {})})
         if cwd:
             inner += f"cd {shlex.quote(cwd)} || exit 1; "
         inner += to_shell(command)
         announce = f"printf '%s%s\\n' {shlex.quote(self._marker)} \"$$\" >&2"
+        redirect = " </dev/null" if no_stdin else ""
         if not self._shell_leads_group:
-            return f"exec setsid -w bash -c {shlex.quote(announce + chr(10) + inner)}"
+            return f"exec setsid -w bash -c {shlex.quote(announce + chr(10) + inner)}{redirect}"
         if not self._shell_is_bash:
-            return f"{announce}; exec bash -c {shlex.quote(inner)}"
-        return f"{announce}\n{inner}"
+            return f"{announce}; exec bash -c {shlex.quote(inner)}{redirect}"
+        return f"{'exec </dev/null' + chr(10) if no_stdin else ''}{announce}\n{inner}"
 
     async def run(
         self,
@@ -381,7 +391,7 @@ class SshTransport(Transport):
         on_output: OutputCallback | None = None,
     ) -> RunResult:
         conn = await self._connection()
-        remote = self.wrap(command, env=env, cwd=cwd)
+        remote = self.wrap(command, env=env, cwd=cwd, no_stdin=stdin is None)
         out, err = OutputCapture("stdout", on_output), OutputCapture("stderr", on_output)
         started = time.monotonic()
         channel: asyncssh.SSHClientChannel[str] | None = None
@@ -392,7 +402,7 @@ class SshTransport(Transport):
                     conn, lambda: _RunSession(self._marker, out, err, lambda pgid: self._track("+", pgid)), remote)
                 if stdin is not None:
                     channel.write(stdin)
-                channel.write_eof()
+                    channel.write_eof()
                 wait = asyncio.shield(session.done)
                 lost = await (asyncio.wait_for(wait, timeout) if timeout is not None else wait)
         except BaseException:

@@ -23,7 +23,7 @@ from tests.ssh.test_probes_over_ssh import sglang_012  # noqa: F401 - the fixtur
 @pytest.mark.parametrize("case", [
     agent_cases.case_concurrent_calls, agent_cases.case_crashing_probes, agent_cases.case_huge_output,
     agent_cases.case_timeout_and_cancel_kill_the_call, agent_cases.case_agent_killed_mid_call,
-    agent_cases.case_run_stat_put, agent_cases.case_close_leaves_nothing,
+    agent_cases.case_run_stat_put, agent_cases.case_close_leaves_nothing, agent_cases.case_in_process_probes,
 ], ids=lambda case: case.__name__.removeprefix("case_"))
 async def test_agent_case(case, transport: SshTransport, tmp_path: Path) -> None:  # noqa: ANN001
     await case(transport, tmp_path)
