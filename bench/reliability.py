@@ -56,7 +56,7 @@ def fuzz(count: int) -> int:
 
 
 def crash(runs: int, seed: int, lab_playbook: str | None = None, scenario: str = "seed-wiring",
-          lab_root: Path | None = None) -> int:
+          lab_root: Path | None = None, window: float | None = None) -> int:
     from tests.reliability.crash import LabRun, kill_and_clean
 
     rng = random.Random(seed)
@@ -69,17 +69,22 @@ def crash(runs: int, seed: int, lab_playbook: str | None = None, scenario: str =
         root = lab_dir(lab_root)
         ensure_lab(scenario, root=root)  # built once, before any timing
         lab = LabRun(lab_playbook, scenario, root)
-        # kill anywhere in a whole run: time one undisturbed run first, then draw the moments inside it
-        t0 = time.monotonic()
-        whole = subprocess.run([sys.executable, "-m", "orchestrator", "run", str(REPO / "playbooks" / lab_playbook),
-                                "--sessions-dir", tempfile.mkdtemp(prefix="orch-crash-whole-")],
-                               env={**os.environ, "PYTHONPATH": str(REPO), "ORCHESTRATOR_LAB_DIR": str(root),
-                                    "ORCHESTRATOR_LAB_SCENARIO": scenario},
-                               capture_output=True, text=True, cwd=str(REPO))
-        duration = time.monotonic() - t0
-        print(f"one whole {lab_playbook} run on {scenario}: {duration:.0f}s (exit {whole.returncode}); "
-              f"kills drawn from U(1, {0.95 * duration:.0f}) s")
-        earliest, latest = 1.0, 0.95 * duration
+        # kill anywhere in a whole run: time one undisturbed run first (unless given), then draw the moments inside it
+        if window:
+            earliest, latest = 1.0, window
+            print(f"kills drawn from U(1, {window:.0f}) s (given)", flush=True)
+        else:
+            t0 = time.monotonic()
+            whole = subprocess.run([sys.executable, "-m", "orchestrator", "run",
+                                    str(REPO / "playbooks" / lab_playbook),
+                                    "--sessions-dir", tempfile.mkdtemp(prefix="orch-crash-whole-")],
+                                   env={**os.environ, "PYTHONPATH": str(REPO), "ORCHESTRATOR_LAB_DIR": str(root),
+                                        "ORCHESTRATOR_LAB_SCENARIO": scenario},
+                                   capture_output=True, text=True, cwd=str(REPO))
+            duration = time.monotonic() - t0
+            print(f"one whole {lab_playbook} run on {scenario}: {duration:.0f}s (exit {whole.returncode}); "
+                  f"kills drawn from U(1, {0.95 * duration:.0f}) s", flush=True)
+            earliest, latest = 1.0, 0.95 * duration
     held = 0
     orphans = ports = torn = 0
     worst: list[str] = []
@@ -94,7 +99,7 @@ def crash(runs: int, seed: int, lab_playbook: str | None = None, scenario: str =
         print(f"  run {n + 1:2d}: killed at {trial.killed_after:.2f}s, {trial.events} events logged, "
               f"{trial.torn_lines} torn, {trial.orphans_before_cleanup} processes / {trial.ports_before_cleanup} ports "
               f"orphaned -> left {len(trial.left_processes)} / {len(trial.left_ports)}"
-              f"{'' if trial.held else '  FAILED: ' + str(trial.problems)}")
+              f"{'' if trial.held else '  FAILED: ' + str(trial.problems)}", flush=True)
         if not trial.held:
             worst.append(str(trial))
     print(f"crash: {runs} kill -9 runs in {time.monotonic() - started:.0f}s — held {held}/{runs}; "
@@ -115,10 +120,12 @@ def main() -> int:
                    help="kill this playbook of playbooks/ on the lab host instead of the quick local one")
     c.add_argument("--scenario", default="seed-wiring")
     c.add_argument("--lab", type=Path, default=None, help="the lab directory (default: the CLI's)")
+    c.add_argument("--window", type=float, default=None,
+                   help="draw the kill moments from U(1, WINDOW) s instead of timing one whole run first")
     args = parser.parse_args()
     if args.what == "fuzz":
         return fuzz(args.count)
-    return crash(args.runs, args.seed, args.lab_playbook, args.scenario, args.lab)
+    return crash(args.runs, args.seed, args.lab_playbook, args.scenario, args.lab, args.window)
 
 
 if __name__ == "__main__":
