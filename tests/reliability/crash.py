@@ -152,10 +152,12 @@ def kill_and_clean(directory: Path, *, rng: random.Random, earliest: float = 0.3
         if after_listener is not None:
             deadline = time.monotonic() + (600 if lab is not None else 60)
 
+            watched = ports[after_listener] if lab is None else None
+
             def up() -> bool:
-                if lab is not None:  # a lab run's listeners are its servers: wait for the first to answer
+                if watched is None:  # a lab run's listeners are its servers: wait for the first to answer
                     return any(listening(p) for p in served_ports(sessions))
-                return listening(ports[after_listener])
+                return listening(watched)
 
             while not up() and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
