@@ -37,7 +37,12 @@ class CleanupRow:
 def _owner(handle: ProcessHandle) -> tuple[str, bool]:
     """(description, owner_is_gone)."""
     meta = handle.meta or {}
-    pid, host = meta.get("controller_pid"), meta.get("controller_host")
+    return controller_state(meta.get("controller_host"), meta.get("controller_pid"))
+
+
+def controller_state(host: object, pid: object) -> tuple[str, bool]:
+    """(description, gone) of the orchestrator process that owns something (a server, a Slurm allocation): gone only
+    when it ran on this machine and no longer exists; unknown owners count as gone."""
     if not isinstance(pid, int) or not host:
         return "unknown", True
     if host != socket.gethostname():

@@ -14,11 +14,9 @@ Two kinds of leftovers:
 from __future__ import annotations
 
 import getpass
-import os
-import socket
 
 from orchestrator.inventory import Inventory, SlurmSpec
-from orchestrator.servers.cleanup import CleanupRow
+from orchestrator.servers.cleanup import CleanupRow, controller_state
 from orchestrator.slurm.allocation import (
     Allocation,
     SlurmError,
@@ -30,21 +28,6 @@ from orchestrator.slurm.allocation import (
     slurm_command,
 )
 from orchestrator.slurm.session import node_host
-
-
-def _controller(host: str | None, pid: int | None) -> tuple[str, bool]:
-    """(description, gone) of the process that holds an allocation; as servers.cleanup judges a server's owner."""
-    if host is None or pid is None:
-        return "unknown", True
-    if host != socket.gethostname():
-        return f"other controller {host}", False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return "gone", True
-    except PermissionError:
-        pass
-    return f"alive (pid {pid})", False
 
 
 async def leftover_allocations(spec: SlurmSpec) -> list[tuple[int, str, str, str]]:
@@ -75,7 +58,7 @@ async def _cleanup_allocations(spec: SlurmSpec, *, dry_run: bool, everything: bo
     rows = []
     for job, state, job_name, comment in await leftover_allocations(spec):
         session, host, pid = parse_session_comment(comment) or ("?", None, None)
-        owner, orphan = _controller(host, pid)
+        owner, orphan = controller_state(host, pid)
         row = CleanupRow(host=spec.name, session=session, name=f"slurm job {job} ({job_name}, {state})", pgid=0,
                          port=None, running=True, owner=owner, action="")
         rows.append(row)
