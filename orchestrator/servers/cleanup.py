@@ -10,6 +10,7 @@ Pidfiles whose group is already dead are removed.
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import socket
 from dataclasses import asdict, dataclass
@@ -32,6 +33,13 @@ class CleanupRow:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def cleanup_session_id() -> str:
+    """The session id of one cleanup run: its own workdir on the host (for the helper probe it pushes), which it
+    removes when done. Two cleanups at once (two terminals, two test workers) must not share it: the first to
+    finish would remove it under the other."""
+    return f"cleanup-{secrets.token_hex(4)}"
 
 
 def _owner(handle: ProcessHandle) -> tuple[str, bool]:
