@@ -76,6 +76,8 @@ async def cleanup_host(transport: Transport, *, python: str = "python3", dry_run
         port = meta.get("port") if isinstance(meta.get("port"), int) else None
         running = await transport.is_running(handle)
         owner, orphan = _owner(handle)
+        if not running and not orphan and handle.name.startswith("run-"):
+            continue  # a live session's command that just ended: its own run removes the record, nothing is left
         row = CleanupRow(host=transport.host, session=handle.session_id, name=handle.name, pgid=handle.pgid,
                          port=port, running=running, owner=owner, action="")
         rows.append(row)

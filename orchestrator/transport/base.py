@@ -16,6 +16,7 @@ import os
 import secrets
 import shlex
 import signal
+import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -378,8 +379,8 @@ class Transport(ABC):
                     handle = ProcessHandle.from_json(line)
                 except (ValueError, TypeError):
                     continue
-                if handle.session_id == self.session_id and handle.name.startswith("run-"):
-                    continue  # our own commands in flight (this listing among them)
+                if handle.name.startswith("run-") and (handle.session_id == self.session_id or _ours(handle)):
+                    continue  # our own commands in flight (this listing among them, another session of this process)
                 handles.append(handle)
         return handles
 
@@ -410,6 +411,12 @@ class Transport(ABC):
             self._workdir = None
             self._pushed.clear()
             await self.stop_agents()
+
+
+def _ours(handle: ProcessHandle) -> bool:
+    """Recorded by this very process (a command of another session it runs, such as a second cleanup's)."""
+    meta = handle.meta or {}
+    return meta.get("controller_pid") == os.getpid() and meta.get("controller_host") == socket.gethostname()
 
 
 def remove_workdir_script(workdir: str, token: str) -> str:
