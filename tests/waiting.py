@@ -7,6 +7,7 @@ waits for in its predicate."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 
@@ -24,10 +25,16 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval:
 
 
 async def wait_until_async(predicate: Callable[[], object], timeout: float = 10.0, interval: float = POLL_S) -> bool:
-    """``wait_until`` inside an event loop: the loop runs on while we wait."""
+    """``wait_until`` inside an event loop: the loop runs on while we wait. ``predicate`` may be a coroutine
+    function (a state only an await can read, such as a Slurm job's)."""
+
+    async def holds() -> bool:
+        value = predicate()
+        return bool(await value) if inspect.isawaitable(value) else bool(value)
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
+        if await holds():
             return True
         await asyncio.sleep(interval)
-    return bool(predicate())
+    return await holds()
