@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,15 +209,23 @@ def status(root: Path | None = None) -> dict[str, Any]:
                             for kind, rec in state.get("calibration", {}).items()}}
 
 
+def lab_lock(root: Path) -> AbstractContextManager[None]:
+    """One builder (or cleaner) of a lab directory at a time, across processes: two first runs on a fresh machine
+    would otherwise both copy into the same ``target.tmp`` and remove it under each other. The lock file lives
+    beside the directory, so ``clean`` can remove the directory while holding it."""
+    return file_lock(root.with_name(f".{root.name}.lock"))
+
+
 def clean(root: Path | None = None) -> Path:
-    """Remove the lab directory (the model cache under $ORCHESTRATOR_CACHE_DIR stays)."""
+    """Remove the lab directory (the model cache under $ORCHESTRATOR_CACHE_DIR stays); waits for a build of it."""
     root = lab_dir(root)
     if root.is_symlink() or root.is_file():
         raise UserInputError(f"{root} is not a lab directory")
-    if root.is_dir():
-        if any(root.iterdir()) and not (root / "lab.json").exists() and not (root / "target").exists():
-            raise UserInputError(f"{root} does not look like a lab directory (no lab.json); not removing it")
-        remove_tree(root)
+    with lab_lock(root):
+        if root.is_dir():
+            if any(root.iterdir()) and not (root / "lab.json").exists() and not (root / "target").exists():
+                raise UserInputError(f"{root} does not look like a lab directory (no lab.json); not removing it")
+            remove_tree(root)
     return root
 
 
@@ -332,6 +341,13 @@ def _noop(_stage: str, _message: str, _fraction: float) -> None:
 
 def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
               progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True) -> LabPaths:
+    """``_build_lab`` under the lab directory's lock (``lab_lock``): a second builder waits, then finds it built."""
+    with lab_lock(lab_dir(root)):
+        return _build_lab(scenario, root=root, progress=progress, seed=seed, calibrate=calibrate)
+
+
+def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
+               progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True) -> LabPaths:
     """Build whatever ``scenario`` needs and is missing (target, drafts, sglang tree); returns the paths.
 
     Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy. ``seed`` seeds

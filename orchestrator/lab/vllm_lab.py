@@ -133,7 +133,8 @@ def ensure_vllm_lab(scenario: str, progress: BuildProgress | None = None, *, roo
     if BASE[name] != "seed-wiring":
         build.build_lab("seed-wiring", root=root, progress=progress)  # the fixes' draft
     if name in VLLM_DRAFTS:
-        write_vllm_draft(paths.root, name, paths.num_layers)
+        with build.lab_lock(paths.root):  # the same lock as the builds: no second writer of its .tmp
+            write_vllm_draft(paths.root, name, paths.num_layers)
     build.cached_vllm_tree(VLLM_VERSION)
     return paths.root
 

@@ -330,3 +330,37 @@ async def test_two_cleanups_at_once_neither_removes_the_others_workdir(tmp_path:
                                   for _ in range(4)))
     assert both == [[]] * 4  # none lists another's commands as leftovers, none fails
     assert leftovers(tmp_path) == []
+
+
+def waiting_for_lock(path: Path) -> bool:
+    """Someone is blocked on ``path``'s flock (a ``->`` line of /proc/locks names its inode)."""
+    inode = f":{os.stat(path).st_ino} "
+    return any(line.split(":", 1)[-1].strip().startswith("->") and inode in line
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_lab_clean_waits_for_a_build_of_the_same_lab_dir(tmp_path: Path) -> None:
+    """Two first runs (or a run and `lab clean`) on one lab dir used to copy into, and remove, the same .tmp trees
+    under each other; now the second waits for the first. The build here is another process holding the lock."""
+    import threading
+
+    from orchestrator.lab.build import clean, lab_lock
+
+    lab = tmp_path / "lab"
+    (lab / "target").mkdir(parents=True)
+    (lab / "lab.json").write_text("{}")
+    with lab_lock(lab):
+        pass  # makes the lock file
+    lock = lab.with_name(f".{lab.name}.lock")
+    builder = subprocess.Popen(["flock", str(lock), "-c", "echo held; read _"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert builder.stdout is not None and builder.stdout.readline() == "held\n"
+        cleaner = threading.Thread(target=clean, args=(lab,))
+        cleaner.start()
+        assert wait_until(lambda: waiting_for_lock(lock), 30), "clean never waited for the lock"
+        assert (lab / "target").is_dir()  # nothing removed under the build
+    finally:
+        builder.communicate("\n", timeout=30)  # the build ends: its lock goes
+    cleaner.join(30)
+    assert not cleaner.is_alive() and not lab.exists()
