@@ -37,10 +37,12 @@ try:
     from _probe import ProbeFailure, run_probe
     from engine_registry import _locate, _module_entries, installed_version
     from vllm_capture import find_vllm_root
+    from vllm_capture import installed_version as vllm_version
 except ImportError:  # imported as part of the remote_probes package
     from ._probe import ProbeFailure, run_probe
     from .engine_registry import _locate, _module_entries, installed_version
     from .vllm_capture import find_vllm_root
+    from .vllm_capture import installed_version as vllm_version
 
 SGLANG_METHOD = "set_eagle3_layers_to_capture"
 #: the default-ids methods vLLM's runners have called, newest first (the runner's own call decides)
@@ -465,6 +467,7 @@ def resolve(config: Dict[str, Any], engine: str, root: str) -> Dict[str, Any]:
         _sglang_chain(tree, sglang_entry_modules(root, [arch]), arch, config, out)
     else:
         tree = _Tree(root, "vllm")
+        out["version"] = vllm_version(root)
         method, where = vllm_runner_method(root)
         out["runner_call"] = {"method": method, "at": where}
         _vllm_chain(tree, vllm_registry(tree), arch, config, method, out)
