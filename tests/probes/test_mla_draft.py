@@ -103,6 +103,10 @@ def test_a_published_mla_draft_gets_no_false_error(run_probe, sglang_trees, tmp_
     assert attention.severity == "info" and "MLA" in attention.message, attention
     assert attention.details["attention"] == "mla"
     assert result.finding("architecture").severity == "info", result.finding("architecture")
+    # the feeds prediction follows the target's own class: Kimi-K2.5's wrapper forwards to its DeepSeek model
+    feeds = result.finding("aux_layer_ids").details
+    assert feeds["default"] == [2, 30, 58] == result.feeds.sglang
+    assert feeds["default_from"].startswith("sglang/srt/models/deepseek_v2.py:"), feeds
 
 
 def test_a_wrong_mla_projection_is_an_error_by_the_mla_rule(run_probe, sglang_trees, tmp_path: Path,
