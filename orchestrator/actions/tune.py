@@ -36,7 +36,8 @@ class TuneArgs(ServerLaunchArgs):
                                   description="draft tokens per cycle to consider (chain, topk 1)")
     probe: int | None = Field(default=None, ge=1, description="the k benchmarked to fit the model (default: the "
                                                               "largest candidate, so every position is measured)")
-    verify: int = Field(default=2, ge=0, le=8, description="best predicted configurations to restart and measure")
+    verify: int = Field(default=2, ge=0, le=64, description="best predicted configurations to restart and measure "
+                        "(all of them: the brute-force grid, for comparison)")
     baseline: dict[str, Any] | None = Field(default=None, description="a registered no-speculation bench result "
                                             "(with per_request), instead of a baseline restart")
     bench: BenchSettings = Field(default_factory=lambda: BenchSettings(n=12))
