@@ -157,4 +157,9 @@ class BenchAction(Action[BenchArgs]):
         ctx.output(f"bench {label}: n={result['completed']} {result['tok_s']} tok/s {_ci(result['tok_s_ci'])}, "
                    f"accept length {result['accept_length']} {_ci(result['accept_length_ci'])} "
                    f"(server {result['server_accept_length']}), p50 {result['latency_p50']}s\n")
+        stats = result.get("spec_decode") or {}
+        if stats.get("per_position_request"):
+            ctx.output("per-position acceptance: " + ", ".join(
+                f"k={k} {rate} {_ci(ci)}" for k, (rate, ci) in
+                enumerate(zip(stats["per_position_request"], stats["per_position_ci"], strict=False))) + "\n")
         return {**result, "server": label, "url": url}

@@ -428,6 +428,11 @@ class ServerPortResult(_Result):
     port: int
 
 
+class SpecCounts(_Result):
+    drafts: int
+    accepted: list[int]  # per draft position
+
+
 class BenchRequestRow(_Result):
     latency: float
     ttft: float | None = None
@@ -436,6 +441,7 @@ class BenchRequestRow(_Result):
     accept_length: float | None = None
     verify_ct: int | None = None
     finish: str | None = None
+    spec_counts: SpecCounts | None = None  # vLLM at concurrency 1: this request's drafts and per-position accepts
 
 
 class ServerBenchResult(_Result):

@@ -172,6 +172,11 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
         """Requested vs effective (flags.requested_vs_effective): SGLang's resolved args are ``/server_info``'s."""
         return requested_vs_effective(self.requested_args(spec), effective, log_text=log_text, aliases=self.aliases)
 
+    def start_decisions(self, log_text: str, effective: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What the engine decided at start-up that bears on the diagnosis (vLLM: servers/vllm_startup.py); None
+        where the engine says it elsewhere (SGLang: /server_info and the adjustment lines)."""
+        return None
+
     def resolved_args(self, info: Mapping[str, Any] | None, log_text: str) -> dict[str, Any]:
         """What the server says it uses: SGLang's info document (``/server_info``); the log is for engines without one."""
         return self.effective_args(info) if info else {}

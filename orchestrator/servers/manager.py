@@ -75,6 +75,7 @@ class ServerRecord:
     workers: list[RankHost] = field(default_factory=list)  # kept for restarts
     dist_host: str = "127.0.0.1"  # rank 0's address as the workers reach it
     launcher: Launcher | None = None  # which program was started and why (detected per start, or the step's)
+    decisions: dict[str, Any] | None = None  # the engine's start-up decisions (vLLM: servers/vllm_startup.py)
 
     @property
     def nodes(self) -> int:
@@ -100,6 +101,7 @@ class ServerRecord:
             "nodes": self.nodes, "hosts": [self.host, *(w.host for w in self.workers)],
             "ranks": [r.as_dict() for r in self.ranks],
             "launcher": self.launcher.as_dict() if self.launcher else None,
+            "decisions": self.decisions,
         }
 
 
@@ -203,7 +205,9 @@ class ServerManager:
         record.ready_s = round(time.monotonic() - started, 3)
         await self._read_effective(record)
         record.status = "ready"
-        self._event("server_ready", record, detail=f"ready in {record.ready_s:.1f}s at {record.url}")
+        said = (record.decisions or {}).get("summary")
+        self._event("server_ready", record, detail=f"ready in {record.ready_s:.1f}s at {record.url}"
+                    + (f"; vLLM decided: {said}" if said else ""))
         return record
 
     async def _wait_ready(self, record: ServerRecord, timeout: float,
@@ -336,6 +340,7 @@ class ServerManager:
         record.log_tail = "\n".join(log_text.rstrip().splitlines()[-LOG_TAIL_LINES:])
         record.effective = record.adapter.resolved_args(info, log_text)
         record.diff = record.adapter.compare_args(record.spec, record.effective, log_text)
+        record.decisions = record.adapter.start_decisions(log_text, record.effective)
         if info is None and record.adapter.info_paths:
             record.diff["unverified"] = sorted(set(record.diff["unverified"]) | {"(no /server_info answer)"})
 

@@ -160,7 +160,7 @@ class VllmAdapter(EngineAdapter):
         if command == "bench":
             return {**super().client_args(command), "api": "openai", "models_path": self.models_path,
                     "metrics_path": self.metrics_path, "metric_prefix": METRIC_PREFIX,
-                    "metric_names": {"drafts": DRAFTS, "accepted": ACCEPTED}}
+                    "metric_names": {"drafts": DRAFTS, "accepted": ACCEPTED, "per_position": PER_POSITION}}
         return super().client_args(command)
 
     # -- reading answers ---------------------------------------------------------------------
@@ -191,7 +191,19 @@ class VllmAdapter(EngineAdapter):
         diff = requested_vs_effective(requested, resolved, log_text=log_text, aliases=self.aliases, source="log",
                                       quotes=quotes)
         diff["effective"] = {k: effective.get(k, v) for k, v in diff["effective"].items()}  # as vLLM printed them
+        asked = {self.aliases.get(flag_key(k), flag_key(k)): v for k, v in self.requested_args(spec).items()}
+        for override in diff["overrides"]:  # as the user wrote it, not as resolved for the comparison
+            override["requested"] = asked.get(override["flag"], override["requested"])
         return diff
+
+    def start_decisions(self, log_text: str, effective: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The aux layers, embed_tokens / lm_head sharing and draft length vLLM logged, and the resolved speculative
+        config (servers/vllm_startup.py), from this start's part of the log."""
+        from orchestrator.servers.vllm_startup import parse_start_decisions
+
+        spec = {k.split(".", 1)[1]: v for k, v in effective.items() if k.startswith(f"{SPEC_FLAG}.")}
+        decisions = parse_start_decisions(log_text, spec or None)
+        return {**decisions.model_dump(), "summary": decisions.summary()}
 
     def resolved_args(self, info: Mapping[str, Any] | None, log_text: str) -> dict[str, Any]:
         """The last ``Initializing a V1 LLM engine ... with config:`` line of the startup log, flattened."""
@@ -206,6 +218,8 @@ class VllmAdapter(EngineAdapter):
     def read_bench(self, result: dict[str, Any]) -> dict[str, Any]:
         result.pop("server_info", None)
         stats = spec_decode_delta(result.pop("metrics_before", None), result.pop("metrics_after", None))
+        if stats is not None:
+            stats.update(per_position_intervals(result.get("per_request") or []))
         result["spec_decode"] = stats
         result["server_accept_length"] = stats["accept_length"] if stats else None
         return result
@@ -344,6 +358,26 @@ def resolve_effective(key: str, value: Any) -> Any:
     if isinstance(value, str) and value.startswith("torch."):
         return value[len("torch."):]
     return value
+
+
+def per_position_intervals(rows: list[dict[str, Any]], confidence: float = 0.95) -> dict[str, Any]:
+    """Per draft position k, the acceptance rate accepted[k] / drafts over the requests of a concurrency-1 bench,
+    with its 95% interval, the request as the unit (a ratio estimator: remote_probes/interval_stats.py). Empty when
+    no request carried its own counts (concurrency > 1: the counters' change is not one request's)."""
+    from remote_probes.interval_stats import ratio_interval
+
+    counts = [r["spec_counts"] for r in rows if isinstance(r.get("spec_counts"), dict)]
+    counts = [c for c in counts if c.get("drafts")]
+    if not counts:
+        return {}
+    width = max(len(c["accepted"]) for c in counts)
+    rates, cis = [], []
+    for k in range(width):
+        interval = ratio_interval([c["accepted"][k] if k < len(c["accepted"]) else 0 for c in counts],
+                                  [c["drafts"] for c in counts], confidence)
+        rates.append(round(interval.estimate, 4) if interval is not None else None)
+        cis.append(interval.as_list() if interval is not None else None)
+    return {"per_position_request": rates, "per_position_ci": cis, "per_position_n": len(counts)}
 
 
 def _total(samples: list[dict[str, Any]], name: str) -> float:
