@@ -369,3 +369,34 @@ def _classify(text: str, messages: list[str], tracebacks: list[Traceback], *, re
         return "error", _cut(exception or error_messages[-1])
     code = f" with code {exit_code}" if exit_code is not None else ""
     return "exited", f"exited{code}; the log names no error"
+
+
+@dataclass
+class RuntimeFailure:
+    """A serving server's own error (the reason behind an HTTP 500): the latest traceback's last frame and exception
+    in its log (process-labelled for vLLM), or the latest error line."""
+
+    summary: str
+    error_lines: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "error_lines": list(self.error_lines)}
+
+
+def analyse_runtime_error(log_text: str) -> RuntimeFailure | None:
+    """The error a running server logged (read from the part of its log written while it served); None: none."""
+    lines = [clean(line) for line in log_text.splitlines()]
+    parts = split_processes(lines)
+    if parts is not None:
+        items, tracebacks = _process_items(parts)
+        said = [p.message for p in parts if p.level not in ("DEBUG", "INFO", "WARNING")]
+    else:
+        items, tracebacks = _error_items(lines)
+        said = lines
+    if not items:
+        return None
+    exception = _last_exception(tracebacks, [strip_prefix(m) for m in said if not is_noise(m)])
+    # the item that holds the cause: the latest traceback whose exception is not a pointer, else the latest item
+    chosen = next((item for item in reversed(items) if exception and any(exception in line for line in item)),
+                  items[-1])
+    return RuntimeFailure(summary=_cut(exception or strip_prefix(chosen[-1])), error_lines=chosen[:MAX_ERROR_LINES])
