@@ -17,8 +17,9 @@ sys.path.insert(0, str(REPO / "remote_probes"))
 
 from engine_registry import scan_vllm, vllm_draft_architecture  # noqa: E402
 
-from tests.lab.vllm_real_fixtures import vllm_host  # noqa: E402,F401 - the real vLLM host's tree
+from tests.lab import vllm_real_fixtures  # noqa: E402
 
+vllm_host = vllm_real_fixtures.vllm_host  # the real vLLM host's tree (skips, or fails under CI)
 pytestmark = pytest.mark.vllm_source
 
 

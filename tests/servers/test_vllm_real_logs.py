@@ -17,8 +17,9 @@ from orchestrator.servers.base import LaunchSpec
 from orchestrator.servers.startlog import analyse_runtime_error, analyse_start_failure, split_processes
 from orchestrator.servers.vllm import LAUNCH_CHECK, VllmAdapter, choose_launcher
 from tests import realparts
-from tests.lab.vllm_real_fixtures import vllm_host  # noqa: F401 - the real vLLM host (skips, or fails under CI)
+from tests.lab import vllm_real_fixtures
 
+vllm_host = vllm_real_fixtures.vllm_host  # the real vLLM host (skips, or fails under CI)
 DATA = Path(__file__).parent / "data"
 OK = (DATA / "vllm-0.32.0-start-ok.log").read_text()
 MISFIT = (DATA / "vllm-0.32.0-draft-load-failure.log").read_text()
