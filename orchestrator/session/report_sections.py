@@ -127,6 +127,7 @@ def servers_section(session: LoadedSession) -> list[Block]:
             where = f"{e.host}:{e.port}" + (f" ({len(e.ranks)} nodes: {', '.join(e.ranks)})" if e.ranks else "")
             rows.append([e.server_id, e.engine, where, flags, overrides, state])
         blocks.append(Table(["server", "engine", "where", "requested flags", "overrides (requested → effective)", "state"], rows))
+    blocks += start_blocks(_results(session, "server"))
     if benches:
         rows = []
         for step, r in benches:
@@ -142,6 +143,24 @@ def servers_section(session: LoadedSession) -> list[Block]:
                           "server avg accept", "p50 s", "p99 s", "n"], rows)]
         blocks += per_position_blocks(benches)
     return blocks
+
+
+def start_blocks(starts: list[Any]) -> list[Block]:
+    """Which program each start ran (the launcher detected on the host, and why) and what the engine decided at
+    start-up (vLLM's aux layers, embed_tokens / lm_head sharing: servers/vllm_startup.py)."""
+    rows = []
+    for step, r in starts:
+        res = r.result or {}
+        launcher, decisions = res.get("launcher") or {}, res.get("decisions") or {}
+        if not launcher and not decisions:
+            continue
+        rows.append([step.name, str(res.get("name", "")),
+                     f"{launcher.get('name')}: {launcher.get('reason')}" if launcher else "—",
+                     str(decisions.get("summary") or "—")])
+    if not rows:
+        return []
+    return [Heading("Launchers and start-up decisions", 3),
+            Table(["step", "server", "launcher (why)", "start-up decisions (from the server's log)"], rows)]
 
 
 def per_position_blocks(benches: list[Any]) -> list[Block]:
