@@ -35,12 +35,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 try:
     from _probe import ProbeFailure, run_probe
-    from engine_registry import _locate, _module_entries, installed_version
+    from engine_registry import _locate, _module_entries, installed_version, scan_vllm
     from vllm_capture import find_vllm_root
     from vllm_capture import installed_version as vllm_version
 except ImportError:  # imported as part of the remote_probes package
     from ._probe import ProbeFailure, run_probe
-    from .engine_registry import _locate, _module_entries, installed_version
+    from .engine_registry import _locate, _module_entries, installed_version, scan_vllm
     from .vllm_capture import find_vllm_root
     from .vllm_capture import installed_version as vllm_version
 
@@ -49,7 +49,6 @@ SGLANG_METHOD = "set_eagle3_layers_to_capture"
 VLLM_METHODS = ("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers")
 VLLM_RUNNERS = (os.path.join("v1", "worker", "gpu", "spec_decode", "eagle", "eagle3_utils.py"),
                 os.path.join("v1", "worker", "gpu_model_runner.py"))
-VLLM_REGISTRY = os.path.join("model_executor", "models", "registry.py")
 WRAPPED = ("language_model",)
 _MAX_DEPTH = 8
 _MAX_FILE = 8 * 1024 * 1024
@@ -341,23 +340,13 @@ def _finish(out: Dict[str, Any], fn: ast.FunctionDef, config: Dict[str, Any], te
 # ---------------------------------------------------------------- vLLM
 
 
-def vllm_registry(tree: _Tree) -> Dict[str, Tuple[str, str]]:
-    """architecture -> (module, class) from every ``_..._MODELS = {...}`` table of models/registry.py."""
-    mod = tree.module(VLLM_REGISTRY)
+def vllm_registry(root: str) -> Dict[str, Tuple[str, str]]:
+    """architecture -> (module, class) from models/registry.py's tables (engine_registry.scan_vllm)."""
+    scan = scan_vllm(root) or {}
     out: Dict[str, Tuple[str, str]] = {}
-    if mod is None:
-        return out
-    for node in mod.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
-            node.target if isinstance(node, ast.AnnAssign) else None
-        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
-        if not (isinstance(target, ast.Name) and target.id.endswith("_MODELS") and isinstance(value, ast.Dict)):
-            continue
-        for index, key in enumerate(value.keys):  # (zip's strict= needs 3.10; probes run on 3.9)
-            val = value.values[index]
-            if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(val, ast.Tuple) and \
-                    len(val.elts) >= 2 and all(isinstance(e, ast.Constant) for e in val.elts[:2]):
-                out.setdefault(key.value, (str(val.elts[0].value), str(val.elts[1].value)))  # type: ignore[attr-defined]
+    for name, cls in (scan.get("classes") or {}).items():
+        module = scan["architectures"].get(name, "")
+        out[name] = (os.path.splitext(os.path.basename(module))[0], cls)
     return out
 
 
@@ -470,7 +459,7 @@ def resolve(config: Dict[str, Any], engine: str, root: str) -> Dict[str, Any]:
         out["version"] = vllm_version(root)
         method, where = vllm_runner_method(root)
         out["runner_call"] = {"method": method, "at": where}
-        _vllm_chain(tree, vllm_registry(tree), arch, config, method, out)
+        _vllm_chain(tree, vllm_registry(root), arch, config, method, out)
     out["followed"] = " -> ".join("%s.%s%s" % (c["class"], c["method"],
                                                 " -> self.%s" % c["delegates_to"] if c.get("delegates_to") else "")
                                   for c in out["chain"])
