@@ -16,6 +16,9 @@ from orchestrator.events import NoteAdded, Output, StepFinished, StepStarted
 from orchestrator.session.document import Block, Code, Heading, Para, Table, to_html, to_markdown
 from orchestrator.session.reader import LoadedSession, read_session
 
+#: a report is written as ``<name>.part`` beside it, then renamed: such a file is never part of the record
+PARTIAL_SUFFIX = ".part"
+
 Section = Callable[[LoadedSession], list[Block]]
 EXCERPT_LINES = 15
 
@@ -146,7 +149,7 @@ def write_report(directory: str | Path, *, fmt: str = "md", failures: list[str] 
     path = directory / f"report.{fmt}"
     text = render_report(directory, fmt=fmt, failures=failures, session=session)
     # Beside it, then renamed: a full disk must not leave a truncated report that looks like a whole one.
-    partial = path.with_name(path.name + ".part")
+    partial = path.with_name(path.name + PARTIAL_SUFFIX)
     try:
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, path)
