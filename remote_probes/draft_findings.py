@@ -85,7 +85,44 @@ def check_architecture(raw: dict[str, Any], engine: dict[str, Any] | None = None
                     architecture=arch, eagle3_loader=False)
 
 
+def _architecture_in_vllm(arch: str, engine: dict[str, Any]) -> dict[str, Any]:
+    """vLLM renames the draft's architecture for its method (transformers_utils/configs/eagle.py, read by
+    engine_registry.scan_vllm) and looks that name up in model_executor/models/registry.py."""
+    if engine.get("missing"):
+        where = f"at {engine['root']} has no model_executor/models/registry.py" if engine.get("root") else \
+            "is importable by the host's python"
+        return _finding("architecture", "warning", f"No installed vLLM {where}, so whether vLLM can load "
+                        f"architecture {arch} was not checked.", architecture=arch, eagle3_loader=None,
+                        engine="vllm", source="none")
+    label = _engine_label(engine)
+    method = engine.get("method") or "eagle3"
+    looked_up = engine.get("looked_up") or arch
+    module = engine["architectures"].get(looked_up)
+    renamed = f" ({method}: vLLM looks up {looked_up})" if looked_up != arch else ""
+    details = {"architecture": arch, "looked_up": looked_up, "method": method, "engine": "vllm",
+               "engine_version": engine.get("version"), "loader_module": module, "source": "engine registry"}
+    if module is None:
+        eagle3 = sorted(a for a in engine.get("speculative", []) if "eagle3" in a.lower())
+        return _finding("architecture", "error", f"{label} has no model class named {looked_up}{renamed} in "
+                        "model_executor/models/registry.py, so the draft cannot be loaded: the server fails at "
+                        f"startup. Its EAGLE-3 draft classes: {', '.join(eagle3) or 'none'}.", eagle3_loader=False,
+                        eagle3_loaders=eagle3, **details)
+    base = module.rsplit("/", 1)[-1]
+    if "eagle3" in base:
+        return _finding("architecture", "info", f"Architecture {arch}{renamed} selects {label}'s EAGLE-3 draft "
+                        f"loader ({module}).", eagle3_loader=True, **details)
+    if "eagle" in base:
+        return _finding("architecture", "warning", f"Architecture {arch}{renamed} selects {label}'s EAGLE-1/2 "
+                        f"loader ({module}), not EAGLE-3: no fc over three aux hidden states.", eagle3_loader=False,
+                        **details)
+    return _finding("architecture", "error", f"Architecture {arch}{renamed} is {label}'s base model class "
+                    f"({module}), so vLLM loads the draft as a plain model, not as an EAGLE-3 draft.",
+                    eagle3_loader=False, **details)
+
+
 def _architecture_in_registry(arch: str, engine: dict[str, Any]) -> dict[str, Any]:
+    if engine.get("engine") == "vllm":
+        return _architecture_in_vllm(arch, engine)
     label = _engine_label(engine)
     module = engine["architectures"].get(arch)
     details = {"architecture": arch, "engine": engine.get("engine"), "engine_version": engine.get("version"),
@@ -317,12 +354,17 @@ def check_d2t_t2d(cfg: dict[str, Any], tensors: dict[str, Any], small: dict[str,
     return out
 
 
-def check_feeds(raw: dict[str, Any], n_layers: int | None,
-                vllm_rules: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def check_feeds(raw: dict[str, Any], n_layers: int | None, vllm_rules: dict[str, Any] | None = None,
+                target_class: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Which HF hidden_states indices each engine feeds (see eagle3_wiring), and a finding about it. vLLM's reading
-    is the installed one's (``vllm_rules``: vllm_capture.capture_rules), else the newest vLLM read (0.33.0)."""
+    is the installed one's (``vllm_rules``: vllm_capture.capture_rules), else the newest vLLM read (0.33.0).
+    SGLang's default is the target class's own (``target_class``: target_capture.resolve) where it was followed."""
     nested, top = nested_ids(raw), top_level_ids(raw)
     default = default_wiring(n_layers) if n_layers else None
+    default_from = None
+    if target_class and target_class.get("engine") == "sglang" and target_class.get("found") and \
+            target_class.get("num_layers") == n_layers:
+        default, default_from = target_class["default_ids"], target_class.get("where")
     sglang = [i + 1 for i in nested] if nested is not None else default
     vllm_ids = config_ids(raw, vllm_rules)
     if n_layers:
@@ -334,6 +376,7 @@ def check_feeds(raw: dict[str, Any], n_layers: int | None,
         "top_level" if top is not None else "none"
     rules = vllm_rules or NEWEST
     details = {"location": where, "nested_ids": nested, "top_level_ids": top, "default": default,
+               "default_from": default_from,
                "target_num_layers": n_layers, "feeds": feeds,
                "vllm": {"version": rules.get("version"), "runner": rules.get("runner"), "ids_read": vllm_ids,
                         "capture": rules.get("capture"), "evidence": rules.get("evidence", [])}}
@@ -422,7 +465,7 @@ def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any],
     findings.append(_finding("tied_embeddings", "warning" if tied else "info",
                              "tie_word_embeddings is true: SGLang takes lm_head from the target." if tied
                              else "tie_word_embeddings is false or absent.", tie_word_embeddings=tied))
-    feeds, feed_finding = check_feeds(raw, target.get("num_layers"), vllm_rules)
+    feeds, feed_finding = check_feeds(raw, target.get("num_layers"), vllm_rules, target.get("class"))
     findings.append(feed_finding)
     if top is not None and nested is None and num_aux != len(top):
         findings.append(_finding("aux_count", "warning", f"{len(top)} top-level ids but SGLang sizes fc for "

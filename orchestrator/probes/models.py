@@ -254,6 +254,11 @@ class DraftInspectArgs(_Args):
     target_hidden_size: int | None = Field(default=None, gt=0)
     target_vocab_size: int | None = Field(default=None, gt=0)
     engine_sys_path: list[str] | None = None  # where the sglang package is, when not importable by the probe's python
+    # the engine this host serves with: its model registry decides the architecture check (vLLM: the installed vllm's)
+    engine: Literal["sglang", "vllm"] | None = None
+    method: Literal["eagle3", "eagle"] | None = None  # vLLM: the speculative method the draft is renamed for
+    vllm_sys_path: list[str] | None = None
+    vllm_runner: Literal["v1", "v2"] | None = None
 
 
 Severity = Literal["info", "warning", "error"]
@@ -300,7 +305,7 @@ class DraftInspectResult(_Result):
     tensors: dict[str, TensorInfo]
     feeds: Feeds
     findings: list[Finding]
-    engine: dict[str, Any] | None = None  # the SGLang whose model registry was scanned (None: none found)
+    engine: dict[str, Any] | None = None  # the engine whose model registry was scanned (None: none found)
 
     def finding(self, fid: str) -> Finding | None:
         return next((f for f in self.findings if f.id == fid), None)
@@ -428,6 +433,11 @@ class ServerPortResult(_Result):
     port: int
 
 
+class SpecCounts(_Result):
+    drafts: int
+    accepted: list[int]  # per draft position
+
+
 class BenchRequestRow(_Result):
     latency: float
     ttft: float | None = None
@@ -436,6 +446,7 @@ class BenchRequestRow(_Result):
     accept_length: float | None = None
     verify_ct: int | None = None
     finish: str | None = None
+    spec_counts: SpecCounts | None = None  # vLLM at concurrency 1: this request's drafts and per-position accepts
 
 
 class ServerBenchResult(_Result):
@@ -463,3 +474,56 @@ class ServerBenchResult(_Result):
 SERVER_CLIENT_RESULTS: dict[str, type[_Result]] = {
     "request": ServerRequestResult, "wait": ServerWaitResult, "port": ServerPortResult, "bench": ServerBenchResult,
 }
+
+
+# ---------------------------------------------------------------- target_capture
+
+
+class TargetCaptureArgs(_Args):
+    """Which class of the installed engine runs the target, and where it captures aux hidden states."""
+
+    target_path: str | None = Field(default=None, description="the target model directory (its config.json)")
+    config: dict[str, Any] | None = Field(default=None, description="the target's config, instead of target_path")
+    engine: Literal["sglang", "vllm"] = "sglang"
+    sys_path: list[str] | None = Field(default=None, description="where the engine package is, if not importable")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TargetCaptureArgs:
+        if (self.target_path is None) == (self.config is None):
+            raise ValueError("give exactly one of target_path, config")
+        return self
+
+
+class CaptureLink(_Result):
+    """One class on the way from the target's architecture to the capture method that runs."""
+
+    class_: str = Field(alias="class")
+    class_file: str                    # the class's module, relative to the package (srt/models/kimi_k25.py)
+    method: str
+    defined_in: str                    # the class (itself or a base) whose body defines the method
+    file: str                          # that method's module, relative to the package, as read_source takes it
+    where: str                         # package/file:line
+    line: int
+    end_line: int
+    symbol: str                        # Class.method, as read_source takes it
+    delegates_to: str | None = None    # the attribute it forwards to (language_model)
+    registry: str | None = None        # vLLM: the registry entry that named the class
+
+
+class TargetCaptureResult(_Result):
+    engine: Literal["sglang", "vllm"]
+    found: bool
+    installed: bool = True
+    architecture: str | None = None
+    text_architecture: str | None = None
+    chain: list[CaptureLink] = Field(default_factory=list)
+    followed: str = ""
+    capture: CaptureLink | None = None
+    default_ids: list[int] | None = None
+    default_wiring: list[int] | None = None
+    default_rule: str | None = None
+    num_layers: int | None = None
+    num_layers_source: str | None = None
+    id_offset: int | None = None
+    version: str | None = None
+    why: str | None = None

@@ -107,8 +107,9 @@ def notes_section(session: LoadedSession) -> list[Block]:
 
 def _investigation_sections() -> list[Section]:
     from orchestrator.session import report_sections as rs
+    from orchestrator.session.report_tuning import tuning_section
 
-    return [rs.verdict_section, rs.hypotheses_section, rs.servers_section, rs.sweeps_section,
+    return [rs.verdict_section, rs.hypotheses_section, rs.servers_section, rs.sweeps_section, tuning_section,
             rs.draft_test_section, rs.sources_section, rs.environment_section]
 
 

@@ -24,6 +24,7 @@ realparts.importorskip("torch")
 realparts.importorskip("transformers")
 
 from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, build_lab, cache_dir  # noqa: E402
+from tests.lab.vllm_real_fixtures import real_vllm_flagship, vllm_host  # noqa: E402,F401 - the real vLLM host
 
 
 def lab_root() -> Path:
