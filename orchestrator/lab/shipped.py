@@ -4,17 +4,18 @@
 (weights, tokenizer, prompts) and the two trained drafts (seed-wiring, healthy; the fault scenarios are cheap copies
 written at install) — and ``manifest.json``: the recipe hash (``orchestrator.lab.models.recipe_hash``), where and when
 they were built (Python, torch, CPU, the numerics pins), every file's sha256, the build's full calibration records,
-and the replay: the outcomes of a few of the calibration's own experiments, on the machine that calibrated them.
+and the calibrating machine's fingerprint: sha256 digests of the bits the shipped models compute on the paths the
+calibration measured (``fingerprint()``: about a second).
 
 On first use the lab copies the shipped models (every file checked against its sha256) and **confirms** them on
-this CPU: it replays those experiments with the lab's own code (the draft test probe on one prompt per trained
-draft, the lab's decoding loop on one bench prompt per calibrated flag set) and compares the outcomes exactly
-(accept counts and the figures computed from them). The same outcomes mean this CPU decodes the shipped models as
-the calibrating machine did, so its margins hold here; any difference sends the lab through the full calibration
-on this CPU (and, should a draft not be clear here, the build's retraining: a build from scratch), and says so.
+this CPU: the same fingerprint, bit for bit, means this CPU computes every figure of the calibration as the
+calibrating machine did (the calibration is deterministic: greedy decoding, fixed prompts), so its margins are this
+lab's. A calibration re-run would only repeat them; the bits are the cheapest proof. Any other bit (another kernel
+ISA, another library build) sends the lab through the full calibration on this CPU (and, should a draft not be clear
+here, the build's retraining: a build from scratch), and says so.
 
 Public API: ``SHIPPED_DIR``, ``Manifest``, ``read_manifest(root=SHIPPED_DIR) -> Manifest | None``,
-``install_shipped(base, manifest, report) -> dict`` (the lab's origin record), ``replay(base) -> dict``,
+``install_shipped(base, manifest, report) -> dict`` (the lab's origin record), ``fingerprint(base) -> dict``,
 ``confirm(base, manifest, report) -> dict``, ``write_shipped(base, dest, state) -> Manifest``.
 """
 
@@ -45,10 +46,6 @@ SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "lab"
 MANIFEST_FORMAT = 1
 #: files of a trained model that are not shipped: the tokenised corpus (only draft training reads it) and markers
 NOT_SHIPPED = ("lab_tokens.pt", ".complete")
-#: the calibration experiments replayed on first use, and how much of each: one prompt (draft test) or request
-REPLAY_DRAFT_TEST = ("seed-wiring", "healthy")
-REPLAY_FIX = (("seed-wiring", "candidate"), ("seed-wiring", "fixed"), ("topk-override", "candidate"),
-              ("eagle-not-eagle3", "candidate"), ("healthy", "fixed"))
 
 
 class Manifest(BaseModel):
@@ -62,7 +59,7 @@ class Manifest(BaseModel):
     drafts: dict[str, dict[str, Any]]      # kind -> {seed, steps} of the shipped (calibrated) training
     files: dict[str, str]                  # path under SHIPPED_DIR -> sha256
     calibration: dict[str, Any]            # kind -> the build's calibration record (lab.json's)
-    replay: dict[str, Any]                 # the replayed experiments' outcomes on the calibrating machine
+    fingerprint: dict[str, Any]            # the calibrating machine's bits (see fingerprint())
 
 
 def _sha256(path: Path) -> str:
@@ -118,45 +115,79 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-# ---------------------------------------------------------------- the replay of the calibration's experiments
-def _draft_test_outcome(result: dict[str, Any]) -> dict[str, Any]:
-    """What a draft test's verdict is made of, per wiring: the accepted tokens (as tau and per position)."""
-    return {"decision": result.get("decision"),
-            "wirings": {json.dumps(r["wiring"]): {"tau": r.get("tau"), "tau_serving": r.get("tau_serving"),
-                                                  "acc": r.get("acc")} for r in result["wirings"]}}
+# ---------------------------------------------------------------- the fingerprint of the calibrating machine's numerics
+#: the lab prompts the fingerprint runs on, the draft steps of its test-time-training pass, the tokens it decodes
+FINGERPRINT_PROMPTS = 4
+FINGERPRINT_STEPS = 5
+FINGERPRINT_TOKENS = 32
 
 
-def replay(base: Path) -> dict[str, Any]:
-    """The replayed experiments' outcomes on this CPU (one prompt, or one request, each, at the flagship's tokens)."""
-    from orchestrator.lab.calibrate import FlagshipSample, accept_lengths, run_draft_test
+def _digest(tensor: Any) -> str:
+    return hashlib.sha256(tensor.detach().contiguous().float().numpy().tobytes()).hexdigest()[:24]
 
-    sample = FlagshipSample(bench_n=1, dt_prompts=1)
-    target = base / "target"
+
+def fingerprint(base: Path) -> dict[str, Any]:
+    """This CPU's bits for the shipped models, on the paths the calibration measured, at one thread (so the
+    figure depends on the CPU's kernels, not on its core count): per trained draft, the target's logits and the
+    hidden states it feeds (the draft test's capture), the draft's logits over a test-time-training pass (the draft
+    test's scoring) and the lab server's speculative decoding of one prompt (its decoding loop: tokens, verify
+    cycles, accepted drafts). Equal bits mean every figure the calibration measured comes out the same here."""
+    import logging
+
+    import torch
+
+    from orchestrator.lab.server_args import build_parser, resolve
+    from orchestrator.lab.server_engine import LabModels
+    from orchestrator.servers.flags import flags_to_argv
+
     sc_all = scenarios(base, num_layers_of(base))
-    out: dict[str, Any] = {"draft_test": {}, "fix": {}}
-    for kind in REPLAY_DRAFT_TEST:
-        out["draft_test"][kind] = _draft_test_outcome(run_draft_test(target, base / "drafts" / kind, sample))
-    for name, which in REPLAY_FIX:
-        sc = sc_all[name]
-        flags = sc.candidate if which == "candidate" else sc.fixed
-        out["fix"][f"{name}/{which}"] = [round(x, 9) for x in accept_lengths(target, flags, sample)]
+    prompts = json.loads((base / "target" / "prompts.json").read_text())[:FINGERPRINT_PROMPTS]
+    threads = torch.get_num_threads()
+    out: dict[str, Any] = {"threads": 1, "capability": torch.backends.cpu.get_cpu_capability()}
+    try:
+        for kind in TRAINED_DRAFTS:
+            argv = ["--model-path", str(base / "target"), *flags_to_argv(sc_all[kind].fixed)]
+            models = LabModels(resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM"),
+                               log=logging.getLogger("orchestrator.lab.shipped").debug)
+            torch.set_num_threads(1)  # after LabModels, which sets the server's own count
+            assert models.draft is not None
+            parts: dict[str, Any] = {}
+            with torch.inference_mode():
+                for i, prompt in enumerate(prompts):
+                    ids = torch.tensor([models.tokenizer(prompt)["input_ids"]])
+                    res = models.target(input_ids=ids, output_hidden_states=True)
+                    aux = torch.cat([res.hidden_states[j] for j in models.capture], dim=-1)
+                    nxt = torch.cat([ids[:, 1:], ids.new_zeros(1, FINGERPRINT_STEPS)], dim=1)
+                    outs = models.draft.ttt_forward(aux[:, :-1], nxt, steps=FINGERPRINT_STEPS)
+                    parts[f"prompt {i}"] = {"target": _digest(res.logits), "aux": _digest(aux),
+                                            "draft": _digest(torch.stack([o.logits for o in outs]))}
+            gen = models.generate(models.tokenizer(prompts[0])["input_ids"], max_new_tokens=FINGERPRINT_TOKENS,
+                                  stop=[], stop_token_ids=[], ignore_eos=True)
+            parts["decode"] = {"tokens": gen.output_ids, "verify_ct": gen.spec.verify_ct,
+                               "accepted": gen.spec.correct_drafts}
+            out[kind] = parts
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 
+def _differences(want: Any, here: Any, where: str = "") -> list[str]:
+    if not isinstance(want, dict) or not isinstance(here, dict):
+        return [] if want == here else [where]
+    return [d for k in sorted(set(want) | set(here))
+            for d in _differences(want.get(k), here.get(k), f"{where} {k}".strip())]
+
+
 def confirm(base: Path, manifest: Manifest, report: BuildProgress) -> dict[str, Any]:
-    """Replay on this CPU and compare with the calibrating machine's outcomes; the confirmation record
-    (``passed``: the same outcomes; else ``differs`` names the experiments that came out otherwise)."""
-    report("confirm", "replaying the shipped calibration on this CPU "
-           f"({len(REPLAY_DRAFT_TEST)} draft tests, {len(REPLAY_FIX)} decoding runs)", 0.0)
+    """Compute the fingerprint on this CPU and compare it with the calibrating machine's; the confirmation record
+    (``passed``: the same bits; else ``differs`` names what came out otherwise)."""
+    report("confirm", "checking that this CPU computes the shipped models as the calibrating machine did", 0.0)
     t0 = time.monotonic()
-    here = replay(base)
-    differs = [f"draft_test {k}" for k, v in manifest.replay.get("draft_test", {}).items()
-               if here["draft_test"].get(k) != v]
-    differs += [f"fix {k}" for k, v in manifest.replay.get("fix", {}).items() if here["fix"].get(k) != v]
-    record = {"passed": not differs, "differs": differs, "at": _now(), "cpu": cpu_name(),
+    differs = _differences(manifest.fingerprint, fingerprint(base))
+    record = {"passed": not differs, "differs": differs[:8], "at": _now(), "cpu": cpu_name(),
               "seconds": round(time.monotonic() - t0, 1)}
-    report("confirm", "same outcomes as the calibrating machine: its margins hold on this CPU" if not differs
-           else f"this CPU decodes differently ({', '.join(differs)}): calibrating here in full", 1.0)
+    report("confirm", "the same bits as the calibrating machine: its margins hold on this CPU" if not differs
+           else f"this CPU computes differently ({', '.join(differs[:3])}): calibrating here in full", 1.0)
     return record
 
 
@@ -206,7 +237,7 @@ def write_shipped(base: Path, dest: Path, state: dict[str, Any]) -> Manifest:
                "numerics": {k: v for k, v in pinned_env(1).items() if "THREADS" not in k},
                "seconds": state.get("timings", {})},
         target_seed=int(state.get("target_seed", 0)), drafts=drafts, files=files,
-        calibration={k: calibration[k] for k in TRAINED_DRAFTS}, replay=replay(base))
+        calibration={k: calibration[k] for k in TRAINED_DRAFTS}, fingerprint=fingerprint(base))
     (tmp / "manifest.json").write_text(manifest.model_dump_json(indent=1) + "\n")
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)

@@ -19,15 +19,16 @@ if str(REPO) not in sys.path:
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 from tests import realparts  # noqa: E402
+from tests.labdir import test_lab_root  # noqa: E402
 
 realparts.importorskip("torch")
 realparts.importorskip("transformers")
 
-from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, build_lab, cache_dir  # noqa: E402
+from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, build_lab  # noqa: E402
 
 
 def lab_root() -> Path:
-    return cache_dir() / "lab-test"
+    return test_lab_root()  # per worker: tests/labdir.py
 
 
 @pytest.fixture(scope="session")
