@@ -184,6 +184,7 @@ def check_fix(sc: Scenario, target: Path, sample: FlagshipSample,
 # ---------------------------------------------------------------- per draft
 #: which checks each trained draft is answerable for (scenarios whose verdict depends on its quality)
 FIX_SCENARIOS = {"seed-wiring": ("seed-wiring", "off-by-one"), "healthy": ("topk-override", "eagle-not-eagle3")}
+FIX_SCENARIOS_ORDER = tuple(s for names in FIX_SCENARIOS.values() for s in names)
 
 
 def calibrate_draft(kind: str, root: Path, scenarios: dict[str, Scenario],
@@ -310,7 +311,9 @@ def _recheck_added(base: Path, record: dict[str, Any], built: list[str], sc_all:
     if not all(c.passed for c in checks):
         return False
     record["attempts"][-1]["checks"] += [c.to_dict() for c in checks]
-    record["scenarios"] = built
+    # the scenarios checked so far, not only those built now: a record that covers a fault copy not yet written here
+    # (the shipped records cover every scenario) must not check it again once it is
+    record["scenarios"] = [s for s in FIX_SCENARIOS_ORDER if s in {*record.get("scenarios", []), *built}]
     return True
 
 

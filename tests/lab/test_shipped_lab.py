@@ -126,8 +126,8 @@ def test_the_fingerprint_is_the_same_twice_and_matches_the_shipped_one_here(lab:
 def test_from_scratch_and_ship_say_what_they_need(tmp_path: Path) -> None:
     from orchestrator.cli.lab import lab_app
 
-    out = CliRunner().invoke(lab_app, ["build", "--ship", "--dir", str(tmp_path)])
+    out = CliRunner().invoke(lab_app, ["build", "--ship", "--dir", str(tmp_path)], env={"COLUMNS": "300"})
     assert out.exit_code == 2 and "--from-scratch --scenario all" in out.output
     build.write_state(tmp_path, {"format": 1, "origin": {"kind": "shipped"}})
-    out = CliRunner().invoke(lab_app, ["build", "--from-scratch", "--dir", str(tmp_path)])
+    out = CliRunner().invoke(lab_app, ["build", "--from-scratch", "--dir", str(tmp_path)], env={"COLUMNS": "300"})
     assert out.exit_code == 2 and "holds the shipped models" in out.output
