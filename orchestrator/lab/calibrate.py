@@ -101,7 +101,10 @@ def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[st
     args = {"target": str(target), "draft": str(draft), "wirings": "auto", "engine": "sglang",
             "steps": sample.dt_steps, "num_prompts": sample.dt_prompts, "max_new_tokens": sample.dt_tokens,
             "margin": sample.wiring_margin}
-    env = dict(os.environ, ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1", TORCHDYNAMO_DISABLE="1")
+    from orchestrator.lab.inventory import LAB_THREADS
+
+    env = dict(os.environ, ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1", TORCHDYNAMO_DISABLE="1",
+               **LAB_THREADS)  # as the lab host runs it
     proc = subprocess.run([sys.executable, str(REPO / "remote_probes" / "draft_test.py")], input=json.dumps(args),
                           capture_output=True, text=True, env=env, cwd=str(REPO / "remote_probes"), timeout=1800)
     outcome = parse_probe_output(proc.stdout, nonce, exit_status=proc.returncode, stderr=proc.stderr)
