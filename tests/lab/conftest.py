@@ -1,5 +1,5 @@
-"""Lab fixtures: one lab built per test session (cached under $ORCHESTRATOR_CACHE_DIR/lab-test), servers on free
-loopback ports, in-process model runners for the SGLang-rule tests."""
+"""Lab fixtures: one lab per test worker (the shipped models, under $ORCHESTRATOR_CACHE_DIR/lab-test-<worker>:
+tests/labdir.py), servers on free loopback ports, in-process model runners for the SGLang-rule tests."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def lab_root() -> Path:
 
 @pytest.fixture(scope="session")
 def lab() -> LabPaths:
-    """The built lab, every scenario (two trained drafts + cheap fault copies): trained once, then reused."""
+    """The built lab, every scenario (the two shipped drafts + cheap fault copies): installed and confirmed once per
+    worker (seconds), then reused."""
     root = lab_root()
     for name in SCENARIO_NAMES:
         build_lab(name, root=root)
