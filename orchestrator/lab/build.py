@@ -201,7 +201,7 @@ def status(root: Path | None = None) -> dict[str, Any]:
             "sglang_version": active,
             "sglang_sites": {v: str(site_dir(root, v)) for v in LAB_SGLANG_VERSIONS if _site_ok(root, v)},
             "scenarios": built, "timings": state.get("timings", {}), "built_at": state.get("built_at"),
-            "target_seed": state.get("target_seed"),
+            "target_seed": state.get("target_seed"), "origin": origin_summary(state),
             "targets_rejected": [{"seed": r["seed"], "draft": r["draft"]} for r in state.get("targets_rejected", [])],
             "calibration": {kind: {"passed": rec.get("passed"), "trainings": len(rec.get("attempts", [])),
                                    "margins": {f"{c['scenario']}/{c['kind']}": c["margin"]
@@ -214,6 +214,22 @@ def lab_lock(root: Path) -> AbstractContextManager[None]:
     would otherwise both copy into the same ``target.tmp`` and remove it under each other. The lock file lives
     beside the directory, so ``clean`` can remove the directory while holding it."""
     return file_lock(root.with_name(f".{root.name}.lock"))
+
+
+def origin_summary(state: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the lab's models came from (lab.json ``origin``): shipped with the package (recipe hash, the machine
+    and time they were built and calibrated on, the confirmation on this CPU) or built here from scratch."""
+    origin = state.get("origin")
+    if not isinstance(origin, dict):
+        return {"kind": "built", "why": "built before origins were recorded"} if state.get("target_seed") is not None \
+            else None
+    out = {k: origin.get(k) for k in ("kind", "recipe_hash", "built_at", "installed_at", "why") if origin.get(k)}
+    built = origin.get("built") or {}
+    if built:
+        out["built"] = {k: built.get(k) for k in ("at", "python", "torch", "cpu")}
+    if origin.get("confirmed"):
+        out["confirmed"] = {k: origin["confirmed"].get(k) for k in ("passed", "differs", "at", "cpu", "seconds")}
+    return out
 
 
 def clean(root: Path | None = None) -> Path:
@@ -340,16 +356,22 @@ def _noop(_stage: str, _message: str, _fraction: float) -> None:
 
 
 def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
-              progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True) -> LabPaths:
+              progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True,
+              from_scratch: bool = False) -> LabPaths:
     """``_build_lab`` under the lab directory's lock (``lab_lock``): a second builder waits, then finds it built."""
     with lab_lock(lab_dir(root)):
-        return _build_lab(scenario, root=root, progress=progress, seed=seed, calibrate=calibrate)
+        return _build_lab(scenario, root=root, progress=progress, seed=seed, calibrate=calibrate,
+                          from_scratch=from_scratch)
 
 
 def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
-               progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True) -> LabPaths:
+               progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True,
+               from_scratch: bool = False) -> LabPaths:
     """Build whatever ``scenario`` needs and is missing (target, drafts, sglang tree); returns the paths.
 
+    A new lab takes the package's shipped models (orchestrator.lab.shipped: trained and calibrated by this recipe,
+    confirmed on this CPU by a short replay of the calibration; a CPU that decodes them otherwise calibrates them in
+    full) unless ``from_scratch`` or another ``seed`` asks for training. lab.json's ``origin`` says which.
     Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy. ``seed`` seeds
     the target and the first draft attempt. With ``calibrate`` the trained drafts are checked against the flagship's
     rules; when a planted fault is not clearly decidable the draft is retrained with the next seed and more steps,
@@ -364,7 +386,13 @@ def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     name = check_scenario(scenario or DEFAULT_SCENARIO)
     base = lab_dir(root)
     base.mkdir(parents=True, exist_ok=True)
-    report = progress or _noop
+    # one builder per lab directory (two CLI runs, two test workers): the others wait, then find it built
+    with file_lock(base.parent / f".{base.name}.build.lock"):
+        return _build_locked(name, base, progress or _noop, seed, calibrate, from_scratch)
+
+
+def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calibrate: bool,
+                  from_scratch: bool) -> LabPaths:
     state = read_state(base) or {"format": LAB_FORMAT}
     timings: dict[str, float] = state.setdefault("timings", {})
     started = time.monotonic()
@@ -377,15 +405,40 @@ def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     # a lab whose calibration moved on to another target seed keeps it: that seed is the one known to be clear here
     target_seed = int(state.get("target_seed", seed))
     if not is_complete(base / "target"):
-        install_target(base, target_seed, report, timings)
+        shipped = None if from_scratch or seed != 0 else _shipped_manifest()
+        if shipped is not None:  # the package's calibrated models: a copy, confirmed on this CPU below
+            t0 = time.monotonic()
+            state["origin"] = _shipped().install_shipped(base, shipped, report)
+            target_seed, state["calibration"], state["targets_rejected"] = shipped.target_seed, {}, []
+            timings["shipped"] = round(time.monotonic() - t0, 1)
+        else:
+            from orchestrator.lab.models import recipe_hash
+
+            install_target(base, target_seed, report, timings)
+            state["origin"] = {"kind": "built", "recipe_hash": recipe_hash(), "built_at": _now(),
+                               "why": "--from-scratch" if from_scratch else (
+                                   f"build seed {seed}" if seed else "this install ships no models")}
     state["target_seed"] = target_seed
     n = num_layers_of(base)
     sc = scenarios(base, n)[name]
+    origin = state.get("origin") or {}
+    if origin.get("kind") == "shipped":  # a trained draft removed since: the shipped one again, not a training
+        for kind in TRAINED_DRAFTS:
+            if not is_complete(base / "drafts" / kind):
+                copy_model(_shipped().SHIPPED_DIR / "drafts" / kind, base / "drafts" / kind,
+                           skip=_shipped().NOT_SHIPPED)
     build_drafts(base, [sc.draft, sc.fixed_draft or sc.draft], n, target_seed, report, timings)
     if calibrate:
         from orchestrator.lab.calibrate import calibrate_lab
 
+        if origin.get("kind") == "shipped" and "confirmed" not in origin:
+            _confirm_shipped(base, state, report, timings)
         calibrate_lab(base, state, report)
+        if origin.get("kind") == "shipped" and not _still_shipped(base):  # the full calibration here retrained
+            state["origin"] = {"kind": "built", "built_at": _now(), "recipe_hash": origin.get("recipe_hash"),
+                               "why": "the shipped models were not clear on this CPU: rebuilt from scratch",
+                               "shipped": origin}
+            report("calibrate", "the shipped models were not clear on this CPU: the lab was rebuilt from scratch", 1.0)
     built = state.setdefault("drafts", {})
     drafts = base / "drafts"
     for kind in sorted(p.name for p in drafts.iterdir() if is_complete(p)) if drafts.is_dir() else []:
@@ -398,6 +451,47 @@ def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
                   "built_at": state.get("built_at") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     write_state(base, state)
     return paths(name, root=base)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _shipped() -> Any:
+    from orchestrator.lab import shipped
+
+    return shipped
+
+
+def _shipped_manifest() -> Any:
+    return _shipped().read_manifest()
+
+
+def _confirm_shipped(base: Path, state: dict[str, Any], report: BuildProgress, timings: dict[str, float]) -> None:
+    """The short calibration of shipped models: the same outcomes as on the calibrating machine adopt its records
+    (so calibrate_lab has nothing left to check); otherwise calibrate_lab checks everything on this CPU."""
+    import copy
+
+    mod = _shipped()
+    manifest = mod.read_manifest()
+    t0 = time.monotonic()
+    record = mod.confirm(base, manifest, report)
+    state["origin"]["confirmed"] = record
+    if record["passed"]:
+        state["calibration"] = copy.deepcopy(manifest.calibration)
+    timings["confirm"] = round(time.monotonic() - t0, 1)
+    write_state(base, state)
+
+
+def _still_shipped(base: Path) -> bool:
+    """True while the lab's target and trained drafts are the shipped ones (the same training records)."""
+    root = _shipped().SHIPPED_DIR
+    parts = ["target", *(f"drafts/{k}" for k in TRAINED_DRAFTS)]
+    try:
+        return all((base / p / "lab_recipe.json").read_text() == (root / p / "lab_recipe.json").read_text()
+                   for p in parts)
+    except OSError:
+        return False
 
 
 def _stage_progress(report: BuildProgress, stage: str) -> Callable[[str, float], None]:

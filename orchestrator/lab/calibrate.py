@@ -101,7 +101,10 @@ def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[st
     args = {"target": str(target), "draft": str(draft), "wirings": "auto", "engine": "sglang",
             "steps": sample.dt_steps, "num_prompts": sample.dt_prompts, "max_new_tokens": sample.dt_tokens,
             "margin": sample.wiring_margin}
-    env = dict(os.environ, ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1", TORCHDYNAMO_DISABLE="1")
+    from orchestrator.lab.inventory import LAB_THREADS
+
+    env = dict(os.environ, ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1", TORCHDYNAMO_DISABLE="1",
+               **LAB_THREADS)  # as the lab host runs it
     proc = subprocess.run([sys.executable, str(REPO / "remote_probes" / "draft_test.py")], input=json.dumps(args),
                           capture_output=True, text=True, env=env, cwd=str(REPO / "remote_probes"), timeout=1800)
     outcome = parse_probe_output(proc.stdout, nonce, exit_status=proc.returncode, stderr=proc.stderr)
@@ -184,6 +187,7 @@ def check_fix(sc: Scenario, target: Path, sample: FlagshipSample,
 # ---------------------------------------------------------------- per draft
 #: which checks each trained draft is answerable for (scenarios whose verdict depends on its quality)
 FIX_SCENARIOS = {"seed-wiring": ("seed-wiring", "off-by-one"), "healthy": ("topk-override", "eagle-not-eagle3")}
+FIX_SCENARIOS_ORDER = tuple(s for names in FIX_SCENARIOS.values() for s in names)
 
 
 def calibrate_draft(kind: str, root: Path, scenarios: dict[str, Scenario],
@@ -310,7 +314,9 @@ def _recheck_added(base: Path, record: dict[str, Any], built: list[str], sc_all:
     if not all(c.passed for c in checks):
         return False
     record["attempts"][-1]["checks"] += [c.to_dict() for c in checks]
-    record["scenarios"] = built
+    # the scenarios checked so far, not only those built now: a record that covers a fault copy not yet written here
+    # (the shipped records cover every scenario) must not check it again once it is
+    record["scenarios"] = [s for s in FIX_SCENARIOS_ORDER if s in {*record.get("scenarios", []), *built}]
     return True
 
 

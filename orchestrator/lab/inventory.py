@@ -59,7 +59,14 @@ def lab_env(root: Path | str | None = None, engine: str | None = None) -> dict[s
     # the tree of the version the lab stands in for ($ORCHESTRATOR_LAB_SGLANG): the lab server parses with it
     site = build.site_dir(build.lab_dir(root), build.lab_sglang_version())
     parts = [str(REPO_ROOT), str(site)] + ([str(vllm_site())] if (engine or lab_engine()) == "vllm" else [])
-    return {"PYTHONPATH": os.pathsep.join(parts)}
+    return {"PYTHONPATH": os.pathsep.join(parts), **LAB_THREADS}
+
+
+#: one CPU thread per lab process (the lab server already takes one: --lab-threads 1). The lab's matrices are tiny,
+#: so a second thread buys nothing, and on a busy machine two threads that wait for each other cost ten times over
+#: (the flagship's draft test: 32 s at one thread, 339 s at two, at load 8.8 on 2 cores; the figures bit for bit the
+#: same). The calibration's draft test runs with the same setting (orchestrator.lab.calibrate.run_draft_test).
+LAB_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def lab_host_vars(scenario: str | None = None, *, root: Path | str | None = None,

@@ -31,9 +31,10 @@ def lab_pair():
     was not clear) and its target: the same lab directory the lab tests use."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from orchestrator.lab.build import build_lab, cache_dir, seed_wiring
+    from orchestrator.lab.build import build_lab, seed_wiring
+    from tests.labdir import test_lab_root
 
-    lab = build_lab("seed-wiring", root=cache_dir() / "lab-test")
+    lab = build_lab("seed-wiring", root=test_lab_root())
     return lab.target, lab.drafts["seed-wiring"], seed_wiring(lab.num_layers), lab.num_layers
 
 

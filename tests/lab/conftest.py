@@ -1,5 +1,5 @@
-"""Lab fixtures: one lab built per test session (cached under $ORCHESTRATOR_CACHE_DIR/lab-test), servers on free
-loopback ports, in-process model runners for the SGLang-rule tests."""
+"""Lab fixtures: one lab per test worker (the shipped models, under $ORCHESTRATOR_CACHE_DIR/lab-test-<worker>:
+tests/labdir.py), servers on free loopback ports, in-process model runners for the SGLang-rule tests."""
 
 from __future__ import annotations
 
@@ -19,21 +19,23 @@ if str(REPO) not in sys.path:
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 from tests import realparts  # noqa: E402
+from tests.labdir import test_lab_root  # noqa: E402
 
 realparts.importorskip("torch")
 realparts.importorskip("transformers")
 
-from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, build_lab, cache_dir  # noqa: E402
+from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, build_lab  # noqa: E402
 from tests.lab.vllm_real_fixtures import real_vllm_flagship, vllm_host  # noqa: E402,F401 - the real vLLM host
 
 
 def lab_root() -> Path:
-    return cache_dir() / "lab-test"
+    return test_lab_root()  # per worker: tests/labdir.py
 
 
 @pytest.fixture(scope="session")
 def lab() -> LabPaths:
-    """The built lab, every scenario (two trained drafts + cheap fault copies): trained once, then reused."""
+    """The built lab, every scenario (the two shipped drafts + cheap fault copies): installed and confirmed once per
+    worker (seconds), then reused."""
     root = lab_root()
     for name in SCENARIO_NAMES:
         build_lab(name, root=root)

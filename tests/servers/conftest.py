@@ -44,16 +44,17 @@ def inventory(state_dir: Path) -> Inventory:
 
 @pytest.fixture(scope="session")
 def lab_models() -> dict[str, str]:
-    """The lab's tiny target and an EAGLE-3 draft trained on the embedding-first wiring (cached builds)."""
+    """The lab's tiny target and its EAGLE-3 draft trained on the embedding-first wiring: the test lab's (the shipped
+    models, installed once per run under the build's lock; tests/lab/conftest.py builds the same directory)."""
     override = os.environ.get("ORCH_TEST_LAB_TARGET"), os.environ.get("ORCH_TEST_LAB_DRAFT")
     if all(override):  # models built elsewhere (a CI cache, a developer's lab dir)
         return {"target": str(override[0]), "draft": str(override[1])}
     realparts.importorskip("torch")
-    from orchestrator.lab.models import cached_draft, cached_target
+    from orchestrator.lab.build import build_lab
+    from tests.labdir import test_lab_root
 
-    target = cached_target()
-    draft = cached_draft(target, wiring=[0, 6, 11])
-    return {"target": str(target), "draft": str(draft)}
+    lab = build_lab("seed-wiring", root=test_lab_root())
+    return {"target": str(lab.target), "draft": str(lab.draft)}
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ NODES = 4
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # One worker runs every Slurm test: one cluster, and no two tests' allocations competing for its 4 nodes.
-    # A Slurm test that uses the lab stays in tests/conftest.py's "lab" group (building the lab on two workers at
-    # once is not safe) and runs on that worker's own cluster (the fixture is per worker), with its own job ids.
+    # A Slurm test that uses the lab stays in tests/conftest.py's "lab:<file>" group (its file runs on one worker)
+    # and runs on that worker's own cluster (the fixture is per worker), with its own job ids.
     for item in items:
         if "tests/slurm/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.slurm)
@@ -81,8 +81,9 @@ def lab_root() -> Path:
     """The lab (its healthy scenario) for servers on the cluster's nodes: cached, shared with tests/lab."""
     realparts.importorskip("torch")
     realparts.importorskip("transformers")
-    from orchestrator.lab.build import build_lab, cache_dir
+    from orchestrator.lab.build import build_lab
+    from tests.labdir import test_lab_root
 
-    root = cache_dir() / "lab-test"
+    root = test_lab_root()
     build_lab("healthy", root=root)
     return root

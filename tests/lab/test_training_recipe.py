@@ -1,0 +1,55 @@
+"""Training from nothing, in every run, at a reduced size: the lab's own recipe (the pinned child process, the stdlib
+corpus, the tokenizer, the target, an EAGLE-3 draft on the seed's wiring) trains, the losses fall, and what it writes
+loads in the lab server's engine and decodes speculatively without changing the output. The full build from nothing
+(every seed, calibrated) is a bench: bench/lab_seeds.py; the shipped models' link to the recipe:
+tests/lab/test_shipped_lab.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab.build import seed_wiring
+from orchestrator.lab.models import cached_draft, cached_target
+from orchestrator.lab.train import DraftRecipe, TargetRecipe
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(900)]
+
+#: the default recipe at a third of its depth, a few steps, a smaller corpus (the default: 12 layers, 560 target
+#: steps on 4 MB, 393 draft steps on 1024 chunks)
+SMALL_TARGET = TargetRecipe(num_layers=4, corpus_bytes=300_000, steps=30)
+SMALL_DRAFT = DraftRecipe(steps=30, chunks=32)
+
+
+def test_the_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) -> None:
+    target = cached_target(seed=0, recipe=SMALL_TARGET, cache_dir=tmp_path / "cache")
+    facts = json.loads((target / "lab_recipe.json").read_text())
+    assert facts["recipe"]["steps"] == 30 and facts["numerics"]["cpu_capability"]
+    assert facts["loss_last"] < facts["loss_first"] - 0.3, facts  # ~6.9 (uniform over 1024 tokens) falls
+    n = SMALL_TARGET.num_layers
+    draft = cached_draft(target, wiring=seed_wiring(n), recipe=SMALL_DRAFT)
+    dfacts = json.loads((draft / "lab_recipe.json").read_text())
+    assert dfacts["loss_last"] < dfacts["loss_first"], dfacts
+    assert json.loads((draft / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]
+
+    # what it wrote is a lab: the server's engine loads both and speculative decoding is lossless
+    from orchestrator.lab.server_args import build_parser, resolve
+    from orchestrator.lab.server_engine import LabModels
+
+    def models(*flags: str) -> LabModels:
+        ns = build_parser().parse_args(["--model-path", str(target), *flags])
+        return LabModels(resolve(ns, target_architecture="LlamaForCausalLM"), log=logging.getLogger("t").debug)
+
+    prompt = json.loads((target / "prompts.json").read_text())[0]
+    plain = models()
+    spec = models("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
+                  "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                  "--speculative-num-draft-tokens", "4", "--lab-capture-layers", ",".join(map(str, seed_wiring(n))))
+    ids = plain.tokenizer(prompt)["input_ids"]
+    kwargs = {"max_new_tokens": 24, "stop": [], "stop_token_ids": [], "ignore_eos": True}
+    want = plain.generate(ids, **kwargs).output_ids
+    got = spec.generate(ids, **kwargs)
+    assert got.output_ids == want and got.spec.verify_ct > 0
