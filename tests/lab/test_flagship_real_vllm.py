@@ -91,7 +91,8 @@ async def test_real_vllm_starts_report_their_launcher_and_no_false_override(real
     assert srv["overrides"] == [] and srv["effective"]["dtype"] == "torch.float32"  # type: ignore[index]
     assert set(CPU_FLAGS) <= set(srv["flags"])  # type: ignore[arg-type]
     flags = run.board.entries["flags_override"]
-    assert flags.state == "refuted" and "every requested flag took effect" in (flags.history[0].evidence or "")
+    assert flags.state == "refuted"
+    assert any("every requested flag took effect" in (h.evidence or "") for h in flags.history), flags.history
 
 
 @pytest.mark.lab
