@@ -39,6 +39,7 @@ import json
 import os
 import selectors
 import signal
+import stat as stat_module  # `stat` is the name of this agent's op below
 import subprocess
 import sys
 import threading
@@ -436,18 +437,24 @@ def _probe_child(code: types.CodeType, path: str, args_text: str, env: dict, out
 
 
 def stat(path: str) -> dict:
+    """A file that goes between the stat and the read (its session's workdir being tidied away) does not exist:
+    the answer is what a stat a moment later would say, not an error."""
     full = os.path.expanduser(path)
     try:
         info = os.stat(full)
     except FileNotFoundError:
         return {"exists": False}
+    is_dir = stat_module.S_ISDIR(info.st_mode)  # from the one stat: a second look could find it gone
     result: "dict[str, object]" = {"exists": True, "size": info.st_size, "mode": info.st_mode & 0o7777, "mtime": info.st_mtime,
-              "is_dir": os.path.isdir(full)}
-    if not result["is_dir"] and info.st_size <= 64 * 1024 * 1024:
+              "is_dir": is_dir}
+    if not is_dir and info.st_size <= 64 * 1024 * 1024:
         digest = hashlib.sha256()
-        with open(full, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        try:
+            with open(full, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        except FileNotFoundError:
+            return {"exists": False}
         result["sha256"] = digest.hexdigest()
     return result
 
@@ -464,8 +471,10 @@ def put(request: dict) -> dict:
         os.chmod(temp, int(request.get("mode", 0o600)))
         os.replace(temp, full)
     except BaseException:
-        if os.path.exists(temp):
+        try:  # no exists() first: the temp may go between the look and the unlink, and the error to say is ours
             os.unlink(temp)
+        except FileNotFoundError:
+            pass
         raise
     return {"size": len(data)}
 

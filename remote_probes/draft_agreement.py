@@ -31,6 +31,9 @@ READS = {
     "vocab_size": "SGLang llama_eagle3.py:141-146 (embed_tokens) and :274-276 (draft_vocab_size defaults to it); vLLM",
     "draft_vocab_size": "SGLang llama_eagle3.py:274-282 (lm_head rows), :318-320 (hot_token_id = d2t + arange); vLLM",
     "attention": "SGLang llama.py:159-160 (head_dim) + llama_eagle3.py:60-68 (qkv_proj); vLLM",
+    "attention_mla": "SGLang kimi_k25_eagle3.py Eagle3MLADecoderLayer (fused_qkv_a_proj_with_mqa over 2 x hidden, "
+                     "built from DeepseekV2AttentionMLA) and Eagle3DeepseekV2ForCausalLM.load_weights (q_a_proj and "
+                     "kv_a_proj_with_mqa concatenated; kv_b_proj split into w_kc / w_vc)",
     "max_position_embeddings": "SGLang llama.py:190 (get_rope max_position); vLLM",
     "torch_dtype": "SGLang model_config (--dtype auto reads it); vLLM",
     "tie_word_embeddings": "SGLang llama_eagle3.py:268-282 (lm_head = embed_tokens); vLLM",
@@ -120,7 +123,43 @@ def check_draft_vocab(cfg: dict[str, Any], tensors: dict[str, Any]) -> dict[str,
     return _f("agree_draft_vocab_size", "info", f"draft_vocab_size {dvs} agrees with lm_head, d2t and t2d.", **d)
 
 
+def check_mla_attention(cfg: dict[str, Any], tensors: dict[str, Any]) -> dict[str, Any]:
+    """An MLA draft (``kv_lora_rank`` in its config) by the rules of SGLang's Eagle3MLADecoderLayer: its attention
+    has no q/k/v projections of a Llama layer, so the Llama rule must never judge it."""
+    hidden, heads = _int(cfg.get("hidden_size")), _int(cfg.get("num_attention_heads"))
+    q_rank, kv_rank = _int(cfg.get("q_lora_rank")), _int(cfg.get("kv_lora_rank"))
+    nope, rope, v = (_int(cfg.get(k)) for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
+    d: dict[str, Any] = {"field": "kv_lora_rank", "attention": "mla", "num_attention_heads": heads,
+                         "q_lora_rank": q_rank, "kv_lora_rank": kv_rank, "qk_nope_head_dim": nope,
+                         "qk_rope_head_dim": rope, "v_head_dim": v, "read_by": READS["attention_mla"]}
+    if q_rank is None:
+        return _f("agree_attention", "error", "SGLang will fail to load: this MLA draft has no q_lora_rank, and "
+                  "Eagle3MLADecoderLayer raises 'Eagle3 MLA layer requires q_lora_rank in the draft config'.", **d)
+    if not (hidden and heads and kv_rank and nope and rope and v):
+        return _f("agree_attention", "warning", "hidden_size, num_attention_heads or an MLA dimension "
+                  "(qk_nope_head_dim, qk_rope_head_dim, v_head_dim) is missing: cannot check the MLA shapes.", **d)
+    want = {"q_a_proj": [q_rank, 2 * hidden], "kv_a_proj_with_mqa": [kv_rank + rope, 2 * hidden],
+            "q_b_proj": [heads * (nope + rope), q_rank], "kv_b_proj": [heads * (nope + v), kv_rank],
+            "o_proj": [hidden, heads * v]}
+    shapes = {p: _layer_shape(tensors, f"self_attn.{p}.weight") for p in want}
+    d["shapes"] = shapes
+    missing = sorted(p for p, shape in shapes.items() if shape is None)
+    bad = [f"{p} {shape} (config implies {want[p]})" for p, shape in shapes.items()
+           if shape is not None and shape != want[p]]
+    if bad:
+        return _f("agree_attention", "error", f"SGLang will fail to load: {', '.join(bad)} with {heads} heads, "
+                  f"q_lora_rank {q_rank}, kv_lora_rank {kv_rank} (the first of the fused projection's inputs is the "
+                  "concatenated embedding and hidden state: 2 x hidden_size).", **d)
+    if missing:
+        return _f("agree_attention", "error", f"SGLang will fail to load: the MLA attention has no "
+                  f"{', '.join(missing)} weights (Eagle3DeepseekV2ForCausalLM.load_weights).", **d)
+    return _f("agree_attention", "info", f"MLA attention weights match {heads} heads, q_lora_rank {q_rank}, "
+              f"kv_lora_rank {kv_rank}, rope {rope}, v_head_dim {v} (Eagle3MLADecoderLayer).", **d)
+
+
 def check_attention(cfg: dict[str, Any], tensors: dict[str, Any]) -> dict[str, Any]:
+    if cfg.get("kv_lora_rank") is not None:
+        return check_mla_attention(cfg, tensors)
     hidden, heads = _int(cfg.get("hidden_size")), _int(cfg.get("num_attention_heads"))
     kv = _int(cfg.get("num_key_value_heads")) or heads
     head_dim = _int(cfg.get("head_dim")) or (hidden // heads if hidden and heads else None)

@@ -354,12 +354,17 @@ def check_d2t_t2d(cfg: dict[str, Any], tensors: dict[str, Any], small: dict[str,
     return out
 
 
-def check_feeds(raw: dict[str, Any], n_layers: int | None,
-                vllm_rules: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def check_feeds(raw: dict[str, Any], n_layers: int | None, vllm_rules: dict[str, Any] | None = None,
+                target_class: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Which HF hidden_states indices each engine feeds (see eagle3_wiring), and a finding about it. vLLM's reading
-    is the installed one's (``vllm_rules``: vllm_capture.capture_rules), else the newest vLLM read (0.33.0)."""
+    is the installed one's (``vllm_rules``: vllm_capture.capture_rules), else the newest vLLM read (0.33.0).
+    SGLang's default is the target class's own (``target_class``: target_capture.resolve) where it was followed."""
     nested, top = nested_ids(raw), top_level_ids(raw)
     default = default_wiring(n_layers) if n_layers else None
+    default_from = None
+    if target_class and target_class.get("engine") == "sglang" and target_class.get("found") and \
+            target_class.get("num_layers") == n_layers:
+        default, default_from = target_class["default_ids"], target_class.get("where")
     sglang = [i + 1 for i in nested] if nested is not None else default
     vllm_ids = config_ids(raw, vllm_rules)
     if n_layers:
@@ -371,6 +376,7 @@ def check_feeds(raw: dict[str, Any], n_layers: int | None,
         "top_level" if top is not None else "none"
     rules = vllm_rules or NEWEST
     details = {"location": where, "nested_ids": nested, "top_level_ids": top, "default": default,
+               "default_from": default_from,
                "target_num_layers": n_layers, "feeds": feeds,
                "vllm": {"version": rules.get("version"), "runner": rules.get("runner"), "ids_read": vllm_ids,
                         "capture": rules.get("capture"), "evidence": rules.get("evidence", [])}}
@@ -459,7 +465,7 @@ def analyse(raw: dict[str, Any], tensors: dict[str, Any], small: dict[str, Any],
     findings.append(_finding("tied_embeddings", "warning" if tied else "info",
                              "tie_word_embeddings is true: SGLang takes lm_head from the target." if tied
                              else "tie_word_embeddings is false or absent.", tie_word_embeddings=tied))
-    feeds, feed_finding = check_feeds(raw, target.get("num_layers"), vllm_rules)
+    feeds, feed_finding = check_feeds(raw, target.get("num_layers"), vllm_rules, target.get("class"))
     findings.append(feed_finding)
     if top is not None and nested is None and num_aux != len(top):
         findings.append(_finding("aux_count", "warning", f"{len(top)} top-level ids but SGLang sizes fc for "

@@ -34,6 +34,7 @@ from _probe import ProbeFailure, run_probe
 from draft_findings import analyse
 from eagle3_config import flat_config, rope_config
 from engine_registry import config_reads, loader_flags, scan_sglang, scan_vllm, vllm_draft_architecture
+from target_capture import resolve as resolve_target_class
 from vllm_capture import capture_rules, find_vllm_root
 
 CONFIG_KEYS = ("architectures", "model_type", "hidden_size", "target_hidden_size", "intermediate_size",
@@ -188,6 +189,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
                         if engine and isinstance(raw.get("transformer_layer_config"), dict) else None)
     flags = loader_flags(engine["root"], module) if engine and module and engine.get("root") else None
     vllm = vllm_scan(args)
+    target["class"] = target_class(args, engine)
     feeds, naming, findings = analyse(raw, tensors, small, weights, target, engine, flags, reads_nested, vllm)
     config = {k: raw[k] for k in CONFIG_KEYS if k in raw}
     if isinstance(raw.get("transformer_layer_config"), dict):  # speculators format nests the Llama config
@@ -210,6 +212,20 @@ def engine_scan(args: dict[str, Any]) -> dict[str, Any] | None:
     if extra is not None and (not isinstance(extra, list) or not all(isinstance(p, str) for p in extra)):
         raise ProbeFailure("bad_args", "'engine_sys_path' must be a list of directories")
     return scan_sglang(extra or None)
+
+
+def target_class(args: dict[str, Any], engine: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Which class of the host's engine runs the target and its default capture (target_capture.py), when the
+    target's config and an installed engine are both here: the feeds prediction then uses that class's own rule."""
+    if not args.get("target_path") or engine is None or not engine.get("root"):
+        return None
+    try:
+        config = read_json(os.path.join(os.path.expanduser(str(args["target_path"])), "config.json"), "target config")
+    except ProbeFailure:
+        return None  # target_info already reported a missing or broken target config
+    result = resolve_target_class(config, "vllm" if engine.get("engine") == "vllm" else "sglang", engine["root"])
+    keys = ("engine", "found", "followed", "default_ids", "num_layers", "num_layers_source", "why")
+    return dict({k: result.get(k) for k in keys}, where=(result.get("capture") or {}).get("where"))
 
 
 def vllm_registry(args: dict[str, Any], arch: str | None) -> dict[str, Any] | None:

@@ -42,6 +42,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from _probe import ProbeFailure, progress, run_probe
+from draft_runnable import check_architecture, check_fits, mem_available
 from draft_test_metrics import Tally, summarize
 from eagle3_served import ALGORITHMS, describe, served_parts
 from eagle3_wiring import ENGINES, auto_wirings, nested_ids, server_wiring, top_level_ids, validate_wiring
@@ -366,9 +367,37 @@ def load_drafts(a: Dict[str, Any], model: Any, hidden: int, device: str) -> Tupl
     return served, trained, parts
 
 
+def check_runnable(a: Dict[str, Any]) -> Dict[str, Any]:
+    """Before loading anything (draft_runnable.py): the draft's architecture is one this test runs, and the
+    target plus the draft fit the memory free where they would load. :raises ProbeFailure:"""
+    config_path = os.path.join(a["draft"], "config.json")
+    if os.path.isfile(config_path):
+        try:
+            with open(config_path, encoding="utf-8") as f:
+                config = json.load(f)
+        except ValueError:
+            config = None  # the loader reports a broken config with its own message
+        if isinstance(config, dict):
+            check_architecture(config)
+    try:
+        import torch
+    except ImportError as exc:
+        raise ProbeFailure("missing_dependency", "draft_test needs torch and transformers: %s" % exc) from None
+    cuda = a["device"] == "cuda" or (a["device"] == "auto" and torch.cuda.is_available())
+    sizes = {"float32": 4, "bfloat16": 2, "float16": 2}
+    if cuda and torch.cuda.is_available():
+        free, _total = torch.cuda.mem_get_info()
+        return check_fits(a["target"], a["draft"], bytes_per_param=sizes.get(a["dtype"]), available=int(free),
+                          where="GPU %d" % torch.cuda.current_device())
+    # on a CPU, "auto" loads float32 (_load_target)
+    return check_fits(a["target"], a["draft"], bytes_per_param=sizes.get(a["dtype"], 4), available=mem_available(),
+                      where="this host's memory")
+
+
 def main(args: Dict[str, Any]) -> Dict[str, Any]:
     a = parse_args(args)
     started = time.monotonic()
+    memory = check_runnable(a)
     progress("loading target %s" % a["target"])
     torch, tokenizer, model, device = _load_target(a)
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -428,6 +457,7 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
                   "variant_flags": draft.load_report.get("variant_flags", []), "notes": draft.load_report["notes"]},
         "prompts": len(runs), "tokens": int(sum(r[0].shape[1] - r[1] for r in runs)),
         "seconds": {"capture": round(captured - started, 2), "total": round(time.monotonic() - started, 2)},
+        "memory": {k: memory[k] for k in ("needed_bytes", "available_bytes", "where")},
     }
 
 

@@ -206,7 +206,8 @@ def _vllm_version(root: str) -> Optional[str]:
 
 def scan_vllm(root: str) -> Optional[Dict[str, Any]]:
     """The vLLM tree's model registry, read with ast: ``{"engine": "vllm", "version", "root", "architectures":
-    {name: "model_executor/models/<module>.py"}, "speculative": [names of the draft loaders], "rename": {method:
+    {name: "model_executor/models/<module>.py"}, "classes": {name: the class it loads}, "speculative": [names of
+    the draft loaders], "rename": {method:
     bool}, "unresolved": [...]}``; None when registry.py is missing."""
     path = os.path.join(root, "model_executor", "models", "registry.py")
     try:
@@ -215,6 +216,7 @@ def scan_vllm(root: str) -> Optional[Dict[str, Any]]:
     except (OSError, SyntaxError):
         return None
     archs: Dict[str, str] = {}
+    classes: Dict[str, str] = {}  # the class each name loads (registry entries are (module, class))
     speculative: List[str] = []
     unresolved: List[str] = []
     for node in tree.body:
@@ -231,6 +233,8 @@ def scan_vllm(root: str) -> Optional[Dict[str, Any]]:
             if (isinstance(entry, ast.Tuple) and len(entry.elts) >= 2 and isinstance(entry.elts[0], ast.Constant)
                     and isinstance(entry.elts[0].value, str)):
                 archs.setdefault(key.value, "model_executor/models/%s.py" % entry.elts[0].value)
+                if isinstance(entry.elts[1], ast.Constant) and isinstance(entry.elts[1].value, str):
+                    classes.setdefault(key.value, entry.elts[1].value)
                 if target.id == "_SPECULATIVE_DECODING_MODELS":
                     speculative.append(key.value)
             else:
@@ -244,7 +248,7 @@ def scan_vllm(root: str) -> Optional[Dict[str, Any]]:
     except OSError:
         rename = {method: False for method in _VLLM_RENAME}
     return {"engine": "vllm", "version": _vllm_version(root), "root": root, "architectures": archs,
-            "speculative": speculative, "rename": rename, "unresolved": unresolved}
+            "classes": classes, "speculative": speculative, "rename": rename, "unresolved": unresolved}
 
 
 def vllm_draft_architecture(arch: str, method: str, registry: Dict[str, Any]) -> str:

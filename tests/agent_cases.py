@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -23,11 +22,23 @@ from orchestrator.errors import TransportError
 from orchestrator.probes import new_nonce, outcome_from_document, parse_probe_output, probes_dir
 from orchestrator.transport.agent import AgentLost, RemoteAgent
 from orchestrator.transport.base import Transport
+from tests.waiting import wait_until_async
 
 PROBES = {
     "echo_probe.py": '''
 import os, subprocess, time
 from _probe import progress, run_probe
+
+def meet(args):
+    """Wait at a rendezvous of args["of"] calls (a file each in args["meet"]): only calls that run side by side
+    all get past it; serial ones would wait for the others until the deadline, and fail."""
+    os.makedirs(args["meet"], exist_ok=True)
+    open(os.path.join(args["meet"], str(args["n"])), "w").close()
+    deadline = time.monotonic() + 60
+    while len(os.listdir(args["meet"])) < args["of"]:
+        if time.monotonic() > deadline:
+            raise RuntimeError("only %d of %d calls met" % (len(os.listdir(args["meet"])), args["of"]))
+        time.sleep(0.01)
 
 def main(args):
     progress("started", n=args.get("n"))
@@ -35,6 +46,8 @@ def main(args):
         subprocess.run(["sleep", args["child"]])
     if args.get("sleep"):
         time.sleep(args["sleep"])
+    if args.get("meet"):
+        meet(args)
     return {"n": args.get("n"), "pid": os.getpid(), "cwd": os.getcwd(), "nonce_env": os.environ["ORCH_PROBE_NONCE"]}
 
 if __name__ == "__main__":
@@ -59,6 +72,7 @@ if __name__ == "__main__":
     "inproc_probe.py": '''# orchestrator-agent: in-process
 import os, sys, threading, time
 from _probe import ProbeFailure, progress, run_probe
+from echo_probe import meet
 
 def main(args):
     how = args.get("how")
@@ -77,8 +91,13 @@ def main(args):
         return {"x": float("nan")}
     if how == "big":
         return {"x": "y" * 5_000_000}
-    if how == "sleep":
-        time.sleep(args["sleep"])
+    if how == "meet":
+        meet(args)
+    if how == "block":  # until the test lets it go (a file appears), then says it ended (another file)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(args["until"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        open(args["ended"], "w").close()
     return {"n": args.get("n"), "pid": os.getpid(), "thread": threading.current_thread().name,
             "sys_path": list(sys.path)}
 
@@ -117,12 +136,7 @@ def pgrep(marker: str) -> list[str]:
 
 
 async def wait_until(predicate, timeout: float = 10.0) -> bool:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return bool(predicate())
+    return await wait_until_async(predicate, timeout)
 
 
 async def start(transport: Transport, tmp_path: Path) -> tuple[RemoteAgent, str]:
@@ -152,10 +166,10 @@ async def case_concurrent_calls(transport: Transport, tmp_path: Path) -> None:
     first = results[0]
     assert first[0]["result"]["cwd"] == remote  # as a one-shot run: cwd is the pushed directory
     assert '"message": "started"' in first[1].stderr  # progress lines come through stderr, as they do one-shot
-    # Concurrent, not serial: 24 calls of 0.2 s each take far less than 24 x 0.2 s.
-    started = time.monotonic()
-    await asyncio.gather(*(call(agent, "echo_probe", {"n": i, "sleep": 0.5}) for i in range(16)))
-    assert time.monotonic() - started < 6.0
+    # Concurrent, not serial: 16 calls meet at one rendezvous, which only calls running side by side can pass.
+    meet = f"{remote}/meet-{uuid.uuid4().hex[:8]}"
+    met = await asyncio.gather(*(call(agent, "echo_probe", {"n": i, "meet": meet, "of": 16}) for i in range(16)))
+    assert all(r[0]["ok"] for r in met), [r[0].get("error") for r in met if not r[0]["ok"]]
     assert await transport.agents.get(sys.executable, remote) is agent  # one agent for the session
 
 
@@ -253,7 +267,7 @@ async def case_close_leaves_nothing(transport: Transport, tmp_path: Path) -> Non
 async def case_in_process_probes(transport: Transport, tmp_path: Path) -> None:
     """A probe that declares itself in-process runs in a thread of the agent: no fork, and its failures of every
     kind come back as that call's clear error while the agent serves on."""
-    agent, _ = await start(transport, tmp_path)
+    agent, remote = await start(transport, tmp_path)
     assert agent.info is not None
     echo, run = await call(agent, "inproc_probe", {"n": 1})
     assert echo["ok"] and echo["result"]["pid"] == agent.info.pid and echo["result"]["thread"].startswith("probe-")
@@ -268,17 +282,21 @@ async def case_in_process_probes(transport: Transport, tmp_path: Path) -> None:
     assert "RecursionError" in failures["recurse"]["error"]["message"]
     assert "not JSON" in failures["nan"]["error"]["message"]
     assert failures["big"]["error"]["kind"] == "too_large" and "ask for less" in failures["big"]["error"]["message"]
-    # A timed-out call is answered at once (a thread cannot be killed: its late answer is dropped, not misread).
-    started = time.monotonic()
+    # A timed-out call is answered at once (a thread cannot be killed: its late answer is dropped, not misread):
+    # its thread is held until the answer came, so an answer that waited for the thread would never come.
+    hold = f"{remote}/hold-{uuid.uuid4().hex[:8]}"
+    blocked = {"how": "block", "until": f"{hold}.go", "ended": f"{hold}.ended"}
     with pytest.raises(asyncio.TimeoutError):
-        await call(agent, "inproc_probe", {"how": "sleep", "sleep": 3.0}, timeout=0.2)
-    assert time.monotonic() - started < 2.5  # well before the call's thread ends (bounds wide for a loaded machine)
-    # Concurrent calls run side by side, forked and in-process alike.
-    started = time.monotonic()
-    both = await asyncio.gather(*(call(agent, "inproc_probe", {"how": "sleep", "sleep": 0.6, "n": i}) for i in range(8)),
-                                call(agent, "echo_probe", {"n": 99, "sleep": 0.6}))
-    assert [r[0]["result"]["n"] for r in both] == [*range(8), 99] and time.monotonic() - started < 3.6  # serial: 5.4 s
-    await asyncio.sleep(3.0)  # the timed-out call's thread has ended by now; its answer must not end the agent
+        await asyncio.wait_for(call(agent, "inproc_probe", blocked, timeout=0.2), 30)
+    assert not Path(blocked["ended"]).exists()  # answered while its thread still runs
+    # Concurrent calls run side by side, forked and in-process alike: 9 calls at one rendezvous.
+    meet = f"{remote}/meet-{uuid.uuid4().hex[:8]}"
+    both = await asyncio.gather(*(call(agent, "inproc_probe", {"how": "meet", "meet": meet, "of": 9, "n": i})
+                                  for i in range(8)),
+                                call(agent, "echo_probe", {"n": 99, "meet": meet, "of": 9}))
+    assert [r[0]["result"]["n"] for r in both] == [*range(8), 99], [r[0].get("error") for r in both]
+    Path(blocked["until"]).touch()  # the timed-out call's thread goes on and ends: its answer must not end the agent
+    assert await wait_until(lambda: Path(blocked["ended"]).exists(), 30), "the held thread never ended"
     # The real source probe runs in-process too, and leaves the agent's sys.path as it found it.
     tree = tmp_path / "site"
     (tree / "srcpkg").mkdir(parents=True)

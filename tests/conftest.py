@@ -28,13 +28,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def install_sglang_tree(version: str) -> Path:
     """The product's cached install of one sglang version; skips (fails under CI) with pip's reason, e.g. offline."""
-    from orchestrator.errors import OrchestratorError
     from orchestrator.lab.build import cached_sglang_tree
 
+    return install_tree(lambda: cached_sglang_tree(version, timeout=600))
+
+
+def install_vllm_tree(version: str) -> Path:
+    """The product's cached install of one vllm source tree (read, never imported); skips (fails under CI) with
+    pip's reason."""
+    from orchestrator.lab.build import cached_vllm_tree
+
+    return install_tree(lambda: cached_vllm_tree(version))
+
+
+def install_tree(install: Callable[[], Path]) -> Path:
+    """Only pip's own failure (offline, a stalled index: OrchestratorError) is a missing real part; any other
+    exception is a bug, and fails the test as one."""
+    from orchestrator.errors import OrchestratorError
+
     try:
-        return cached_sglang_tree(version, timeout=600)
+        return install()
     except OrchestratorError as exc:
-        realparts.missing(f"{exc.message} (offline?)")
+        reason = f"{exc.message} (offline?)"
+    realparts.missing(reason)  # outside the except: the report shows pip's reason, not a chained traceback
 
 
 @pytest.fixture(scope="session")

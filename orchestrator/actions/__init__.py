@@ -15,6 +15,7 @@ BUILTIN_ACTIONS: dict[str, str] = {
     "server": "orchestrator.actions.server:ServerAction",
     "bench": "orchestrator.actions.bench:BenchAction",
     "sweep": "orchestrator.actions.sweep:SweepAction",
+    "tune": "orchestrator.actions.tune:TuneAction",
     "probe": "orchestrator.actions.probe:ProbeAction",
     "read_source": "orchestrator.actions.read_source:ReadSourceAction",
     "draft_test": "orchestrator.actions.draft_test:DraftTestAction",

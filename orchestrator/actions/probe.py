@@ -75,4 +75,16 @@ class ProbeAction(Action[ProbeArgs]):
             for finding in result.get("findings", []):
                 if finding.get("severity") in ("warning", "error"):
                     ctx.output(f"[{finding['severity']}] {finding.get('id')}: {finding.get('message')}\n", "stdout")
+        elif args.name == "target_capture":
+            ctx.output(target_capture_line(result) + "\n", "stdout")
         return result
+
+
+def target_capture_line(result: dict[str, Any]) -> str:
+    """One line for the console, the TUI and the report: the chain followed and the default ids, or why not."""
+    engine = f"{result.get('engine')} {result.get('version') or ''}".strip()
+    if not result.get("found"):
+        return f"target class on {engine}: not followed ({result.get('why')})"
+    capture = result.get("capture") or {}
+    return (f"target class on {engine}: {result.get('followed')} at {capture.get('where')}; default ids "
+            f"{result.get('default_ids')} (N = {result.get('num_layers')}, {result.get('num_layers_source')})")

@@ -63,20 +63,22 @@ async def _cleanup_slurm(inv: Any, entries: list[str], *, dry_run: bool, everyth
 
 
 async def _cleanup_all(inv: Any, names: list[str], *, dry_run: bool, everything: bool) -> list[dict[str, Any]]:
-    from orchestrator.servers.cleanup import cleanup_host
+    from orchestrator.servers.cleanup import cleanup_host, cleanup_session_id
     from orchestrator.transport.factory import make_transport
 
     rows: list[dict[str, Any]] = []
     for name in names:
         spec = inv.host(name)
-        transport = make_transport(spec, "cleanup")
+        transport = make_transport(spec, cleanup_session_id())
         await transport.connect()
         try:
             found = await cleanup_host(transport, python=spec.python, dry_run=dry_run, everything=everything)
             rows.extend(r.as_dict() for r in found)
         finally:
-            await transport.remove_workdir()  # the helper script's session dir (no process of ours runs there)
-            await transport.close()
+            try:
+                await transport.remove_workdir()  # the helper script's session dir (no process of ours runs there)
+            finally:  # a workdir that could not be removed is said (raised); the connection still closes
+                await transport.close()
     return rows
 
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -74,7 +75,8 @@ class EngineOptions:
     extra_vars: dict[str, Any] = field(default_factory=dict)
     forks: int = 16
     keep_remote: bool = False
-    session_id: str = "session"
+    #: names the session's workdir on each host, shared by every controller reaching it: unique, never a constant
+    session_id: str = field(default_factory=lambda: f"session-{secrets.token_hex(4)}")
     session_dir: Path | None = None
     argv: list[str] = field(default_factory=list)
     say: Callable[[str], None] = say_on_stderr  # where a swallowed failure is told (the TUI: a notification)

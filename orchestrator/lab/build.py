@@ -23,12 +23,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserInputError
 from orchestrator.lab.filelock import file_lock
+from orchestrator.tree_removal import remove_tree
 
 SGLANG_VERSION = "0.5.12.post1"
 #: the SGLang versions the lab can stand in for (its server parses with that version's own parser, from its tree)
@@ -207,25 +209,33 @@ def status(root: Path | None = None) -> dict[str, Any]:
                             for kind, rec in state.get("calibration", {}).items()}}
 
 
+def lab_lock(root: Path) -> AbstractContextManager[None]:
+    """One builder (or cleaner) of a lab directory at a time, across processes: two first runs on a fresh machine
+    would otherwise both copy into the same ``target.tmp`` and remove it under each other. The lock file lives
+    beside the directory, so ``clean`` can remove the directory while holding it."""
+    return file_lock(root.with_name(f".{root.name}.lock"))
+
+
 def clean(root: Path | None = None) -> Path:
-    """Remove the lab directory (the model cache under $ORCHESTRATOR_CACHE_DIR stays)."""
+    """Remove the lab directory (the model cache under $ORCHESTRATOR_CACHE_DIR stays); waits for a build of it."""
     root = lab_dir(root)
     if root.is_symlink() or root.is_file():
         raise UserInputError(f"{root} is not a lab directory")
-    if root.is_dir():
-        if any(root.iterdir()) and not (root / "lab.json").exists() and not (root / "target").exists():
-            raise UserInputError(f"{root} does not look like a lab directory (no lab.json); not removing it")
-        shutil.rmtree(root)
+    with lab_lock(root):
+        if root.is_dir():
+            if any(root.iterdir()) and not (root / "lab.json").exists() and not (root / "target").exists():
+                raise UserInputError(f"{root} does not look like a lab directory (no lab.json); not removing it")
+            remove_tree(root)
     return root
 
 
 # -- building ------------------------------------------------------------------------------------------------------
 def copy_model(src: Path, dst: Path, *, skip: tuple[str, ...] = ("lab_tokens.pt", ".complete")) -> None:
     tmp = dst.with_name(dst.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(tmp)
     shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(*skip))
     (tmp / ".complete").write_text("ok\n")
-    shutil.rmtree(dst, ignore_errors=True)
+    remove_tree(dst)
     tmp.rename(dst)
 
 
@@ -245,13 +255,13 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
     else:
         raise ValueError(kind)
     tmp = dst.with_name(dst.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(tmp)
     tmp.mkdir(parents=True)
     (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     (tmp / "lab_fault.json").write_text(json.dumps({"variant_of": "seed-wiring", "fault": kind}) + "\n")
     (tmp / ".complete").write_text("ok\n")
-    shutil.rmtree(dst, ignore_errors=True)
+    remove_tree(dst)
     tmp.rename(dst)
 
 
@@ -277,7 +287,7 @@ def cached_vllm_tree(version: str = VLLM_VERSIONS[0], *, timeout: float = 1800) 
 
 def cached_package_tree(package: str, version: str, *, timeout: float = 900) -> Path:
     """``$ORCHESTRATOR_CACHE_DIR/<package>-src/<version>`` holding ``<package>/__init__.py``, installed once; a file
-    lock makes concurrent test workers install it once."""
+    lock makes concurrent test workers install it once. :raises OrchestratorError: pip failed or timed out."""
     cached = cache_dir() / f"{package}-src" / version
     if (cached / package / "__init__.py").is_file():
         return cached
@@ -291,16 +301,21 @@ def _install_tree(package: str, version: str, cached: Path, timeout: float) -> P
     from orchestrator.errors import OrchestratorError
 
     partial = cached.with_name(version + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    remove_tree(partial)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--quiet",
-                           "--disable-pip-version-check", "--target", str(partial), f"{package}=={version}"],
-                          capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--quiet",
+                               "--disable-pip-version-check", "--target", str(partial), f"{package}=={version}"],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:  # a stalled index or a slow mirror: said as pip's failures are
+        remove_tree(partial)
+        raise OrchestratorError(f"cannot install {package}=={version}: pip did not finish in {timeout:g}s",
+                                title=f"{package} install failed") from None
     if proc.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
+        remove_tree(partial)
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
         raise OrchestratorError(f"cannot install {package}=={version}: {tail}", title=f"{package} install failed")
-    shutil.rmtree(cached, ignore_errors=True)  # a leftover without <package>/__init__.py: incomplete
+    remove_tree(cached)  # a leftover without <package>/__init__.py: incomplete
     partial.rename(cached)  # atomic: an interrupted install never looks complete
     return cached
 
@@ -314,10 +329,7 @@ def install_sglang_site(root: Path, progress: BuildProgress, version: str = SGLA
     cached = cached_sglang_tree(version)
     site = site_dir(root, version)
     if site.is_symlink() or site.exists():
-        if site.is_symlink() or site.is_file():
-            site.unlink()
-        else:
-            shutil.rmtree(site)
+        remove_tree(site)  # a link is unlinked, never followed
     site.symlink_to(cached.resolve(), target_is_directory=True)
     progress("sglang", f"sglang {version} source tree ready", 1.0)
     return site
@@ -329,6 +341,13 @@ def _noop(_stage: str, _message: str, _fraction: float) -> None:
 
 def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
               progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True) -> LabPaths:
+    """``_build_lab`` under the lab directory's lock (``lab_lock``): a second builder waits, then finds it built."""
+    with lab_lock(lab_dir(root)):
+        return _build_lab(scenario, root=root, progress=progress, seed=seed, calibrate=calibrate)
+
+
+def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
+               progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True) -> LabPaths:
     """Build whatever ``scenario`` needs and is missing (target, drafts, sglang tree); returns the paths.
 
     Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy. ``seed`` seeds

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -50,6 +49,7 @@ from orchestrator.lab.build import (
     write_state,
     write_variant,
 )
+from orchestrator.tree_removal import remove_tree
 
 #: a check must clear its rule by this factor (intervals 5% apart) to count as clear
 CLEAR = 1.05
@@ -319,7 +319,7 @@ def _retrain_target(base: Path, seed: int, report: BuildProgress) -> None:
     trained on the old target's hidden states, so none of them carries over)."""
     drafts = base / "drafts"
     kinds = sorted(p.name for p in drafts.iterdir() if is_complete(p)) if drafts.is_dir() else []
-    shutil.rmtree(drafts, ignore_errors=True)
+    remove_tree(drafts)
     timings: dict[str, float] = {}
     install_target(base, seed, report, timings)
     build_drafts(base, sorted(kinds, key=lambda k: k not in TRAINED_DRAFTS), num_layers_of(base), seed, report,

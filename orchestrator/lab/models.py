@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -25,6 +24,7 @@ from orchestrator.lab.draft_io import DraftLayout
 from orchestrator.lab.filelock import file_lock
 from orchestrator.lab.train import DraftRecipe, ProgressFn, TargetRecipe
 from orchestrator.lab.train_job import pinned_env, run_job
+from orchestrator.tree_removal import remove_tree
 
 RECIPE_VERSION = 3
 
@@ -50,8 +50,8 @@ def _build_once(final: Path, build: Callable[[Path], Path]) -> Path:
         if marker.exists():  # another process built it while we waited
             return final
         tmp = final.parent / (final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(final, ignore_errors=True)
+        remove_tree(tmp)
+        remove_tree(final)
         build(tmp)
         (tmp / ".complete").write_text("ok\n")
         tmp.rename(final)

@@ -34,6 +34,7 @@ from typing import Any
 from orchestrator.errors import UserInputError
 from orchestrator.lab import build
 from orchestrator.lab.build import BuildProgress, Scenario, seed_wiring
+from orchestrator.tree_removal import remove_tree
 
 VLLM_VERSION = build.VLLM_VERSIONS[0]
 #: vLLM scenario -> the SGLang lab scenario whose build provides its drafts
@@ -102,7 +103,7 @@ def write_vllm_draft(base: Path, name: str, num_layers: int) -> Path:
     if build.is_complete(dst):
         return dst
     tmp = dst.with_name(dst.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(tmp)
     shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(".complete", "lab_tokens.pt"))
     config = json.loads((tmp / "config.json").read_text())
     eagle = dict(config.get("eagle_config") or {})
@@ -111,7 +112,7 @@ def write_vllm_draft(base: Path, name: str, num_layers: int) -> Path:
     (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (tmp / "lab_fault.json").write_text(json.dumps({"variant_of": "seed-wiring", "fault": name}) + "\n")
     (tmp / ".complete").write_text("ok\n")
-    shutil.rmtree(dst, ignore_errors=True)
+    remove_tree(dst)
     tmp.rename(dst)
     return dst
 
@@ -132,7 +133,8 @@ def ensure_vllm_lab(scenario: str, progress: BuildProgress | None = None, *, roo
     if BASE[name] != "seed-wiring":
         build.build_lab("seed-wiring", root=root, progress=progress)  # the fixes' draft
     if name in VLLM_DRAFTS:
-        write_vllm_draft(paths.root, name, paths.num_layers)
+        with build.lab_lock(paths.root):  # the same lock as the builds: no second writer of its .tmp
+            write_vllm_draft(paths.root, name, paths.num_layers)
     build.cached_vllm_tree(VLLM_VERSION)
     return paths.root
 

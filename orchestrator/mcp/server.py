@@ -82,12 +82,15 @@ def build_server(session: McpSession) -> MCPServer[Any]:
     ) -> models.ExecResult:
         return await _tool(session, session.exec(command=command, argv=argv, host=host, timeout=timeout))
 
-    @server.tool(description="Run a probe on the host: env_info (python, torch, GPUs, sglang) or draft_inspect "
-                 "(static checks of an EAGLE-3 draft checkpoint: d2t, lm_head, layer ids, architecture, rope).")
+    @server.tool(description="Run a probe on the host: env_info (python, torch, GPUs, sglang), draft_inspect "
+                 "(static checks of an EAGLE-3 draft checkpoint: d2t, lm_head, layer ids, architecture, rope) or "
+                 "target_capture (which class of the installed engine runs the target, through registry, bases and "
+                 "language_model delegation, and the capture method and default layer ids of that class).")
     async def probe(
-        name: Literal["env_info", "draft_inspect"],
+        name: Literal["env_info", "draft_inspect", "target_capture"],
         path: Annotated[str | None, Field(description="draft_inspect: the draft directory (default: host var draft)")] = None,
-        target_path: Annotated[str | None, Field(description="draft_inspect: the target model directory")] = None,
+        target_path: Annotated[str | None, Field(description="draft_inspect, target_capture: the target model "
+                                                        "directory (default for target_capture: host var target)")] = None,
         host: Host = None, timeout: Timeout = None,
     ) -> models.StepOutcome:
         return await _tool(session, session.probe(name=name, path=path, target_path=target_path, host=host,

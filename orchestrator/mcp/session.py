@@ -198,6 +198,16 @@ class McpSession:
             if not path:
                 raise UserInputError("probe draft_inspect: give `path` (the draft checkpoint directory on the host)")
             args = {"path": str(path), **({"target_path": str(target_path)} if target_path else {})}
+        elif name == "target_capture":
+            if path:
+                raise UserInputError("probe target_capture takes target_path, not path")
+            target_path = target_path or self._host_var(host, "target")
+            if not target_path:
+                raise UserInputError("probe target_capture: give `target_path` (the target model directory on the host)")
+            # the session playbook's vllm_engines (the flagship's: vllm, lab-vllm) say which host engines speak vLLM
+            vllm_engines = self._host_var(host, "vllm_engines") or ("vllm", "lab-vllm")
+            engine = "vllm" if self._host_var(host, "engine") in vllm_engines else "sglang"
+            args = {"target_path": str(target_path), "engine": engine}
         elif path or target_path:
             raise UserInputError(f"probe {name} takes no path")
 

@@ -22,6 +22,8 @@ from orchestrator.probes.models import (
     SglangFlagsResult,
     SglangSourceArgs,
     SglangSourceResult,
+    TargetCaptureArgs,
+    TargetCaptureResult,
 )
 from orchestrator.probes.protocol import (
     PROTOCOL_KINDS,
@@ -40,6 +42,7 @@ PROBES: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "draft_inspect": (DraftInspectArgs, DraftInspectResult),
     "sglang_flags": (SglangFlagsArgs, SglangFlagsResult),
     "draft_fix": (DraftFixArgs, DraftFixResult),
+    "target_capture": (TargetCaptureArgs, TargetCaptureResult),
 }
 
 

@@ -474,3 +474,56 @@ class ServerBenchResult(_Result):
 SERVER_CLIENT_RESULTS: dict[str, type[_Result]] = {
     "request": ServerRequestResult, "wait": ServerWaitResult, "port": ServerPortResult, "bench": ServerBenchResult,
 }
+
+
+# ---------------------------------------------------------------- target_capture
+
+
+class TargetCaptureArgs(_Args):
+    """Which class of the installed engine runs the target, and where it captures aux hidden states."""
+
+    target_path: str | None = Field(default=None, description="the target model directory (its config.json)")
+    config: dict[str, Any] | None = Field(default=None, description="the target's config, instead of target_path")
+    engine: Literal["sglang", "vllm"] = "sglang"
+    sys_path: list[str] | None = Field(default=None, description="where the engine package is, if not importable")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TargetCaptureArgs:
+        if (self.target_path is None) == (self.config is None):
+            raise ValueError("give exactly one of target_path, config")
+        return self
+
+
+class CaptureLink(_Result):
+    """One class on the way from the target's architecture to the capture method that runs."""
+
+    class_: str = Field(alias="class")
+    class_file: str                    # the class's module, relative to the package (srt/models/kimi_k25.py)
+    method: str
+    defined_in: str                    # the class (itself or a base) whose body defines the method
+    file: str                          # that method's module, relative to the package, as read_source takes it
+    where: str                         # package/file:line
+    line: int
+    end_line: int
+    symbol: str                        # Class.method, as read_source takes it
+    delegates_to: str | None = None    # the attribute it forwards to (language_model)
+    registry: str | None = None        # vLLM: the registry entry that named the class
+
+
+class TargetCaptureResult(_Result):
+    engine: Literal["sglang", "vllm"]
+    found: bool
+    installed: bool = True
+    architecture: str | None = None
+    text_architecture: str | None = None
+    chain: list[CaptureLink] = Field(default_factory=list)
+    followed: str = ""
+    capture: CaptureLink | None = None
+    default_ids: list[int] | None = None
+    default_wiring: list[int] | None = None
+    default_rule: str | None = None
+    num_layers: int | None = None
+    num_layers_source: str | None = None
+    id_offset: int | None = None
+    version: str | None = None
+    why: str | None = None

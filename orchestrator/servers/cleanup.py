@@ -10,6 +10,7 @@ Pidfiles whose group is already dead are removed.
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import socket
 from dataclasses import asdict, dataclass
@@ -32,6 +33,13 @@ class CleanupRow:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def cleanup_session_id() -> str:
+    """The session id of one cleanup run: its own workdir on the host (for the helper probe it pushes), which it
+    removes when done. Two cleanups at once (two terminals, two test workers) must not share it: the first to
+    finish would remove it under the other."""
+    return f"cleanup-{secrets.token_hex(4)}"
 
 
 def _owner(handle: ProcessHandle) -> tuple[str, bool]:
@@ -68,6 +76,8 @@ async def cleanup_host(transport: Transport, *, python: str = "python3", dry_run
         port = meta.get("port") if isinstance(meta.get("port"), int) else None
         running = await transport.is_running(handle)
         owner, orphan = _owner(handle)
+        if not running and not orphan and handle.name.startswith("run-"):
+            continue  # a live session's command that just ended: its own run removes the record, nothing is left
         row = CleanupRow(host=transport.host, session=handle.session_id, name=handle.name, pgid=handle.pgid,
                          port=port, running=running, owner=owner, action="")
         rows.append(row)

@@ -4,6 +4,7 @@ commands (run, exec, read) and usable from tests in-process."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,8 +38,12 @@ class SessionRun:
 
 
 def prepare_session(playbook: Playbook, root: str | Path | None) -> tuple[Path, str]:
+    """The session's directory and its id. The id also names the session's workdir on every host
+    (``<state_dir>/sessions/<id>``), a place every controller reaching that host shares, where the session's end
+    removes it: the directory's name is unique only in this sessions dir (two test workers, two machines starting
+    the same playbook in the same second would share it), so a random tail keeps their workdirs apart."""
     directory = new_session_dir(sessions_root(root), playbook.name)
-    return directory, directory.name
+    return directory, f"{directory.name}-{secrets.token_hex(3)}"
 
 
 def build_engine(

@@ -16,6 +16,9 @@ from orchestrator.events import NoteAdded, Output, StepFinished, StepStarted
 from orchestrator.session.document import Block, Code, Heading, Para, Table, to_html, to_markdown
 from orchestrator.session.reader import LoadedSession, read_session
 
+#: a report is written as ``<name>.part`` beside it, then renamed: such a file is never part of the record
+PARTIAL_SUFFIX = ".part"
+
 Section = Callable[[LoadedSession], list[Block]]
 EXCERPT_LINES = 15
 
@@ -104,8 +107,9 @@ def notes_section(session: LoadedSession) -> list[Block]:
 
 def _investigation_sections() -> list[Section]:
     from orchestrator.session import report_sections as rs
+    from orchestrator.session.report_tuning import tuning_section
 
-    return [rs.verdict_section, rs.hypotheses_section, rs.servers_section, rs.sweeps_section,
+    return [rs.verdict_section, rs.hypotheses_section, rs.servers_section, rs.sweeps_section, tuning_section,
             rs.draft_test_section, rs.sources_section, rs.environment_section]
 
 
@@ -145,7 +149,7 @@ def write_report(directory: str | Path, *, fmt: str = "md", failures: list[str] 
     path = directory / f"report.{fmt}"
     text = render_report(directory, fmt=fmt, failures=failures, session=session)
     # Beside it, then renamed: a full disk must not leave a truncated report that looks like a whole one.
-    partial = path.with_name(path.name + ".part")
+    partial = path.with_name(path.name + PARTIAL_SUFFIX)
     try:
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, path)

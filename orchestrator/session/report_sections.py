@@ -41,11 +41,16 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     steps = _finished(session)
     blocks: list[Block] = [Heading("Verdict")]
     confirmed = board.confirmed()
+    # the derived fix has its own paragraph below (what to change, or why nothing can be served): said once
+    fix_steps = {step.step_id for step, r in _results(session, "probe")
+                 if isinstance(r.result, dict) and "fix_status" in r.result}
     if confirmed:
         for entry in confirmed:
             blocks.append(Para(f"**Root cause: {entry.hypothesis.title}** [`{entry.hypothesis.id}`]"))
             # Every observation that confirmed it, in order: the experiment, then (often) the fix that proves it.
             for event in (h for h in entry.history if h.state == "confirmed"):
+                if event.step_id in fix_steps and event.previous == "confirmed":
+                    continue
                 where = "manual verdict" if event.source == "manual" else "rule"
                 if event.step_id in steps:
                     where = f"step {event.step_id} · {steps[event.step_id].name}"

@@ -34,6 +34,7 @@ from orchestrator.errors import SessionError
 from orchestrator.redact import Redactor
 from orchestrator.session.log import EVENTS_FILE
 from orchestrator.session.reader import read_session
+from orchestrator.session.report import PARTIAL_SUFFIX
 from orchestrator.session.sanitise import Sanitiser, environment_secrets, local_path_prefixes
 
 MANIFEST = "orchestrator-export.json"
@@ -93,14 +94,17 @@ def export_session(directory: Path, archive: Path, *, anonymise_paths: bool = Fa
         staged.mkdir()
         for source in sorted(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink()):
             rel = source.relative_to(directory)
-            if rel.as_posix() in REPORTS:
-                continue  # rendered again below, from what the archive holds
+            if rel.as_posix() in REPORTS or source.name.endswith(PARTIAL_SUFFIX):
+                continue  # rendered again below, from what the archive holds; a half-written file is no record
             target = staged / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             if rel.as_posix() == EVENTS_FILE:
                 target.write_text(_sanitise_log(source, sanitiser), encoding="utf-8")
                 continue
-            data = source.read_bytes()
+            try:
+                data = source.read_bytes()
+            except FileNotFoundError:
+                continue  # gone since the listing (a live session renamed or removed it): nothing to export
             try:
                 text = data.decode("utf-8")
             except UnicodeDecodeError:

@@ -72,7 +72,7 @@ async def _cleanup_allocations(spec: SlurmSpec, *, dry_run: bool, everything: bo
 
 
 async def _cleanup_job_steps(spec: SlurmSpec, *, dry_run: bool, everything: bool) -> list[CleanupRow]:
-    from orchestrator.servers.cleanup import cleanup_host
+    from orchestrator.servers.cleanup import cleanup_host, cleanup_session_id
     from orchestrator.transport.factory import make_transport
 
     assert spec.job is not None
@@ -85,11 +85,13 @@ async def _cleanup_job_steps(spec: SlurmSpec, *, dry_run: bool, everything: bool
     rows: list[CleanupRow] = []
     for rank, node in enumerate(allocation.nodes):
         host = node_host(spec, allocation, node, rank)
-        transport = make_transport(host, "cleanup")
+        transport = make_transport(host, cleanup_session_id())
         await transport.connect()
         try:
             rows += await cleanup_host(transport, python=host.python, dry_run=dry_run, everything=everything)
         finally:
-            await transport.remove_workdir()
-            await transport.close()
+            try:
+                await transport.remove_workdir()
+            finally:  # a workdir that could not be removed is said (raised); the connection still closes
+                await transport.close()
     return rows

@@ -13,8 +13,10 @@ import fnmatch
 import hashlib
 import json
 import os
+import secrets
 import shlex
 import signal
+import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -367,7 +369,8 @@ class Transport(ABC):
     async def list_processes(self, *, all_sessions: bool = True) -> list[ProcessHandle]:
         """Pidfiles of detached processes under the state dir (this session's, or every session's)."""
         pattern = f"{self.state_dir}/sessions/*/procs/*.json" if all_sessions else f"{await self.workdir()}/procs/*.json"
-        result = await self.run(f"for f in {pattern}; do [ -f \"$f\" ] && cat \"$f\"; done; true")
+        # a pidfile removed between the glob and the cat (its process ended, its session tidied up) is skipped
+        result = await self.run(f"for f in {pattern}; do cat \"$f\" 2>/dev/null; done; true")
         handles = []
         for line in result.stdout.splitlines():
             line = line.strip()
@@ -376,8 +379,8 @@ class Transport(ABC):
                     handle = ProcessHandle.from_json(line)
                 except (ValueError, TypeError):
                     continue
-                if handle.session_id == self.session_id and handle.name.startswith("run-"):
-                    continue  # our own commands in flight (this listing among them)
+                if handle.name.startswith("run-") and (handle.session_id == self.session_id or _ours(handle)):
+                    continue  # our own commands in flight (this listing among them, another session of this process)
                 handles.append(handle)
         return handles
 
@@ -386,12 +389,48 @@ class Transport(ABC):
         return result.stdout
 
     async def remove_workdir(self) -> None:
-        """Delete this session's workdir unless a detached process of ours still runs in it."""
+        """Delete this session's workdir unless a detached process of ours still runs in it.
+
+        Others write into it while it goes (the recorded command doing the removal, a detached wrapper's exit
+        status, another transport of the session) and others remove it too (a second transport on the same
+        host): so it is first renamed out of the way, atomically, and only then removed. A writer then finds its
+        path gone instead of adding to a directory being emptied, and a file that vanishes under the removal is
+        what the removal wanted. What still fails (permission denied, a busy mount) raises.
+
+        :raises TransportError: the workdir could not be removed, with the remover's own message.
+        """
         await self.stop_agents()  # they run from files in it
         if self._workdir is None:
             return
-        path = shlex.quote(self._workdir)
-        # Pidfiles named run-* belong to plain commands (this one included): they do not keep the dir.
-        await self.run(f"ls {path}/procs/*.json 2>/dev/null | grep -v '/run-[0-9]*\\.json$' | grep -q . || rm -rf {path}")
-        self._workdir = None
-        self._pushed.clear()
+        try:
+            result = await self.run(remove_workdir_script(self._workdir, secrets.token_hex(4)))
+            if result.exit_code != 0:
+                tail = (result.stderr or result.stdout).strip()[-1000:]
+                raise TransportError(f"{self.host}: cannot remove the workdir {self._workdir}: {tail}")
+        finally:
+            self._workdir = None
+            self._pushed.clear()
+            await self.stop_agents()
+
+
+def _ours(handle: ProcessHandle) -> bool:
+    """Recorded by this very process (a command of another session it runs, such as a second cleanup's)."""
+    meta = handle.meta or {}
+    return meta.get("controller_pid") == os.getpid() and meta.get("controller_host") == socket.gethostname()
+
+
+def remove_workdir_script(workdir: str, token: str) -> str:
+    """The shell side of ``remove_workdir``: keep the dir while a detached process's pidfile is in it (pidfiles
+    named run-* belong to plain commands, this one included: they do not keep it), else rename it to a hidden
+    name beside it (never listed as a session) and remove that; exit 0 when the workdir is gone or kept."""
+    q = shlex.quote(workdir)
+    return (
+        f"d={q}; "
+        "ls \"$d\"/procs/*.json 2>/dev/null | grep -v '/run-[0-9]*\\.json$' | grep -q . && exit 0; "
+        f't="$(dirname -- "$d")/.removing-$(basename -- "$d")-{token}"; '
+        # a rename that fails because the dir is gone already (another remover won) leaves nothing to do
+        'mv -- "$d" "$t" 2>/dev/null || { [ -e "$d" ] || exit 0; t=$d; }; '
+        # rm -f is silent about entries gone meanwhile; a retry covers one added by a writer whose cwd is in it
+        'for i in 1 2; do rm -rf -- "$t" 2>/dev/null && [ ! -e "$t" ] && exit 0; done; '
+        'rm -rf -- "$t" && [ ! -e "$t" ]'
+    )

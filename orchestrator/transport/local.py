@@ -254,8 +254,9 @@ class LocalTransport(Transport):
         """A pidfile for the running command's group, so `orchestrator cleanup` can stop it should this
         process be SIGKILLed (its own session keeps it alive past our death). Removed when it ends.
 
-        None when the session's directory is already gone: the command itself may have removed it before
-        we got here (``remove_workdir``'s ``rm -rf`` does), and a command that ran needs no record."""
+        None when the record's directory is gone: the session's workdir is being removed (nothing else removes
+        ``procs/``), by this very command perhaps (``remove_workdir``'s does, and it runs before its record is
+        written), and a command whose session is being tidied away needs no record there."""
         workdir = Path(os.path.expandvars(os.path.expanduser(self.state_dir))) / "sessions" / self.session_id
         if self._workdir is None:  # the same layout workdir() makes, without a round trip
             for sub in ("procs", "files", "logs"):
@@ -271,8 +272,8 @@ class LocalTransport(Transport):
         try:
             path.write_text(handle.to_json() + "\n", encoding="utf-8")
         except FileNotFoundError:
-            if workdir.exists():
-                raise
+            if path.parent.is_dir():
+                raise  # the directory is there: the failure is another one, and said
             return None
         return path
 

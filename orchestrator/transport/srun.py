@@ -53,7 +53,9 @@ class SrunTransport(Transport):
             raise TransportError(f"host {spec.name!r}: transport srun needs slurm_job (the job id)")
         self.job = int(spec.slurm_job)
         self.node = spec.slurm_node or spec.name
-        self._client = LocalTransport(f"{spec.name}-srun", state_dir=LOCAL_STATE, session_id=session_id)
+        # Its own client dir per node: the session's nodes close one after another, and a dir they shared would be
+        # removed by the first under the others' commands still recording into it.
+        self._client = LocalTransport(f"{spec.name}-srun", state_dir=LOCAL_STATE, session_id=f"{session_id}-{self.node}")
 
     def srun_argv(self, *, step_name: str | None = None) -> list[str]:
         argv = ["srun", f"--jobid={self.job}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={self.node}",

@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from orchestrator.engine.sinks import ListSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.log import SessionLog
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,12 +144,9 @@ def marker_pids(marker: str) -> list[int]:
 
 
 def wait_for_pids(marker: str, *, present: bool, timeout: float = 10.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        pids = marker_pids(marker)
-        if bool(pids) == present or time.monotonic() > deadline:
-            return pids
-        time.sleep(0.05)
+    """The marker's pids once some are there (``present``) or none are (not ``present``), or when time is up."""
+    wait_until(lambda: bool(marker_pids(marker)) == present, timeout)
+    return marker_pids(marker)
 
 
 @pytest.fixture

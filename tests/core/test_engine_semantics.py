@@ -9,6 +9,7 @@ from pathlib import Path
 
 from orchestrator.inventory import Inventory
 from tests.core.conftest import make_engine, marker_pids, wait_for_pids
+from tests.waiting import wait_until_async
 
 HEAD = "name: semantics\nhosts: localhost\n"
 
@@ -164,11 +165,7 @@ always:
 """)
     engine, sink = make_engine(path, tmp_path / "session")
     task = asyncio.create_task(engine.run())
-    for _ in range(200):  # until both children run (10 s at most)
-        if len(marker_pids(marker)) >= 2:
-            break
-        await asyncio.sleep(0.05)
-    assert len(marker_pids(marker)) >= 2, "the step never started its children"
+    assert await wait_until_async(lambda: len(marker_pids(marker)) >= 2, 10), "the step never started its children"
     engine.cancel()
     outcome = await asyncio.wait_for(task, 15)
     assert outcome.status == "cancelled" and outcome.exit_code == 130
@@ -216,11 +213,9 @@ always:
     engine, sink = make_engine(path, tmp_path / "session")
     task = asyncio.create_task(engine.run())
     for expected_step in ("s1", "a1"):
-        for _ in range(200):
-            started = {e.step_id for e in sink.events if e.type == "step_started"}
-            if expected_step in started and marker_pids(marker):
-                break
-            await asyncio.sleep(0.05)
+        await wait_until_async(lambda step=expected_step: step in {e.step_id for e in sink.events
+                                                                   if e.type == "step_started"}
+                               and bool(marker_pids(marker)), 10)
         engine.cancel()
     outcome = await asyncio.wait_for(task, 15)
     assert outcome.status == "cancelled"

@@ -91,3 +91,20 @@ def test_a_server_that_cannot_start_confirms_server_start_and_skips_what_needs_i
     refused = {"status": "failed", "failed": True, "skipped": False, "error": "flags: 'x;y' is not a flag name"}
     hits = evaluate_rules(steps["The symptom"], {**variables, "spec_srv": refused})
     assert hits[0][3] == "the speculative server did not start: flags: 'x;y' is not a flag name"
+
+
+def test_a_fix_that_only_the_lab_can_serve_is_said_to_be_simulated() -> None:
+    """On the lab the seed's fix is the lab's own capture flag, an engine change no SGLang has: the recovery
+    verifies the root cause, and the verdict says the fix is simulated, not servable."""
+    steps = _steps()
+    simulated = {**FIXED, "lab-capture-layers": "0,6,11"}
+    variables = {"candidate_flags": FLAGS, "fixed_flags": simulated, "inspect": INSPECT, "dt": DT,
+                 "base_srv": _server(True), "base": _bench(100.0, 1.0), "spec_srv": _server(True),
+                 "spec": _bench(80.0, 1.9), "fixed_srv": _server(True), "fixed": _bench(150, 3.5)}
+    _run_sets(steps, variables)
+    wiring = evaluate_rules(steps["Benchmark the fix"], variables)
+    assert [(h, v) for h, v, _, _ in wiring] == [("wiring", "confirmed")]
+    because = wiring[0][3]
+    assert because.startswith("root cause verified with an engine change the lab simulates (lab-capture-layers "
+                              "0,6,11: no engine flag does this; not a servable fix): accept length 1.9"), because
+    assert "fix verified" not in because

@@ -14,6 +14,7 @@ import pytest
 
 from orchestrator.transport.local import LocalTransport
 from tests.core.conftest import marker_pids, wait_for_pids
+from tests.waiting import wait_until_async
 
 
 @pytest.fixture
@@ -62,10 +63,7 @@ async def test_timeout_kills_the_group(local: LocalTransport, marker: str) -> No
 
 async def test_cancel_kills_the_group_even_when_term_is_ignored(local: LocalTransport, marker: str) -> None:
     task = asyncio.create_task(local.run(f"trap '' TERM; sleep {marker} & sleep {marker}; wait"))
-    for _ in range(200):
-        if len(marker_pids(marker)) >= 2:
-            break
-        await asyncio.sleep(0.05)
+    assert await wait_until_async(lambda: len(marker_pids(marker)) >= 2, 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -89,7 +87,7 @@ def slow_pipes(monkeypatch: pytest.MonkeyPatch) -> None:
     connect = asyncio.base_events.BaseEventLoop.connect_read_pipe
 
     async def slow(self: asyncio.AbstractEventLoop, *args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # the slowness is the subject: a delay injected, not a wait
         return await connect(self, *args, **kwargs)
 
     monkeypatch.setattr(asyncio.base_events.BaseEventLoop, "connect_read_pipe", slow)
@@ -99,10 +97,7 @@ async def test_cancel_while_the_pipes_are_connected_kills_the_group(
         local: LocalTransport, marker: str, slow_pipes: None) -> None:
     # asyncio's own answer to this cancel kills the leader alone, then waits for ever for the children's pipes.
     task = asyncio.create_task(local.run(f"sleep {marker} & sleep {marker}; wait"))
-    for _ in range(200):
-        if len(marker_pids(marker)) >= 2:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: len(marker_pids(marker)) >= 2, 10, interval=0.01)
     assert len(marker_pids(marker)) >= 2 and not task.done(), "the children must run before the spawn returns"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -53,3 +53,20 @@ def test_verdict_names_the_fix_or_why_none_can_be_served() -> None:
     assert "Corrected draft written beside the original: `/m/d.orchestrator-fix`" in paras
     other = {"decision": "fine"}  # any other probe's result is not a fix
     assert not any("Fix" in b.text for b in verdict_section(_session("probe", other)) if isinstance(b, Para))
+
+
+def test_the_derived_fix_is_said_once_in_the_verdict() -> None:
+    """The draft_fix step's summary both confirms the root cause further and is the fix paragraph: shown once."""
+    from orchestrator.events import HypothesisUpdated
+
+    summary = "no fix SGLang 0.5.12.post1 can serve by config or flags: wiring: x"
+    session = _session("probe", {"fix_status": "blocked", "summary": summary, "draft": None})
+    session.events += [
+        HypothesisUpdated(hypothesis_id="wiring", state="confirmed", previous="open", step_id="s0",
+                          evidence="draft scores best on [0, 6, 11]"),
+        HypothesisUpdated(hypothesis_id="wiring", state="confirmed", previous="confirmed", step_id="s1",
+                          evidence=summary)]
+    paras = [b.text for b in verdict_section(session) if isinstance(b, Para)]
+    assert sum(summary in p for p in paras) == 1, paras
+    assert any(p.startswith("Decisive evidence") and "[0, 6, 11]" in p for p in paras)
+    assert f"**No servable fix** (step s1 on gpu1): {summary}" in paras

@@ -6,10 +6,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.core.conftest import marker_pids, subprocess_env, wait_for_pids
+from tests.waiting import wait_until
 
 
 def start_run(tmp_path: Path, marker: str, inventory: Path, *extra: str) -> subprocess.Popen[str]:
@@ -31,8 +31,7 @@ always:
          *extra],
         cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    assert wait_for_pids(marker, present=True, timeout=20), "the long step never started"
-    time.sleep(0.2)  # both sleeps are up
+    assert wait_until(lambda: len(marker_pids(marker)) >= 2, 20), "the long step's two sleeps never both ran"
     return proc
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from sshd_fixture import SshdServer, sshd_server  # noqa: E402,F401
 from orchestrator.lab.build import LabPaths  # noqa: E402
 from orchestrator.lab.inventory import lab_ssh_inventory  # noqa: E402
 from orchestrator.lab.server_process import free_port, http_json  # noqa: E402
+from tests.waiting import wait_until_async  # noqa: E402
 
 pytestmark = [pytest.mark.lab, pytest.mark.ssh, pytest.mark.torch]
 
@@ -41,14 +40,13 @@ async def test_lab_server_over_ssh(lab: LabPaths, sshd_server: SshdServer):  # n
         handle = await transport.spawn_detached(
             [spec.python, "-m", "orchestrator.lab.server", "--model-path", hv["target"], "--port", str(port)],
             name="labserver")
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        def healthy() -> bool:
             try:
-                if http_json(f"http://127.0.0.1:{port}/health", timeout=10)[0] == 200:
-                    break
+                return http_json(f"http://127.0.0.1:{port}/health", timeout=10)[0] == 200
             except OSError:
-                pass
-            await asyncio.sleep(0.2)
+                return False
+
+        await wait_until_async(healthy, 120, interval=0.2)
         status, doc = http_json(f"http://127.0.0.1:{port}/generate", {"text": "x = ", "sampling_params":
                                                                       {"max_new_tokens": 4}})
         assert status == 200 and doc["meta_info"]["completion_tokens"] >= 1

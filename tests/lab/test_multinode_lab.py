@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +17,7 @@ import pytest
 from orchestrator.lab.build import LabPaths
 from orchestrator.lab.inventory import lab_env
 from orchestrator.lab.server_process import free_port, http_json
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.lab, pytest.mark.torch]
 
@@ -43,12 +44,17 @@ def rank(lab: LabPaths, tmp_path: Path) -> Iterator[Callable[..., tuple[subproce
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_until(predicate, timeout, interval=0.1)
+
+
+def turned_away(dist: str) -> bool:
+    """Knock at rank 0's rendezvous as a stranger (no rank's hello): True once rank 0 has read us and closed on us,
+    i.e. it went round its waiting loop after its log line, and is back waiting for its real worker."""
+    host, _, port = dist.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=30) as knock:
+        knock.sendall(b"not a rank\n")
+        knock.settimeout(30)
+        return knock.recv(64) == b""
 
 
 def answers(port: int) -> int | None:
@@ -62,8 +68,8 @@ def test_rank0_waits_for_its_worker_and_goes_down_with_it(rank) -> None:  # noqa
     port, dist = free_port(), f"127.0.0.1:{free_port()}"
     rank0, log0 = rank(0, dist, port)
     assert wait_for(lambda: "waiting for 1 more rank(s)" in log0.read_text(), 60), log0.read_text()
-    time.sleep(1.0)
-    assert answers(port) is None and rank0.poll() is None  # alone: up, but serving nothing
+    assert turned_away(dist)  # a stranger is not a rank: rank 0 keeps waiting...
+    assert answers(port) is None and rank0.poll() is None  # ...alone: up, but serving nothing
     worker, log1 = rank(1, dist, free_port())
     assert wait_for(lambda: answers(port) == 200, 180), log0.read_text()[-2000:]
     assert "joined rank 0" in log1.read_text() and "Uvicorn running" not in log1.read_text()  # no HTTP on rank 1

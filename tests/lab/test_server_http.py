@@ -16,6 +16,7 @@ from orchestrator.lab.build import LabPaths
 from orchestrator.lab.inventory import lab_env
 from orchestrator.lab.server_process import free_port, http_json
 from orchestrator.servers.flags import flags_to_argv
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.lab, pytest.mark.torch]
 READY = "The server is fired up and ready to roll!"
@@ -38,16 +39,16 @@ def served(lab: LabPaths, tmp_path_factory):
     env = lab_env(lab.root)
     handle = asyncio.run(transport.spawn_detached(argv, name="labserver", env=env))
     base = f"http://127.0.0.1:{port}"
-    codes = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    codes: list[int] = []
+
+    def ready() -> bool:
         try:
             codes.append(http_json(base + "/health_generate", timeout=30)[0])
         except OSError:
-            pass
-        if codes and codes[-1] == 200:
-            break
-        time.sleep(0.1)
+            return False
+        return codes[-1] == 200
+
+    wait_until(ready, 120, interval=0.1)
     log = Path(handle.log_path)
     if not codes or codes[-1] != 200:
         asyncio.run(transport.kill_group(handle, grace=2))

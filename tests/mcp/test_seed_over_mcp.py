@@ -55,6 +55,14 @@ async def test_seed_investigation_over_mcp(lab: LabPaths, tmp_path: Path) -> Non
         inspect = await call(client, "probe", name="draft_inspect")
         assert inspect["status"] == "ok"
         assert {f["id"] for f in inspect["result"]["findings"]} >= {"lm_head", "architecture"}
+        # the target's own class in the installed SGLang, and the capture method that runs for it
+        target = await call(client, "probe", name="target_capture")
+        assert target["status"] == "ok", target["error"]
+        capture = target["result"]["capture"]
+        assert (capture["file"], capture["symbol"]) == ("srt/models/llama.py",
+                                                        "LlamaForCausalLM.set_eagle3_layers_to_capture")
+        n = lab.num_layers
+        assert target["result"]["default_ids"] == [2, n // 2, n - 3]
         env_info = await call(client, "probe", name="env_info")
         assert env_info["status"] == "ok"
 

@@ -25,6 +25,7 @@ from orchestrator.actions.read_source import ReadSourceArgs, summarize
 from orchestrator.hypotheses.board import evaluate_rules
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.playbook.models import Step
+from orchestrator.templating import render
 
 pytestmark = pytest.mark.sglang_source
 
@@ -85,17 +86,29 @@ EXPECTED: dict[str, dict[str, Expected]] = {
 }
 
 
-def flagship_read_steps() -> list[tuple[Step, list[dict[str, Any]]]]:
-    """The flagship's read_source steps with their reads, exactly as the action sends them to the probe."""
+#: the lab's target class; the reads that follow the target's class get their address from the target_capture step
+LLAMA_TARGET = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 12}
+
+
+def target_class(run_probe: Any, sys_path: Path, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The flagship's target_capture step on this tree: which class runs ``config``'s target and where it captures."""
+    run = run_probe("target_capture", {"config": config or LLAMA_TARGET, "engine": "sglang", "sys_path": [str(sys_path)]})
+    return run.result
+
+
+def flagship_read_steps(target: dict[str, Any] | None = None) -> list[tuple[Step, list[dict[str, Any]]]]:
+    """The flagship's read_source steps with their reads, exactly as the action sends them to the probe (rendered
+    with the target_capture step's result ``target``, as the engine renders them after it ran)."""
     # SGLang's reads (the vLLM ones, package vllm, are tests/probes/test_vllm_source.py's)
     steps = [s for s in load_playbook(FLAGSHIP, extra_names=HOST_VARS).steps
              if s.action == "read_source" and s.args.get("package") == "sglang"]
-    return [(s, ReadSourceArgs.model_validate(s.args).all_reads()) for s in steps]
+    variables = {"target_class": target or {"found": False}}
+    return [(s, ReadSourceArgs.model_validate(render(s.args, variables)).all_reads()) for s in steps]
 
 
-def run_flagship_reads(run_probe: Any, sys_path: Path) -> dict[str, dict[str, Any]]:
+def run_flagship_reads(run_probe: Any, sys_path: Path, target: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """register name -> the summarized step result, every read of every step run in one probe call."""
-    steps = flagship_read_steps()
+    steps = flagship_read_steps(target if target is not None else target_class(run_probe, sys_path))
     everything = [read for _, reads in steps for read in reads]
     run = run_probe("sglang_source", {"package": "sglang", "sys_path": [str(sys_path)], "reads": everything})
     result = run.result
@@ -157,7 +170,7 @@ def test_flagship_reads_that_find_nothing_are_recorded_as_evidence(run_probe, tm
     dist = site / "sglang-9.9.9.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 9.9.9\n")
-    registered = run_flagship_reads(run_probe, site)
+    registered = run_flagship_reads(run_probe, site, target={"found": False})
     for result in registered.values():
         assert not result["found"] and result["not_found"], result
         for read in result["reads"]:

@@ -12,29 +12,41 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.reliability.playbook_fuzz import judge, playbook_text
+from orchestrator.errors import OrchestratorError
+from orchestrator.playbook.loader import load_playbook_text
+from tests.reliability.playbook_fuzz import FILE, judge, playbook_text
 
 EXAMPLES = int(os.environ.get("ORCH_FUZZ_EXAMPLES", "50"))  # ~0.4 s each on 2 busy cores
-seen: Counter[str] = Counter()
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
 
 
-# the generator check reads what the property test saw: both must run in one process (one xdist worker)
-pytestmark = pytest.mark.xdist_group("fuzz")
-
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+@FUZZ
 @given(text=playbook_text())
 def test_generated_playbook_is_a_located_error_or_a_run(text: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     verdict = asyncio.run(judge(text, tmp_path_factory.mktemp("fuzz", numbered=True)))
-    seen[verdict.kind] += 1
     assert verdict.kind != "bad", f"{verdict.detail}\n--- playbook ---\n{text[:3000]}"
 
 
 def test_the_generator_reaches_both_ends() -> None:
-    """A fuzzer whose cases are all rejected at the first line tests only the YAML parser."""
-    if sum(seen.values()) < EXAMPLES:
-        pytest.skip("runs after the property test (same module)")
-    assert seen["located"] >= EXAMPLES // 10 and seen["run"] >= EXAMPLES // 10, dict(seen)
+    """A fuzzer whose cases are all rejected at the first line tests only the YAML parser. Its own draws, under
+    the property test's settings, so it holds whatever ran before it (or nothing): each case is only loaded, which
+    is what tells the two ends apart (a located load error, or a playbook that goes on to run)."""
+    seen: Counter[str] = Counter()
+
+    @FUZZ
+    @given(text=playbook_text())
+    def classify(text: str) -> None:
+        try:
+            load_playbook_text(text, file=FILE)
+        except OrchestratorError:
+            seen["located"] += 1
+        else:
+            seen["loads"] += 1
+
+    classify()
+    assert sum(seen.values()) >= EXAMPLES, dict(seen)
+    assert seen["located"] >= EXAMPLES // 10 and seen["loads"] >= EXAMPLES // 10, dict(seen)
 
 
 HOSTILE = {

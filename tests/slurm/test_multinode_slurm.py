@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from slurm_cluster import SlurmCluster
 from tests.core.conftest import subprocess_env
 from tests.servers.conftest import listening, processes_with
 from tests.slurm.lab_nodes import lab_slurm_inventory
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.lab, pytest.mark.torch]
@@ -67,6 +67,12 @@ steps:
 """
 
 
+def marked(marker: str) -> list[str]:
+    """Command lines of the processes that carry the marker."""
+    found = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout
+    return [line for line in found.splitlines() if "pgrep" not in line]
+
+
 def _seen(tmp_path: Path, kind: str, step_id: str | None = None) -> dict | None:
     for log in (tmp_path / "sessions").glob("*/events.jsonl"):
         for line in log.read_text().splitlines():
@@ -88,13 +94,12 @@ def test_allocation_cancelled_is_a_clear_error_and_leaves_nothing(
                             text=True)
     kind, step_id = ("server_started", None) if moment == "mid-readiness" else ("step_started", "s2")
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None and _seen(tmp_path, kind, step_id) is None:
-            time.sleep(0.1)
+        wait_until(lambda: proc.poll() is not None or _seen(tmp_path, kind, step_id) is not None, 300, interval=0.1)
         assert proc.poll() is None, proc.communicate()
         port = _seen(tmp_path, "server_started")["port"]  # type: ignore[index]
         if moment == "mid-step":
-            time.sleep(1.0)  # the sleep is running as a job step
+            # the long step runs as a job step: its srun client carries the entry's marker and its `sleep 300`
+            assert wait_until(lambda: any("sleep 300" in line for line in marked(marker)), 60), marked(marker)
             assert listening(port) and len(processes_with(marker)) >= 2  # both ranks up
         [job] = {line.split()[0] for line in cluster.jobs()}
         cluster.run("scancel", job)
@@ -117,10 +122,7 @@ def test_allocation_cancelled_is_a_clear_error_and_leaves_nothing(
     notes = [e["text"] for e in log if e["type"] == "note_added"]
     assert any("ended outside this session" in n for n in notes), notes
     # nothing behind: no rank, no port, no job, no srun client of ours
-    deadline = time.monotonic() + 15
-    while processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not processes_with(marker), "a rank survived the cancelled allocation"
+    assert wait_until(lambda: not processes_with(marker), 15, interval=0.2), "a rank survived the cancelled allocation"
     assert not listening(port)
     assert cluster.wait_idle(15), cluster.jobs()
     # srun clients carry the marker in their command line (the entry's env is exported in their step's script):

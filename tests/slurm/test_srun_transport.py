@@ -4,7 +4,6 @@ go through srun's stdin, and an allocation cancelled from outside is a clear Hos
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,8 @@ from slurm_cluster import SlurmCluster
 
 from orchestrator.errors import HostUnreachable
 from orchestrator.inventory import HostSpec
-from orchestrator.transport.srun import SrunTransport, step_id
+from orchestrator.transport.srun import FINISHED, SrunTransport, allocation_state, step_id
+from tests.waiting import wait_until, wait_until_async
 
 
 def test_detached_step_push_and_a_cancelled_allocation(cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -38,7 +38,12 @@ def test_detached_step_push_and_a_cancelled_allocation(cluster: SlurmCluster, tm
         orphan = await transport.spawn_detached("exec sleep 300", name="orphan")
         pids.append(orphan.pid)
         cluster.run("scancel", str(job))  # from outside, mid-session
-        await asyncio.sleep(0.5)
+
+        async def ended() -> bool:
+            state = await allocation_state(job)
+            return state is None or state in FINISHED
+
+        assert await wait_until_async(ended, 30), "the cancelled allocation never ended"
         with pytest.raises(HostUnreachable, match=f"the Slurm allocation \\(job {job}\\) is"):
             await transport.run("true")
         await transport.close()
@@ -49,9 +54,8 @@ def test_detached_step_push_and_a_cancelled_allocation(cluster: SlurmCluster, tm
         cluster.run("scancel", str(job))
     assert cluster.wait_idle(15), cluster.jobs()
     # the scancel ended the detached step's process and its srun client (started from here)
-    deadline = time.monotonic() + 10  # scancel signals the step's processes; they are reaped a moment later
-    while pids and Path(f"/proc/{pids[0]}").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert pids and not Path(f"/proc/{pids[0]}").exists(), "the cancelled allocation's process survived"
+    # scancel signals the step's processes; they are reaped a moment later
+    assert pids and wait_until(lambda: not Path(f"/proc/{pids[0]}").exists(), 10), \
+        "the cancelled allocation's process survived"
     left = cluster.run("pgrep", "-f", "exec sleep 300").stdout.split()
     assert not left, f"srun clients or wrappers of the cancelled allocation survived: {left}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from sshd_fixture import SshdServer, sshd_missing_reason, sshd_server, start_ssh
 
 from orchestrator.inventory import HostSpec  # noqa: E402
 from orchestrator.transport.ssh import SshTransport  # noqa: E402
-from tests import realparts  # noqa: E402
+from tests import realparts, waiting  # noqa: E402
 
 pytestmark = pytest.mark.ssh
 
@@ -34,13 +33,7 @@ def pgrep(marker: str) -> list[str]:
     return [line for line in found.splitlines() if "pgrep" not in line]
 
 
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
+wait_until = waiting.wait_until  # the ssh tests import it from here
 
 
 @pytest.fixture

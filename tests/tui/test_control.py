@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
 from orchestrator.errors import UserInputError
+from tests.core.conftest import marker_pids
 from tests.tui.conftest import Live
+from tests.waiting import wait_until_async
 
 
-async def _until(predicate, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
+async def _until(predicate, timeout: float = 10.0) -> None:  # noqa: ANN001
+    assert await wait_until_async(predicate, timeout, interval=0.01), "condition not reached in time"
 
 
 async def test_pause_next_skip_run_all_and_pokes(tmp_path) -> None:
@@ -54,19 +54,19 @@ async def test_pause_next_skip_run_all_and_pokes(tmp_path) -> None:
 
 
 async def test_cancel_stops_the_running_step_and_always_runs(tmp_path) -> None:
-    text = """
+    mark = f"30.{uuid.uuid4().int % 10**9}"  # a unique sleep: its process is found by its argv
+    text = f"""
     name: slow
     hosts: localhost
     steps:
-      - {name: sleepy, shell: "sleep 30"}
-      - {name: never, shell: "echo never"}
+      - {{name: sleepy, shell: "sleep {mark}"}}
+      - {{name: never, shell: "echo never"}}
     always:
-      - {name: cleanup, shell: "echo cleaned"}
+      - {{name: cleanup, shell: "echo cleaned"}}
     """
     s = Live(tmp_path, text, start_mode="running")
     task = asyncio.ensure_future(s.controller.start())
-    await _until(lambda: any(e.type == "step_started" for e in s.sink.queue))
-    await asyncio.sleep(0.2)
+    await _until(lambda: bool(marker_pids(mark)))  # the step's command runs: the cancel meets it mid-run
     s.controller.cancel()
     await _until(lambda: s.controller.hold.holding)
     s.controller.finish()
@@ -74,6 +74,7 @@ async def test_cancel_stops_the_running_step_and_always_runs(tmp_path) -> None:
     assert outcome.status == "cancelled"
     statuses = {e.step_id: e.status for e in s.logged("step_finished")}
     assert statuses == {"s1": "cancelled", "a1": "ok"}
+    assert await wait_until_async(lambda: not marker_pids(mark), 10), "the cancelled step's sleep survived"
 
 
 async def test_quit_while_paused_cancels_remaining_steps(tmp_path) -> None:

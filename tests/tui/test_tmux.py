@@ -6,13 +6,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests import realparts
 from tests.tui.conftest import write_playbook
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,14 +27,15 @@ def _tmux(*args: str) -> str:
 
 
 def _wait_screen(session: str, needle: str, timeout: float = 20.0) -> str:
-    deadline = time.monotonic() + timeout
-    screen = ""
-    while time.monotonic() < deadline:
-        screen = _tmux("capture-pane", "-p", "-t", session)
-        if needle in screen:
-            return screen
-        time.sleep(0.1)
-    raise AssertionError(f"{needle!r} never appeared; screen:\n{screen}")
+    screens = [""]
+
+    def shown() -> bool:
+        screens.append(_tmux("capture-pane", "-p", "-t", session))
+        return needle in screens[-1]
+
+    if wait_until(shown, timeout, interval=0.1):
+        return screens[-1]
+    raise AssertionError(f"{needle!r} never appeared; screen:\n{screens[-1]}")
 
 
 def test_tui_in_a_real_terminal(tmp_path: Path) -> None:
@@ -52,9 +53,7 @@ def test_tui_in_a_real_terminal(tmp_path: Path) -> None:
         _wait_screen(session, "playbook done")
         _wait_screen(session, "confirmed")
         _tmux("send-keys", "-t", session, "q")
-        deadline = time.monotonic() + 20
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        assert wait_until(marker.exists, 20, interval=0.1), "the TUI never exited"
         assert marker.read_text().strip() == "0"
     finally:
         _tmux("kill-session", "-t", session)

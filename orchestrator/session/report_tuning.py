@@ -1,0 +1,52 @@
+"""The report's tuning section (step kind `tune`): the cost model, predicted beside measured per chain length with
+intervals, the recommendation, and the chart of the predicted curve with the measured points."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.events import ArtifactSaved, StepFinished
+from orchestrator.session.document import Block, Heading, Image, Para, Table
+from orchestrator.session.reader import LoadedSession
+
+
+def _interval(value: Any, ci: Any) -> str:
+    if value is None:
+        return "—"
+    text = f"{float(value):.1f}"
+    return text + (f" [{float(ci[0]):.1f}, {float(ci[1]):.1f}]" if isinstance(ci, list) and len(ci) == 2 else "")
+
+
+def tuning_section(session: LoadedSession) -> list[Block]:
+    tuned = [(e, r) for e in session.of_type(StepFinished) if e.action == "tune" for r in e.results
+             if r.status == "ok" and isinstance(r.result, dict)]
+    if not tuned:
+        return []
+    blocks: list[Block] = [Heading("Tuning")]
+    for step, r in tuned:
+        res: dict[str, Any] = r.result
+        blocks.append(Heading(f"{step.name} ({r.host})", 3))
+        cost, profile = res.get("cost") or {}, res.get("profile") or {}
+        base = res.get("baseline") or {}
+        blocks.append(Para(
+            f"Cost model (the request as the unit): a plain decode step {cost.get('t1_s', 0) * 1000:.1f} ms, each "
+            f"draft token adds {cost.get('c_s', 0) * 1000:.1f} ms to a cycle (fitted from the baseline, "
+            f"{base.get('source', '')}, and one probe at k={cost.get('k_probe')}); acceptance per position "
+            f"{', '.join(f'{x:.2f}' for x in profile.get('rates') or [])} ({profile.get('source', '')}). "
+            f"{res.get('restarts')} server starts."))
+        rows = []
+        for row in res.get("rows") or []:
+            measured = _interval(row.get("measured_tok_s"), row.get("measured_tok_s_ci"))
+            agrees = {True: "yes", False: "**no**", None: "—"}[row.get("agrees")]
+            label = f"k={row['k']}" + (" (probe)" if row.get("probe") else "") + (" ★" if row.get("recommended") else "")
+            rows.append([label, _interval(row.get("predicted_accept_length"), None),
+                         _interval(row.get("predicted_tok_s"), row.get("predicted_tok_s_ci"))
+                         + (" (extrapolated)" if row.get("extrapolated") else ""), measured, agrees])
+        blocks.append(Table(["chain", "predicted accept length", "predicted tok/s [95%]", "measured tok/s [95%]",
+                             "agree"], rows))
+        blocks.append(Para(f"No speculation: {_interval(base.get('tok_s'), base.get('tok_s_ci'))} tok/s. "
+                           + ((res.get("lines") or [""])[-1])))
+        for art in session.of_type(ArtifactSaved):
+            if art.step_id == step.step_id and art.kind == "tune_chart":
+                blocks.append(Image(session.directory / art.path, art.description or art.path))
+    return blocks

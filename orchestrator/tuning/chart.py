@@ -1,0 +1,63 @@
+"""The tuner's picture: predicted tok/s per chain length (line, interval band) and the measured points (dots with
+interval bars), the no-speculation baseline as a dashed line. Hand-written SVG, like the sweep's chart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from xml.sax.saxutils import escape
+
+
+def svg_curve(rows: Sequence[dict[str, Any]], baseline: dict[str, Any] | None, *, title: str) -> str:
+    """``rows``: one per k with ``predicted_tok_s(_ci)`` and, where measured, ``measured_tok_s(_ci)``."""
+    width, height, left, right, top, bottom = 640, 360, 60, 20, 40, 50
+    ks = [int(r["k"]) for r in rows] or [1]
+    values = [float(v) for r in rows for v in (r.get("predicted_tok_s_ci") or []) + (r.get("measured_tok_s_ci") or [])]
+    values += [float(v) for v in (baseline or {}).get("tok_s_ci") or []]
+    hi: float = max(values + [1.0]) * 1.08
+    x0, x1 = min(ks + [0]), max(ks)
+
+    def x(k: float) -> float:
+        return float(left + (width - left - right) * (k - x0) / max(1, x1 - x0))
+
+    def y(v: float) -> float:
+        return top + (height - top - bottom) * (1 - v / hi)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           'font-size="12">', f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="10" y="20" font-size="15" font-weight="bold">{escape(title)}</text>',
+           f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="#333"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#333"/>',
+           f'<text x="{width / 2 - 80}" y="{height - 12}">draft tokens per cycle (k)</text>',
+           f'<text x="8" y="{top - 8}">tok/s per request</text>']
+    for k in sorted(set(ks + [0])):
+        out.append(f'<text x="{x(k) - 4:.1f}" y="{height - bottom + 16}">{k}</text>')
+    for frac in (0.25, 0.5, 0.75, 1.0):
+        v = hi * frac
+        out.append(f'<text x="6" y="{y(v) + 4:.1f}" fill="#666">{v:.0f}</text>')
+    band = [r for r in rows if r.get("predicted_tok_s_ci")]
+    if band:
+        upper = " ".join(f"{x(r['k']):.1f},{y(r['predicted_tok_s_ci'][1]):.1f}" for r in band)
+        lower = " ".join(f"{x(r['k']):.1f},{y(r['predicted_tok_s_ci'][0]):.1f}" for r in reversed(band))
+        out.append(f'<polygon points="{upper} {lower}" fill="#90caf9" fill-opacity="0.45"/>')
+        line = " ".join(f"{x(r['k']):.1f},{y(r['predicted_tok_s']):.1f}" for r in band)
+        out.append(f'<polyline points="{line}" fill="none" stroke="#1565c0" stroke-width="2"/>')
+    for r in rows:
+        if r.get("measured_tok_s") is None:
+            continue
+        cx = x(r["k"])
+        lo, hi_ = (float(v) for v in (r.get("measured_tok_s_ci") or [r["measured_tok_s"]] * 2))
+        color = "#2e7d32" if r.get("recommended") else "#ef6c00"
+        out.append(f'<line x1="{cx:.1f}" y1="{y(lo):.1f}" x2="{cx:.1f}" y2="{y(hi_):.1f}" stroke="{color}" '
+                   'stroke-width="2"/>')
+        out.append(f'<circle cx="{cx:.1f}" cy="{y(r["measured_tok_s"]):.1f}" r="5" fill="{color}"/>')
+    if baseline and baseline.get("tok_s"):
+        by = y(baseline["tok_s"])
+        out.append(f'<line x1="{left}" y1="{by:.1f}" x2="{width - right}" y2="{by:.1f}" stroke="#555" '
+                   'stroke-dasharray="5,4"/>')
+        out.append(f'<text x="{width - right - 170}" y="{by - 5:.1f}" fill="#555">no speculation '
+                   f'{baseline["tok_s"]:.1f} tok/s</text>')
+    out.append(f'<text x="{left + 10}" y="{top + 14}" fill="#1565c0">predicted (95% band)</text>')
+    out.append(f'<text x="{left + 10}" y="{top + 30}" fill="#ef6c00">measured (95% CI); green: recommended</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

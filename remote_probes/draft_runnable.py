@@ -1,0 +1,143 @@
+"""Before the draft test loads anything: can it run this draft's architecture here, and do the weights fit?
+
+Standard library only (Python >= 3.9). The draft test's model (eagle3_draft.py) is ONE Llama decoder layer
+(grouped-query attention with q/k/v/o projections, a gated MLP, RMSNorm) over the concatenated aux states, as
+SpecForge's and speculators' Llama drafts and SGLang's ``LlamaForCausalLMEagle3`` are. MLA drafts (DeepSeek-style
+``kv_lora_rank``/``q_lora_rank`` attention: SGLang's ``Eagle3DeepseekV2ForCausalLM``, srt/models/kimi_k25_eagle3.py)
+and MoE drafts (routed experts) are other layers: loading them into the Llama layer would fail on missing
+``q_proj``/``k_proj`` weights or, worse, load part of them. They are refused here, by name, before any weight is read.
+
+The memory check reads the checkpoints' safetensors headers (the first 8 bytes are the header's length, then a JSON
+table of every tensor's dtype and shape) and counts parameters; the test holds the target and up to two copies of
+the draft (as trained and as served: eagle3_served.py) at the dtype it loads them in (float32 on a CPU, the stored
+dtype on a GPU). That estimate must fit the memory the host has free (``MemAvailable`` of /proc/meminfo, or the
+GPU's free memory), or the test is refused with both figures: a 30 GB draft is never loaded into a 24 GB machine.
+
+Public API: ``check_architecture(config) -> None``, ``checkpoint_params(path) -> dict``,
+``check_fits(target, draft, *, bytes_per_param, available, where) -> dict``, ``mem_available() -> int | None``
+(all raise ``ProbeFailure``: ``unsupported_architecture``, ``too_large``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Any, Dict, List, Optional
+
+try:
+    from _probe import ProbeFailure
+except ImportError:  # imported as part of the remote_probes package
+    from ._probe import ProbeFailure
+
+#: safetensors dtype -> bytes per element
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+               "F8_E4M3": 1, "F8_E5M2": 1}
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")
+MOE_KEYS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_intermediate_size")
+#: copies of the draft the test holds at once (the checkpoint's own parts and the served ones)
+DRAFT_COPIES = 2
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+def check_architecture(config: Dict[str, Any]) -> None:
+    """Refuse a draft whose decoder layer is not the Llama layer the test runs, saying what it is and why."""
+    archs = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    mla = {k: config[k] for k in MLA_KEYS if config.get(k) is not None}
+    moe = {k: config[k] for k in MOE_KEYS if isinstance(config.get(k), int) and config[k] > 0}
+    kind = "MLA attention" if mla else "mixture-of-experts MLP" if moe else None
+    if kind is None and any("Deepseek" in a or "Kimi" in a for a in archs):
+        kind = "a DeepSeek-style decoder layer"
+    if kind is None:
+        return
+    found = ", ".join("%s=%s" % kv for kv in list(mla.items()) + list(moe.items())) or ", ".join(archs)
+    raise ProbeFailure(
+        "unsupported_architecture",
+        "the draft (%s) has %s (%s); the draft test runs the Llama decoder layer of SpecForge/speculators EAGLE-3 "
+        "drafts (eagle3_draft.py) and would load this one wrongly, so it does not run it; the static checks "
+        "(draft_inspect) still apply, and the served acceptance is the server's" % (", ".join(archs) or "no "
+                                                                                    "architectures", kind, found),
+        architectures=archs, mla=mla, moe=moe)
+
+
+def _header(path: str) -> Dict[str, Any]:
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise ValueError("shorter than a safetensors header")
+        (size,) = struct.unpack("<Q", raw)
+        if size > _MAX_HEADER:
+            raise ValueError("header of %d bytes" % size)
+        table = json.loads(f.read(size))
+    if not isinstance(table, dict):
+        raise ValueError("header is not a JSON object")
+    return table
+
+
+def checkpoint_params(path: str) -> Dict[str, Any]:
+    """Parameters and stored bytes of a checkpoint directory's safetensors files (headers only); ``params`` is None
+    when it has none readable (a pytorch_model.bin: its size on disk is used for ``stored_bytes``)."""
+    names = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    files = [n for n in names if n.endswith(".safetensors")]
+    params, stored = 0, 0
+    unreadable: List[str] = []
+    for name in files:
+        try:
+            table = _header(os.path.join(path, name))
+        except (OSError, ValueError) as exc:
+            unreadable.append("%s: %s" % (name, exc))
+            continue
+        for key, meta in table.items():
+            if key == "__metadata__" or not isinstance(meta, dict):
+                continue
+            count = 1
+            for dim in meta.get("shape") or []:
+                count *= int(dim)
+            params += count
+            stored += count * DTYPE_BYTES.get(str(meta.get("dtype")), 4)
+    others = [n for n in names if n.endswith((".bin", ".pt", ".pth"))]
+    if others and not files:
+        stored = sum(os.path.getsize(os.path.join(path, n)) for n in others)
+        return {"params": None, "stored_bytes": stored, "files": others, "unreadable": unreadable}
+    return {"params": params if files and not unreadable else None, "stored_bytes": stored, "files": files,
+            "unreadable": unreadable}
+
+
+def mem_available() -> Optional[int]:
+    """MemAvailable of /proc/meminfo, in bytes (None where there is none: not Linux)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _gib(n: float) -> str:
+    return "%.1f GiB" % (n / 2 ** 30)
+
+
+def check_fits(target: str, draft: str, *, bytes_per_param: Optional[int], available: Optional[int],
+               where: str) -> Dict[str, Any]:
+    """The memory the test needs against ``available`` (bytes free on ``where``); raises ``too_large``.
+    ``bytes_per_param`` None: the stored dtype (a GPU's "auto")."""
+    t, d = checkpoint_params(target), checkpoint_params(draft)
+
+    def load_bytes(info: Dict[str, Any]) -> int:
+        if bytes_per_param is None or info["params"] is None:  # a .bin's dtype is unknown unread: its size
+            return int(info["stored_bytes"])
+        return int(info["params"] * bytes_per_param)
+
+    needed = load_bytes(t) + DRAFT_COPIES * load_bytes(d)
+    out = {"needed_bytes": needed, "available_bytes": available, "where": where, "target": t, "draft": d,
+           "bytes_per_param": bytes_per_param}
+    if available is not None and needed > available:
+        raise ProbeFailure(
+            "too_large",
+            "the draft test would need about %s on %s (target %s + %d x draft %s at %s bytes per parameter) and "
+            "%s is free: it does not load them; run it on a host with more free memory, or with a smaller "
+            "dtype" % (_gib(needed), where, _gib(load_bytes(t)), DRAFT_COPIES, _gib(load_bytes(d)),
+                       bytes_per_param or "stored", _gib(available)), **out)
+    return out

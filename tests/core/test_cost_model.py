@@ -1,0 +1,93 @@
+"""The tuner's cost model on requests drawn from a known truth: it recovers the host's costs, predicts every chain
+length within its intervals, and follows a served per-position profile where the engine gives one."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from orchestrator.actions.tune import chain_flags, served_profile
+from orchestrator.tuning.cost_model import Request, fit, geometric_rate, per_request_rate, predict
+
+T1, C = 0.012, 0.003  # seconds per plain step, seconds each draft token adds to a cycle
+
+
+def truth_rate(profile: list[float], k: int) -> float:
+    return (1 + sum(profile[:k])) / (T1 + C * k)
+
+
+def draw(rng: random.Random, n: int, k: int, profile: list[float]) -> list[Request]:
+    """Requests of 64 tokens whose cycles cost T1 + C k (5% noise) and accept 1 + sum r_j (5% noise)."""
+    out = []
+    for _ in range(n):
+        accept = (1 + sum(profile[:k])) * rng.uniform(0.95, 1.05) if k else None
+        cycles = 64 / (accept or 1.0)
+        out.append(Request(tokens=64, seconds=cycles * (T1 + C * k) * rng.uniform(0.95, 1.05), accept_length=accept))
+    return out
+
+
+def test_geometric_rate_inverts_the_accept_length() -> None:
+    a = 0.7
+    assert geometric_rate(sum(a ** j for j in range(6)), 5) == pytest.approx(a, abs=1e-6)
+    assert geometric_rate(1.0, 5) == pytest.approx(0.0, abs=1e-6)
+    assert geometric_rate(6.0, 5) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_costs_and_every_chain_length_are_recovered_within_intervals() -> None:
+    rng = random.Random(7)
+    profile = [0.75 ** j for j in range(1, 9)]  # a constant conditional acceptance: the geometric fallback is exact
+    model = fit(draw(rng, 24, 0, profile), draw(rng, 24, 8, profile), 8)
+    assert model.t1_ci[0] <= T1 <= model.t1_ci[1] and model.c_ci[0] <= C <= model.c_ci[1], (model.t1_ci, model.c_ci)
+    for p in predict(model, range(1, 9)):
+        assert p.tok_s_ci[0] <= truth_rate(profile, p.k) <= p.tok_s_ci[1], p
+        assert not p.extrapolated
+    best = max(predict(model, range(1, 9)), key=lambda p: p.tok_s)
+    assert best.k == max(range(1, 9), key=lambda k: truth_rate(profile, k))
+
+
+def test_a_served_per_position_profile_decides_where_a_draft_stops_paying() -> None:
+    """A draft right on two tokens then lost (a curve no constant rate has): the served profile finds k = 2."""
+    rng = random.Random(3)
+    profile = [0.95, 0.9, 0.1, 0.05, 0.02, 0.01]
+    probe = draw(rng, 24, 6, profile)
+    served = fit(draw(rng, 24, 0, profile), probe, 6, per_position=profile)
+    assert served.profile_source == "served per position"
+    ranked = sorted(predict(served, range(1, 7)), key=lambda p: -p.tok_s)
+    assert ranked[0].k == 2 == max(range(1, 7), key=lambda k: truth_rate(profile, k))
+    geometric = fit(draw(rng, 24, 0, profile), probe, 6)
+    assert "assumption" in geometric.profile_source  # said, not hidden
+
+
+def test_beyond_the_probe_is_marked_extrapolated() -> None:
+    rng = random.Random(1)
+    profile = [0.8 ** j for j in range(1, 13)]
+    model = fit(draw(rng, 12, 0, profile), draw(rng, 12, 4, profile), 4)
+    by_k = {p.k: p for p in predict(model, [2, 4, 8])}
+    assert not by_k[4].extrapolated and by_k[8].extrapolated
+    assert by_k[8].accept_length == pytest.approx(1 + sum(profile[:8]), rel=0.1)
+
+
+def test_bad_benchmarks_are_refused_with_a_reason() -> None:
+    good = [Request(tokens=10, seconds=0.1, accept_length=2.0)]
+    with pytest.raises(ValueError, match="baseline and a speculative"):
+        fit([], good, 2)
+    with pytest.raises(ValueError, match="accept length"):
+        fit(good, [Request(tokens=10, seconds=0.1)], 2)
+    with pytest.raises(ValueError, match="tokens > 0"):
+        fit([Request(tokens=0, seconds=0.1)], good, 2)
+
+
+def test_measured_rate_is_the_ratio_of_sums_with_an_interval() -> None:
+    rate, ci = per_request_rate([Request(tokens=10, seconds=1.0), Request(tokens=30, seconds=1.0)])
+    assert rate == 20.0 and ci[0] <= rate <= ci[1]
+
+
+def test_chain_flags_per_engine() -> None:
+    sglang = chain_flags({"speculative-algorithm": "EAGLE3", "speculative-num-steps": 1}, 4)
+    assert (sglang["speculative-num-steps"], sglang["speculative-eagle-topk"],
+            sglang["speculative-num-draft-tokens"]) == (4, 1, 5)
+    vllm = chain_flags({"speculative-config": '{"method": "eagle3", "model": "/d", "num_speculative_tokens": 7}'}, 3)
+    assert vllm["speculative-config"] == {"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}
+    assert served_profile({"spec_decode": {"per_position_rates": [0.9, 0.5]}}) == [0.9, 0.5]
+    assert served_profile({"spec_decode": None}) is None

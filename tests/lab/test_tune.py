@@ -1,0 +1,63 @@
+"""playbooks/tune.yaml end to end on the lab (its SGLang stand-in, the seed-wiring scenario's fixed flags): one
+baseline, one probe and the verify restarts, a recommendation decided on intervals, predicted beside measured for
+every measured point, the chart and table saved, and every server stopped. (bench/tune_vs_grid.py compares the
+tuner with the full grid and prints both optima.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.events import ServerEvent
+from orchestrator.hypotheses.board import HypothesisBoard
+from orchestrator.lab.build import LabPaths
+from orchestrator.lab.inventory import ensure_lab, lab_inventory
+from orchestrator.playbook.loader import load_playbook
+from orchestrator.session.reader import read_session
+from orchestrator.session.recording import build_engine, run_with_signals, write_reports
+
+TUNE = Path(__file__).resolve().parents[2] / "playbooks" / "tune.yaml"
+
+
+@pytest.mark.lab
+async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, tmp_path: Path) -> None:
+    ensure_lab("seed-wiring", root=lab.root)
+    inventory = lab_inventory("seed-wiring", root=lab.root)
+    playbook = load_playbook(TUNE, extra_names=inventory.host_vars("lab"))
+    extra = {"tune_candidates": [1, 2, 3, 4], "tune_verify": 1, "bench_n": 6, "bench_tokens": 48}
+    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
+                                     extra_vars=extra)
+    outcome = await run_with_signals(engine)
+    write_reports(directory)
+    assert outcome.status == "ok"
+    session = read_session(directory)
+    tuned = next(r.result for e in session.events if getattr(e, "type", "") == "step_finished"
+                 and e.action == "tune" for r in e.results)
+    assert tuned["restarts"] == 3  # baseline, the probe at k = 4, one verify restart
+    rows = {r["k"]: r for r in tuned["rows"]}
+    assert set(rows) == {1, 2, 3, 4} and rows[4]["probe"]
+    measured = [r for r in rows.values() if r.get("measured_tok_s") is not None]
+    assert len(measured) == 2
+    for row in rows.values():
+        lo, hi = row["predicted_tok_s_ci"]
+        assert lo <= row["predicted_tok_s"] <= hi and not row["extrapolated"]
+    for row in measured:
+        assert row["measured_tok_s_ci"][0] <= row["measured_tok_s"] <= row["measured_tok_s_ci"][1]
+        assert isinstance(row["agrees"], bool)
+    rec = tuned["recommended"]
+    assert rec["k"] in {r["k"] for r in measured} and rec["beats_baseline"] in ("yes", "no", "inconclusive")
+    assert rec["tok_s"] == max(r["measured_tok_s"] for r in measured)
+    board = HypothesisBoard.from_events(session.events)
+    expected = {"yes": "confirmed", "no": "refuted", "inconclusive": "inconclusive"}[rec["beats_baseline"]]
+    assert board.entries["speculation_pays"].state == expected
+    for rel in tuned["artifacts"]:
+        assert (directory / rel).is_file()
+    assert json.loads((directory / tuned["artifacts"][1]).read_text())["recommended"]["k"] == rec["k"]
+    assert "<svg" in (directory / tuned["artifacts"][0]).read_text()
+    report = (directory / "report.md").read_text()
+    assert "Tuning" in report and f"k={rec['k']}" in report
+    started = {e.server_id for e in session.of_type(ServerEvent) if e.type == "server_ready"}
+    stopped = {e.server_id for e in session.of_type(ServerEvent) if e.type == "server_stopped"}
+    assert len(started) == 3 and started <= stopped
