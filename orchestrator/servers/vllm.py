@@ -362,7 +362,7 @@ def resolve_effective(key: str, value: Any) -> Any:
 
 def per_position_intervals(rows: list[dict[str, Any]], confidence: float = 0.95) -> dict[str, Any]:
     """Per draft position k, the acceptance rate accepted[k] / drafts over the requests of a concurrency-1 bench,
-    with its 95% interval, the request as the unit (a ratio estimator: remote_probes/interval_stats.py). Empty when
+    with its 95% interval (cut to [0, 1]), the request as the unit (a ratio estimator: remote_probes/interval_stats.py). Empty when
     no request carried its own counts (concurrency > 1: the counters' change is not one request's)."""
     from remote_probes.interval_stats import ratio_interval
 
@@ -376,7 +376,9 @@ def per_position_intervals(rows: list[dict[str, Any]], confidence: float = 0.95)
         interval = ratio_interval([c["accepted"][k] if k < len(c["accepted"]) else 0 for c in counts],
                                   [c["drafts"] for c in counts], confidence)
         rates.append(round(interval.estimate, 4) if interval is not None else None)
-        cis.append(interval.as_list() if interval is not None else None)
+        bounds = interval.as_list() if interval is not None else None
+        # a rate lies in [0, 1]: the t interval of a rate near 0 reaches below it, and is cut at the bound
+        cis.append([max(0.0, bounds[0]), min(1.0, bounds[1])] if bounds else None)
     return {"per_position_request": rates, "per_position_ci": cis, "per_position_n": len(counts)}
 
 

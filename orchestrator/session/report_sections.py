@@ -157,7 +157,7 @@ def start_blocks(starts: list[Any]) -> list[Block]:
     for step, r in starts:
         res = r.result or {}
         launcher, decisions = res.get("launcher") or {}, res.get("decisions") or {}
-        if not launcher and not decisions:
+        if (not launcher and not decisions) or res.get("status") == "stopped":  # a stop repeats its start's
             continue
         rows.append([step.name, str(res.get("name", "")),
                      f"{launcher.get('name')}: {launcher.get('reason')}" if launcher else "—",

@@ -88,6 +88,7 @@ class ServerRow:
     accept_length: float | None = None
     tok_s: float | None = None
     detail: str | None = None
+    per_position: list[float] | None = None  # vLLM: acceptance rate by draft position (bench spec_decode)
 
     @property
     def running(self) -> bool:
@@ -200,6 +201,10 @@ class SessionModel:
                 target.accept_length = _number(res["accept_length"])
             if res.get("tok_s") is not None:
                 target.tok_s = _number(res["tok_s"])
+            stats: dict[str, Any] = res["spec_decode"] if isinstance(res.get("spec_decode"), dict) else {}
+            rates = stats.get("per_position_request") or stats.get("per_position")
+            if isinstance(rates, list) and rates:
+                target.per_position = [float(r) for r in rates if isinstance(r, (int, float))]
             changed = True
         return changed
 

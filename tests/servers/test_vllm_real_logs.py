@@ -111,6 +111,12 @@ def test_runtime_error_behind_a_500_is_the_last_real_exception() -> None:
     assert found.summary.startswith("IndexError: index 1500"), found
     assert found.error_lines[0].startswith("(EngineCore pid=6) File ") and "eagle.py" in found.error_lines[0]
     assert analyse_runtime_error("(APIServer pid=5) INFO 12-01 10:00:00 [a.py:1] all fine\n") is None
+    # vLLM 0.32.0 on the lab's direct-d2t draft: the EngineCore's RuntimeError only points at the Worker's IndexError
+    engine = ("(EngineCore pid=6) ERROR 12-01 11:18:44 [core.py:1512] RuntimeError: Worker failed with error 'index "
+              "1028 is out of bounds for dimension 0 with size 1024', please check the stack trace above for the root "
+              "cause")
+    found = analyse_runtime_error(log.replace(log.splitlines()[-1], engine))
+    assert found is not None and found.summary.startswith("IndexError: index 1500"), found
 
 
 @pytest.fixture(scope="module")

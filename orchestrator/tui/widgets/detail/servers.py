@@ -1,4 +1,5 @@
-"""The servers pane: engine, host:port, state, accept length, tok/s, flags; overridden flags flagged."""
+"""The servers pane: engine, host:port, state, accept length, tok/s, flags (after vLLM's per-position acceptance,
+when its benchmark measured it); overridden flags flagged."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from orchestrator.tui.widgets.styles import SERVER_STYLE
 def _flags(row: ServerRow) -> Text:
     overridden = {str(o.get("flag") or o.get("name") or "").lstrip("-") for o in row.overrides}
     text = Text(no_wrap=True, overflow="ellipsis")
+    if row.per_position:  # vLLM's per-position acceptance from the last benchmark (its /metrics counters)
+        text.append("acc/pos=" + ",".join(f"{r:.2f}" for r in row.per_position) + " ", style="cyan")
     for key, value in row.flags.items():
         name = str(key).lstrip("-")
         short = name.replace("speculative-", "spec-")

@@ -1,0 +1,78 @@
+"""The flagship's rules on what a real vLLM server registers, without running anything (the real runs are
+tests/lab/test_flagship_real_vllm.py): a server that starts and then fails every request confirms server_start
+with the server's own error; vLLM's start-up decisions (lm_head sharing, the aux layers it logs) weigh on
+lm_head_sharing and wiring; an SGLang server, which has no such decisions, trips no rule over them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.hypotheses.board import evaluate_rules
+from orchestrator.templating import evaluate
+from tests.core.test_flagship_server_rules import (
+    DT,
+    FIXED,
+    FLAGS,
+    INSPECT,
+    _bench,
+    _run_sets,
+    _server,
+    _steps,
+)
+
+SERVER_ERROR = {"summary": "IndexError: index 1500 is out of bounds for dimension 0 with size 1024",
+                "error_lines": ['(EngineCore pid=6) File "/v/vllm/v1/spec_decode/eagle.py", line 3, in f',
+                                "IndexError: index 1500 is out of bounds for dimension 0 with size 1024"]}
+
+
+def _vllm_server(decisions: dict[str, Any] | None) -> dict[str, Any]:
+    return {**_server(True), "effective": {"speculative_config.method": "eagle3"}, "decisions": decisions}
+
+
+def _share(state: str, why: str) -> dict[str, Any]:
+    return {"state": state, "why": why, "line": f"Detected EAGLE model with {why} lm_head weights."}
+
+
+def test_a_server_that_fails_every_request_confirms_server_start_with_its_own_error() -> None:
+    steps = _steps()
+    failed_bench = {"status": "failed", "failed": True, "skipped": False, "tok_s": None, "completed": 0,
+                    "server_error": SERVER_ERROR, "error": "bench: no request succeeded"}
+    variables = {"candidate_flags": FLAGS, "fixed_flags": FIXED, "inspect": INSPECT, "dt": DT,
+                 "base_srv": _server(True), "base": _bench(100.0, 1.0), "spec_srv": _vllm_server(None),
+                 "spec": failed_bench, "fixed_srv": _server(True), "fixed": _bench(150, 3.5)}
+    assert steps["Speculative benchmark"].ignore_errors  # the investigation goes on past it
+    _run_sets(steps, variables)
+    assert variables["speedup"] is None and variables["symptom"] is False
+    hits = evaluate_rules(steps["The symptom"], variables)
+    assert [(h, v) for h, v, _, _ in hits] == [("server_start", "confirmed")]
+    assert hits[0][3] == ("the speculative server started in 3.2s but failed while serving: IndexError: index 1500 "
+                          "is out of bounds for dimension 0 with size 1024")
+    assert evaluate(steps["Stop the speculative server"].when, variables) is True  # and it is still stopped
+
+
+def test_vllms_lm_head_decision_weighs_on_lm_head_sharing() -> None:
+    steps = _steps()
+    base = {"candidate_flags": FLAGS, "inspect": INSPECT, "dt": DT}
+    own = evaluate_rules(steps["Speculative server with the candidate flags"],
+                         {**base, "spec_srv": _vllm_server({"lm_head": _share("own", "distinct")})})
+    assert ("lm_head_sharing", "refuted") in [(h, v) for h, v, _, _ in own]
+    shared = evaluate_rules(steps["Speculative server with the candidate flags"],
+                            {**base, "spec_srv": _vllm_server({"lm_head": _share("shared", "unconditional")})})
+    assert ("lm_head_sharing", "supported") in [(h, v) for h, v, _, _ in shared]
+    for decisions in (None, {"lm_head": None}, {"lm_head": _share("shared", "missing")}):  # SGLang; no line; none
+        hits = evaluate_rules(steps["Speculative server with the candidate flags"],
+                              {**base, "spec_srv": {**_vllm_server(decisions)}})
+        assert "lm_head_sharing" not in [h for h, _v, _, _ in hits], decisions
+
+
+def test_the_fixed_servers_logged_aux_layers_support_the_wiring_fix() -> None:
+    steps = _steps()
+    dt = {**DT, "best": {"wiring": [0, 6, 11]}}
+    line = "Using auxiliary layers from speculative config: (0, 6, 11)"
+    served = {"aux_layers": {"layers": [0, 6, 11], "source": "speculative config", "line": line}}
+    hits = evaluate_rules(steps["Restart with the fix"], {"dt": dt, "fixed_srv": _vllm_server(served)})
+    assert [(h, v) for h, v, _, _ in hits] == [("wiring", "supported")]
+    assert hits[0][3] == f"the fixed server at start-up: {line}"
+    other = {"aux_layers": {**served["aux_layers"], "layers": [2, 6, 9]}}
+    for fixed_srv in (_vllm_server(other), _vllm_server(None), _server(True)):
+        assert evaluate_rules(steps["Restart with the fix"], {"dt": dt, "fixed_srv": fixed_srv}) == []

