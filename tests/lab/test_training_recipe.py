@@ -19,9 +19,10 @@ from orchestrator.lab.train import DraftRecipe, TargetRecipe
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: the default recipe at a third of its depth, a few steps, a smaller corpus (the default: 12 layers, 560 target
-#: steps on 4 MB, 393 draft steps on 1024 chunks)
-SMALL_TARGET = TargetRecipe(num_layers=4, corpus_bytes=300_000, steps=30)
-SMALL_DRAFT = DraftRecipe(steps=30, chunks=32)
+#: steps on 4 MB, 393 draft steps on 1024 chunks), at one thread: beside the other xdist worker on 2 cores, two
+#: training threads spin on each other (604 s at two threads under load ~9)
+SMALL_TARGET = TargetRecipe(num_layers=4, corpus_bytes=300_000, steps=30, threads=1)
+SMALL_DRAFT = DraftRecipe(steps=30, chunks=32, threads=1)
 
 
 def test_the_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) -> None:
