@@ -172,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     state.ready = True
     log.info("Started server process [%d]", os.getpid())
     log.info(READY_LINE)
-    threading.Event().wait()
+    state.stopped.wait()  # set when the engine died at run time: vLLM's API server then shuts itself down
+    log.info("[shutdown] API server: shutdown triggered (the engine is dead)")
+    httpd.shutdown()
+    log.info("Application shutdown complete.")
+    logging.shutdown()
     return 0
 
 
