@@ -85,7 +85,44 @@ def check_architecture(raw: dict[str, Any], engine: dict[str, Any] | None = None
                     architecture=arch, eagle3_loader=False)
 
 
+def _architecture_in_vllm(arch: str, engine: dict[str, Any]) -> dict[str, Any]:
+    """vLLM renames the draft's architecture for its method (transformers_utils/configs/eagle.py, read by
+    engine_registry.scan_vllm) and looks that name up in model_executor/models/registry.py."""
+    if engine.get("missing"):
+        where = f"at {engine['root']} has no model_executor/models/registry.py" if engine.get("root") else \
+            "is importable by the host's python"
+        return _finding("architecture", "warning", f"No installed vLLM {where}, so whether vLLM can load "
+                        f"architecture {arch} was not checked.", architecture=arch, eagle3_loader=None,
+                        engine="vllm", source="none")
+    label = _engine_label(engine)
+    method = engine.get("method") or "eagle3"
+    looked_up = engine.get("looked_up") or arch
+    module = engine["architectures"].get(looked_up)
+    renamed = f" ({method}: vLLM looks up {looked_up})" if looked_up != arch else ""
+    details = {"architecture": arch, "looked_up": looked_up, "method": method, "engine": "vllm",
+               "engine_version": engine.get("version"), "loader_module": module, "source": "engine registry"}
+    if module is None:
+        eagle3 = sorted(a for a in engine.get("speculative", []) if "eagle3" in a.lower())
+        return _finding("architecture", "error", f"{label} has no model class named {looked_up}{renamed} in "
+                        "model_executor/models/registry.py, so the draft cannot be loaded: the server fails at "
+                        f"startup. Its EAGLE-3 draft classes: {', '.join(eagle3) or 'none'}.", eagle3_loader=False,
+                        eagle3_loaders=eagle3, **details)
+    base = module.rsplit("/", 1)[-1]
+    if "eagle3" in base:
+        return _finding("architecture", "info", f"Architecture {arch}{renamed} selects {label}'s EAGLE-3 draft "
+                        f"loader ({module}).", eagle3_loader=True, **details)
+    if "eagle" in base:
+        return _finding("architecture", "warning", f"Architecture {arch}{renamed} selects {label}'s EAGLE-1/2 "
+                        f"loader ({module}), not EAGLE-3: no fc over three aux hidden states.", eagle3_loader=False,
+                        **details)
+    return _finding("architecture", "error", f"Architecture {arch}{renamed} is {label}'s base model class "
+                    f"({module}), so vLLM loads the draft as a plain model, not as an EAGLE-3 draft.",
+                    eagle3_loader=False, **details)
+
+
 def _architecture_in_registry(arch: str, engine: dict[str, Any]) -> dict[str, Any]:
+    if engine.get("engine") == "vllm":
+        return _architecture_in_vllm(arch, engine)
     label = _engine_label(engine)
     module = engine["architectures"].get(arch)
     details = {"architecture": arch, "engine": engine.get("engine"), "engine_version": engine.get("version"),

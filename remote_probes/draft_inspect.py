@@ -5,7 +5,10 @@ small integer tensors d2t/t2d straight from the file. Nothing is imported from t
 
 Args: ``{"path": draft_dir, "target_path"?: dir with the target's config.json, "target_num_layers"?: int,
 "target_hidden_size"?: int, "target_vocab_size"?: int, "engine_sys_path"?: [dirs holding the sglang package],
-"vllm_sys_path"?: [dirs holding the vllm package], "vllm_runner"?: "v1" | "v2"}``. ``feeds.vllm`` follows the
+"vllm_sys_path"?: [dirs holding the vllm package], "vllm_runner"?: "v1" | "v2", "engine"?: "sglang" | "vllm",
+"method"?: "eagle3" | "eagle"}``. With ``engine: vllm`` (a vLLM host) the architecture check reads the installed
+vLLM's model registry (engine_registry.scan_vllm: ``model_executor/models/registry.py`` and the draft rename rule
+of ``transformers_utils/configs/eagle.py``, by ast, never imported) instead of looking for an SGLang. ``feeds.vllm`` follows the
 installed vLLM's own rules (vllm_capture.py; ``"vllm"`` in the result says which version and runner), else the newest
 vLLM read (0.33.0, Model Runner V2).
 (explicit numbers win over target_path). The installed SGLang (found like ``sglang_source`` does, or under
@@ -30,7 +33,7 @@ from typing import Any
 from _probe import ProbeFailure, run_probe
 from draft_findings import analyse
 from eagle3_config import flat_config, rope_config
-from engine_registry import config_reads, loader_flags, scan_sglang
+from engine_registry import config_reads, loader_flags, scan_sglang, scan_vllm, vllm_draft_architecture
 from vllm_capture import capture_rules, find_vllm_root
 
 CONFIG_KEYS = ("architectures", "model_type", "hidden_size", "target_hidden_size", "intermediate_size",
@@ -170,12 +173,20 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     target = target_info(args)
     tensors, weights = weight_table(path)
     small = {name: read_ints(meta) for name, meta in tensors.items() if name.split(".")[-1] in ("d2t", "t2d")}
-    engine = engine_scan(args)
     archs = raw.get("architectures") if isinstance(raw.get("architectures"), list) else []
-    module = engine["architectures"].get(archs[0]) if engine and archs and isinstance(archs[0], str) else None
-    flags = loader_flags(engine["root"], module) if engine and module else None
-    reads_nested = (config_reads(engine["root"], "transformer_layer_config", module)
-                    if engine and isinstance(raw.get("transformer_layer_config"), dict) else None)
+    arch = archs[0] if archs and isinstance(archs[0], str) else None
+    if args.get("engine") not in (None, "sglang", "vllm"):
+        raise ProbeFailure("bad_args", f"'engine' must be sglang or vllm, got {args.get('engine')!r}")
+    if args.get("engine") == "vllm":
+        engine = vllm_registry(args, arch)
+        module = engine["architectures"].get(engine["looked_up"]) if engine and arch else None
+        reads_nested = None  # SGLang's nested-config question; vLLM's loader is read by loader_flags
+    else:
+        engine = engine_scan(args)
+        module = engine["architectures"].get(arch) if engine and arch else None
+        reads_nested = (config_reads(engine["root"], "transformer_layer_config", module)
+                        if engine and isinstance(raw.get("transformer_layer_config"), dict) else None)
+    flags = loader_flags(engine["root"], module) if engine and module and engine.get("root") else None
     vllm = vllm_scan(args)
     feeds, naming, findings = analyse(raw, tensors, small, weights, target, engine, flags, reads_nested, vllm)
     config = {k: raw[k] for k in CONFIG_KEYS if k in raw}
@@ -199,6 +210,24 @@ def engine_scan(args: dict[str, Any]) -> dict[str, Any] | None:
     if extra is not None and (not isinstance(extra, list) or not all(isinstance(p, str) for p in extra)):
         raise ProbeFailure("bad_args", "'engine_sys_path' must be a list of directories")
     return scan_sglang(extra or None)
+
+
+def vllm_registry(args: dict[str, Any], arch: str | None) -> dict[str, Any] | None:
+    """On a vLLM host (``engine: vllm``): the installed vLLM's model registry (engine_registry.scan_vllm), with the
+    name it looks the draft up by for ``method`` (default eagle3). None when no vLLM is found."""
+    extra = args.get("vllm_sys_path")
+    if extra is not None and (not isinstance(extra, list) or not all(isinstance(p, str) for p in extra)):
+        raise ProbeFailure("bad_args", "'vllm_sys_path' must be a list of directories")
+    method = args.get("method") or "eagle3"
+    if method not in ("eagle3", "eagle"):
+        raise ProbeFailure("bad_args", f"'method' must be eagle3 or eagle, got {method!r}")
+    root = find_vllm_root(extra or None)
+    registry = scan_vllm(root) if root else None
+    if registry is None:  # said as such by the architecture finding, never judged by SGLang's classes
+        return {"engine": "vllm", "version": None, "root": root, "architectures": {}, "speculative": [],
+                "rename": {}, "unresolved": [], "method": method, "looked_up": arch, "missing": True}
+    return {**registry, "method": method, "looked_up": vllm_draft_architecture(arch, method, registry) if arch
+            else None}
 
 
 def vllm_scan(args: dict[str, Any]) -> dict[str, Any] | None:

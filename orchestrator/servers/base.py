@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from orchestrator.errors import UserInputError
-from orchestrator.servers.flags import flag_key, flags_to_argv
+from orchestrator.servers.flags import flag_key, flags_to_argv, requested_vs_effective
 
 
 @dataclass
@@ -28,6 +28,19 @@ class LaunchSpec:
     python: str = "python3"
     launcher: str | list[str] | None = None
     env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """Which program started a server and why (``launcher`` in the server's result, its ``server_started`` event and
+    the report): ``name`` (``vllm-cli``, ``api-server``, ``given``, ``default``), its argv, the reason."""
+
+    name: str
+    argv: list[str]
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "argv": list(self.argv), "reason": self.reason}
 
 
 class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shaped default
@@ -75,6 +88,11 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
         if words[0] in ("python", "python3"):
             words[0] = spec.python
         return words
+
+    async def detect_launcher(self, transport: Any, spec: LaunchSpec) -> Launcher | None:
+        """What can start on the host when the step names no launcher (a cheap check with the host's python, never a
+        full import of the engine); None: the default launcher, unchecked. vLLM: servers/vllm.py."""
+        return None
 
     def check_flags(self, flags: Mapping[str, Any]) -> None:
         for name in flags:
@@ -149,6 +167,15 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
         if spec.model:
             requested["model_path"] = spec.model
         return requested
+
+    def compare_args(self, spec: LaunchSpec, effective: Mapping[str, Any], log_text: str) -> dict[str, Any]:
+        """Requested vs effective (flags.requested_vs_effective): SGLang's resolved args are ``/server_info``'s."""
+        return requested_vs_effective(self.requested_args(spec), effective, log_text=log_text, aliases=self.aliases)
+
+    def start_decisions(self, log_text: str, effective: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What the engine decided at start-up that bears on the diagnosis (vLLM: servers/vllm_startup.py); None
+        where the engine says it elsewhere (SGLang: /server_info and the adjustment lines)."""
+        return None
 
     def resolved_args(self, info: Mapping[str, Any] | None, log_text: str) -> dict[str, Any]:
         """What the server says it uses: SGLang's info document (``/server_info``); the log is for engines without one."""

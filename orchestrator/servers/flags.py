@@ -181,8 +181,15 @@ def requested_vs_effective(
     *,
     log_text: str = "",
     aliases: Mapping[str, str] | None = None,
+    source: str = "server_info",
+    quotes: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Compare requested flags with the server's resolved args and its adjustment log lines.
+
+    ``source``: where ``effective`` was read ("server_info" for SGLang, "log" for vLLM's start-up config line);
+    ``quotes``: per canonical key, the text that says the effective value (an override's ``detail``). Values are
+    compared as given: an engine whose resolved form differs from what users write (vLLM's ``torch.float32`` for
+    ``float32``) resolves both sides first (servers/vllm.py).
 
     Returns ``{overrides: [Override...], adjustments: [...], unverified: [flag...], effective: {flag: value}}``;
     ``unverified`` lists requested flags the server did not report (lab-only or renamed flags).
@@ -201,7 +208,8 @@ def requested_vs_effective(
             continue
         seen[key] = eff[key]
         if normalize_value(want) != normalize_value(eff[key]):
-            overrides.append(Override(flag=key, requested=want, effective=eff[key], source="server_info"))
+            overrides.append(Override(flag=key, requested=want, effective=eff[key], source=source,
+                                      detail=(quotes or {}).get(key)))
     values = {**{alias.get(flag_key(k), flag_key(k)): v for k, v in requested.items()}, **eff}
     adjustments = parse_adjustments(log_text, values)
     requested_keys = {alias.get(flag_key(k), flag_key(k)): v for k, v in requested.items() if v is not None}

@@ -8,9 +8,9 @@ seconds, and stops at once on SIGTERM — so its defaults are short.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from orchestrator.servers.base import EngineAdapter, LaunchSpec
+from orchestrator.servers.base import EngineAdapter, Launcher, LaunchSpec
 from orchestrator.servers.flags import flag_key
 from orchestrator.servers.vllm import VllmAdapter
 
@@ -44,6 +44,9 @@ class LabVllmAdapter(VllmAdapter):
 
     def default_launcher(self, python: str) -> list[str]:
         return [python, "-m", "orchestrator.lab.server_vllm", "serve"]
+
+    async def detect_launcher(self, transport: Any, spec: LaunchSpec) -> Launcher | None:
+        return None  # the lab's own program, on the orchestrator's python: nothing to detect
 
     def is_spec_flag(self, name: str) -> bool:
         return super().is_spec_flag(name) or flag_key(name) in ("lab_capture_layers", "lab_vllm_runner")

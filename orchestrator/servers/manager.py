@@ -19,9 +19,9 @@ from typing import Any
 
 from orchestrator.errors import HostUnreachable, ServerError, UserInputError
 from orchestrator.events import Output, ServerEvent, ServerEventType
-from orchestrator.servers.base import EngineAdapter, LaunchSpec
+from orchestrator.servers.base import EngineAdapter, Launcher, LaunchSpec
 from orchestrator.servers.client import ServerClient
-from orchestrator.servers.flags import flag_key, requested_vs_effective
+from orchestrator.servers.flags import flag_key
 from orchestrator.servers.preflight import Preflight, run_preflight
 from orchestrator.servers.ranks import (
     RankHost,
@@ -74,6 +74,8 @@ class ServerRecord:
     ranks: list[RankProcess] = field(default_factory=list)
     workers: list[RankHost] = field(default_factory=list)  # kept for restarts
     dist_host: str = "127.0.0.1"  # rank 0's address as the workers reach it
+    launcher: Launcher | None = None  # which program was started and why (detected per start, or the step's)
+    decisions: dict[str, Any] | None = None  # the engine's start-up decisions (vLLM: servers/vllm_startup.py)
 
     @property
     def nodes(self) -> int:
@@ -98,6 +100,8 @@ class ServerRecord:
             "preflight": self.preflight.as_dict() if self.preflight else None,
             "nodes": self.nodes, "hosts": [self.host, *(w.host for w in self.workers)],
             "ranks": [r.as_dict() for r in self.ranks],
+            "launcher": self.launcher.as_dict() if self.launcher else None,
+            "decisions": self.decisions,
         }
 
 
@@ -152,7 +156,14 @@ class ServerManager:
                 why = f"port {spec.port} on {host} is already in use"
                 record.failure = StartFailure(cause="port_in_use", summary=why, reason="not_started")
                 raise ServerStartError(f"{why}; pick another port or `port: auto`", record.as_result())
-        record.argv = adapter.build_argv(spec)
+        launch_spec = spec
+        if spec.launcher is None:
+            record.launcher = await adapter.detect_launcher(transport, spec)
+            if record.launcher is not None:  # record.spec keeps no launcher: a restart checks again
+                launch_spec = replace(spec, launcher=record.launcher.argv)
+        else:
+            record.launcher = Launcher("given", adapter.launcher_argv(spec), "the step's `launcher`")
+        record.argv = adapter.build_argv(launch_spec)
         if record.workers:
             dist_port = int((await client.call("port", {"host": dist_host}))["port"])
             dist_init_addr = f"[{dist_host}]:{dist_port}" if ":" in dist_host else f"{dist_host}:{dist_port}"
@@ -179,7 +190,8 @@ class ServerManager:
             except BaseException:
                 await asyncio.shield(self._abort(record, "a worker rank could not be started"))
                 raise
-        self._event("server_started", record, detail=" ".join(record.argv))
+        launched = f" [launcher {record.launcher.name}: {record.launcher.reason}]" if record.launcher else ""
+        self._event("server_started", record, detail=" ".join(record.argv) + launched)
         timeout = ready_timeout if ready_timeout is not None else adapter.default_ready_timeout
         started = time.monotonic()
         try:
@@ -193,7 +205,9 @@ class ServerManager:
         record.ready_s = round(time.monotonic() - started, 3)
         await self._read_effective(record)
         record.status = "ready"
-        self._event("server_ready", record, detail=f"ready in {record.ready_s:.1f}s at {record.url}")
+        said = (record.decisions or {}).get("summary")
+        self._event("server_ready", record, detail=f"ready in {record.ready_s:.1f}s at {record.url}"
+                    + (f"; vLLM decided: {said}" if said else ""))
         return record
 
     async def _wait_ready(self, record: ServerRecord, timeout: float,
@@ -325,8 +339,8 @@ class ServerManager:
         log_text = await record.transport.read_file_tail(record.handle.log_path, lines=5000)
         record.log_tail = "\n".join(log_text.rstrip().splitlines()[-LOG_TAIL_LINES:])
         record.effective = record.adapter.resolved_args(info, log_text)
-        record.diff = requested_vs_effective(record.adapter.requested_args(record.spec), record.effective,
-                                             log_text=log_text, aliases=record.adapter.aliases)
+        record.diff = record.adapter.compare_args(record.spec, record.effective, log_text)
+        record.decisions = record.adapter.start_decisions(log_text, record.effective)
         if info is None and record.adapter.info_paths:
             record.diff["unverified"] = sorted(set(record.diff["unverified"]) | {"(no /server_info answer)"})
 

@@ -24,6 +24,15 @@ branch on ``srv.failure.cause``:
 Log shapes follow SGLang 0.5.x (research/sglang-interface.md): ``[%Y-%m-%d %H:%M:%S{ TPn}] message``, no level
 name; uvicorn's lines carry ``INFO:``/``ERROR:``; a child's traceback is one log record that begins
 "Scheduler hit an exception: Traceback (most recent call last):".
+
+vLLM's log is three processes writing to one file (vllm/logger.py ``_FORMAT``): ``(APIServer pid=N) INFO 12-01
+09:30:00 [file.py:123] message``, ``(EngineCore_DP0 pid=N) ...``, ``(Worker pid=N) ...``; a multi-line record (a
+logged traceback) repeats the prefix on every line (NewLineFormatter), and an uncaught exception is written raw.
+Such a log is read process by process (``split_processes``): tracebacks are parsed within one process's lines, only
+its ERROR/CRITICAL records (and raw lines) count as error lines (an INFO/WARNING record such as the ulimit warning
+naming ``OSError`` never does), and each error line keeps its process's prefix. The root cause is the first error
+in log order, whichever process raised it; an exception that only points elsewhere ("Engine core initialization
+failed. See root cause above.") is never taken for the cause while another exception exists.
 """
 
 from __future__ import annotations
@@ -71,8 +80,16 @@ _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memor
                   r"increase --mem-fraction-static|out of memory|scheduler died during initialization \(exit code: -9\)",
                   re.IGNORECASE)
 _BAD_ALGO = re.compile(r"Unknown speculative algorithm name: \S+")
-_DRAFT_FRAME = re.compile(r"/speculative/|eagle_worker|draft_worker|_eagle3?\.py|llama_eagle")
+_DRAFT_FRAME = re.compile(r"/speculative/|eagle_worker|draft_worker|_eagle3?\.py|llama_eagle|/spec_decode/")
 _DRAFT_WORD = re.compile(r"\bdraft\b|speculative_draft_model", re.IGNORECASE)
+#: vLLM: ``(EngineCore_DP0 pid=123) ERROR 12-01 09:30:00 [core.py:123] message`` (the level part is absent on raw
+#: stderr lines a process prints, e.g. an uncaught traceback)
+_PROCESS = re.compile(r"^\((?P<proc>[A-Za-z_][\w.-]* pid=\d+)\) ?(?P<rest>.*)$")
+_VLLM_RECORD = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+                          r"\[[^\]]*\] ?(?P<message>.*)$")
+#: exceptions that only point at another one (vLLM's API server after its engine core died)
+_POINTER = re.compile(r"See root cause above|see stack trace (?:\(above\) )?for (?:the )?root cause|initialization failed due to an "
+                      r"exception in a background process", re.IGNORECASE)
 
 
 @dataclass
@@ -174,9 +191,17 @@ def parse_tracebacks(lines: list[str]) -> tuple[list[Traceback], set[int]]:
 
 def _error_items(lines: list[str]) -> tuple[list[list[str]], list[Traceback]]:
     """The server's own error lines, as items in log order: one per traceback, one per standalone error line."""
+    items, _firsts = _error_items_at(lines)
+    return items, parse_tracebacks(lines)[0]
+
+
+def _error_items_at(lines: list[str], skip: set[int] | None = None) -> tuple[list[list[str]], list[int]]:
+    """``_error_items``'s items and the index of each item's first line; ``skip``: lines that are never a
+    standalone error line."""
     tracebacks, spans = parse_tracebacks(lines)
     starts = {tb.start: tb for tb in tracebacks}
     items: list[list[str]] = []
+    firsts: list[int] = []
     seen: set[str] = set()
     for index, line in enumerate(lines):
         if index in starts:
@@ -185,8 +210,9 @@ def _error_items(lines: list[str]) -> tuple[list[list[str]], list[Traceback]]:
             if key not in seen:
                 seen.add(key)
                 items.append(tb_lines)
+                firsts.append(index)
             continue
-        if index in spans or is_noise(line):
+        if index in spans or is_noise(line) or (skip and index in skip):
             continue
         message = strip_prefix(line)
         if message.startswith("usage:") or message.startswith(" "):
@@ -195,7 +221,8 @@ def _error_items(lines: list[str]) -> tuple[list[list[str]], list[Traceback]]:
             if message not in seen:
                 seen.add(message)
                 items.append([_cut(line)])
-    return items, tracebacks
+                firsts.append(index)
+    return items, firsts
 
 
 def _looks_like_dump(message: str) -> bool:
@@ -218,14 +245,78 @@ def _pick(items: list[list[str]], limit: int) -> list[str]:
     return first + [line for item in tail for line in item]
 
 
+@dataclass
+class ProcessLine:
+    """One line of a multi-process log: the process that wrote it ("" when unprefixed), its level (None for a raw
+    line), and the message without the prefixes."""
+
+    index: int
+    proc: str
+    level: str | None
+    message: str
+
+
+def split_processes(lines: list[str]) -> list[ProcessLine] | None:
+    """vLLM's prefixed lines, or None when the log has none (an SGLang or lab log)."""
+    out: list[ProcessLine] = []
+    prefixed = False
+    for index, line in enumerate(lines):
+        match = _PROCESS.match(line)
+        if not match:
+            out.append(ProcessLine(index, "", None, line))
+            continue
+        prefixed = True
+        rest = match.group("rest")
+        record = _VLLM_RECORD.match(rest)
+        out.append(ProcessLine(index, match.group("proc"), record.group("level") if record else None,
+                               record.group("message") if record else rest))
+    return out if prefixed else None
+
+
+def _process_items(parts: list[ProcessLine]) -> tuple[list[list[str]], list[Traceback]]:
+    """``_error_items`` process by process, merged in log order, each item labelled with its process."""
+    streams: dict[str, list[ProcessLine]] = {}
+    for part in parts:
+        streams.setdefault(part.proc, []).append(part)
+    ordered: list[tuple[int, list[str]]] = []
+    tracebacks: list[tuple[int, Traceback]] = []
+    for proc, stream in streams.items():
+        messages = [p.message for p in stream]
+        # a record logged below ERROR is never an error line (it can still be inside a logged traceback)
+        quiet = {i for i, p in enumerate(stream) if p.level in ("DEBUG", "INFO", "WARNING")}
+        found, _spans = parse_tracebacks(messages)
+        tracebacks += [(stream[tb.start].index, tb) for tb in found]
+        items, first_lines = _error_items_at(messages, skip=quiet)
+        label = f"({proc}) " if proc else ""
+        for at, item in zip(first_lines, items, strict=True):
+            ordered.append((stream[at].index, [label + item[0], *item[1:]]))
+    ordered.sort(key=lambda pair: pair[0])
+    tracebacks.sort(key=lambda pair: pair[0])
+    seen: set[str] = set()
+    merged: list[list[str]] = []
+    for _index, item in ordered:
+        key = "\n".join(item)
+        if key not in seen:
+            seen.add(key)
+            merged.append(item)
+    return merged, [tb for _i, tb in tracebacks]
+
+
 def analyse_start_failure(log_text: str, *, reason: str, exit_code: int | None = None,
                           timeout: float | None = None, draft_path: str | None = None) -> StartFailure:
     """Read a failed start's log. ``reason``: exited | timeout (the readiness wait's answer)."""
     lines = [clean(line) for line in log_text.splitlines()]
-    items, tracebacks = _error_items(lines)
+    parts = split_processes(lines)
+    if parts is not None:
+        items, tracebacks = _process_items(parts)
+        # what the cause is read from: ERROR/CRITICAL records and raw lines (a WARNING naming OSError is not one)
+        said = [p.message for p in parts if p.level not in ("DEBUG", "INFO", "WARNING")]
+    else:
+        items, tracebacks = _error_items(lines)
+        said = lines
     error_lines = _pick(items, MAX_ERROR_LINES)
     last_lines = [_cut(line) for line in lines if not is_noise(line)][-MAX_ERROR_LINES:]
-    messages = [strip_prefix(line) for line in lines if not is_noise(line)]
+    messages = [strip_prefix(line) for line in said if not is_noise(line)]
     text = "\n".join(messages)
     cause, summary = _classify(text, messages, tracebacks, reason=reason, exit_code=exit_code, timeout=timeout,
                                draft_path=draft_path)
@@ -234,13 +325,12 @@ def analyse_start_failure(log_text: str, *, reason: str, exit_code: int | None =
 
 
 def _last_exception(tracebacks: list[Traceback], messages: list[str]) -> str | None:
-    for tb in reversed(tracebacks):
-        if tb.exception:
-            return tb.exception[0]
-    for message in reversed(messages):
-        if _EXCEPTION.match(message):
-            return message
-    return None
+    """The latest exception that is itself a cause (not one that points at another, "See root cause above")."""
+    candidates = [tb.exception[0] for tb in tracebacks if tb.exception]
+    candidates += [m for m in messages if _EXCEPTION.match(m)] if not candidates else []
+    causes = [c for c in candidates if not _POINTER.search(c)]
+    pool = causes or candidates
+    return pool[-1] if pool else None
 
 
 def _classify(text: str, messages: list[str], tracebacks: list[Traceback], *, reason: str, exit_code: int | None,
@@ -266,7 +356,10 @@ def _classify(text: str, messages: list[str], tracebacks: list[Traceback], *, re
     error_messages = [m for m in messages if _ERROR_CASED.search(m) and not _looks_like_dump(m)]
     names_draft = any(_DRAFT_WORD.search(m) or (draft_path and draft_path in m) for m in error_messages)
     if draft_frames or names_draft:
-        what = exception or next((m for m in reversed(error_messages) if _DRAFT_WORD.search(m)), None)
+        in_draft = [tb.exception[0] for tb in tracebacks
+                    if tb.exception and any(_DRAFT_FRAME.search(f) for f in tb.frames)]
+        what = (in_draft[-1] if in_draft else exception) or next(
+            (m for m in reversed(error_messages) if _DRAFT_WORD.search(m)), None)
         return "draft_load", "the draft model could not be loaded" + (f" ({_cut(what)})" if what else "")
     if reason == "timeout":
         limit = f"{timeout:g}s" if timeout is not None else "the limit"
@@ -276,3 +369,34 @@ def _classify(text: str, messages: list[str], tracebacks: list[Traceback], *, re
         return "error", _cut(exception or error_messages[-1])
     code = f" with code {exit_code}" if exit_code is not None else ""
     return "exited", f"exited{code}; the log names no error"
+
+
+@dataclass
+class RuntimeFailure:
+    """A serving server's own error (the reason behind an HTTP 500): the latest traceback's last frame and exception
+    in its log (process-labelled for vLLM), or the latest error line."""
+
+    summary: str
+    error_lines: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "error_lines": list(self.error_lines)}
+
+
+def analyse_runtime_error(log_text: str) -> RuntimeFailure | None:
+    """The error a running server logged (read from the part of its log written while it served); None: none."""
+    lines = [clean(line) for line in log_text.splitlines()]
+    parts = split_processes(lines)
+    if parts is not None:
+        items, tracebacks = _process_items(parts)
+        said = [p.message for p in parts if p.level not in ("DEBUG", "INFO", "WARNING")]
+    else:
+        items, tracebacks = _error_items(lines)
+        said = lines
+    if not items:
+        return None
+    exception = _last_exception(tracebacks, [strip_prefix(m) for m in said if not is_noise(m)])
+    # the item that holds the cause: the latest traceback whose exception is not a pointer, else the latest item
+    chosen = next((item for item in reversed(items) if exception and any(exception in line for line in item)),
+                  items[-1])
+    return RuntimeFailure(summary=_cut(exception or strip_prefix(chosen[-1])), error_lines=chosen[:MAX_ERROR_LINES])

@@ -127,6 +127,7 @@ def servers_section(session: LoadedSession) -> list[Block]:
             where = f"{e.host}:{e.port}" + (f" ({len(e.ranks)} nodes: {', '.join(e.ranks)})" if e.ranks else "")
             rows.append([e.server_id, e.engine, where, flags, overrides, state])
         blocks.append(Table(["server", "engine", "where", "requested flags", "overrides (requested → effective)", "state"], rows))
+    blocks += start_blocks(_results(session, "server"))
     if benches:
         rows = []
         for step, r in benches:
@@ -140,7 +141,48 @@ def servers_section(session: LoadedSession) -> list[Block]:
                    Para("Intervals are 95% over requests (t interval; the request is the unit); sd is per request."),
                    Table(["step", "server", "tok/s", "tok/s 95% CI", "accept length", "accept 95% CI", "accept sd",
                           "server avg accept", "p50 s", "p99 s", "n"], rows)]
+        blocks += per_position_blocks(benches)
     return blocks
+
+
+def start_blocks(starts: list[Any]) -> list[Block]:
+    """Which program each start ran (the launcher detected on the host, and why) and what the engine decided at
+    start-up (vLLM's aux layers, embed_tokens / lm_head sharing: servers/vllm_startup.py)."""
+    rows = []
+    for step, r in starts:
+        res = r.result or {}
+        launcher, decisions = res.get("launcher") or {}, res.get("decisions") or {}
+        if not launcher and not decisions:
+            continue
+        rows.append([step.name, str(res.get("name", "")),
+                     f"{launcher.get('name')}: {launcher.get('reason')}" if launcher else "—",
+                     str(decisions.get("summary") or "—")])
+    if not rows:
+        return []
+    return [Heading("Launchers and start-up decisions", 3),
+            Table(["step", "server", "launcher (why)", "start-up decisions (from the server's log)"], rows)]
+
+
+def per_position_blocks(benches: list[Any]) -> list[Block]:
+    """vLLM's per-position acceptance (``spec_decode``: accepted at draft position k / drafts, from /metrics), with
+    the 95% interval over requests where each request carried its own counts."""
+    rows = []
+    for step, r in benches:
+        stats = (r.result or {}).get("spec_decode") or {}
+        rates = stats.get("per_position_request") or stats.get("per_position") or []
+        if not rates:
+            continue
+        cis = stats.get("per_position_ci") or [None] * len(rates)
+        cells = [f"{_num(rate)} [{_ci(ci)}]" if stats.get("per_position_ci") else _num(rate)
+                 for rate, ci in zip(rates, cis, strict=False)]
+        rows.append([step.name, str(r.result.get("server", "")), str(stats.get("per_position_n") or "—"),
+                     "; ".join(f"k={k}: {cell}" for k, cell in enumerate(cells))])
+    if not rows:
+        return []
+    return [Heading("Per-position acceptance", 3),
+            Para("vLLM's /metrics counters: accepted tokens at draft position k per draft; 95% interval over "
+                 "requests (each request's own change of the counters, concurrency 1)."),
+            Table(["step", "server", "requests", "acceptance rate by draft position [95% CI]"], rows)]
 
 
 def _ci(value: Any, digits: int = 2) -> str:

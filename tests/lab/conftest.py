@@ -24,7 +24,7 @@ realparts.importorskip("torch")
 realparts.importorskip("transformers")
 
 from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, build_lab, cache_dir  # noqa: E402
-from tests.vllm_host import real_vllm  # noqa: E402, F401 (the real vLLM host, a session fixture)
+from tests.lab.vllm_real_fixtures import real_vllm_flagship, vllm_host  # noqa: E402,F401 - the real vLLM host
 
 
 def lab_root() -> Path:

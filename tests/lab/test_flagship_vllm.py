@@ -1,6 +1,7 @@
-"""The flagship with `engine: vllm`: end to end against every vLLM lab scenario (the lab's server in vLLM mode,
-vLLM's loading rules read from the cached vllm 0.33.0 tree, the installed vLLM's code read by symbol/pattern). It must
-confirm the planted fault and no other, and the report must name the cause."""
+"""The flagship against the lab's vLLM STAND-IN (``engine: lab-vllm``: the lab's own server in vLLM mode, vLLM's
+loading rules read from the cached vllm 0.33.0 tree, that tree's code read by symbol/pattern), on every vLLM lab
+scenario. No real vLLM runs here: that is tests/lab/test_flagship_real_vllm.py. It must confirm the planted fault and
+no other, and the report must name the cause."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ async def run_flagship(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Pa
 @pytest.mark.lab
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", list(MUST_REFUTE))
-async def test_flagship_on_vllm_names_the_planted_fault(scenario: str, lab: LabPaths, tmp_path: Path) -> None:
+async def test_flagship_on_the_vllm_stand_in_names_the_planted_fault(scenario: str, lab: LabPaths, tmp_path: Path) -> None:
     assert set(MUST_REFUTE) == set(VLLM_SCENARIO_NAMES)
     directory, board, status = await run_flagship(scenario, lab, tmp_path / "sessions")
     states = {hid: entry.state for hid, entry in board.entries.items()}
@@ -67,9 +68,9 @@ async def test_flagship_on_vllm_names_the_planted_fault(scenario: str, lab: LabP
 
 @pytest.mark.lab
 @pytest.mark.slow
-async def test_flagship_on_vllm_derives_and_verifies_a_servable_fix_without_lab_flags(lab: LabPaths,
-                                                                                    tmp_path: Path) -> None:
-    """The lab as a real vLLM host looks to the flagship (no ``fixed_flags``): the seed's embedding-first draft is
+async def test_flagship_on_the_vllm_stand_in_derives_and_verifies_a_servable_fix_without_lab_flags(
+        lab: LabPaths, tmp_path: Path) -> None:
+    """The lab's vLLM stand-in, as a real vLLM host looks to the flagship (no ``fixed_flags``): the seed's embedding-first draft is
     served by top-level ids in vLLM's convention (HF indices, read by vLLM 0.33's runners), written beside the draft,
     and the restart with ``--speculative-config`` pointed at it is verified on intervals."""
     ensure_lab("seed-wiring", root=lab.root, engine="vllm")

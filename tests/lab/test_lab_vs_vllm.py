@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from orchestrator.lab.build import LabPaths
+from orchestrator.lab.vllm_host import VllmHost
 from tests import vllm_differential as vd
-from tests.vllm_host import RealVllm
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 #: the default scenario, a serving fault (vLLM's shared head under a missing lm_head) and the run-time failure
@@ -21,14 +21,16 @@ N, TOKENS = 12, 64  # the flagship's bench_n and bench_tokens
 
 
 @pytest.fixture(scope="session")
-def served(lab: LabPaths, real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory
+def served(lab: LabPaths, vllm_host: VllmHost, tmp_path_factory: pytest.TempPathFactory
            ) -> Callable[[str], tuple[vd.Served, vd.Served]]:
     """``served(scenario)`` -> (lab, real vLLM), each engine started once per scenario in this session."""
     from orchestrator.actions.bench import load_prompts
     from orchestrator.lab.vllm_lab import ensure_vllm_lab, vllm_scenarios
 
     work = tmp_path_factory.mktemp("lab-vs-vllm")
-    rules = vd.lab_rules_dir(real_vllm.tree, work)
+    tree = vd.vllm_root(str(vllm_host.python))
+    assert tree is not None, f"{vllm_host.python} has no vllm package"
+    rules = vd.lab_rules_dir(tree, work)  # the lab follows the real server's own tree
     prompts = load_prompts(None)[:N]
     done: dict[str, tuple[vd.Served, vd.Served]] = {}
 
@@ -38,7 +40,7 @@ def served(lab: LabPaths, real_vllm: RealVllm, tmp_path_factory: pytest.TempPath
             spec = dict(vllm_scenarios(lab.root, lab.num_layers)[scenario].candidate["speculative-config"])
             here = work / scenario
             lab_side = vd.serve(vd.lab_server(lab.target, spec, here, rules), prompts, TOKENS, 300)
-            real_side = vd.serve(vd.real_server(str(real_vllm.python), lab.target, spec, here), prompts, TOKENS, 600)
+            real_side = vd.serve(vd.real_server(str(vllm_host.python), lab.target, spec, here), prompts, TOKENS, 600)
             done[scenario] = (lab_side, real_side)
         return done[scenario]
 

@@ -291,7 +291,10 @@ async def test_bench_and_wait_through_the_adapter(tmp_path: Path, vllm_endpoint:
     assert not any(s.startswith("POST /flush") or "server_info" in s for s in VllmLike.seen)
     # 3 requests x (4 drafts, 12 draft tokens, 8 accepted): 1 + 8/4 = 3.0 per request and overall
     assert result["spec_decode"] == {"drafts": 12, "draft_tokens": 36, "accepted_tokens": 24, "accept_length": 3.0,
-                                     "acceptance_rate": 0.6667, "per_position": [1.0, 1.0]}
+                                     "acceptance_rate": 0.6667, "per_position": [1.0, 1.0],
+                                     # each request's own counts: 4 accepted at each position per 4 drafts
+                                     "per_position_request": [1.0, 1.0], "per_position_ci": [[1.0, 1.0], [1.0, 1.0]],
+                                     "per_position_n": 3}
     assert result["server_accept_length"] == 3.0
     assert [r["accept_length"] for r in result["per_request"]] == [3.0, 3.0, 3.0]
     assert result["accept_length"] == 3.0 and result["model"] == "/models/llama"

