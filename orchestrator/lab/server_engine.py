@@ -141,6 +141,7 @@ class LabModels:
         self.notes: list[str] = []
         self.parts: dict[str, Any] = {}
         self.vllm_d2t_targets: torch.Tensor | None = None  # set where vLLM's d2t scatter must fail
+        self.vllm_config_ids: list[int] | None = None  # the aux layer ids vLLM read from the draft config
         if args.speculative_algorithm is not None:
             self._load_draft()
 
@@ -235,6 +236,7 @@ class LabModels:
             raise StartupError(f"aux hidden-state layer ids {ids} fall outside the target's {n} layers: vLLM "
                                f"{rules.get('version')} captures fewer states than the draft's fc expects")
         self.capture = wiring
+        self.vllm_config_ids = ids
         self.notes.append(f"vLLM {rules.get('version')} ({rules.get('runner')} runner) feeds hidden_states "
                           f"{wiring}: " + (f"ids {ids} read from the draft config" if ids is not None else
                                            "the draft config gives no ids it reads, so (2, N//2, N-3)"))

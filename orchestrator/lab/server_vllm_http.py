@@ -29,6 +29,19 @@ from orchestrator.lab.server_http import LabHandler, RequestError
 
 #: what vLLM answers every request with once its EngineCore is dead (v1/engine/exceptions.py), HTTP 500
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+#: the statement of vLLM's compute_logits that raises for a d2t past the vocabulary (the lab runs the same one)
+SCATTER = "logits_new[:, targets] = logits"
+
+
+def _line_of(path: str, statement: str) -> int:
+    """The statement's line in the vLLM tree the lab follows (0 when that tree is not readable)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return next((i for i, line in enumerate(fh, 1) if line.strip() == statement), 0)
+    except OSError:
+        return 0
+
+
 GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
 LAB_NOTE = "the orchestrator lab's CPU stand-in for vLLM {version} (python -m orchestrator.lab.server_vllm), not vLLM"
 
@@ -58,9 +71,10 @@ class VllmState:
         worker = f"(Worker pid={pid}) ERROR {stamp} [multiproc_executor.py:1063]"
         core = f"(EngineCore pid={pid}) ERROR {stamp} [core.py:1512]"
         api = f"(APIServer pid={pid}) ERROR {stamp} [async_llm.py:906]"
+        where = os.path.join(root, "model_executor", "models", "llama_eagle3.py")
         lines = [f"{worker} WorkerProc hit an exception.", f"{worker} Traceback (most recent call last):",
-                 f'{worker}   File "{root}/model_executor/models/llama_eagle3.py", in compute_logits (the lab runs '
-                 "the same scatter)", f"{worker}     logits_new[:, targets] = logits", f"{worker} {exc.kind}: {exc}",
+                 f'{worker}   File "{where}", line {_line_of(where, SCATTER)}, in compute_logits',
+                 f"{worker}     {SCATTER}", f"{worker} {exc.kind}: {exc}",
                  f"{core} EngineCore encountered a fatal error.",
                  f"{core} RuntimeError: Worker failed with error '{exc}', please check the stack trace above for "
                  "the root cause", f"{api} AsyncLLM output_handler failed.",
