@@ -37,9 +37,15 @@ class DraftStepError(Exception):
     """A draft step failed the way the engine's own draft step fails (the server turns it into the engine's
     run-time failure: vLLM's dead EngineCore)."""
 
-    def __init__(self, cause: Exception) -> None:
+    def __init__(self, cause: Exception, frame: tuple[str, str, str]) -> None:
         super().__init__(str(cause))
         self.kind = type(cause).__name__
+        self.frame = frame  # (file under vllm/, function, statement): where the engine's own code raises
+
+
+#: the statements of vLLM's llama_eagle3.py that raise for these drafts (the lab runs the same operation)
+D2T_SCATTER = ("model_executor/models/llama_eagle3.py", "compute_logits", "logits_new[:, targets] = logits")
+FC_INPUT = ("model_executor/models/llama_eagle3.py", "combine_hidden_states", "return self.model.fc(hidden_states)")
 
 
 @dataclass
@@ -142,6 +148,7 @@ class LabModels:
         self.parts: dict[str, Any] = {}
         self.vllm_d2t_targets: torch.Tensor | None = None  # set where vLLM's d2t scatter must fail
         self.vllm_config_ids: list[int] | None = None  # the aux layer ids vLLM read from the draft config
+        self.vllm_fc_short = False  # vLLM captures fewer aux states than the draft's fc takes
         if args.speculative_algorithm is not None:
             self._load_draft()
 
@@ -219,7 +226,7 @@ class LabModels:
         try:
             logits_new[:, targets] = torch.zeros(1, targets.shape[0])
         except IndexError as exc:  # "index 1028 is out of bounds for dimension 0 with size 1024", torch's words
-            raise DraftStepError(exc) from None
+            raise DraftStepError(exc, D2T_SCATTER) from None
 
     def _vllm_capture(self, config: dict[str, Any], n: int) -> None:
         """vLLM's reading of the draft config (remote_probes/vllm_capture.py), failing where that vLLM fails."""
@@ -233,8 +240,17 @@ class LabModels:
                 raise StartupError("unsupported operand type(s) for +: 'Tensor' and 'NoneType' (aux layer id 0 "
                                    f"asks for the embedding output, which vLLM {rules.get('version')} captures at "
                                    "layer entry before any residual exists)", kind="TypeError")
-            raise StartupError(f"aux hidden-state layer ids {ids} fall outside the target's {n} layers: vLLM "
-                               f"{rules.get('version')} captures fewer states than the draft's fc expects")
+            if rules.get("capture") != "boundary":
+                raise StartupError(f"aux hidden-state layer ids {ids} fall outside the target's {n} layers: vLLM "
+                                   f"{rules.get('version')} captures fewer states than the draft's fc expects")
+            # vLLM sets the ids as given and never checks them (gpu_model_runner.py
+            # _setup_eagle3_aux_hidden_state_outputs); a layer boundary no id names is simply not captured, so it
+            # starts, and the first draft step's fc gets fewer states than it was built for (combine_hidden_states)
+            top = n + (rules.get("max_index") or 0)
+            wiring = sorted({i for i in ids or [] if 0 <= i <= top})
+            self.vllm_fc_short = True
+            self.notes.append(f"vLLM {rules.get('version')} captures only hidden_states {wiring} of ids {ids}: the "
+                              "draft's fc expects one state per id, so the first draft step fails")
         self.capture = wiring
         self.vllm_config_ids = ids
         self.notes.append(f"vLLM {rules.get('version')} ({rules.get('runner')} runner) feeds hidden_states "
@@ -250,6 +266,11 @@ class LabModels:
     def _draft_chain(self, tokens: torch.Tensor, aux: torch.Tensor, dcache: Any, steps: int) -> list[int]:
         draft = self.draft
         assert draft is not None
+        if self.vllm_fc_short:  # vLLM's fc input, as its CPU gemm reshapes it (layers/utils.py onednn_mm)
+            try:
+                aux.reshape(-1, draft.fc.in_features)
+            except RuntimeError as exc:  # "shape '[-1, 384]' is invalid for input of size 6656", torch's words
+                raise DraftStepError(exc, FC_INPUT) from None
         if self.vllm_d2t_targets is not None:
             self._vllm_compute_logits()
         out = draft.forward(tokens=tokens, hidden=aux, cache=dcache)

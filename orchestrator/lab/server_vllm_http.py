@@ -29,10 +29,6 @@ from orchestrator.lab.server_http import LabHandler, RequestError
 
 #: what vLLM answers every request with once its EngineCore is dead (v1/engine/exceptions.py), HTTP 500
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
-#: the statement of vLLM's compute_logits that raises for a d2t past the vocabulary (the lab runs the same one)
-SCATTER = "logits_new[:, targets] = logits"
-
-
 def _line_of(path: str, statement: str) -> int:
     """The statement's line in the vLLM tree the lab follows (0 when that tree is not readable)."""
     try:
@@ -71,10 +67,11 @@ class VllmState:
         worker = f"(Worker pid={pid}) ERROR {stamp} [multiproc_executor.py:1063]"
         core = f"(EngineCore pid={pid}) ERROR {stamp} [core.py:1512]"
         api = f"(APIServer pid={pid}) ERROR {stamp} [async_llm.py:906]"
-        where = os.path.join(root, "model_executor", "models", "llama_eagle3.py")
+        rel, function, statement = exc.frame
+        where = os.path.join(root, *rel.split("/"))
         lines = [f"{worker} WorkerProc hit an exception.", f"{worker} Traceback (most recent call last):",
-                 f'{worker}   File "{where}", line {_line_of(where, SCATTER)}, in compute_logits',
-                 f"{worker}     {SCATTER}", f"{worker} {exc.kind}: {exc}",
+                 f'{worker}   File "{where}", line {_line_of(where, statement)}, in {function}',
+                 f"{worker}     {statement}", f"{worker} {exc.kind}: {exc}",
                  f"{core} EngineCore encountered a fatal error.",
                  f"{core} RuntimeError: Worker failed with error '{exc}', please check the stack trace above for "
                  "the root cause", f"{api} AsyncLLM output_handler failed.",
