@@ -247,6 +247,7 @@ class Served:
     seconds_to_ready: float | None = None
     left_after_stop: list[int] = field(default_factory=list)
     counters_consistent: bool | None = None   # the per-request deltas sum to the whole run's change
+    exception: str | None = None              # a failed one's first exception, from its log
 
     @property
     def ok_rows(self) -> list[RequestRow]:
@@ -278,6 +279,7 @@ class Served:
                 "per_position": [p.to_dict() if p else None for p in self.per_position()],
                 "error_lines": self.error_lines, "seconds_to_ready": self.seconds_to_ready,
                 "left_after_stop": self.left_after_stop, "counters_consistent": self.counters_consistent,
+                "exception": self.exception,
                 "http_errors": [r.error for r in self.rows if r.status != 200][:3]}
 
 
@@ -328,6 +330,19 @@ def measure(server: ServerProcess, prompts: list[str], max_tokens: int, timeout:
     return rows, consistent
 
 
+_EXCEPTION = re.compile(r"(?:^|\] |\s)(?P<kind>[A-Z]\w*(?:Error|Exception)): (?P<message>.+)$")
+
+
+def first_exception(text: str) -> str | None:
+    """The first ``SomeError: message`` of a log, whatever process wrote it (the root cause: vLLM's EngineCore
+    and API server repeat it later, wrapped)."""
+    for line in text.splitlines():
+        match = _EXCEPTION.search(line.rstrip())
+        if match and not _NOISE.search(line):
+            return f"{match['kind']}: {match['message']}"
+    return None
+
+
 def first_errors(text: str, limit: int = 6) -> list[str]:
     """The first error lines of a server log, across its processes (vLLM prefixes each with its process)."""
     lines = [ln.rstrip() for ln in text.splitlines() if _ERROR_LINE.search(ln) and not _NOISE.search(ln)]
@@ -347,7 +362,9 @@ def serve(server: ServerProcess, prompts: list[str], max_tokens: int, ready_time
     finally:
         result.left_after_stop = server.stop()
     if result.outcome != "served":
-        result.error_lines = first_errors(server.log_text())
+        text = server.log_text()
+        result.error_lines = first_errors(text)
+        result.exception = first_exception(text)
     return result
 
 
@@ -361,9 +378,11 @@ class Agreement:
 def compare(lab: Served, real: Served) -> Agreement:
     """Decided on intervals: overlap agrees, disjoint disagrees, a missing interval is inconclusive."""
     if lab.outcome != "served" or real.outcome != "served":
-        if lab.outcome == real.outcome:
-            return Agreement("agree", [f"both {lab.outcome}"])
-        return Agreement("disagree", [f"lab {lab.outcome}, vLLM {real.outcome}"])
+        if lab.outcome != real.outcome:
+            return Agreement("disagree", [f"lab {lab.outcome}, vLLM {real.outcome}"])
+        if lab.exception != real.exception:  # the same refusal for another reason is no agreement
+            return Agreement("disagree", [f"both {lab.outcome}, but lab {lab.exception!r}, vLLM {real.exception!r}"])
+        return Agreement("agree", [f"both {lab.outcome}: {real.exception}"])
     reasons: list[str] = []
     undecided = False
     pairs = [("accept length", lab.accept_length(), real.accept_length())]
