@@ -4,6 +4,11 @@
     python bench/reliability.py crash --runs 20            # kill -9 at random moments, then cleanup
     python bench/reliability.py crash --runs 20 --lab-playbook eagle3.yaml   # the same, of the flagship on the lab
     python bench/reliability.py crash --runs 20 --lab-playbook sweep.yaml     # ... of the sweep
+    python bench/reliability.py crash --runs 5 --lab-playbook eagle3.yaml --real-vllm --after-server 20
+                                                        # the flagship on a REAL vLLM host, killed within 20 s of
+                                                        # its first server answering
+    python bench/reliability.py engine-kill --runs 3 --process both   # SIGKILL of a real vLLM's EngineCore /
+                                                                      # Worker mid-benchmark
 
 Run from the repository root with the project's venv (PYTHONPATH=.). Each prints a summary line to paste.
 """
@@ -55,8 +60,47 @@ def fuzz(count: int) -> int:
     return 1 if bad else 0
 
 
+def real_vllm_host() -> object:
+    """The vLLM host ``orchestrator lab vllm-host`` built (``$ORCH_TEST_VLLM_HOST`` or the default dir)."""
+    from orchestrator.lab.vllm_host import ensure_vllm_host, host_dir, is_built
+
+    where = os.environ.get("ORCH_TEST_VLLM_HOST") or None
+    if not is_built(where):
+        raise SystemExit(f"no real vLLM host at {host_dir(where)}: run `orchestrator lab vllm-host` first")
+    return ensure_vllm_host(where)
+
+
+def engine_kill(runs: int, process: str, lab_root: Path | None) -> int:
+    from orchestrator.lab.build import lab_dir
+    from orchestrator.lab.inventory import ensure_lab
+    from tests.reliability.engine_kill import kill_engine_mid_bench
+
+    host = real_vllm_host()
+    root = lab_dir(lab_root)
+    ensure_lab("seed-wiring", root=root, engine="vllm")
+    targets = ["EngineCore", "Worker"] if process == "both" else [process]
+    held = total = 0
+    started = time.monotonic()
+    for n in range(runs):
+        for target in targets:
+            with tempfile.TemporaryDirectory(prefix="orch-engine-kill-") as tmp:
+                run = kill_engine_mid_bench(Path(tmp), host, root, target)
+            total += 1
+            held += run.held
+            first = run.bench_error.split("the server's own error:", 1)[-1].strip().splitlines()[:1]
+            print(f"  run {n + 1} {target}: killed {run.killed.get('name', 'nothing').split()[0]} at "
+                  f"{run.killed.get('after_s')}s of {run.seconds}s; bench {run.step('Benchmark')[1]}: "
+                  f"{first[0][:160] if first else '-'}; next step {run.step('The investigation goes on')[1]}; "
+                  f"{len(run.processes)} server processes, {len(run.left)} left"
+                  f"{'' if run.held else '  FAILED'}", flush=True)
+    print(f"engine-kill: {total} runs ({', '.join(targets)}) in {time.monotonic() - started:.0f}s — held "
+          f"{held}/{total}; load average {Path('/proc/loadavg').read_text().split()[:3]}")
+    return 0 if held == total else 1
+
+
 def crash(runs: int, seed: int, lab_playbook: str | None = None, scenario: str = "seed-wiring",
-          lab_root: Path | None = None, window: float | None = None) -> int:
+          lab_root: Path | None = None, window: float | None = None, real_vllm: bool = False,
+          after_server: float | None = None) -> int:
     from tests.reliability.crash import LabRun, kill_and_clean
 
     rng = random.Random(seed)
@@ -67,10 +111,13 @@ def crash(runs: int, seed: int, lab_playbook: str | None = None, scenario: str =
         from orchestrator.lab.inventory import ensure_lab
 
         root = lab_dir(lab_root)
-        ensure_lab(scenario, root=root)  # built once, before any timing
-        lab = LabRun(lab_playbook, scenario, root)
+        ensure_lab(scenario, root=root, engine="vllm" if real_vllm else None)  # built once, before any timing
+        lab = LabRun(lab_playbook, scenario, root, real_vllm_host() if real_vllm else None)
         # kill anywhere in a whole run: time one undisturbed run first (unless given), then draw the moments inside it
-        if window:
+        if after_server is not None:
+            earliest, latest = 0.0, after_server
+            print(f"kills drawn from U(0, {after_server:.0f}) s after the run's first server answers", flush=True)
+        elif window:
             earliest, latest = 1.0, window
             print(f"kills drawn from U(1, {window:.0f}) s (given)", flush=True)
         else:
@@ -91,7 +138,8 @@ def crash(runs: int, seed: int, lab_playbook: str | None = None, scenario: str =
     started = time.monotonic()
     for n in range(runs):
         with tempfile.TemporaryDirectory(prefix="orch-crash-") as tmp:
-            trial = kill_and_clean(Path(tmp), rng=rng, earliest=earliest, latest=latest, lab=lab)
+            trial = kill_and_clean(Path(tmp), rng=rng, earliest=earliest, latest=latest, lab=lab,
+                                   after_listener=0 if after_server is not None else None)
         held += trial.held
         orphans += trial.orphans_before_cleanup
         ports += trial.ports_before_cleanup
@@ -122,10 +170,21 @@ def main() -> int:
     c.add_argument("--lab", type=Path, default=None, help="the lab directory (default: the CLI's)")
     c.add_argument("--window", type=float, default=None,
                    help="draw the kill moments from U(1, WINDOW) s instead of timing one whole run first")
+    c.add_argument("--real-vllm", action="store_true", help="the lab's models on a REAL vLLM host (built by "
+                   "`orchestrator lab vllm-host`) instead of the lab's stand-in")
+    c.add_argument("--after-server", type=float, default=None,
+                   help="draw the kill moments from U(0, S) s after the run's first server answers")
+    k = sub.add_parser("engine-kill")
+    k.add_argument("--runs", type=int, default=3)
+    k.add_argument("--process", choices=["EngineCore", "Worker", "both"], default="both")
+    k.add_argument("--lab", type=Path, default=None, help="the lab directory (default: the CLI's)")
     args = parser.parse_args()
     if args.what == "fuzz":
         return fuzz(args.count)
-    return crash(args.runs, args.seed, args.lab_playbook, args.scenario, args.lab, args.window)
+    if args.what == "engine-kill":
+        return engine_kill(args.runs, args.process, args.lab)
+    return crash(args.runs, args.seed, args.lab_playbook, args.scenario, args.lab, args.window, args.real_vllm,
+                 args.after_server)
 
 
 if __name__ == "__main__":

@@ -193,9 +193,13 @@ class BenchAction(Action[BenchArgs]):
         if result.get("errors") and record is not None:  # some requests failed: the server says why
             said = await server_error(record, offset)
             if said is not None:
-                result["server_error"] = said
-                ctx.output(f"bench {label}: {len(result['errors'])} request(s) failed; the server's own error: "
-                           f"{said['summary']}\n")
+                # The server itself errored during the run (a dead EngineCore, a killed Worker): the figures of
+                # the requests before it are no measurement of the configuration, so the step fails with the
+                # server's own error; its partial result stays in the failure for a rule to read.
+                result = {**result, "server_error": said, "server": label, "url": url}
+                raise StepFailed(f"bench {label}: {len(result['errors'])} of {result['n']} request(s) failed "
+                                 f"({result['errors'][0]}); the server's own error: {said['summary']}\n"
+                                 + "\n".join(f"  {line}" for line in said["error_lines"]), result)
         ctx.output(f"bench {label}: n={result['completed']} {result['tok_s']} tok/s {_ci(result['tok_s_ci'])}, "
                    f"accept length {result['accept_length']} {_ci(result['accept_length_ci'])} "
                    f"(server {result['server_accept_length']}), p50 {result['latency_p50']}s\n")

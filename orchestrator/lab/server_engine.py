@@ -33,6 +33,21 @@ if TYPE_CHECKING:
     from remote_probes.eagle3_draft import Eagle3Draft
 
 
+class DraftStepError(Exception):
+    """A draft step failed the way the engine's own draft step fails (the server turns it into the engine's
+    run-time failure: vLLM's dead EngineCore)."""
+
+    def __init__(self, cause: Exception, frame: tuple[str, str, str]) -> None:
+        super().__init__(str(cause))
+        self.kind = type(cause).__name__
+        self.frame = frame  # (file under vllm/, function, statement): where the engine's own code raises
+
+
+#: the statements of vLLM's llama_eagle3.py that raise for these drafts (the lab runs the same operation)
+D2T_SCATTER = ("model_executor/models/llama_eagle3.py", "compute_logits", "logits_new[:, targets] = logits")
+FC_INPUT = ("model_executor/models/llama_eagle3.py", "combine_hidden_states", "return self.model.fc(hidden_states)")
+
+
 @dataclass
 class SpecCounters:
     verify_ct: int = 0
@@ -131,6 +146,9 @@ class LabModels:
         self.capture: list[int] = []
         self.notes: list[str] = []
         self.parts: dict[str, Any] = {}
+        self.vllm_d2t_targets: torch.Tensor | None = None  # set where vLLM's d2t scatter must fail
+        self.vllm_config_ids: list[int] | None = None  # the aux layer ids vLLM read from the draft config
+        self.vllm_fc_short = False  # vLLM captures fewer aux states than the draft's fc takes
         if args.speculative_algorithm is not None:
             self._load_draft()
 
@@ -149,6 +167,7 @@ class LabModels:
         algorithm = "EAGLE3" if args.speculative_algorithm == "EAGLE3" else "EAGLE"  # is_eagle3() or not
         try:
             config, state, notes = read_state_dict(str(args.speculative_draft_model_path))
+            raw_d2t = state["d2t"].clone().long() if "d2t" in state else None
             self.parts = served_parts(flat_config(config), state, algorithm, engine=args.engine,
                                       target_hidden_size=self.config.hidden_size, vllm_rules=args.vllm_rules)
             if self.parts["fails"]:
@@ -163,6 +182,8 @@ class LabModels:
         except DraftLoadError as exc:
             raise StartupError(f"cannot load the draft model {args.speculative_draft_model_path}: {exc}") from None
         self.notes = list(self.draft.load_report.get("notes", []))
+        if args.engine == "vllm" and self.parts["served"]["d2t"] and raw_d2t is not None:
+            self._vllm_d2t_check(raw_d2t)
         self.notes += [f"{s['part']}: served {s['served']} (trained {s['trained']}): {s['why']}"
                        for s in self.parts["swapped"]]
         n = self.num_layers
@@ -184,6 +205,29 @@ class LabModels:
             raise StartupError(f"aux hidden-state layers {self.capture} fall outside the target's {n} layers "
                                f"(capturable HF indices 0..{limit}): {bad}")
 
+    def _vllm_d2t_check(self, d2t: torch.Tensor) -> None:
+        """vLLM loads d2t as it is (no range check) and scatters the draft's logits with it at every draft step
+        (llama_eagle3.py ``compute_logits``: ``logits_new[:, arange + d2t] = logits``). Where that maps past the
+        target's vocabulary, the lab keeps vLLM's targets so the first draft step raises as vLLM's Worker does,
+        instead of serving the clamped mapping (what the SGLang stand-in and the draft test do)."""
+        targets = torch.arange(d2t.shape[0]) + d2t
+        vocab = int(self.config.vocab_size)
+        bad = int(((targets < 0) | (targets >= vocab)).sum())
+        if bad:
+            self.vllm_d2t_targets = targets
+            self.notes.append(f"vLLM applies d2t as offsets with no range check: {bad} draft ids map past the "
+                              f"target vocab [0, {vocab}), so compute_logits fails at the first draft step")
+
+    def _vllm_compute_logits(self) -> None:
+        """vLLM's scatter of the draft logits into the target vocabulary, run for its failure (see above)."""
+        targets = self.vllm_d2t_targets
+        assert targets is not None
+        logits_new = torch.full((1, int(self.config.vocab_size)), float("-inf"))
+        try:
+            logits_new[:, targets] = torch.zeros(1, targets.shape[0])
+        except IndexError as exc:  # "index 1028 is out of bounds for dimension 0 with size 1024", torch's words
+            raise DraftStepError(exc, D2T_SCATTER) from None
+
     def _vllm_capture(self, config: dict[str, Any], n: int) -> None:
         """vLLM's reading of the draft config (remote_probes/vllm_capture.py), failing where that vLLM fails."""
         from remote_probes.vllm_capture import NEWEST, config_ids, vllm_wiring
@@ -196,9 +240,19 @@ class LabModels:
                 raise StartupError("unsupported operand type(s) for +: 'Tensor' and 'NoneType' (aux layer id 0 "
                                    f"asks for the embedding output, which vLLM {rules.get('version')} captures at "
                                    "layer entry before any residual exists)", kind="TypeError")
-            raise StartupError(f"aux hidden-state layer ids {ids} fall outside the target's {n} layers: vLLM "
-                               f"{rules.get('version')} captures fewer states than the draft's fc expects")
+            if rules.get("capture") != "boundary":
+                raise StartupError(f"aux hidden-state layer ids {ids} fall outside the target's {n} layers: vLLM "
+                                   f"{rules.get('version')} captures fewer states than the draft's fc expects")
+            # vLLM sets the ids as given and never checks them (gpu_model_runner.py
+            # _setup_eagle3_aux_hidden_state_outputs); a layer boundary no id names is simply not captured, so it
+            # starts, and the first draft step's fc gets fewer states than it was built for (combine_hidden_states)
+            top = n + (rules.get("max_index") or 0)
+            wiring = sorted({i for i in ids or [] if 0 <= i <= top})
+            self.vllm_fc_short = True
+            self.notes.append(f"vLLM {rules.get('version')} captures only hidden_states {wiring} of ids {ids}: the "
+                              "draft's fc expects one state per id, so the first draft step fails")
         self.capture = wiring
+        self.vllm_config_ids = ids
         self.notes.append(f"vLLM {rules.get('version')} ({rules.get('runner')} runner) feeds hidden_states "
                           f"{wiring}: " + (f"ids {ids} read from the draft config" if ids is not None else
                                            "the draft config gives no ids it reads, so (2, N//2, N-3)"))
@@ -212,6 +266,13 @@ class LabModels:
     def _draft_chain(self, tokens: torch.Tensor, aux: torch.Tensor, dcache: Any, steps: int) -> list[int]:
         draft = self.draft
         assert draft is not None
+        if self.vllm_fc_short:  # vLLM's fc input, as its CPU gemm reshapes it (layers/utils.py onednn_mm)
+            try:
+                aux.reshape(-1, draft.fc.in_features)
+            except RuntimeError as exc:  # "shape '[-1, 384]' is invalid for input of size 6656", torch's words
+                raise DraftStepError(exc, FC_INPUT) from None
+        if self.vllm_d2t_targets is not None:
+            self._vllm_compute_logits()
         out = draft.forward(tokens=tokens, hidden=aux, cache=dcache)
         tok, hid = out.token_ids[:, -1:], out.hidden[:, -1:]
         proposal = [int(tok)]

@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--dtype", default="auto")
     s.add_argument("--max-model-len", type=int, default=None)
+    s.add_argument("--max-num-seqs", type=int, default=None)  # accepted as vLLM does; the lab serves one at a time
     s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     s.add_argument("--enforce-eager", action="store_true")
     s.add_argument("--trust-remote-code", action="store_true")
@@ -122,6 +123,29 @@ def config_line(args: LabServerArgs, spec: dict[str, Any], version: str) -> str:
             f"served_model_name={args.served_model_name}, enable_prefix_caching=False")
 
 
+def startup_lines(models: Any) -> list[str]:
+    """vLLM 0.32.0's own start-up decisions about the draft, in its words (v1/worker/gpu_model_runner.py
+    ``_setup_eagle3_aux_hidden_state_outputs``, v1/spec_decode/llm_base_proposer.py ``_maybe_share_embeddings`` /
+    ``_maybe_share_lm_head``), so the lab's log carries what a real vLLM's does. The "identical to the target"
+    branches are not told apart: the lab's drafts ship no copy of the target's weights."""
+    if models.draft is None:
+        return []
+    lines = []
+    ids = getattr(models, "vllm_config_ids", None)
+    if ids:
+        lines.append(f"Using auxiliary layers from speculative config: {tuple(ids)}")
+    trained = models.parts.get("trained") or {}
+    lines.append("Detected EAGLE model without its own embed_tokens in the checkpoint. Sharing target model "
+                 "embedding weights with the draft model." if trained.get("embedding") != "draft" else
+                 "Detected EAGLE model with distinct embed_tokens weights. Keeping separate embedding weights from "
+                 "the target model.")
+    lines.append("Detected EAGLE model with distinct lm_head weights. Keeping separate lm_head weights from the "
+                 "target model." if trained.get("head") == "draft_head" else
+                 "Detected EAGLE model without its own lm_head in the checkpoint. Sharing target model lm_head "
+                 "weights with the draft model.")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s [lab] %(message)s",
@@ -156,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(exc)
     for note in models.notes:
         log.info("draft load: %s", note)
+    for line in startup_lines(models):
+        log.info(line)
     if models.draft is not None:
         log.info("Using Eagle3 auxiliary layers (HF hidden_states indices): %s", tuple(models.capture))
     from orchestrator.lab.server_vllm_http import VllmLabHTTPServer, VllmState
@@ -171,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     state.ready = True
     log.info("Started server process [%d]", os.getpid())
     log.info(READY_LINE)
-    threading.Event().wait()
+    state.stopped.wait()  # set when the engine died at run time: vLLM's API server then shuts itself down
+    log.info("[shutdown] API server: shutdown triggered (the engine is dead)")
+    httpd.shutdown()
+    log.info("Application shutdown complete.")
+    logging.shutdown()
     return 0
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hmac
 import json
+import os
+import sys
 import threading
 import time
 import uuid
@@ -22,8 +24,19 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from orchestrator.lab.server_args import LabServerArgs
-from orchestrator.lab.server_engine import Generation, LabModels
+from orchestrator.lab.server_engine import DraftStepError, Generation, LabModels
 from orchestrator.lab.server_http import LabHandler, RequestError
+
+#: what vLLM answers every request with once its EngineCore is dead (v1/engine/exceptions.py), HTTP 500
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+def _line_of(path: str, statement: str) -> int:
+    """The statement's line in the vLLM tree the lab follows (0 when that tree is not readable)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return next((i for i, line in enumerate(fh, 1) if line.strip() == statement), 0)
+    except OSError:
+        return 0
+
 
 GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
 LAB_NOTE = "the orchestrator lab's CPU stand-in for vLLM {version} (python -m orchestrator.lab.server_vllm), not vLLM"
@@ -42,6 +55,29 @@ class VllmState:
     accepted: int = 0
     per_position: list[int] = field(default_factory=list)
     created: int = field(default_factory=lambda: int(time.time()))
+    dead: bool = False                 # the engine died at run time (vLLM: EngineDeadError)
+    stopped: threading.Event = field(default_factory=threading.Event)  # the server shuts down (main exits)
+
+    def engine_died(self, exc: DraftStepError) -> None:
+        """vLLM 0.32.0's run-time death, in its own log lines: the Worker's exception, the EngineCore's fatal error,
+        the API server's EngineDeadError (v1/executor/multiproc_executor.py, v1/engine/core.py,
+        v1/engine/async_llm.py). The lab is one process: every line carries its pid."""
+        pid, stamp = os.getpid(), time.strftime("%m-%d %H:%M:%S")
+        root = (self.args.vllm_rules or {}).get("root") or "vllm"
+        worker = f"(Worker pid={pid}) ERROR {stamp} [multiproc_executor.py:1063]"
+        core = f"(EngineCore pid={pid}) ERROR {stamp} [core.py:1512]"
+        api = f"(APIServer pid={pid}) ERROR {stamp} [async_llm.py:906]"
+        rel, function, statement = exc.frame
+        where = os.path.join(root, *rel.split("/"))
+        lines = [f"{worker} WorkerProc hit an exception.", f"{worker} Traceback (most recent call last):",
+                 f'{worker}   File "{where}", line {_line_of(where, statement)}, in {function}',
+                 f"{worker}     {statement}", f"{worker} {exc.kind}: {exc}",
+                 f"{core} EngineCore encountered a fatal error.",
+                 f"{core} RuntimeError: Worker failed with error '{exc}', please check the stack trace above for "
+                 "the root cause", f"{api} AsyncLLM output_handler failed.",
+                 f"{api} vllm.v1.engine.exceptions.EngineDeadError: {ENGINE_DEAD}"]
+        print("\n".join(lines), file=sys.stderr, flush=True)  # under the request lock: one death, one report
+        self.dead = True
 
     def count(self, gen: Generation) -> None:
         spec = gen.spec
@@ -94,8 +130,8 @@ class VllmHandler(LabHandler):
                 self.rfile.read(length)
             return self._send(401, {"error": "Unauthorized"})
         try:
-            if path == "/health":
-                return self._send(200 if state.ready else 503, None)
+            if path == "/health":  # 503 once the engine is dead (entrypoints/serve/instrumentator/health.py)
+                return self._send(200 if state.ready and not state.dead else 503, None)
             if path == "/version":
                 return self._send(200, {"version": state.version, "lab": True,
                                         "lab_note": LAB_NOTE.format(version=state.version)})
@@ -107,13 +143,25 @@ class VllmHandler(LabHandler):
                     "owned_by": "vllm", "root": state.args.model_path, "parent": None, "max_model_len": 2048,
                     "lab_note": LAB_NOTE.format(version=state.version)}]})
             if path == "/v1/completions" and method == "POST":
-                return self._completion()
+                return self._dead(None) if state.dead else self._completion()
             return self._send(404, {"detail": "Not Found"})
         except RequestError as exc:
             return self._send(400, {"error": {"message": str(exc), "type": "BadRequestError", "param": None,
                                               "code": 400}})
+        except DraftStepError as exc:
+            return self._dead(exc)
         except (BrokenPipeError, ConnectionResetError):
             return None
+
+    def _dead(self, exc: DraftStepError | None) -> None:
+        """vLLM's answer when its engine died (engine_error_handler: 500, then terminate_if_errored shuts the
+        server down: the process exits once the answer is out)."""
+        state = self.vstate
+        if exc is not None and not state.dead:
+            state.engine_died(exc)
+        self._send(500, {"error": {"message": ENGINE_DEAD, "type": "InternalServerError", "param": None,
+                                   "code": 500}})
+        state.stopped.set()
 
     def _completion(self) -> None:
         state = self.vstate
@@ -195,6 +243,13 @@ class VllmHandler(LabHandler):
             except RequestError as exc:
                 chunk({"error": {"message": str(exc), "type": "BadRequestError", "code": 400}})
                 chunk("[DONE]")
+                return
+            except DraftStepError as exc:  # the 200 is out: vLLM sends the error as the next chunk, then stops
+                state.engine_died(exc)
+                chunk({"error": {"message": ENGINE_DEAD, "type": "InternalServerError", "param": None,
+                                 "code": 500}})
+                chunk("[DONE]")
+                state.stopped.set()
                 return
         text = self._text(gen)
         chunk({**base, "choices": [{"index": 0, "text": text[sent[0]:], "logprobs": None,

@@ -19,6 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.servers.conftest import listening, processes_with  # the server tests' own /proc and port checks
 
@@ -84,19 +85,61 @@ def inventory_file(directory: Path, state_dir: Path) -> Path:
 
 @dataclass(frozen=True)
 class LabRun:
-    """A playbook of playbooks/ run on the lab host (a built lab at ``root``, one scenario)."""
+    """A playbook of playbooks/ run on the lab host (a built lab at ``root``, one scenario); with ``vllm_host``
+    (orchestrator.lab.vllm_host.VllmHost) the host ``lab`` is a REAL vLLM serving the lab's models
+    (orchestrator/lab/vllm_real.py), not the lab's stand-in."""
 
     playbook: str  # eagle3.yaml (the flagship) or sweep.yaml
     scenario: str
     root: Path
+    vllm_host: Any = None
 
 
-def lab_inventory_file(directory: Path, state_dir: Path, marker: str, scenario: str, lab_root: Path) -> Path:
+def session_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def in_sessions(sids: set[int]) -> list[int]:
+    """Live processes of these sessions. vLLM's EngineCore and Worker rename themselves (setproctitle
+    ``VLLM::EngineCore``), which overwrites their /proc environ: the marker cannot find them, their session can
+    (the server's ``setsid`` wrapper made it; multiprocessing children keep it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid() and session_of(int(entry.name)) in sids:
+            try:
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def run_processes(marker: str, sids: set[int]) -> list[int]:
+    """The run's processes: those carrying the marker, and every process of their sessions (recorded in ``sids``,
+    so children are still found once the marked leader is gone). The orchestrator's own session is never one of
+    them: ``sids`` holds only sessions other than this process's."""
+    marked = processes_with(marker)
+    own = session_of(os.getpid())
+    sids |= {sid for sid in map(session_of, marked) if sid is not None and sid != own}
+    return sorted(set(marked) | set(in_sessions(sids)))
+
+
+def lab_inventory_file(directory: Path, state_dir: Path, marker: str, scenario: str, lab_root: Path,
+                       vllm_host: Any = None) -> Path:
     """The lab's inventory (host ``lab``) with its own state dir, and the marker in the host's environment, so
     every process the run starts there (probes, the lab servers) carries it."""
     from orchestrator.lab.inventory import lab_inventory
 
-    doc = lab_inventory(scenario, root=lab_root).model_dump(mode="json", exclude_none=True)
+    if vllm_host is not None:
+        from orchestrator.lab.vllm_real import real_vllm_inventory
+
+        inv = real_vllm_inventory(scenario, root=lab_root, host=vllm_host, run_dir=directory / "run")
+    else:
+        inv = lab_inventory(scenario, root=lab_root)
+    doc = inv.model_dump(mode="json", exclude_none=True)
     doc.pop("source", None)
     for host in doc["hosts"].values():
         host["state_dir"] = str(state_dir)
@@ -134,7 +177,7 @@ def kill_and_clean(directory: Path, *, rng: random.Random, earliest: float = 0.3
     state_dir.mkdir(parents=True, exist_ok=True)
     if lab is not None:
         ports = ports or []
-        inventory = lab_inventory_file(directory, state_dir, marker, lab.scenario, lab.root)
+        inventory = lab_inventory_file(directory, state_dir, marker, lab.scenario, lab.root, lab.vllm_host)
         playbook, host = REPO / "playbooks" / lab.playbook, "lab"
     else:
         ports = ports or [free_port(), free_port()]
@@ -148,6 +191,7 @@ def kill_and_clean(directory: Path, *, rng: random.Random, earliest: float = 0.3
                              "--sessions-dir", str(sessions)], cwd=directory, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     trial = Trial(killed_after=round(delay, 2))
+    sids: set[int] = set()  # the sessions of the run's detached servers, once seen
     try:
         if after_listener is not None:
             deadline = time.monotonic() + (600 if lab is not None else 60)
@@ -166,25 +210,26 @@ def kill_and_clean(directory: Path, *, rng: random.Random, earliest: float = 0.3
             trial.problems.append(f"the run ended by itself (rc {proc.returncode}) before the kill")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        trial.orphans_before_cleanup = len(processes_with(marker))
+        trial.orphans_before_cleanup = len(run_processes(marker, sids))
         if lab is not None:
             ports = sorted(set(ports) | set(served_ports(sessions)))
         trial.ports_before_cleanup = sum(listening(p) for p in ports)
         cleanup = subprocess.run([sys.executable, "-m", "orchestrator", "cleanup", host, "-i", str(inventory),
-                                  "--json"], cwd=directory, env=env, capture_output=True, text=True, timeout=60)
+                                  "--json"], cwd=directory, env=env, capture_output=True, text=True, timeout=240)
         trial.cleanup_rc = cleanup.returncode
         if cleanup.returncode:
             trial.problems.append(f"cleanup exit {cleanup.returncode}: {cleanup.stderr[-500:]}")
-        deadline = time.monotonic() + 3  # a SIGTERMed group may take a moment to be reaped
-        while (processes_with(marker) or any(listening(p) for p in ports)) and time.monotonic() < deadline:
+        # a SIGTERMed group may take a moment to be reaped (a real vLLM's three processes: about 3 s)
+        deadline = time.monotonic() + (30 if lab is not None and lab.vllm_host is not None else 3)
+        while (run_processes(marker, sids) or any(listening(p) for p in ports)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        trial.left_processes = processes_with(marker)
+        trial.left_processes = run_processes(marker, sids)
         trial.left_ports = [p for p in ports if listening(p)]
         _check_log(sessions, directory, env, trial)
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in processes_with(marker):
+        for pid in run_processes(marker, sids):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

