@@ -74,6 +74,21 @@ def expand(args: SweepArgs) -> list[dict[str, Any]]:
     return [{**args.flags, **s} for s in sets]
 
 
+async def start_bench_stop(args: SweepArgs | Any, ctx: ActionContext, adapter: Any, spec: Any, client_python: str,
+                           auto: bool, *, name: str) -> tuple[Any, dict[str, Any]]:
+    """One configuration measured, as `sweep` and `tune` do it: start the server with ``spec``, run ``args.bench``
+    against it, stop it whatever happened. :raises StepFailed: the bench; :raises OrchestratorError: the start."""
+    manager = ctx.services.servers
+    record = await manager.start(
+        name=name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter, spec=spec,
+        client_python=client_python, ready_timeout=args.ready_timeout, grace=args.grace, step_id=ctx.step_id,
+        on_log=manager.log_forwarder(ctx.step_id, ctx.host), auto_port=auto, preflight=args.preflight)
+    try:
+        return record, await run_bench(record.client, record.url, args.bench)
+    finally:
+        await manager.stop(name)
+
+
 def label_for(varied: dict[str, Any]) -> str:
     short = {"speculative-num-steps": "steps", "speculative-eagle-topk": "topk",
              "speculative-num-draft-tokens": "draft", "speculative-algorithm": "algo"}
@@ -87,7 +102,6 @@ class SweepAction(Action[SweepArgs]):
     summary = "Start->bench->stop per flag set (matrix or list) plus a no-spec baseline; table + SVG chart saved."
 
     async def run(self, args: SweepArgs, ctx: ActionContext) -> dict[str, Any]:
-        manager = ctx.services.servers
         try:
             adapter, base_spec, client_python, auto = launch_parts(args, ctx)
         except OrchestratorError as exc:
@@ -100,13 +114,13 @@ class SweepAction(Action[SweepArgs]):
             plans.append((label_for(varied), flags, False))
         rows: list[dict[str, Any]] = []
         for index, (label, flags, is_baseline) in enumerate(plans):
-            rows.append(await self._one(args, ctx, manager, adapter, base_spec, client_python, auto,
+            rows.append(await self._one(args, ctx, adapter, base_spec, client_python, auto,
                                         index, label, flags, is_baseline))
             if args.stop_on_error and rows[-1]["status"] == "failed":
                 break
         return self._finish(args, ctx, rows)
 
-    async def _one(self, args: SweepArgs, ctx: ActionContext, manager: Any, adapter: Any, base_spec: Any,
+    async def _one(self, args: SweepArgs, ctx: ActionContext, adapter: Any, base_spec: Any,
                    client_python: str, auto: bool, index: int, label: str, flags: dict[str, Any],
                    is_baseline: bool) -> dict[str, Any]:
         from dataclasses import replace
@@ -116,18 +130,10 @@ class SweepAction(Action[SweepArgs]):
         if reason:
             ctx.output(f"sweep [{label}]: skipped ({reason})\n")
             return {**row, "status": "skipped", "reason": reason}
-        name = f"sweep-{ctx.step_id}-{index}"
         ctx.output(f"sweep [{label}]: starting\n")
         try:
-            record = await manager.start(
-                name=name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter,
-                spec=replace(base_spec, flags=dict(flags)), client_python=client_python,
-                ready_timeout=args.ready_timeout, grace=args.grace, step_id=ctx.step_id,
-                on_log=manager.log_forwarder(ctx.step_id, ctx.host), auto_port=auto, preflight=args.preflight)
-            try:
-                result = await run_bench(record.client, record.url, args.bench)
-            finally:
-                await manager.stop(name)
+            record, result = await start_bench_stop(args, ctx, adapter, replace(base_spec, flags=dict(flags)),
+                                                    client_python, auto, name=f"sweep-{ctx.step_id}-{index}")
         except StepFailed as exc:
             return {**row, "status": "failed", "reason": exc.message}
         except OrchestratorError as exc:

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from orchestrator.actions.base import Action, ActionContext, StepFailed
-from orchestrator.actions.bench import BenchSettings, run_bench
+from orchestrator.actions.bench import BenchSettings
 from orchestrator.actions.server import ServerLaunchArgs, launch_parts
 from orchestrator.errors import OrchestratorError
 
@@ -146,19 +146,13 @@ class TuneAction(Action[TuneArgs]):
                        auto: bool, label: str, flags: dict[str, Any], *, tolerate: bool = False) -> dict[str, Any]:
         """Start -> bench -> stop. A verify point that fails is a row with its reason (``tolerate``); the baseline
         or the probe failing fails the step, since nothing can be predicted without them."""
-        manager = ctx.services.servers
-        name = f"tune-{ctx.step_id}-{label.replace('=', '')}"
+        from orchestrator.actions.sweep import start_bench_stop
+
         ctx.output(f"tune [{label}]: starting\n")
         try:
-            record = await manager.start(
-                name=name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter,
-                spec=replace(base_spec, flags=dict(flags)), client_python=client_python,
-                ready_timeout=args.ready_timeout, grace=args.grace, step_id=ctx.step_id,
-                on_log=manager.log_forwarder(ctx.step_id, ctx.host), auto_port=auto, preflight=args.preflight)
-            try:
-                result = await run_bench(record.client, record.url, args.bench)
-            finally:
-                await manager.stop(name)
+            _record, result = await start_bench_stop(args, ctx, adapter, replace(base_spec, flags=dict(flags)),
+                                                     client_python, auto, name=f"tune-{ctx.step_id}-"
+                                                     f"{label.replace('=', '')}")
         except (StepFailed, OrchestratorError) as exc:
             reason = exc.message.splitlines()[0]
             if tolerate:
