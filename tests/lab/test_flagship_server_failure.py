@@ -65,7 +65,7 @@ async def test_flagship_goes_on_when_the_speculative_server_cannot_start(lab: La
     assert "hypothesis server_start → confirmed" in shown
 
     verdict = (directory / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ", 1)[0]
-    assert "**Root cause: The server cannot serve the candidate configuration (it fails to start)** " \
-        "[`server_start`]" in verdict
+    assert ("**Root cause: The server cannot serve the candidate configuration (it fails to start, or fails every "
+            "request)** [`server_start`]") in verdict
     assert "the speculative server did not start (preflight, exit code 2): unknown flag — the server does not " \
         "accept a flag (unrecognized arguments: --cuda-graph-max-bs-decode 8)" in verdict

@@ -154,14 +154,18 @@ def test_served_parts_follow_each_vllm(vllm_trees: dict[str, Path]) -> None:
     assert full["served"]["d2t"] is False
 
 
-def flagship_vllm_steps() -> list[tuple[Any, list[dict[str, Any]]]]:
+def flagship_vllm_steps(target: dict[str, Any] | None = None) -> list[tuple[Any, list[dict[str, Any]]]]:
+    """The flagship's vLLM read steps, rendered with the target_capture step's result ``target`` (the engine
+    renders them after that step ran: the reads of the target's own class take their address from it)."""
     from orchestrator.actions.read_source import ReadSourceArgs
     from orchestrator.playbook.loader import load_playbook
+    from orchestrator.templating import render
 
     host_vars = ("engine", "target", "draft", "candidate_flags", "fixed_flags")
     steps = [s for s in load_playbook(REPO / "playbooks" / "eagle3.yaml", extra_names=host_vars).steps
              if s.action == "read_source" and s.args.get("package") == "vllm"]
-    return [(s, ReadSourceArgs.model_validate(s.args).all_reads()) for s in steps]
+    variables = {"target_class": target or {"found": False}}
+    return [(s, ReadSourceArgs.model_validate(render(s.args, variables)).all_reads()) for s in steps]
 
 
 # the flagship's vLLM reads: id -> {version: (file, alternative, a line it must show)}
@@ -182,7 +186,11 @@ def test_flagship_vllm_reads_land_and_stay_quiet(vllm_trees: dict[str, Path], ve
     from orchestrator.actions.read_source import summarize
     from orchestrator.hypotheses.board import evaluate_rules
 
-    steps = flagship_vllm_steps()
+    # the lab's target class on this tree, as the flagship's target_capture step finds it
+    target = run_probe("target_capture", {"config": {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": N},
+                                          "engine": "vllm", "sys_path": [str(vllm_trees[version])]}).result
+    assert target["found"], target
+    steps = flagship_vllm_steps(target)
     everything = [read for _, reads in steps for read in reads]
     assert sorted(r["id"] for r in everything) == sorted(FLAGSHIP_READS)
     result = run_probe("sglang_source", {"package": "vllm", "sys_path": [str(vllm_trees[version])],
