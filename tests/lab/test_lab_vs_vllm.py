@@ -15,8 +15,9 @@ from orchestrator.lab.vllm_host import VllmHost
 from tests import vllm_differential as vd
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
-#: the default scenario, a serving fault (vLLM's shared head under a missing lm_head) and the run-time failure
-CI_SCENARIOS = ("seed-wiring", "no-lm-head", "direct-d2t")
+#: the scenarios CI runs the real-vLLM flagship on (tests/lab/test_flagship_real_vllm.py): the default one and the
+#: run-time failure; no-lm-head (vLLM's shared head) and the rest are bench/lab_vs_vllm.py's (BENCHMARKS.md)
+CI_SCENARIOS = ("seed-wiring", "direct-d2t")
 N, TOKENS = 12, 64  # the flagship's bench_n and bench_tokens
 
 
