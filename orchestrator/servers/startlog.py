@@ -302,18 +302,23 @@ def _process_items(parts: list[ProcessLine]) -> tuple[list[list[str]], list[Trac
     return merged, [tb for _i, tb in tracebacks]
 
 
+def _read_log(log_text: str) -> tuple[list[str], list[Any], list[Any], list[str]]:
+    """(cleaned lines, error items, tracebacks, what the cause is read from) of a server log: per process where the
+    engine prefixes its lines (vLLM), else as one stream. The cause is read from ERROR/CRITICAL records and raw
+    lines (a WARNING naming OSError is not one)."""
+    lines = [clean(line) for line in log_text.splitlines()]
+    parts = split_processes(lines)
+    if parts is None:
+        items, tracebacks = _error_items(lines)
+        return lines, items, tracebacks, lines
+    items, tracebacks = _process_items(parts)
+    return lines, items, tracebacks, [p.message for p in parts if p.level not in ("DEBUG", "INFO", "WARNING")]
+
+
 def analyse_start_failure(log_text: str, *, reason: str, exit_code: int | None = None,
                           timeout: float | None = None, draft_path: str | None = None) -> StartFailure:
     """Read a failed start's log. ``reason``: exited | timeout (the readiness wait's answer)."""
-    lines = [clean(line) for line in log_text.splitlines()]
-    parts = split_processes(lines)
-    if parts is not None:
-        items, tracebacks = _process_items(parts)
-        # what the cause is read from: ERROR/CRITICAL records and raw lines (a WARNING naming OSError is not one)
-        said = [p.message for p in parts if p.level not in ("DEBUG", "INFO", "WARNING")]
-    else:
-        items, tracebacks = _error_items(lines)
-        said = lines
+    lines, items, tracebacks, said = _read_log(log_text)
     error_lines = _pick(items, MAX_ERROR_LINES)
     last_lines = [_cut(line) for line in lines if not is_noise(line)][-MAX_ERROR_LINES:]
     messages = [strip_prefix(line) for line in said if not is_noise(line)]
@@ -385,14 +390,7 @@ class RuntimeFailure:
 
 def analyse_runtime_error(log_text: str) -> RuntimeFailure | None:
     """The error a running server logged (read from the part of its log written while it served); None: none."""
-    lines = [clean(line) for line in log_text.splitlines()]
-    parts = split_processes(lines)
-    if parts is not None:
-        items, tracebacks = _process_items(parts)
-        said = [p.message for p in parts if p.level not in ("DEBUG", "INFO", "WARNING")]
-    else:
-        items, tracebacks = _error_items(lines)
-        said = lines
+    _lines, items, tracebacks, said = _read_log(log_text)
     if not items:
         return None
     exception = _last_exception(tracebacks, [strip_prefix(m) for m in said if not is_noise(m)])
