@@ -11,6 +11,11 @@ from tests import realparts
 
 SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 LAB_FIXTURES = {"lab", "lab_models"}  # fixtures that build the lab or train its models
+#: Every test that talks to a real vLLM (its fixture closure holds the built host) runs in one group, on one worker:
+#: its session-scoped servers and flagship runs (tests/lab/vllm_real_fixtures.py, test_lab_vs_vllm.py) are made
+#: once per run instead of once per worker, and never two real servers at once — on 2 cores two vLLM servers' OpenMP
+#: threads thrash each other (CI measured a real-vLLM flagship at 606 s beside another real server, ~108 s alone).
+REAL_VLLM_FIXTURE, REAL_VLLM_GROUP = "vllm_host", "real-vllm"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads xdist_group marks to name the groups
@@ -18,11 +23,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist (``-n 2 --dist loadgroup``, the README's test command) the tests that need the lab or its
     models run a file at a time (group ``lab:<file>``), in file order, and the files spread over both workers: the lab
     is the shipped models, installed once under the build's file lock (seconds), so no worker waits for a training
-    while the other idles."""
+    while the other idles. The real-vLLM tests are one group of their own (``real-vllm``); xdist hands out the
+    groups with the most tests first, so that long chain starts at once while the other worker takes the rest."""
     del config
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if REAL_VLLM_FIXTURE in fixtures:
+            item.add_marker(pytest.mark.xdist_group(REAL_VLLM_GROUP))
         # the `lab` marker, or the lab's models through a fixture (tests/servers' lab_models)
-        if item.get_closest_marker("lab") or LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
+        elif item.get_closest_marker("lab") or LAB_FIXTURES & fixtures:
             item.add_marker(pytest.mark.xdist_group("lab:" + item.nodeid.split("::", 1)[0]))
 
 
