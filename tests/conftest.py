@@ -83,6 +83,16 @@ def sglang_trees() -> Callable[[str], Path]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def socket_dirs_removed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Real vLLM servers of this session got short IPC socket directories under /tmp (a pytest tmp_path is too deep
+    for a socket path: orchestrator.lab.vllm_host.socket_tmpdir); they go with the session's own temp tree."""
+    yield
+    from orchestrator.lab.vllm_host import remove_socket_tmpdirs
+
+    remove_socket_tmpdirs(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session", autouse=True)
 def no_planted_secret_leaks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The one place the planted secrets are checked (issue 19): after every test has run, every artifact of
     every test session (logs, outputs, reports, screenshots, exports, the committed snapshots) is scanned for

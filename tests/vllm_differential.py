@@ -42,7 +42,7 @@ if str(REPO) not in sys.path:
 if str(REPO / "remote_probes") not in sys.path:
     sys.path.append(str(REPO / "remote_probes"))  # server_client imports its sibling _probe
 
-from orchestrator.lab.vllm_host import socket_tmpdir  # noqa: E402
+from orchestrator.lab.vllm_host import make_socket_tmpdir  # noqa: E402
 from orchestrator.lab.vllm_real import CPU_FLAGS  # noqa: E402
 from remote_probes.interval_stats import Interval, mean_interval, ratio_interval  # noqa: E402
 from remote_probes.server_client import parse_metrics  # noqa: E402
@@ -217,8 +217,7 @@ def real_server(python: str, target: Path, spec: dict[str, Any], work: Path) -> 
     port = free_port()
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host", "127.0.0.1",
             "--port", str(port), "--speculative-config", json.dumps(spec), *flags_argv(SERVE_FLAGS)]
-    tmp = socket_tmpdir(work / "vllm-tmp")  # vLLM's IPC sockets live there: a pytest tmp_path is too deep
-    tmp.mkdir(parents=True, exist_ok=True)
+    tmp = make_socket_tmpdir(work / "vllm-tmp")  # vLLM's IPC sockets live there: a pytest tmp_path is too deep
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
                HF_HUB_OFFLINE="1", TMPDIR=str(tmp), VLLM_CACHE_ROOT=str(work / "vllm-cache"),

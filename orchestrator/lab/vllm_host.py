@@ -69,6 +69,9 @@ def host_dir(directory: Path | str | None = None) -> Path:
 #: ``$TMPDIR/<36-character uuid>``: a TMPDIR longer than this makes the API server fail before it serves
 #: ("ipc path ... exceeds 107 characters", seen with a pytest tmp_path)
 MAX_TMPDIR = 107 - 37
+#: where the short socket directories go, and the file in each that names the run directory it stands in for
+SOCKET_BASE = Path("/tmp") if os.access("/tmp", os.W_OK) else Path(os.path.expanduser("~"))
+OWNER_FILE = ".orchestrator-socket-owner"
 
 
 def socket_tmpdir(preferred: Path) -> Path:
@@ -78,17 +81,42 @@ def socket_tmpdir(preferred: Path) -> Path:
         return preferred
     import hashlib
 
-    base = Path("/tmp") if os.access("/tmp", os.W_OK) else Path(os.path.expanduser("~"))
-    return base / f"vllm-{hashlib.sha256(str(preferred).encode()).hexdigest()[:12]}"
+    return SOCKET_BASE / f"vllm-{hashlib.sha256(str(preferred).encode()).hexdigest()[:12]}"
+
+
+def make_socket_tmpdir(preferred: Path) -> Path:
+    """``socket_tmpdir(preferred)``, created mode 0700; a short directory records ``preferred`` (OWNER_FILE) so
+    that whoever removes ``preferred`` removes it too (``remove_socket_tmpdirs``)."""
+    tmp = socket_tmpdir(preferred)
+    tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if tmp != preferred:
+        (tmp / OWNER_FILE).write_text(str(preferred))
+    return tmp
+
+
+def remove_socket_tmpdirs(under: Path) -> list[Path]:
+    """Remove the short socket directories made for run directories below ``under`` (they live outside it, under
+    /tmp); returns what was removed. A directory another process removes first is not a failure."""
+    from orchestrator.tree_removal import remove_tree
+
+    removed: list[Path] = []
+    for candidate in SOCKET_BASE.glob("vllm-*"):
+        try:
+            owner = Path((candidate / OWNER_FILE).read_text())
+        except OSError:
+            continue  # not ours, or already gone
+        if owner == under or under in owner.parents:
+            remove_tree(candidate)
+            removed.append(candidate)
+    return removed
 
 
 def host_env(run_dir: Path) -> dict[str, str]:
     """What ``vllm serve`` needs on this CPU. ``run_dir`` gets TMPDIR (vLLM leaves ZMQ sockets and ``vllm_dist_*``
     files there; a short directory instead when ``run_dir`` is too deep for a socket path: ``socket_tmpdir``) and
     VLLM_CACHE_ROOT (its compile cache, otherwise ~/.cache/vllm); both are created here."""
-    tmp, cache = socket_tmpdir(run_dir / "tmp"), run_dir / "vllm-cache"
-    for path in (tmp, cache):
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp, cache = make_socket_tmpdir(run_dir / "tmp"), run_dir / "vllm-cache"
+    cache.mkdir(parents=True, exist_ok=True, mode=0o700)
     return {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
             # nobind: the suite and other processes share the cores; binding OpenMP threads would pin them
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",

@@ -19,6 +19,7 @@ from orchestrator.lab.vllm_host import (
     host_dir,
     host_env,
     is_built,
+    remove_socket_tmpdirs,
     socket_tmpdir,
 )
 
@@ -56,6 +57,19 @@ def test_the_environment_a_cpu_vllm_server_needs(tmp_path: Path) -> None:
     assert len(env["TMPDIR"]) <= MAX_TMPDIR
     assert env["TMPDIR"] == str(socket_tmpdir(tmp_path / "run" / "tmp"))
     assert socket_tmpdir(Path("/tmp/r/tmp")) == Path("/tmp/r/tmp")  # short enough: kept
+
+
+def test_a_short_socket_directory_goes_with_its_run_directory(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 80) / "run"
+    tmp = Path(host_env(deep)["TMPDIR"])
+    other = Path(host_env(tmp_path.parent / ("e" * 80) / "run")["TMPDIR"])  # another run's, outside tmp_path
+    try:
+        assert tmp.is_dir() and not tmp.is_relative_to(tmp_path)
+        assert remove_socket_tmpdirs(tmp_path) == [tmp] and not tmp.exists()
+        assert other.is_dir() and remove_socket_tmpdirs(tmp_path) == []  # only those below tmp_path
+    finally:
+        remove_socket_tmpdirs(tmp_path.parent / ("e" * 80))
+    assert not other.exists()
 
 
 def test_the_command_on_a_complete_host_prints_its_python_and_env(tmp_path: Path) -> None:
