@@ -1,4 +1,4 @@
-"""Engine adapters by name (the per-session ServerManager is built with the other services: engine/services.py)."""
+"""Engine adapters by name (the per-session ServerManager is built with the other services: session/compose.py)."""
 
 from __future__ import annotations
 

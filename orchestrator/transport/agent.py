@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import HostUnreachable, TransportError
-from orchestrator.transport.base import Command, OutputCallback, OutputCapture, RunResult, term_kill_script
+from orchestrator.transport.commands import (
+    Command,
+    OutputCallback,
+    OutputCapture,
+    RunResult,
+    term_kill_script,
+)
 
 if TYPE_CHECKING:
     from orchestrator.transport.base import Transport

@@ -31,7 +31,6 @@ from typing import Any, Literal
 import asyncssh
 
 from orchestrator.errors import HostUnreachable, TransportError
-from orchestrator.inventory import HostSpec
 from orchestrator.transport.agent import LINE_LIMIT, AgentChannel
 from orchestrator.transport.base import (
     Command,
@@ -51,6 +50,7 @@ from orchestrator.transport.known_hosts import (
     resolve_target,
     target_address,
 )
+from orchestrator.transport.spec import ConnectionSpec
 
 KILL_GRACE = 2.0
 OPEN_RETRIES = 4  # 10+20+40+80 ms: covers sshd's slot-release lag, not a real oversubscription
@@ -225,7 +225,7 @@ class SshTransport(Transport):
 
     supports_agent = True
 
-    def __init__(self, spec: HostSpec, *, session_id: str) -> None:
+    def __init__(self, spec: ConnectionSpec, *, session_id: str) -> None:
         super().__init__(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env, agent=spec.agent)
         self.spec = spec
         self._conn: asyncssh.SSHClientConnection | None = None
