@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import __version__
+from orchestrator import __version__, debuglog
 from orchestrator.actions import StepServices, get_action
 from orchestrator.engine.attempt import CONTROLLER, run_on_host
 from orchestrator.engine.problems import Problems, say_on_stderr
@@ -125,6 +125,7 @@ class Engine:
         self.sinks: list[EventSink] = list(sinks)
         self.options = options or EngineOptions()
         self.redactor = Redactor()
+        debuglog.watch(self.redactor)  # --debug lines mask this session's secrets too
         self.problems = Problems(self.options.say)
         self.vars = VariableState(
             playbook=playbook, inventory=self.inventory, extra=dict(self.options.extra_vars),
