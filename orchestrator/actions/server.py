@@ -52,15 +52,16 @@ FlagMap = dict[str, str | int | float | bool | list[str | int | float] | dict[st
 def server_keys(args: Any) -> list[str]:
     """API keys in a step's arguments: ``api_key`` (bench) and the adapters' key flags (``--api-key``,
     ``--admin-api-key``) in ``flags`` (server, sweep, tune), however they are spelled."""
-    from orchestrator.servers.base import EngineAdapter
     from orchestrator.servers.flags import flag_key
+    from orchestrator.servers.registry import all_key_flags
 
     if not isinstance(args, dict):
         return []
     keys = [args.get("api_key")]
     flags = args.get("flags")
     if isinstance(flags, dict):
-        keys += [v for k, v in flags.items() if flag_key(str(k)).lower() in EngineAdapter.key_flags]
+        known = all_key_flags()
+        keys += [v for k, v in flags.items() if flag_key(str(k)) in known]
     return [str(k) for k in keys if isinstance(k, (str, int)) and not isinstance(k, bool) and str(k)]
 
 
