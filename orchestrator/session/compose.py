@@ -19,7 +19,7 @@ from orchestrator.hypotheses.board import HypothesisBoard, rule_hook
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook
 from orchestrator.servers.manager import ServerManager
-from orchestrator.slurm.session import SlurmAllocations, SlurmSessionPort
+from orchestrator.slurm.session_allocations import SlurmAllocations, SlurmSessionPort
 from orchestrator.transport.factory import TransportFactory, make_transport
 
 

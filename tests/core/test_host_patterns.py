@@ -40,7 +40,7 @@ def test_index_mistakes_are_clear(pattern: str, message: str) -> None:
 
 def test_an_indexed_slurm_entry_is_acquired_and_its_vars_are_known() -> None:
     from orchestrator.cli.common import inventory_var_names
-    from orchestrator.slurm.session import targeted_entries
+    from orchestrator.slurm.session_allocations import targeted_entries
 
     inventory = Inventory.model_validate({"slurm": {"cluster": {"nodes": 2, "vars": {"x": 1}}}})
     assert targeted_entries(inventory, ["cluster[0]"]) == ["cluster"]
