@@ -16,10 +16,10 @@ from orchestrator.probes.models import (
     DraftFixResult,
     DraftInspectArgs,
     DraftInspectResult,
-    DraftTestProbeArgs,
     DraftTestResult,
     EnvInfoArgs,
     EnvInfoResult,
+    PassThroughArgs,
     SglangFlagsArgs,
     SglangFlagsResult,
     SglangSourceArgs,
@@ -45,7 +45,7 @@ PROBES: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "sglang_flags": (SglangFlagsArgs, SglangFlagsResult),
     "draft_fix": (DraftFixArgs, DraftFixResult),
     "target_capture": (TargetCaptureArgs, TargetCaptureResult),
-    "draft_test": (DraftTestProbeArgs, DraftTestResult),
+    "draft_test": (PassThroughArgs, DraftTestResult),
 }
 # server_client answers one result model per command (orchestrator/servers/client.py passes it as result_model).
 TYPED_PER_CALL = ("server_client",)

@@ -530,11 +530,12 @@ class TargetCaptureResult(_Result):
 
 
 # ---------------------------------------------------------------- draft_test
-# The step kind `draft_test` validates its own arguments (orchestrator/actions/draft_test.py: DraftTestArgs); the
-# probe's args model only passes them through, so a field added there needs no second model here.
 
 
-class DraftTestProbeArgs(BaseModel):
+class PassThroughArgs(BaseModel):
+    """The args model of a probe whose step kind validates the arguments itself (draft_test: DraftTestArgs in
+    orchestrator/actions/draft_test.py): passed through as given, so a field added there needs no second model."""
+
     model_config = ConfigDict(extra="allow")
 
 
