@@ -31,11 +31,12 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from sshd_fixture import start_sshd  # noqa: E402
 
-from orchestrator.engine.runner import Engine, EngineOptions  # noqa: E402
+from orchestrator.engine.runner import EngineOptions  # noqa: E402
 from orchestrator.inventory import HostSpec, Inventory  # noqa: E402
 from orchestrator.lab.build import cached_sglang_tree  # noqa: E402
 from orchestrator.playbook.loader import load_playbook_text  # noqa: E402
 from orchestrator.probes.invoke import run_probe  # noqa: E402
+from orchestrator.session.compose import compose_engine  # noqa: E402
 from orchestrator.transport.ssh import SshTransport  # noqa: E402
 
 FILE = "srt/speculative/eagle_worker.py"
@@ -88,7 +89,7 @@ async def over_ssh(root: Path, tree: Path, repeat: int) -> dict[str, list[float]
 async def adhoc_read(root: Path, tree: Path, repeat: int) -> list[float]:
     inventory = Inventory.model_validate({"hosts": {"localhost": {"transport": "local", "python": sys.executable,
                                                                   "state_dir": str(root / "state")}}})
-    engine = Engine(load_playbook_text("name: adhoc\nhosts: localhost\nsteps: []\n"), inventory=inventory, sinks=[],
+    engine = compose_engine(load_playbook_text("name: adhoc\nhosts: localhost\nsteps: []\n"), inventory=inventory, sinks=[],
                     options=EngineOptions(session_id="adhoc-bench"))
     args = {"package": "sglang", "file": FILE, "lines": "155,200", "sys_path": [str(tree)]}
     samples = []

@@ -64,12 +64,13 @@ def sink_rate(stream: list) -> tuple[float, int]:
 
 
 def engine_rate(stream: list) -> float:
-    from orchestrator.engine import Engine, EngineOptions
+    from orchestrator.engine import EngineOptions
     from orchestrator.playbook.models import Playbook
+    from orchestrator.session.compose import compose_engine
     from orchestrator.session.log import SessionLog
 
     with tempfile.TemporaryDirectory() as tmp:
-        engine = Engine(Playbook(name="bench"), sinks=[SessionLog(Path(tmp))],
+        engine = compose_engine(Playbook(name="bench"), sinks=[SessionLog(Path(tmp))],
                         options=EngineOptions(session_id="bench"))
         engine.redactor.add("not-in-the-output-but-checked-s3cret")
         started = time.perf_counter()

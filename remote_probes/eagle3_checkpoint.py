@@ -1,6 +1,6 @@
 """Reading EAGLE-3 draft checkpoints from disk (torch only; no safetensors package needed).
 
-Used by ``eagle3_draft.load_draft``. Knows the naming variants real drafts use and normalises them to one
+Used by ``eagle3_validate.load_draft``. Knows the naming variants real drafts use and normalises them to one
 canonical set of keys (SpecForge's ``midlayer.*``):
 
 - SpecForge / EAGLE: ``midlayer.self_attn.q_proj.weight``, ``fc.weight``, ``norm.weight``, ``lm_head.weight``

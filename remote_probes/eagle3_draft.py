@@ -8,8 +8,9 @@ Public API (stable; the lab server and the lab's training code use it):
   ``norm_before_fc`` (``input_norm`` over the concatenated aux states), ``fc_norm`` (``fc_norm.N`` per aux state),
   ``norm_before_residual`` (the residual is ``hidden_norm(h)``), ``norm_output`` (the normed hidden is fed back)
 - ``Eagle3Draft(cfg, num_aux=3)``                                      the module (randomly initialised)
-- ``load_draft(path, *, embed_tokens=None, lm_head=None, target_vocab_size=None, target_hidden_size=None,
-  device="cpu", dtype=torch.float32, strict=True) -> Eagle3Draft``   from a checkpoint directory
+- ``eagle3_validate.load_draft(path, *, embed_tokens=None, lm_head=None, target_vocab_size=None,
+  target_hidden_size=None, device="cpu", dtype=torch.float32, strict=True) -> Eagle3Draft``   from a checkpoint
+  directory (the loader lives with the checks it runs: this module builds the model, that one validates and loads)
 - ``draft.forward(tokens, hidden, cache=None) -> DraftOutput``          one incremental call (KV cache optional)
 - ``draft.ttt_forward(aux, next_tokens, steps) -> list[DraftOutput]``  all columns, ``steps`` chained steps
   (SpecForge's test-time-training layout: what training optimises and what the draft test measures)
@@ -25,7 +26,7 @@ is skipped — exactly SGLang's rule "fc only when the width differs from hidden
 
 Incremental decoding with the KV cache (greedy chain speculative decoding, topk=1)::
 
-    draft = load_draft(draft_dir, embed_tokens=target.get_input_embeddings().weight,
+    draft = eagle3_validate.load_draft(draft_dir, embed_tokens=target.get_input_embeddings().weight,
                        lm_head=target.lm_head.weight, target_vocab_size=V, target_hidden_size=H)
     cache = DraftKVCache()
     # prompt x_0..x_{n-1}; the target's prefill gave aux states A[:, 0:n] and its next token x_n
@@ -54,17 +55,17 @@ import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:  # the checker reads the package; at run time a sibling script works too
-    from .eagle3_checkpoint import DraftLoadError, read_state_dict
+    from .eagle3_checkpoint import DraftLoadError
     from .eagle3_config import flat_config, rope_config, variant_flags
 else:
     try:
-        from .eagle3_checkpoint import DraftLoadError, read_state_dict
+        from .eagle3_checkpoint import DraftLoadError
         from .eagle3_config import flat_config, rope_config, variant_flags
     except ImportError:
-        from eagle3_checkpoint import DraftLoadError, read_state_dict
+        from eagle3_checkpoint import DraftLoadError
         from eagle3_config import flat_config, rope_config, variant_flags
 
-__all__ = ["DraftConfig", "DraftKVCache", "DraftLoadError", "DraftOutput", "Eagle3Draft", "load_draft"]
+__all__ = ["DraftConfig", "DraftKVCache", "DraftLoadError", "DraftOutput", "Eagle3Draft"]
 
 def _need(cfg: Dict[str, Any], key: str) -> Any:
     value = cfg.get(key)
@@ -364,27 +365,3 @@ class Eagle3Draft(nn.Module):
             outputs.append(out)
             h = out.hidden
         return outputs
-
-
-def load_draft(path: str, *, embed_tokens: Optional[torch.Tensor] = None, lm_head: Optional[torch.Tensor] = None,
-               target_vocab_size: Optional[int] = None, target_hidden_size: Optional[int] = None,
-               device: str = "cpu", dtype: torch.dtype = torch.float32, strict: bool = True) -> Eagle3Draft:
-    """Load a draft directory (config.json + weights), borrowing the target's embedding / lm_head when absent.
-
-    ``strict=False`` mimics SGLang: a declared-but-missing lm_head stays randomly initialised (seeded) and
-    out-of-range d2t entries are clamped, each recorded in ``load_report["notes"]`` instead of raising.
-
-    :raises DraftLoadError: missing tensors or config fields, wrong shapes, a draft for another vocab or width.
-    """
-    # imported lazily: eagle3_validate builds an Eagle3Draft (circular at module level)
-    if TYPE_CHECKING:
-        from .eagle3_validate import build_from_state
-    else:
-        try:
-            from .eagle3_validate import build_from_state
-        except ImportError:
-            from eagle3_validate import build_from_state
-    config, state, notes = read_state_dict(path)
-    return build_from_state(config, state, notes, strict=strict, embed_tokens=embed_tokens, lm_head=lm_head,
-                            target_vocab_size=target_vocab_size, target_hidden_size=target_hidden_size,
-                            device=device, dtype=dtype)

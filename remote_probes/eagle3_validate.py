@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 import torch
 
 if TYPE_CHECKING:  # the checker reads the package; at run time a sibling script works too
-    from .eagle3_checkpoint import DraftLoadError
+    from .eagle3_checkpoint import DraftLoadError, read_state_dict
     from .eagle3_draft import DraftConfig, Eagle3Draft
 else:
     try:
-        from .eagle3_checkpoint import DraftLoadError
+        from .eagle3_checkpoint import DraftLoadError, read_state_dict
         from .eagle3_draft import DraftConfig, Eagle3Draft
     except ImportError:
-        from eagle3_checkpoint import DraftLoadError
+        from eagle3_checkpoint import DraftLoadError, read_state_dict
         from eagle3_draft import DraftConfig, Eagle3Draft
 
 _LAYER_KEYS = ("input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight",
@@ -223,3 +223,19 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
     draft.load_report = {"notes": notes, "num_aux": num_aux, "draft_vocab_size": vd,
                          "variant_flags": sorted(cfg.flags), "parts": None if parts is None else dict(parts)}
     return draft.to(device=device, dtype=dtype).eval()
+
+
+def load_draft(path: str, *, embed_tokens: Optional[torch.Tensor] = None, lm_head: Optional[torch.Tensor] = None,
+               target_vocab_size: Optional[int] = None, target_hidden_size: Optional[int] = None,
+               device: str = "cpu", dtype: torch.dtype = torch.float32, strict: bool = True) -> Eagle3Draft:
+    """Load a draft directory (config.json + weights), borrowing the target's embedding / lm_head when absent.
+
+    ``strict=False`` mimics SGLang: a declared-but-missing lm_head stays randomly initialised (seeded) and
+    out-of-range d2t entries are clamped, each recorded in ``load_report["notes"]`` instead of raising.
+
+    :raises DraftLoadError: missing tensors or config fields, wrong shapes, a draft for another vocab or width.
+    """
+    config, state, notes = read_state_dict(path)
+    return build_from_state(config, state, notes, strict=strict, embed_tokens=embed_tokens, lm_head=lm_head,
+                            target_vocab_size=target_vocab_size, target_hidden_size=target_hidden_size,
+                            device=device, dtype=dtype)

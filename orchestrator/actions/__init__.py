@@ -6,7 +6,7 @@ import importlib
 from functools import cache
 from typing import Any
 
-from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
+from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed, StepServices
 
 # kind -> "module:Class". Modules must be cheap to import (heavy imports go inside run()).
 BUILTIN_ACTIONS: dict[str, str] = {
@@ -37,4 +37,4 @@ def get_action(kind: str) -> type[Action[Any]] | None:
     return registry().get(kind)
 
 
-__all__ = ["Action", "ActionArgs", "ActionContext", "StepFailed", "registry", "get_action", "BUILTIN_ACTIONS"]
+__all__ = ["Action", "ActionArgs", "ActionContext", "StepFailed", "StepServices", "registry", "get_action", "BUILTIN_ACTIONS"]

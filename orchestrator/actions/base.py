@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,15 +19,33 @@ from orchestrator.events import OutputStream, StepStatus
 from orchestrator.templating import render, render_shell
 
 if TYPE_CHECKING:
-    from orchestrator.engine.services import SessionServices
+    from orchestrator.hypotheses.board import HypothesisBoard
     from orchestrator.inventory import HostSpec
+    from orchestrator.servers.manager import ServerManager
     from orchestrator.transport.base import Transport
+
+
+class StepServices(Protocol):
+    """The session's services a step (and an ad-hoc poke) may use. Built where the session is composed
+    (``orchestrator.session.compose``), handed to the engine, which passes them on without knowing them."""
+
+    @property
+    def servers(self) -> ServerManager: ...  # the servers this session started; stopped at its end unless kept
+
+    @property
+    def board(self) -> HypothesisBoard: ...  # the hypotheses and their evidence
 
 
 class ActionArgs(BaseModel):
     """Base of every step kind's arguments: unknown keys are mistakes."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def secret_values(cls, args: Any) -> list[str]:
+        """Values in these arguments (raw or rendered, a dict) that are secrets whatever their name (a server's API
+        key): the engine redacts them everywhere. Secret-named ``env`` entries are the engine's own rule."""
+        return []
 
 
 A = TypeVar("A", bound=ActionArgs)
@@ -56,7 +74,7 @@ class ActionContext:
     session_id: str
     session_dir: Path | None
     emit_output: Callable[[OutputStream, str], None]  # (stream, text)
-    services: SessionServices  # the session's servers, hypothesis board and transport factory
+    services: StepServices  # the session's servers and hypothesis board
     emit: Callable[[Any], None] | None = None  # emit a typed event (server lifecycle, artifacts)
     timeout: float | None = None
     #: the step's hosts in order (``host`` among them): a step that runs once over several (``server: {nodes: N}``)
@@ -86,6 +104,14 @@ class Action(ABC, Generic[A]):
     raw_fields: ClassVar[tuple[str, ...]] = ()
     #: False for actions that run once on the controller (``set``), not per host
     per_host: ClassVar[bool] = True
+    #: the step starts a server from ``flags``: the TUI and MCP may show them and rerun it with edited ones
+    takes_server_flags: ClassVar[bool] = False
+
+    @classmethod
+    def secret_values(cls, args: Any) -> list[str]:
+        """This step's secret argument values (its ``Args.secret_values``): what the engine must redact."""
+        found = getattr(cls.Args, "secret_values", None)
+        return list(found(args)) if callable(found) else []
 
     @classmethod
     def runs_once(cls, raw_args: Any) -> bool:

@@ -25,16 +25,16 @@ of strings or ``{prompts: [{text: ...}]}``.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
 
 from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
-from orchestrator.errors import OrchestratorError, UserInputError
-
-BUNDLED_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "bench_prompts.json"
+from orchestrator.errors import OrchestratorError
+from orchestrator.servers.prompts import (
+    BUNDLED_PROMPTS as BUNDLED_PROMPTS,  # re-exported: tests and bench/ use it
+)
+from orchestrator.servers.prompts import load_prompts as load_prompts
 
 
 class BenchSettings(ActionArgs):
@@ -57,28 +57,17 @@ class BenchArgs(BenchSettings):
     api_key: str | None = Field(default=None, description="the server's --api-key (use a secret var); a server "
                                 "started in this session with api-key in its flags needs none")
 
+    @classmethod
+    def secret_values(cls, args: Any) -> list[str]:
+        from orchestrator.actions.server import server_keys
+
+        return server_keys(args)
+
     @model_validator(mode="after")
     def _one_target(self) -> BenchArgs:
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("url must start with http:// or https://")
         return self
-
-
-def load_prompts(path: str | None) -> list[str]:
-    """:raises UserInputError: naming the file when it is missing or not a prompt list."""
-    source = Path(path).expanduser() if path else BUNDLED_PROMPTS
-    try:
-        data = json.loads(source.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserInputError(f"prompts: cannot read {source}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise UserInputError(f"prompts: {source} is not JSON: {exc}") from None
-    items = data.get("prompts") if isinstance(data, dict) else data
-    prompts = [p.get("text") if isinstance(p, dict) else p for p in items] if isinstance(items, list) else None
-    texts = [p for p in prompts or [] if isinstance(p, str) and p]
-    if not prompts or len(texts) != len(prompts):
-        raise UserInputError(f"prompts: {source} must hold a non-empty list of strings or of {{text: ...}}")
-    return texts
 
 
 def with_intervals(result: dict[str, Any], distinct: int | None = None, confidence: float = 0.95) -> dict[str, Any]:

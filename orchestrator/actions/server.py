@@ -49,6 +49,22 @@ from orchestrator.errors import OrchestratorError
 FlagMap = dict[str, str | int | float | bool | list[str | int | float] | dict[str, Any] | None]
 
 
+def server_keys(args: Any) -> list[str]:
+    """API keys in a step's arguments: ``api_key`` (bench) and the adapters' key flags (``--api-key``,
+    ``--admin-api-key``) in ``flags`` (server, sweep, tune), however they are spelled."""
+    from orchestrator.servers.flags import flag_key
+    from orchestrator.servers.registry import all_key_flags
+
+    if not isinstance(args, dict):
+        return []
+    keys = [args.get("api_key")]
+    flags = args.get("flags")
+    if isinstance(flags, dict):
+        known = all_key_flags()
+        keys += [v for k, v in flags.items() if flag_key(str(k)) in known]
+    return [str(k) for k in keys if isinstance(k, (str, int)) and not isinstance(k, bool) and str(k)]
+
+
 class ServerLaunchArgs(ActionArgs):
     """What `server` start and `sweep` share."""
 
@@ -64,6 +80,10 @@ class ServerLaunchArgs(ActionArgs):
     grace: float | None = Field(default=None, ge=0, description="seconds between SIGTERM and SIGKILL on stop")
     preflight: bool = Field(default=True, description="check the flags with the installed SGLang's own parser "
                                                       "before starting (a refusal fails the start in seconds)")
+
+    @classmethod
+    def secret_values(cls, args: Any) -> list[str]:
+        return server_keys(args)
 
     @model_validator(mode="after")
     def _check(self) -> ServerLaunchArgs:
@@ -135,6 +155,7 @@ def rank0_address(ctx: ActionContext) -> str:
 class ServerAction(Action[ServerStepArgs]):
     kind = "server"
     Args = ServerStepArgs
+    takes_server_flags = True
     summary = "Start/stop/restart an inference server with candidate flags; registers url, effective args, overrides."
 
     @classmethod

@@ -26,6 +26,28 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+
+
+@app.callback()
+def _global_options(
+    ctx: typer.Context,
+    debug: bool = typer.Option(False, "--debug", help="Log the SSH, agent and server-client traffic (redacted) to "
+                               "stderr; under `tui`, to debug.log in the cache dir. Also ORCHESTRATOR_DEBUG=1."),
+) -> None:
+    from orchestrator import debuglog
+
+    if debuglog.requested(debug):
+        path = None
+        if ctx.invoked_subcommand == "tui":  # the screen is the TUI's: the lines go to a file
+            import os
+            from pathlib import Path
+
+            root = Path(os.environ.get("ORCHESTRATOR_CACHE_DIR") or Path.home() / ".cache" / "orchestrator")
+            root.mkdir(parents=True, exist_ok=True)
+            path = root / "debug.log"
+        debuglog.enable(path=path)
+
+
 _run.register(app)
 _sessions.register(app)
 _notes.register(app)

@@ -120,4 +120,5 @@ class AdhocActions:
             raise UserInputError("a verdict needs the observation that decides it")
         from orchestrator.hypotheses.board import manual_verdict
 
-        return manual_verdict(self.engine, hypothesis_id, state, because.strip(), author=self.author)
+        return manual_verdict(self.engine.services.board, self.engine.emit, hypothesis_id, state, because.strip(),
+                              author=self.author)

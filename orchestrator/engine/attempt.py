@@ -78,7 +78,7 @@ async def attempt_once(engine: Engine, step: Step, action_cls: Any, host: str,
     try:
         rendered = action_cls.render_args(action_cls.normalize(step.args), variables) \
             if isinstance(step.args, dict) else action_cls.normalize(render(step.args, variables))
-        engine.learn_secret_env(rendered)
+        engine.learn_secret_env(rendered, step.action)
         args = action_cls.Args.model_validate(rendered)
     except TemplateError as exc:
         return result("failed", error=f"{step.location}: {exc.message}")

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Literal
 
+from orchestrator.actions import get_action
 from orchestrator.engine.adhoc import AdhocActions
 from orchestrator.engine.runner import Engine, SessionOutcome, StepGate
 from orchestrator.errors import UserInputError
@@ -105,6 +106,12 @@ class SessionHold:
         self._released.set()
 
 
+def _takes_server_flags(step: Step) -> bool:
+    """The step's kind starts a server from flags a person may edit (its ``takes_server_flags``)."""
+    action_cls = get_action(step.action)
+    return action_cls is not None and action_cls.takes_server_flags
+
+
 class Controller:
     """Commands the TUI sends to the engine. ``start()`` runs the session; everything else steers it."""
 
@@ -186,7 +193,7 @@ class Controller:
 
     def server_flags(self, step_id: str) -> dict[str, Any]:
         step = self.find_step(step_id)
-        if step.action != "server" or not isinstance(step.args, dict):
+        if not _takes_server_flags(step) or not isinstance(step.args, dict):
             raise UserInputError(f"step {step_id} is a {step.action} step, not a server step: it has no flags")
         if step_id in self.edited_flags:
             return dict(self.edited_flags[step_id])
@@ -210,7 +217,7 @@ class Controller:
         original = self.find_step(step_id)
         args = original.args
         if flags is not None:
-            if original.action != "server":
+            if not _takes_server_flags(original):
                 raise UserInputError(f"only server steps take flags; {step_id} is a {original.action} step")
             args = {**(args or {}), "flags": dict(flags)}
             self.edited_flags[step_id] = dict(flags)

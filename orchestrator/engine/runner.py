@@ -1,5 +1,9 @@
 """Engine: runs a playbook's steps in order on their hosts, applies when/until/retries/timeout, runs
 ``always:`` even after failure or cancel, and emits typed events. Nothing here prints or knows sinks.
+
+The engine runs steps and nothing else: the session's services (servers, the hypothesis board, Slurm
+allocations) are composed around it (``orchestrator.session.compose``) and handed in as ``services`` plus
+hooks (preparers, step hooks, finalizers) that were given ``emit`` and narrow ports, never the engine.
 """
 
 from __future__ import annotations
@@ -12,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import __version__
-from orchestrator.actions import get_action
+from orchestrator import __version__, debuglog
+from orchestrator.actions import StepServices, get_action
 from orchestrator.engine.attempt import CONTROLLER, run_on_host
 from orchestrator.engine.problems import Problems, say_on_stderr
-from orchestrator.engine.services import SessionServices, build_services
 from orchestrator.engine.shutdown import shut_down
 from orchestrator.engine.sinks import EventSink
 from orchestrator.engine.variables import VariableState
@@ -38,10 +41,12 @@ from orchestrator.playbook.models import Playbook, Step
 from orchestrator.redact import Redactor
 from orchestrator.templating import evaluate, render
 from orchestrator.transport.base import Transport
+from orchestrator.transport.factory import TransportFactory, make_transport
 
 __all__ = ["CONTROLLER", "Engine", "EngineOptions", "SessionOutcome", "StepGate"]
 
-StepHook = Callable[["Engine", Step, StepFinished, dict[str, Any]], Awaitable[None]]
+#: run after each step with (the step, its step_finished, the variables its rules see); made with ``emit`` bound
+StepHook = Callable[[Step, StepFinished, dict[str, Any]], Awaitable[None]]
 
 
 class StepGate:
@@ -55,19 +60,26 @@ class StepGate:
         return "run"
 
 
-#: server flags whose values are API keys (SGLang's --api-key / --admin-api-key), in flag_key form
-KEY_FLAGS = ("api_key", "admin_api_key")
+class NoServices:
+    """The services of an engine built bare (no session composed around it): a step that needs one says so."""
+
+    def _missing(self, what: str) -> OrchestratorError:
+        return OrchestratorError(f"this engine has no {what}: build the session with "
+                                 "orchestrator.session.compose.compose_engine", title="No session services")
+
+    @property
+    def servers(self) -> Any:
+        raise self._missing("server manager")
+
+    @property
+    def board(self) -> Any:
+        raise self._missing("hypothesis board")
 
 
-def server_keys(args: Any) -> list[str]:
-    """API keys in a step's arguments: ``api_key`` (bench) and key flags in ``flags`` (server, sweep)."""
-    if not isinstance(args, dict):
-        return []
-    keys = [args.get("api_key")]
-    flags = args.get("flags")
-    if isinstance(flags, dict):
-        keys += [v for k, v in flags.items() if str(k).lstrip("-").replace("-", "_").lower() in KEY_FLAGS]
-    return [str(k) for k in keys if isinstance(k, (str, int)) and not isinstance(k, bool) and str(k)]
+def step_secrets(action: str, args: Any) -> list[str]:
+    """The secret values a step's kind finds in its arguments (a server's API key), whatever they are named."""
+    action_cls = get_action(action)
+    return action_cls.secret_values(args) if action_cls is not None else []
 
 
 @dataclass
@@ -105,12 +117,15 @@ class Engine:
         inventory: Inventory | None = None,
         sinks: Iterable[EventSink] = (),
         options: EngineOptions | None = None,
+        services: StepServices | None = None,
+        make_transport: TransportFactory = make_transport,
     ) -> None:
         self.playbook = playbook
         self.inventory = inventory or Inventory()
         self.sinks: list[EventSink] = list(sinks)
         self.options = options or EngineOptions()
         self.redactor = Redactor()
+        debuglog.watch(self.redactor)  # --debug lines mask this session's secrets too
         self.problems = Problems(self.options.say)
         self.vars = VariableState(
             playbook=playbook, inventory=self.inventory, extra=dict(self.options.extra_vars),
@@ -123,7 +138,9 @@ class Engine:
         self.step_hooks: list[StepHook] = []  # e.g. the hypothesis board's rule evaluation
         self.finalizers: list[Callable[[], Awaitable[None]]] = []  # run before transports close
         self.preparers: list[Callable[[], Awaitable[None]]] = []  # run before the first step (Slurm allocations)
-        self.services: SessionServices = build_services(self)  # servers, board, transports
+        #: what steps use (servers, board): composed outside the engine, passed through to each step untouched
+        self.services: StepServices = services if services is not None else NoServices()
+        self.make_transport = make_transport  # how a host is reached (tests may swap it)
         self.counts: dict[str, int] = {}
         self._seq = 0
         self._current: asyncio.Task[SessionStatus] | None = None
@@ -148,7 +165,7 @@ class Engine:
         for step in self.playbook.all_steps():
             if isinstance(step.args, dict) and isinstance(step.args.get("env"), dict):
                 self.redactor.add_env({k: v for k, v in step.args["env"].items() if "{{" not in str(v)})
-            self.redactor.add(*(v for v in server_keys(step.args) if "{{" not in v))
+            self.redactor.add(*(v for v in step_secrets(step.action, step.args) if "{{" not in v))
 
     def emit(self, event: Event) -> None:
         """Number, redact and deliver an event to every sink."""
@@ -176,7 +193,7 @@ class Engine:
             if host in self.transports:
                 return self.transports[host]
             spec = self.inventory.host(host)
-            transport = self.services.make_transport(spec, self.options.session_id)
+            transport = self.make_transport(spec, self.options.session_id)
             await transport.connect()
             self.transports[host] = transport
             return transport
@@ -371,7 +388,7 @@ class Engine:
         finished = self._record(step, status, outcomes, started, error, attempts)
         for hook in self.step_hooks:
             try:
-                await hook(self, step, finished, self.vars.for_host(run_hosts[0] if run_hosts[0] != CONTROLLER else None))
+                await hook(step, finished, self.vars.for_host(run_hosts[0] if run_hosts[0] != CONTROLLER else None))
             except OrchestratorError as exc:
                 self.emit_output(step.step_id, run_hosts[0], "info", f"{exc.message}\n")
         return finished
@@ -396,15 +413,15 @@ class Engine:
             rendered = render(step.args, self.vars.for_host(host if host != CONTROLLER else None))
         except OrchestratorError:
             rendered = step.args
-        self.learn_secret_env(rendered)
+        self.learn_secret_env(rendered, step.action)
         return rendered if isinstance(rendered, dict) else {"value": rendered}
 
-    def learn_secret_env(self, rendered: Any) -> None:
+    def learn_secret_env(self, rendered: Any, action: str) -> None:
         """A templated value put into a secret-named env var (``HF_TOKEN: "{{ tok }}"``) is a secret too, and so is
-        a server's API key (``flags: {api-key: ...}``, ``api_key: ...``), however it was written."""
+        what the step's kind calls secret (a server's API key, ``flags: {api-key: ...}``), however it was written."""
         if isinstance(rendered, dict) and isinstance(rendered.get("env"), dict):
             self.redactor.add_env(rendered["env"])
-        self.redactor.add(*server_keys(rendered))
+        self.redactor.add(*step_secrets(action, rendered))
 
     def _finish_early(self, step: Step, status: StepStatus, error: str, started: float,
                       author: str | None = None) -> StepFinished:

@@ -26,8 +26,10 @@ from orchestrator.playbook.models import VERDICT_KEYS, Hypothesis, Step, Verdict
 from orchestrator.templating import evaluate, render
 
 if TYPE_CHECKING:
-    from orchestrator.engine.runner import Engine
     from orchestrator.events import StepFinished
+
+#: where the board's events go (the session's ``emit``): the board never holds the engine
+Emit = Callable[[Event], None]
 
 RULE_STATE: dict[VerdictKey, HypothesisState] = {"confirm_if": "confirmed", "support_if": "supported", "refute_if": "refuted", "inconclusive_if": "inconclusive"}
 POSITIVE: set[HypothesisState] = {"supported", "confirmed"}
@@ -128,36 +130,36 @@ def evaluate_rules(step: Step, variables: dict[str, Any]) -> list[tuple[str, Hyp
     return hits
 
 
-def rule_hook(board: HypothesisBoard) -> Callable[[Engine, Step, StepFinished, dict[str, Any]], Awaitable[None]]:
+def rule_hook(board: HypothesisBoard, emit: Emit) -> Callable[[Step, StepFinished, dict[str, Any]], Awaitable[None]]:
     """The engine step hook that evaluates a step's evidence rules against ``board`` after it finishes."""
 
-    async def on_step(engine: Engine, step: Step, finished: StepFinished, variables: dict[str, Any]) -> None:
+    async def on_step(step: Step, finished: StepFinished, variables: dict[str, Any]) -> None:
         if not step.evidence:
             return
         if finished.status != "ok":
             for hid in step.evidence:
-                engine.emit(NoteAdded(text=f"evidence for {hid} not evaluated: step {finished.status}",
+                emit(NoteAdded(text=f"evidence for {hid} not evaluated: step {finished.status}",
                                       step_id=step.step_id, hypothesis_id=hid, author="engine"))
             return
         try:
             hits = evaluate_rules(step, variables)
         except OrchestratorError as exc:
-            engine.emit(NoteAdded(text=f"evidence rule failed at {step.location}: {exc.message}",
+            emit(NoteAdded(text=f"evidence rule failed at {step.location}: {exc.message}",
                                   step_id=step.step_id, author="engine"))
             return
         for hid, verdict, expr, because in hits:
             event = board.decide(hid, verdict, source="rule", step_id=step.step_id, rule=expr,
                                  evidence=because or f"{expr} held after '{step.display_name}'")
             board.apply(event)
-            engine.emit(event)
+            emit(event)
 
     return on_step
 
 
-def manual_verdict(engine: Engine, hid: str, state: str, because: str, *, author: str | None = None) -> HypothesisUpdated:
+def manual_verdict(board: HypothesisBoard, emit: Emit, hid: str, state: str, because: str, *,
+                   author: str | None = None) -> HypothesisUpdated:
     """A person's verdict during a live session (TUI): recorded exactly like a rule's."""
-    board = engine.services.board
     event = board.decide(hid, state, source="manual", evidence=because, author=author)
     board.apply(event)
-    engine.emit(event)
+    emit(event)
     return event

@@ -16,8 +16,10 @@ from orchestrator.probes.models import (
     DraftFixResult,
     DraftInspectArgs,
     DraftInspectResult,
+    DraftTestResult,
     EnvInfoArgs,
     EnvInfoResult,
+    PassThroughArgs,
     SglangFlagsArgs,
     SglangFlagsResult,
     SglangSourceArgs,
@@ -43,7 +45,10 @@ PROBES: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "sglang_flags": (SglangFlagsArgs, SglangFlagsResult),
     "draft_fix": (DraftFixArgs, DraftFixResult),
     "target_capture": (TargetCaptureArgs, TargetCaptureResult),
+    "draft_test": (PassThroughArgs, DraftTestResult),
 }
+# server_client answers one result model per command (orchestrator/servers/client.py passes it as result_model).
+TYPED_PER_CALL = ("server_client",)
 
 
 def probes_dir() -> Path:
@@ -88,6 +93,6 @@ def parse_result(probe: str, outcome: ProbeOutcome) -> BaseModel:
 
 
 __all__ = [
-    "PROBES", "PROTOCOL_KINDS", "ProbeErrorInfo", "ProbeOutcome", "check_result", "new_nonce", "outcome_from_document", "parse_probe_output",
+    "PROBES", "PROTOCOL_KINDS", "TYPED_PER_CALL", "ProbeErrorInfo", "ProbeOutcome", "check_result", "new_nonce", "outcome_from_document", "parse_probe_output",
     "parse_progress_line", "parse_result", "probes_dir", "validate_args",
 ]

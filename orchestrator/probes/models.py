@@ -527,3 +527,54 @@ class TargetCaptureResult(_Result):
     id_offset: int | None = None
     version: str | None = None
     why: str | None = None
+
+
+# ---------------------------------------------------------------- draft_test
+
+
+class PassThroughArgs(BaseModel):
+    """The args model of a probe whose step kind validates the arguments itself (draft_test: DraftTestArgs in
+    orchestrator/actions/draft_test.py): passed through as given, so a field added there needs no second model."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class WiringScore(_Result):
+    """One candidate wiring's figures, each with its interval over prompts (remote_probes/draft_test.py)."""
+
+    name: str
+    wiring: list[int]
+    tau_serving: float | None = None
+    tau_serving_ci: list[float] | None = None
+    tau: float | None = None
+    acc: list[float | None] = Field(default_factory=list)
+    tier: int | None = None
+    vs_server: dict[str, Any] | None = None  # {ratio, ratio_ci, se_log}: paired over prompts
+    beats_server: bool = False
+    as_trained: dict[str, Any] | None = None  # the same figures with the draft's own parts, where served ones differ
+
+
+DraftTestDecision = Literal["mismatch", "fine", "no_signal", "inconclusive"]
+
+
+class DraftTestResult(_Result):
+    """The draft test's evidence: every wiring scored, the best against the served one, and the decision."""
+
+    wirings: list[WiringScore]
+    best: WiringScore
+    server_wiring: list[int] | None = None  # what the engine feeds (None: outside the target)
+    server: WiringScore | None = None
+    engine: str
+    algorithm: str
+    parts: dict[str, Any]  # the parts the engine serves vs the draft's own (eagle3_served.served_parts)
+    verdict: str
+    decision: DraftTestDecision
+    prompts_to_decide: int | None = None
+    margin: float
+    confidence: float
+    gain: dict[str, Any] | None = None
+    steps: int
+    best_tier: list[list[int]] = Field(default_factory=list)
+    target: dict[str, Any]
+    draft: dict[str, Any]
+    prompts: int

@@ -1,1 +1,1 @@
-"""Inference-server adapters (SGLang, the lab; later vLLM) and the per-session ServerManager."""
+"""Inference-engine adapters (SGLang, vLLM, the lab: siblings of servers/base.EngineAdapter) and the per-session ServerManager."""

@@ -6,9 +6,12 @@ probe's arguments, and reads the server's info document with its own parsing (``
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.debuglog import clip
 from orchestrator.errors import ProbeError, ServerError
 from orchestrator.probes.models import SERVER_CLIENT_RESULTS
 from orchestrator.servers.base import EngineAdapter
@@ -16,6 +19,7 @@ from orchestrator.servers.sglang import SglangAdapter
 from orchestrator.transport.base import Transport
 
 PROBE = "server_client"
+log = logging.getLogger("orchestrator.server_client")  # --debug: each call and its answer (orchestrator.debuglog)
 
 
 class ServerClient:
@@ -49,6 +53,9 @@ class ServerClient:
         keys = {name: value for name, value in (("api_key", self.api_key), ("admin_api_key", self.admin_api_key))
                 if value}
         payload = {**self.adapter.client_args(command), **keys, **args, "command": command}
+        debugging = log.isEnabledFor(logging.DEBUG)
+        if debugging:  # the keys stay out; the rest is redacted by the handler (orchestrator.debuglog)
+            log.debug("%s: server client %s %s", self.transport.host, command, clip(json.dumps(args, default=str)))
         try:
             result = await run_probe(self.transport, PROBE, payload, python=self.python, timeout=timeout,
                                      on_stderr=on_log, result_model=SERVER_CLIENT_RESULTS[command])
@@ -56,6 +63,9 @@ class ServerClient:
             if exc.kind == "unauthorized" and exc.reason:  # 401/403: the probe's sentence says it all
                 raise ServerError(exc.reason) from None
             raise ServerError(f"server client {command}: {exc.message}") from None
+        if debugging:
+            log.debug("%s: server client %s answered %s", self.transport.host, command,
+                      clip(json.dumps(result, default=str)))
         if command == "bench":
             result = self.adapter.read_bench(result)
         return result

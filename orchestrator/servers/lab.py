@@ -10,12 +10,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from orchestrator.servers.base import EngineAdapter, Launcher, LaunchSpec
+from orchestrator.servers.base import Launcher, LaunchSpec
 from orchestrator.servers.flags import flag_key
+from orchestrator.servers.sglang import SglangAdapter
 from orchestrator.servers.vllm import VllmAdapter
 
 
-class LabAdapter(EngineAdapter):
+class LabAdapter(SglangAdapter):
+    """The lab in SGLang mode: SGLang's command line, HTTP API and rules, the lab's tiny CPU models."""
+
     name: ClassVar[str] = "lab"
     default_ready_timeout: ClassVar[float] = 120.0
     stop_grace: ClassVar[float] = 5.0

@@ -106,7 +106,7 @@ class ServerRecord:
 
 
 class ServerManager:
-    """One per session (``SessionServices.servers``)."""
+    """One per session (``SessionServices.servers``, orchestrator/session/compose.py)."""
 
     def __init__(self, *, emit: Emit | None = None, session_id: str = "") -> None:
         self.emit = emit

@@ -1,8 +1,9 @@
-"""Engine adapters by name (the per-session ServerManager is built with the other services: engine/services.py)."""
+"""Engine adapters by name (the per-session ServerManager is built with the other services: session/compose.py)."""
 
 from __future__ import annotations
 
 import importlib
+from functools import cache
 
 from orchestrator.errors import UserInputError
 from orchestrator.servers.base import EngineAdapter
@@ -24,3 +25,10 @@ def get_adapter(name: str) -> EngineAdapter:
     module_name, class_name = target.split(":")
     adapter: EngineAdapter = getattr(importlib.import_module(module_name), class_name)()  # ADAPTERS name adapters
     return adapter
+
+
+@cache
+def all_key_flags() -> frozenset[str]:
+    """Every engine's API-key flags (flag_key form): a step's flags may name its engine only once rendered, and a
+    key is a secret whichever engine it is for."""
+    return frozenset(name for engine in ADAPTERS for name in get_adapter(engine).key_flags)

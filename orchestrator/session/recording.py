@@ -16,6 +16,7 @@ from orchestrator.engine.problems import describe_error, say_on_stderr
 from orchestrator.engine.sinks import EventSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook
+from orchestrator.session.compose import compose_engine
 from orchestrator.session.log import SessionLog, new_session_dir
 from orchestrator.session.reader import LoadedSession, read_session, sessions_root
 from orchestrator.session.report import write_report
@@ -63,7 +64,7 @@ def build_engine(
         extra_vars=extra_vars or {}, forks=forks, keep_remote=keep_remote, session_id=session_id,
         session_dir=directory, argv=list(argv or []),
     )
-    engine = Engine(playbook, inventory=inventory, sinks=[log, *sinks], options=options)
+    engine = compose_engine(playbook, inventory=inventory, sinks=[log, *sinks], options=options)
     return engine, directory
 
 

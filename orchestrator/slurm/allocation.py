@@ -16,12 +16,11 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from orchestrator.errors import OrchestratorError
 from orchestrator.inventory import SlurmSpec
+from orchestrator.transport.slurm_cli import SlurmError, job_state, slurm_command
 
-
-class SlurmError(OrchestratorError):
-    title = "Slurm error"
+# Re-exported: the Slurm client commands live with the srun transport, which runs them too (transport is below slurm).
+__all__ = ["Allocation", "SlurmError", "allocate", "job_state", "release", "slurm_command", "take_job"]
 
 
 @dataclass
@@ -33,36 +32,6 @@ class Allocation:
     job_name: str = ""
     seconds: float = 0.0  # from asking to granted
     addresses: dict[str, str] = field(default_factory=dict)  # node -> NodeAddr (for via: ssh)
-
-
-async def slurm_command(*argv: str, timeout: float = 30.0) -> tuple[int, str, str]:
-    """Run a Slurm client command here; (exit code, stdout, stderr). Raises SlurmError when it is missing
-    or does not answer in ``timeout`` seconds (a controller that is down makes clients retry for minutes)."""
-    if shutil.which(argv[0]) is None:
-        raise SlurmError(f"`{argv[0]}` is not installed here: Slurm inventory entries need this machine to be "
-                         "a Slurm login node (salloc, srun, squeue, scancel on PATH)")
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        if isinstance(exc, asyncio.CancelledError):
-            raise
-        raise SlurmError(f"`{' '.join(argv)}` did not answer in {timeout:g}s (is slurmctld up?)") from None
-    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-async def job_state(job_id: int) -> tuple[str, str, str] | None:
-    """(state, nodelist, name) of a job the controller knows, or None when it is gone."""
-    code, out, _err = await slurm_command("squeue", "-h", "-j", str(job_id), "-o", "%T|%N|%j")
-    line = out.strip().splitlines()[0] if code == 0 and out.strip() else ""
-    if not line:
-        return None
-    state, nodelist, name = (line.split("|", 2) + ["", ""])[:3]
-    return state, nodelist, name
 
 
 async def expand_nodes(nodelist: str) -> list[str]:

@@ -27,7 +27,7 @@ from orchestrator.slurm.allocation import (
     release,
     slurm_command,
 )
-from orchestrator.slurm.session import node_host
+from orchestrator.slurm.session_allocations import node_host
 
 
 async def leftover_allocations(spec: SlurmSpec) -> list[tuple[int, str, str, str]]:

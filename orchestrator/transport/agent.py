@@ -24,8 +24,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.debuglog import clip
 from orchestrator.errors import HostUnreachable, TransportError
-from orchestrator.transport.base import Command, OutputCallback, OutputCapture, RunResult, term_kill_script
+from orchestrator.transport.commands import (
+    Command,
+    OutputCallback,
+    OutputCapture,
+    RunResult,
+    term_kill_script,
+)
 
 if TYPE_CHECKING:
     from orchestrator.transport.base import Transport
@@ -243,10 +250,17 @@ class RemoteAgent:
 
             call.on_event = dispatch
             self._calls[call_id] = call
+            debugging = log.isEnabledFor(logging.DEBUG)
+            if debugging:
+                log.debug("%s: agent call %d -> %s", self.transport.host, call_id, clip(json.dumps(request, default=str)))
             try:
                 self._send({"id": call_id, **request})
                 wait = asyncio.shield(call.final)
-                return await (asyncio.wait_for(wait, timeout) if timeout is not None else wait)
+                final = await (asyncio.wait_for(wait, timeout) if timeout is not None else wait)
+                if debugging:
+                    log.debug("%s: agent call %d <- %s", self.transport.host, call_id,
+                              clip(json.dumps(final, default=str)))
+                return final
             except AgentLost:
                 if call.pgid:  # the agent cannot kill its child any more: we do, before saying so
                     raise AgentLost(f"{(call.final.exception() or '')}{await self._kill_orphan(call.pgid)}") from None

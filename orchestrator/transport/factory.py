@@ -1,5 +1,5 @@
 """The transport for an inventory host: local (subprocess) or SSH. Lives here, not in the inventory, so the
-inventory knows nothing of transports (the SSH transport reads ``HostSpec``; the reverse made a cycle)."""
+inventory knows nothing of transports (the transports read a ``ConnectionSpec``, which ``HostSpec`` satisfies; the reverse made a cycle)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from orchestrator.transport.base import Transport
 
 if TYPE_CHECKING:
-    from orchestrator.inventory import HostSpec
+    from orchestrator.transport.spec import ConnectionSpec
 
-TransportFactory = Callable[["HostSpec", str], Transport]  # (host spec, session id) -> an unconnected transport
+TransportFactory = Callable[["ConnectionSpec", str], Transport]  # (host spec, session id) -> an unconnected transport
 
 
-def make_transport(spec: HostSpec, session_id: str) -> Transport:
+def make_transport(spec: ConnectionSpec, session_id: str) -> Transport:
     """An unconnected transport for ``spec``. SSH is imported only when a host needs it (asyncssh is heavy);
     a broken import fails here, loudly."""
     if spec.kind == "local":

@@ -30,7 +30,7 @@ import asyncssh
 from asyncssh.public_key import get_certificate_algs, get_public_key_algs
 
 from orchestrator.errors import HostKeyError, HostUnreachable
-from orchestrator.inventory import HostSpec
+from orchestrator.transport.spec import ConnectionSpec
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 MARKERS = ("cert-authority", "revoked")
@@ -188,7 +188,7 @@ def load_known_hosts(files: Sequence[Path]) -> KnownHosts:
     return KnownHosts(files)
 
 
-def connect_kwargs(spec: HostSpec) -> dict[str, Any]:
+def connect_kwargs(spec: ConnectionSpec) -> dict[str, Any]:
     """asyncssh connect options for a host; anything unset is left to ssh_config / asyncssh defaults.
 
     ``known_hosts`` is not among them: the transport passes the :class:`KnownHosts` it loaded.
@@ -208,12 +208,12 @@ def connect_kwargs(spec: HostSpec) -> dict[str, Any]:
     return kwargs
 
 
-def target_address(spec: HostSpec) -> tuple[str, int | tuple[()]]:
+def target_address(spec: ConnectionSpec) -> tuple[str, int | tuple[()]]:
     """Host and port to hand to asyncssh: the address (or the name, which may be an ssh_config alias)."""
     return spec.address or spec.name, spec.port if spec.port else ()
 
 
-async def resolve_target(spec: HostSpec) -> Target:
+async def resolve_target(spec: ConnectionSpec) -> Target:
     """Apply ssh_config (Hostname, Port, User, UserKnownHostsFile) the way asyncssh will when connecting."""
     host, port = target_address(spec)
     kwargs = {k: v for k, v in connect_kwargs(spec).items() if k in ("username", "config")}
@@ -228,7 +228,7 @@ async def resolve_target(spec: HostSpec) -> Target:
     )
 
 
-def known_hosts_files(spec: HostSpec, configured: Any = None) -> list[Path]:
+def known_hosts_files(spec: ConnectionSpec, configured: Any = None) -> list[Path]:
     """The files to check, the first also the one to record into: the inventory's, else ssh_config's
     UserKnownHostsFile (+ GlobalKnownHostsFile), else ~/.ssh/known_hosts.
 
@@ -241,7 +241,7 @@ def known_hosts_files(spec: HostSpec, configured: Any = None) -> list[Path]:
     return [Path(DEFAULT_KNOWN_HOSTS).expanduser()]
 
 
-def known_hosts_file(spec: HostSpec, configured: Any = None) -> Path:
+def known_hosts_file(spec: ConnectionSpec, configured: Any = None) -> Path:
     """The file to record into."""
     return known_hosts_files(spec, configured)[0]
 
@@ -302,7 +302,7 @@ def record_key(path: Path, pattern: str, key: asyncssh.SSHKey) -> None:
     os.replace(tmp, path)
 
 
-async def fetch_host_key(spec: HostSpec) -> tuple[Target, asyncssh.SSHKey]:
+async def fetch_host_key(spec: ConnectionSpec) -> tuple[Target, asyncssh.SSHKey]:
     """Connect just far enough to read the server's host key (no authentication, nothing trusted)."""
     target = await resolve_target(spec)
     host, port = target_address(spec)
@@ -327,7 +327,7 @@ def _places(known: KnownHosts, keys: Sequence[asyncssh.SSHKey], marker: str | No
     return ", ".join(places) if places else "the known_hosts files"
 
 
-def revoked_message(spec: HostSpec, target: Target, known: KnownHosts, keys: Sequence[asyncssh.SSHKey],
+def revoked_message(spec: ConnectionSpec, target: Target, known: KnownHosts, keys: Sequence[asyncssh.SSHKey],
                     what: str = "host key", refusing: str = "Refusing to connect") -> str:
     return (
         f"{spec.name}: the {what} of {target.host}:{target.port} is REVOKED: it is listed under @revoked in "
@@ -337,7 +337,7 @@ def revoked_message(spec: HostSpec, target: Target, known: KnownHosts, keys: Seq
     )
 
 
-def refusal(spec: HostSpec, target: Target, detail: str, known: KnownHosts | None = None) -> HostKeyError:
+def refusal(spec: ConnectionSpec, target: Target, detail: str, known: KnownHosts | None = None) -> HostKeyError:
     """The error for a key asyncssh refused: says whether it is revoked, changed or unknown, and what to do."""
     if known is None:
         known = load_known_hosts(target.files)

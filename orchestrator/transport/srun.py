@@ -30,9 +30,10 @@ from orchestrator.transport.base import (
     env_prefix,
 )
 from orchestrator.transport.local import LocalTransport
+from orchestrator.transport.slurm_cli import job_state, slurm_command
 
 if TYPE_CHECKING:
-    from orchestrator.inventory import HostSpec
+    from orchestrator.transport.spec import ConnectionSpec
 
 # srun's own messages that mean the allocation (not the command) is the problem
 # (lower case; any "srun: error" also makes us look at the job's state, so a new wording is still caught)
@@ -47,7 +48,7 @@ LOCAL_STATE = "$HOME/.orchestrator/srun-clients"  # records of srun clients runn
 class SrunTransport(Transport):
     """One node of a Slurm job. ``spec.slurm_job`` and ``spec.slurm_node`` say which."""
 
-    def __init__(self, spec: HostSpec, *, session_id: str) -> None:
+    def __init__(self, spec: ConnectionSpec, *, session_id: str) -> None:
         super().__init__(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env)
         if spec.slurm_job is None:
             raise TransportError(f"host {spec.name!r}: transport srun needs slurm_job (the job id)")
@@ -181,16 +182,12 @@ def _srun_lines(stderr: str) -> str:
 
 
 async def _slurm(*argv: str) -> tuple[int, str]:
-    from orchestrator.slurm.allocation import slurm_command
-
     code, out, _err = await slurm_command(*argv)
     return code, out
 
 
 async def allocation_state(job: int) -> str | None:
     """The job's state, or None when the controller no longer knows it."""
-    from orchestrator.slurm.allocation import job_state
-
     found = await job_state(job)
     return found[0] if found else None
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import shlex
@@ -30,8 +31,8 @@ from typing import Any, Literal
 
 import asyncssh
 
+from orchestrator.debuglog import clip
 from orchestrator.errors import HostUnreachable, TransportError
-from orchestrator.inventory import HostSpec
 from orchestrator.transport.agent import LINE_LIMIT, AgentChannel
 from orchestrator.transport.base import (
     Command,
@@ -51,11 +52,13 @@ from orchestrator.transport.known_hosts import (
     resolve_target,
     target_address,
 )
+from orchestrator.transport.spec import ConnectionSpec
 
 KILL_GRACE = 2.0
 OPEN_RETRIES = 4  # 10+20+40+80 ms: covers sshd's slot-release lag, not a real oversubscription
 PGID_WAIT = 5.0  # how long an aborted run waits for its PGID line before giving up on the kill
 UNTRACK_DELAY = 0.05  # how long a "-PGID" line for the guardian may wait to share a packet
+debug = logging.getLogger("orchestrator.ssh")  # --debug: connections, commands, pushes (orchestrator.debuglog)
 PUT_CONCURRENCY = 16  # files in flight at once on one SFTP session (OpenSSH's sftp-server allows 512 handles)
 
 # Reads "+PGID" / "-PGID" lines; at EOF (the connection is gone, or we closed it) kills what is left.
@@ -225,7 +228,7 @@ class SshTransport(Transport):
 
     supports_agent = True
 
-    def __init__(self, spec: HostSpec, *, session_id: str) -> None:
+    def __init__(self, spec: ConnectionSpec, *, session_id: str) -> None:
         super().__init__(spec.name, state_dir=spec.state_dir, session_id=session_id, env=spec.env, agent=spec.agent)
         self.spec = spec
         self._conn: asyncssh.SSHClientConnection | None = None
@@ -245,6 +248,7 @@ class SshTransport(Transport):
         async with self._connect_lock:
             if self._conn is not None and self._lost is None:
                 return
+            debug.debug("%s: connecting (%s)", self.host, "reconnect" if self._lost is not None else "first")
             self._conn, self._lost = await self._open(), None
             try:
                 await self._inspect_shell()
@@ -394,6 +398,9 @@ class SshTransport(Transport):
         remote = self.wrap(command, env=env, cwd=cwd, no_stdin=stdin is None)
         out, err = OutputCapture("stdout", on_output), OutputCapture("stderr", on_output)
         started = time.monotonic()
+        if debug.isEnabledFor(logging.DEBUG):
+            debug.debug("%s: run %s (cwd %s, stdin %s)", self.host, clip(to_shell(command)), cwd,
+                        "none" if stdin is None else f"{len(stdin)} characters")
         channel: asyncssh.SSHClientChannel[str] | None = None
         session: _RunSession | None = None
         try:
@@ -414,7 +421,11 @@ class SshTransport(Transport):
             if session is not None:
                 self._track("-", session.pgid)
         if session.exit_code is None and (lost is not None or self._lost is not None):
+            debug.debug("%s: run lost the link after %.3fs", self.host, time.monotonic() - started)
             raise self._unreachable("while running a command", lost)
+        if debug.isEnabledFor(logging.DEBUG):
+            debug.debug("%s: exit %s after %.3fs (stdout %d, stderr %d characters)", self.host, session.exit_code,
+                        time.monotonic() - started, out.size, err.size)
         return RunResult(
             exit_code=session.exit_code, stdout=out.text(), stderr=err.text(),
             duration=time.monotonic() - started, truncated=out.truncated or err.truncated,
@@ -481,6 +492,8 @@ class SshTransport(Transport):
     async def put_files(self, pairs: Sequence[tuple[Path, str]], *, mode: int = 0o600) -> None:
         """All the files over one SFTP session, PUT_CONCURRENCY at a time: a session costs round trips to set up
         (channel, subsystem, version), so at 30 ms RTT one per file made pushing the 26 probe files take seconds."""
+        if debug.isEnabledFor(logging.DEBUG):
+            debug.debug("%s: put %d file(s): %s", self.host, len(pairs), clip(", ".join(r for _, r in pairs), 500))
         for local, _ in pairs:
             if not Path(local).is_file():
                 raise TransportError(f"{self.host}: cannot copy {local}: no such file")

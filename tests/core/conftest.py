@@ -20,6 +20,7 @@ from orchestrator.engine import Engine, EngineOptions, SessionOutcome
 from orchestrator.engine.sinks import ListSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook
+from orchestrator.session.compose import compose_engine
 from orchestrator.session.log import SessionLog
 from tests.waiting import wait_until
 
@@ -113,7 +114,7 @@ def make_engine(path: Path, session_dir: Path, *, extra_vars: dict[str, Any] | N
     playbook = load_playbook(path, extra_names=[*(extra_vars or {}), *extra_names])
     sink = ListSink()
     session_dir.mkdir(parents=True, exist_ok=True)
-    engine = Engine(playbook, inventory=inventory or Inventory(), sinks=[SessionLog(session_dir), sink],
+    engine = compose_engine(playbook, inventory=inventory or Inventory(), sinks=[SessionLog(session_dir), sink],
                     # unique: the remote workdir (~/.orchestrator/sessions/<id>) is shared by concurrent test runs
                     options=EngineOptions(extra_vars=extra_vars or {},
                                           session_id=f"{session_dir.name}-{uuid.uuid4().hex[:8]}",

@@ -40,16 +40,12 @@ def test_index_mistakes_are_clear(pattern: str, message: str) -> None:
 
 def test_an_indexed_slurm_entry_is_acquired_and_its_vars_are_known() -> None:
     from orchestrator.cli.common import inventory_var_names
-    from orchestrator.slurm.session import targeted_entries
+    from orchestrator.slurm.session_allocations import targeted_entries
 
-    class Engine:  # what targeted_entries reads: the inventory and the playbook's host patterns
-        def __init__(self, hosts: str) -> None:
-            self.inventory = Inventory.model_validate({"slurm": {"cluster": {"nodes": 2, "vars": {"x": 1}}}})
-            self.playbook = type("P", (), {"hosts": hosts, "all_steps": lambda self: []})()
-
-    assert targeted_entries(Engine("cluster[0]")) == ["cluster"]  # type: ignore[arg-type]
-    assert targeted_entries(Engine("other")) == []  # type: ignore[arg-type]
-    names = inventory_var_names(Engine("x").inventory, {})
+    inventory = Inventory.model_validate({"slurm": {"cluster": {"nodes": 2, "vars": {"x": 1}}}})
+    assert targeted_entries(inventory, ["cluster[0]"]) == ["cluster"]
+    assert targeted_entries(inventory, ["other", None]) == []
+    names = inventory_var_names(inventory, {})
     assert {"x", "slurm_nodes", "slurm_node_addr"} <= names
 
 

@@ -17,6 +17,7 @@ from orchestrator.engine import Engine
 from orchestrator.events import Event, MalformedEvent, parse_event
 from orchestrator.playbook.models import Playbook
 from orchestrator.session import report as report_module
+from orchestrator.session.compose import compose_engine
 from orchestrator.session.reader import read_session
 from orchestrator.session.recording import write_reports
 from orchestrator.session.report import render_report
@@ -238,7 +239,7 @@ def test_parse_event_tells_unknown_from_malformed() -> None:
 
 # -- the forced cancel is public ---------------------------------------------------------------------
 def test_force_cancelled_is_public_and_needs_two_cancels() -> None:
-    engine = Engine(Playbook(name="p", steps=[]))
+    engine = compose_engine(Playbook(name="p", steps=[]))
     assert not engine.cancelled and not engine.force_cancelled
     engine.cancel()
     assert engine.cancelled and not engine.force_cancelled

@@ -13,7 +13,8 @@ from tests import realparts
 torch = realparts.importorskip("torch")
 realparts.importorskip("safetensors")
 
-from eagle3_draft import DraftLoadError, DraftOutput, load_draft  # noqa: E402
+from eagle3_draft import DraftLoadError, DraftOutput  # noqa: E402
+from eagle3_validate import load_draft  # noqa: E402
 
 from tests.draft.conftest import PROBES, save_checkpoint  # noqa: E402
 

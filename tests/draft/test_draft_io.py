@@ -13,7 +13,8 @@ torch = realparts.importorskip("torch")
 realparts.importorskip("safetensors")
 
 from eagle3_checkpoint import read_safetensors  # noqa: E402
-from eagle3_draft import DraftConfig, DraftLoadError, Eagle3Draft, load_draft  # noqa: E402
+from eagle3_draft import DraftConfig, DraftLoadError, Eagle3Draft  # noqa: E402
+from eagle3_validate import load_draft  # noqa: E402
 from eagle3_wiring import server_wiring  # noqa: E402
 
 from tests.draft.conftest import REPO  # noqa: E402

@@ -49,6 +49,10 @@ def run_draft_test(tmp_path, args: dict) -> dict:
     doc = json.loads(out.split(begin, 1)[1].split(end, 1)[0])
     assert proc.returncode == 0 and doc["ok"], doc
     assert "@@ORCH-PROGRESS@@" in proc.stderr
+    from orchestrator.probes import PROBES as TYPED
+    from orchestrator.probes import check_result
+
+    check_result("draft_test", TYPED["draft_test"][1], doc["result"])  # the result the orchestrator validates
     return doc["result"]
 
 

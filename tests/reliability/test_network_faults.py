@@ -30,9 +30,10 @@ if str(TESTS) not in sys.path:
 from netns import NamespacedHost, make_host, netns_missing_reason  # noqa: E402
 from tcp_delay_proxy import start_proxy  # noqa: E402
 
-from orchestrator.engine.runner import Engine, EngineOptions  # noqa: E402
+from orchestrator.engine.runner import EngineOptions  # noqa: E402
 from orchestrator.engine.sinks import ListSink  # noqa: E402
 from orchestrator.playbook.loader import load_playbook_text  # noqa: E402
+from orchestrator.session.compose import compose_engine  # noqa: E402
 from tests import realparts  # noqa: E402
 from tests.reliability.link_cut import SLACK, cut_mid_step, inventory, keepalive_bound  # noqa: E402
 from tests.ssh.conftest import wait_until  # noqa: E402
@@ -76,7 +77,7 @@ async def test_playbook_through_30ms_rtt_and_one_percent_loss(namespaced_hosts: 
         address, port = proxy.endpoints[0]
         host.sshd.trust(address, port)
         sink = ListSink()
-        engine = Engine(load_playbook_text(
+        engine = compose_engine(load_playbook_text(
             "name: far\nhosts: gpus\nsteps:\n"
             + "".join(f"  - name: s{i}\n    shell: 'echo {i}'\n" for i in range(10))
             + "  - name: env\n    probe: env_info\n    register: env\n"
@@ -111,7 +112,7 @@ async def test_link_cut_during_a_push_is_unreachable_and_the_host_recovers(names
         session = f"push-{uuid.uuid4().hex[:8]}"
         files = sshd.directory / "state" / "sessions" / session / "files"
         sink = ListSink()
-        engine = Engine(load_playbook_text("name: push cut\nhosts: gpus\nsteps:\n  - name: env\n    probe: env_info\n"),
+        engine = compose_engine(load_playbook_text("name: push cut\nhosts: gpus\nsteps:\n  - name: env\n    probe: env_info\n"),
                         inventory=inv, sinks=[sink], options=EngineOptions(session_id=session))
         run = asyncio.ensure_future(engine.run())
         try:
@@ -131,7 +132,7 @@ async def test_link_cut_during_a_push_is_unreachable_and_the_host_recovers(names
         assert ended <= keepalive_bound(1.0) + SLACK, ended
         assert await asyncio.to_thread(wait_until, lambda: not sshd.descendants(), 60, 0.2), \
             f"sshd sessions left after the link came back: {sshd.descendants()}"
-        again = Engine(load_playbook_text("name: again\nhosts: gpus\nsteps:\n  - probe: env_info\n"), inventory=inv,
+        again = compose_engine(load_playbook_text("name: again\nhosts: gpus\nsteps:\n  - probe: env_info\n"), inventory=inv,
                        sinks=[ListSink()], options=EngineOptions(session_id=f"again-{uuid.uuid4().hex[:8]}"))
         assert (await again.run()).status == "ok"
     finally:

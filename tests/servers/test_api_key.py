@@ -100,7 +100,7 @@ def test_lab_auth_matches_sglang_decide_request_auth() -> None:
 
 # -- the pieces that carry the key --------------------------------------------------------------------------------
 def test_adapter_and_engine_find_the_keys() -> None:
-    from orchestrator.engine.runner import server_keys
+    from orchestrator.actions.server import server_keys
     from orchestrator.servers.sglang import SglangAdapter
 
     adapter = SglangAdapter()

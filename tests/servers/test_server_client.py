@@ -21,13 +21,13 @@ import pytest
 from orchestrator.errors import ProbeError, ServerError
 from orchestrator.probes.invoke import run_probe
 from orchestrator.probes.models import ServerWaitResult
-from orchestrator.servers.base import EngineAdapter
 from orchestrator.servers.client import ServerClient
+from orchestrator.servers.sglang import SglangAdapter
 from orchestrator.transport.local import LocalTransport
 
 
-class OtherAdapter(EngineAdapter):
-    """Not SGLang: every path and key differs from the defaults."""
+class OtherAdapter(SglangAdapter):
+    """Not SGLang: SGLang's shape, but every path and key differs."""
 
     name: ClassVar[str] = "other"
     health_path: ClassVar[str] = "/alive"

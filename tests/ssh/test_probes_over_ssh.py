@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from sshd_fixture import SshdServer
 
-from orchestrator.engine.runner import Engine, EngineOptions
+from orchestrator.engine.runner import EngineOptions
 from orchestrator.engine.sinks import ListSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook_text
+from orchestrator.session.compose import compose_engine
 from tests import realparts
 
 
@@ -39,7 +40,7 @@ steps:
     register: env
 """
     sink = ListSink()
-    engine = Engine(load_playbook_text(playbook), inventory=_inventory(sshd_server), sinks=[sink],
+    engine = compose_engine(load_playbook_text(playbook), inventory=_inventory(sshd_server), sinks=[sink],
                     options=EngineOptions(session_id=f"p-{uuid.uuid4().hex[:8]}", keep_remote=True))
     outcome = await engine.run()
     assert outcome.status == "ok", [e.error for e in sink.of_type("step_finished")]

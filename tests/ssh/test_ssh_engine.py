@@ -12,6 +12,7 @@ from orchestrator.engine.runner import Engine, EngineOptions
 from orchestrator.engine.sinks import ListSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook_text
+from orchestrator.session.compose import compose_engine
 from orchestrator.session.log import SessionLog
 from orchestrator.session.reader import read_session
 from tests.ssh.conftest import pgrep, wait_until
@@ -27,7 +28,7 @@ def _inventory(server: SshdServer, hosts: dict[str, str], **extra: object) -> In
 
 def _engine(text: str, inventory: Inventory, *sinks: object, session: str | None = None) -> tuple[Engine, ListSink]:
     sink = ListSink()
-    engine = Engine(load_playbook_text(text), inventory=inventory, sinks=[sink, *sinks],
+    engine = compose_engine(load_playbook_text(text), inventory=inventory, sinks=[sink, *sinks],
                     options=EngineOptions(session_id=session or f"e-{uuid.uuid4().hex[:8]}"))
     return engine, sink
 

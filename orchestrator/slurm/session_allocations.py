@@ -3,13 +3,18 @@
 The engine calls ``acquire`` before it runs any step (an ``Engine.preparers`` entry) and ``release`` as its
 last finalizer, after the servers are stopped. Only the entries the playbook targets are acquired (by name, or
 through ``all``): an inventory may list several clusters without every run holding nodes on each.
+
+The allocations never hold the engine: the session composer (``orchestrator.session.compose``) hands them a
+``SlurmSessionPort``, the few things of the session they read and change.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from orchestrator.events import NoteAdded
+from orchestrator.events import Event, NoteAdded
 from orchestrator.inventory import GroupSpec, HostSpec, Inventory, SlurmSpec
 from orchestrator.slurm.allocation import (
     Allocation,
@@ -22,20 +27,33 @@ from orchestrator.slurm.allocation import (
 )
 
 if TYPE_CHECKING:
-    from orchestrator.engine.runner import Engine
+    from orchestrator.transport.base import Transport
 
 # COMPLETING: the job is over and its steps are being ended (what squeue shows right after a scancel)
 FINISHED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY",
             "COMPLETING")
 
 
-def targeted_entries(engine: Engine) -> list[str]:
+@dataclass
+class SlurmSessionPort:
+    """What the allocations read and change of their session."""
+
+    inventory: Inventory  # the session's: a granted allocation's nodes are added to it as hosts
+    host_patterns: list[object]  # the playbook's ``hosts:`` (or the inventory default) and every step's
+    session_id: str
+    keep_remote: bool  # leave the nodes' workdirs in place
+    emit: Callable[[Event], None]
+    #: hand over the session's connected transport to a node (None if never connected): the allocation closes it
+    take_transport: Callable[[str], Transport | None]
+    #: a failure that does not stop the session: (what failed, the exception), counted and said
+    problem: Callable[[str, BaseException], None]
+
+
+def targeted_entries(inventory: Inventory, host_patterns: list[object]) -> list[str]:
     """The slurm entries named by the playbook's ``hosts:``, a step's ``hosts:`` or the inventory default."""
-    inventory = engine.inventory
     if not inventory.slurm:
         return []
-    patterns: list[object] = [engine.playbook.hosts or inventory.default_hosts]
-    patterns += [step.hosts for step in engine.playbook.all_steps()]
+    patterns = list(host_patterns)
     words: set[str] = set()
     for pattern in patterns:
         for item in [pattern] if isinstance(pattern, str) else (pattern if isinstance(pattern, list) else []):
@@ -72,27 +90,28 @@ def add_nodes(inventory: Inventory, spec: SlurmSpec, allocation: Allocation) -> 
 class SlurmAllocations:
     """The allocations one session holds."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, port: SlurmSessionPort) -> None:
+        self.port = port
         self.granted: dict[str, Allocation] = {}
 
     def _note(self, text: str) -> None:
-        self.engine.emit(NoteAdded(text=text, author="slurm"))
+        self.port.emit(NoteAdded(text=text, author="slurm"))
 
     async def acquire(self) -> None:
         """Take or ask for every targeted allocation; its nodes become hosts. Raises SlurmError (the
         session fails before its first step, with the reason) and releases what it already got."""
         try:
-            for name in targeted_entries(self.engine):
-                spec = self.engine.inventory.slurm[name]
+            port = self.port
+            for name in targeted_entries(port.inventory, port.host_patterns):
+                spec = port.inventory.slurm[name]
                 if spec.owned:
-                    allocation = await allocate(spec, session_id=self.engine.options.session_id)
+                    allocation = await allocate(spec, session_id=port.session_id)
                 else:
                     allocation = await take_job(spec)
                 self.granted[name] = allocation
                 # NodeAddr: what via: ssh connects to, and where a multi-node server's workers reach rank 0
                 allocation.addresses = await node_addresses(allocation.nodes)
-                add_nodes(self.engine.inventory, spec, allocation)
+                add_nodes(port.inventory, spec, allocation)
                 how = (f"granted in {allocation.seconds:.2f}s, released at session end" if allocation.owned
                        else "an existing job: not released by this session")
                 self._note(f"Slurm allocation {name!r}: job {allocation.job_id} ({allocation.job_name}), "
@@ -106,20 +125,20 @@ class SlurmAllocations:
 
         Runs after the servers were stopped. A job that ended meanwhile (scancel from outside, time limit)
         cannot be reached any more: that is said, and its hosts are not tried again by the shutdown."""
-        engine = self.engine
+        port = self.port
         for name, allocation in list(self.granted.items()):
             found = await job_state(allocation.job_id)
             alive = found is not None and found[0] not in FINISHED
             for node in allocation.nodes:
-                transport = engine.transports.pop(node, None)
+                transport = port.take_transport(node)
                 if transport is None:
                     continue
                 try:
-                    if alive and not engine.options.keep_remote:
+                    if alive and not port.keep_remote:
                         await transport.remove_workdir()
                     await transport.close()
                 except Exception as exc:
-                    engine.problems.add(f"host {node}: tidying before the Slurm allocation is released", exc)
+                    port.problem(f"host {node}: tidying before the Slurm allocation is released", exc)
             if not alive:
                 state = found[0] if found else "gone"
                 self._note(f"Slurm allocation {name!r}: job {allocation.job_id} ended outside this session "
@@ -128,6 +147,6 @@ class SlurmAllocations:
                 if await release(allocation.job_id):
                     self._note(f"Slurm allocation {name!r}: job {allocation.job_id} released (scancel)")
                 else:
-                    engine.problems.add(f"Slurm allocation {name!r}",
-                                        SlurmError(f"job {allocation.job_id} still runs after scancel"))
+                    port.problem(f"Slurm allocation {name!r}",
+                                 SlurmError(f"job {allocation.job_id} still runs after scancel"))
             del self.granted[name]

@@ -1,0 +1,65 @@
+"""The session composed around the engine: its services built here and handed to the engine as hooks that
+receive ``emit`` and narrow ports, never the engine itself.
+
+Every front end builds its session through ``compose_engine`` (the CLI's run/exec/read and the TUI through
+``session.recording.build_engine``, MCP likewise), and so do tests that need a whole session. The engine runs
+steps; it knows nothing of servers, Slurm or the board (the import-linter contracts in pyproject.toml say so).
+Every import here is a plain first-party import: a broken module fails the build loudly instead of dropping a
+step kind or the hypothesis board without a word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from orchestrator.engine.runner import Engine, EngineOptions
+from orchestrator.engine.sinks import EventSink
+from orchestrator.hypotheses.board import HypothesisBoard, rule_hook
+from orchestrator.inventory import Inventory
+from orchestrator.playbook.models import Playbook
+from orchestrator.servers.manager import ServerManager
+from orchestrator.slurm.session_allocations import SlurmAllocations, SlurmSessionPort
+from orchestrator.transport.factory import TransportFactory, make_transport
+
+
+@dataclass
+class SessionServices:
+    """What the session's steps and front ends share (``ActionContext.services``: a ``StepServices``)."""
+
+    servers: ServerManager  # the servers this session started; stopped at its end unless kept
+    board: HypothesisBoard  # the hypotheses and their evidence
+    slurm: SlurmAllocations | None = None  # the Slurm allocations this session holds
+
+
+def compose_engine(
+    playbook: Playbook,
+    *,
+    inventory: Inventory | None = None,
+    sinks: Iterable[EventSink] = (),
+    options: EngineOptions | None = None,
+    make_transport: TransportFactory = make_transport,
+) -> Engine:
+    """An engine with the session's services around it: evidence rules run after each step; servers stop at
+    session end (after success, failure or cancel) unless a step said ``keep: true``; Slurm allocations are
+    granted before the first step and released last (finalizers run in reverse), after the servers on their
+    nodes were stopped."""
+    engine = Engine(playbook, inventory=inventory, sinks=sinks, options=options, make_transport=make_transport)
+    servers = ServerManager(emit=engine.emit, session_id=engine.options.session_id)
+
+    async def stop_servers() -> None:
+        await servers.stop_all(include_kept=False)
+
+    engine.finalizers.append(stop_servers)
+    slurm = SlurmAllocations(SlurmSessionPort(
+        inventory=engine.inventory,
+        host_patterns=[playbook.hosts or engine.inventory.default_hosts, *(s.hosts for s in playbook.all_steps())],
+        session_id=engine.options.session_id, keep_remote=engine.options.keep_remote, emit=engine.emit,
+        take_transport=lambda host: engine.transports.pop(host, None), problem=engine.problems.add,
+    ))
+    engine.preparers.append(slurm.acquire)
+    engine.finalizers.insert(0, slurm.release)
+    board = HypothesisBoard(playbook.hypotheses)
+    engine.step_hooks.append(rule_hook(board, engine.emit))
+    engine.services = SessionServices(servers=servers, board=board, slurm=slurm)
+    return engine

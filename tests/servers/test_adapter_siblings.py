@@ -1,0 +1,39 @@
+"""Engines are siblings: the abstract EngineAdapter declares what every engine says and has a body only for what
+is engine-neutral; each registered adapter (SGLang, vLLM, the lab's two) says all of it itself, so no engine runs
+on another's defaults without saying so."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from orchestrator.servers.base import EngineAdapter, LaunchSpec
+from orchestrator.servers.registry import ADAPTERS, all_key_flags, get_adapter
+from orchestrator.servers.sglang import SglangAdapter
+from orchestrator.servers.vllm import VllmAdapter
+
+DECLARED = [name for name, hint in typing.get_type_hints(EngineAdapter).items()
+            if "ClassVar" in str(hint) and not hasattr(EngineAdapter, name)]
+
+
+def test_the_base_adapter_is_abstract_and_declares_the_engine_facts() -> None:
+    with pytest.raises(TypeError):
+        EngineAdapter()  # type: ignore[abstract]
+    assert {"ready_line", "info_paths", "reserved", "key_flags", "preflight"} <= set(DECLARED)
+
+
+@pytest.mark.parametrize("engine", sorted(ADAPTERS))
+def test_every_adapter_says_every_engine_fact(engine: str) -> None:
+    adapter = get_adapter(engine)
+    missing = [name for name in DECLARED if not hasattr(adapter, name)]
+    assert missing == []
+
+
+def test_sglang_and_vllm_differ_where_their_servers_do() -> None:
+    spec = LaunchSpec(model="/m", flags={"speculative-num-steps": 3}, port=30000)
+    assert SglangAdapter().server_argv(spec)[:2] == ["--model-path", "/m"]
+    assert "--model-path" not in VllmAdapter().server_argv(spec)
+    assert SglangAdapter().invalid_reason({"speculative-num-steps": 1, "speculative-eagle-topk": 1,
+                                           "speculative-num-draft-tokens": 5}) is not None
+    assert {"api_key", "admin_api_key"} <= all_key_flags()
