@@ -150,6 +150,11 @@ class TuneAction(Action[TuneArgs]):
                                         "what": "server starts of this step: the no-speculation baseline (unless "
                                                 "given), the probe at k_probe, and each top prediction not "
                                                 "already measured"})
+        # before the recommendation, which stays the last line (the playbooks' `because`)
+        result["lines"].insert(len(result["lines"]) - 1 if result["recommended"] else len(result["lines"]),
+                               f"tune: {restarts} server starts (baseline {base_source}; the probe k={k_probe}; "
+                               f"verify restarts {verified or 'none'} for the top predicted {top}); the grid of "
+                               f"these candidates is {len(set(ks) | {k_probe}) + 1} (one per k plus the baseline)")
         self._write(ctx, result)
         for line in result["lines"]:
             ctx.output(line + "\n")

@@ -62,6 +62,8 @@ async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, t
     assert "<svg" in (directory / tuned["artifacts"][0]).read_text()
     report = (directory / "report.md").read_text()
     assert "Tuning" in report and f"k={rec['k']}" in report
+    assert f"{tuned['restarts']} server starts (the baseline; the probe;" in report  # what was counted, said
+    assert any(f"{tuned['restarts']} server starts" in line for line in tuned["lines"])
     started = {e.server_id for e in session.of_type(ServerEvent) if e.type == "server_ready"}
     stopped = {e.server_id for e in session.of_type(ServerEvent) if e.type == "server_stopped"}
     assert len(started) == tuned["restarts"] and started <= stopped
