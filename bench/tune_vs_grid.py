@@ -155,7 +155,7 @@ def main() -> int:
             res, seconds, rc, session = run_tune(sessions, common + ["-e", f"tune_verify={verify}"])
             rec = res.get("recommended") or {}
             results[kind] = res
-            if args.save:
+            if args.save and res.get("rows"):  # a stopped run has no result to hold anything against
                 Path(args.save).mkdir(parents=True, exist_ok=True)
                 (Path(args.save) / f"{kind}-{run}.json").write_text(json.dumps({**res, "wall_s": round(seconds)},
                                                                                 default=str))
