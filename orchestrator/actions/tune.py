@@ -4,7 +4,7 @@
 - tune:
     flags: {speculative-algorithm: EAGLE3, speculative-draft-model-path: "{{ draft }}"}  # or vLLM's speculative-config
     candidates: [1, 2, 3, 4, 5, 6, 7, 8]     # draft tokens per cycle k (SGLang steps k, draft tokens k + 1, topk 1)
-    verify: 2                                # restarts to check the best predicted ones
+    verify: 2                                # best predictions to check (the probe among them: no restart)
     baseline: "{{ base }}"                   # optional: a registered no-speculation bench (saves a restart)
     bench: {n: 12, max_new_tokens: 64, concurrency: 1}
   register: tuned   # tuned.recommended (k, flags, tok_s, speedup), tuned.rows, tuned.cost, tuned.restarts
@@ -12,8 +12,9 @@
 
 Three kinds of server start, instead of the grid's one per point: the no-speculation baseline (unless given), one
 probe at the largest candidate (its accept length, and per-position acceptance where the engine counts it, give the
-acceptance profile; with the baseline it fits the cost model: orchestrator/tuning/cost_model.py), and ``verify``
-restarts at the best predicted other configurations. The recommendation is the fastest MEASURED configuration;
+acceptance profile of every shorter chain too; with the baseline it fits the cost model:
+orchestrator/tuning/cost_model.py), and a restart for each of the ``verify`` best predicted configurations that is
+not the probe (the probe is a measured point already, so it is verified without a restart). The recommendation is the fastest MEASURED configuration;
 whether it beats the baseline is decided on intervals (disjoint: yes; overlapping: inconclusive), and predicted
 and measured are compared on intervals for every measured point.
 """
@@ -36,8 +37,8 @@ class TuneArgs(ServerLaunchArgs):
                                   description="draft tokens per cycle to consider (chain, topk 1)")
     probe: int | None = Field(default=None, ge=1, description="the k benchmarked to fit the model (default: the "
                                                               "largest candidate, so every position is measured)")
-    verify: int = Field(default=2, ge=0, le=64, description="best predicted configurations to restart and measure "
-                        "(all of them: the brute-force grid, for comparison)")
+    verify: int = Field(default=2, ge=0, le=64, description="best predicted configurations to measure; each one "
+                        "not the probe is a restart (all of them: the brute-force grid, for comparison)")
     baseline: dict[str, Any] | None = Field(default=None, description="a registered no-speculation bench result "
                                             "(with per_request), instead of a baseline restart")
     bench: BenchSettings = Field(default_factory=lambda: BenchSettings(n=12))
@@ -75,8 +76,13 @@ def requests_of(result: dict[str, Any], *, speculative: bool) -> list[Any]:
         accept = row.get("accept_length") if speculative else None
         if speculative and accept is None:
             accept = result.get("accept_length")
+        counts = row.get("spec_counts") if speculative else None
+        drafts, accepted = None, None
+        if isinstance(counts, dict) and isinstance(counts.get("accepted"), list) and counts.get("drafts"):
+            drafts, accepted = int(counts["drafts"]), tuple(int(a) for a in counts["accepted"])
         out.append(Request(tokens=int(tokens), seconds=float(seconds),
-                           accept_length=float(accept) if accept is not None else None))
+                           accept_length=float(accept) if accept is not None else None,
+                           drafts=drafts, accepted_per_position=accepted))
     return out
 
 
@@ -129,14 +135,26 @@ class TuneAction(Action[TuneArgs]):
             raise StepFailed(f"tune: {exc}") from None
         predictions = {p.k: p for p in predict(model, sorted(set(ks + [k_probe])))}
         measured: dict[int, dict[str, Any]] = {k_probe: probe_result}
-        ranked = sorted((k for k in predictions if k != k_probe), key=lambda k: -predictions[k].tok_s)
-        for k in ranked[:args.verify]:
+        # the `verify` best predicted configurations are checked; the probe is one already (measured, not restarted)
+        top = sorted(predictions, key=lambda k: -predictions[k].tok_s)[:args.verify]
+        verified = [k for k in top if k not in measured]
+        for k in verified:
             measured[k] = await self._measure(args, ctx, adapter, base_spec, client_python, auto, f"k={k}",
                                               chain_flags(args.flags, k), tolerate=True)
             restarts += 1
         base_rate, base_ci = per_request_rate(baseline)
         result = self._summary(args, model, predictions, measured, base_rate, base_ci, k_probe)
-        result.update(restarts=restarts, baseline={"tok_s": base_rate, "tok_s_ci": base_ci, "source": base_source})
+        result.update(restarts=restarts, baseline={"tok_s": base_rate, "tok_s_ci": base_ci, "source": base_source},
+                      restarts_counted={"baseline": int(base_source == "measured"), "probe": 1,
+                                        "verify": verified, "top_predicted": top,
+                                        "what": "server starts of this step: the no-speculation baseline (unless "
+                                                "given), the probe at k_probe, and each top prediction not "
+                                                "already measured"})
+        # before the recommendation, which stays the last line (the playbooks' `because`)
+        result["lines"].insert(len(result["lines"]) - 1 if result["recommended"] else len(result["lines"]),
+                               f"tune: {restarts} server starts (baseline {base_source}; the probe k={k_probe}; "
+                               f"verify restarts {verified or 'none'} for the top predicted {top}); the grid of "
+                               f"these candidates is {len(set(ks) | {k_probe}) + 1} (one per k plus the baseline)")
         self._write(ctx, result)
         for line in result["lines"]:
             ctx.output(line + "\n")
@@ -219,7 +237,10 @@ class TuneAction(Action[TuneArgs]):
                 "cost": {"t1_s": round(model.t1, 6), "t1_ci": model.t1_ci, "c_s": round(model.c, 6), "c_ci": model.c_ci,
                          "k_probe": k_probe},
                 "profile": {"rates": [round(x, 4) for x in model.profile], "source": model.profile_source},
-                "agreement": {"measured": len(done), "agree": sum(1 for r in done if r.get("agrees"))}}
+                # the probe's prediction is fitted to its own benchmark, so only the other points test the model
+                "agreement": {"measured": len(done), "agree": sum(1 for r in done if r.get("agrees")),
+                              "independent": sum(1 for r in done if not r["probe"]),
+                              "independent_agree": sum(1 for r in done if not r["probe"] and r.get("agrees"))}}
 
     @staticmethod
     def _write(ctx: ActionContext, result: dict[str, Any]) -> None:

@@ -17,6 +17,17 @@ def _interval(value: Any, ci: Any) -> str:
     return text + (f" [{float(ci[0]):.1f}, {float(ci[1]):.1f}]" if isinstance(ci, list) and len(ci) == 2 else "")
 
 
+def _counted(counted: Any) -> str:
+    """What the starts were: the brute-force grid would need one per chain length plus the baseline."""
+    if not isinstance(counted, dict):
+        return ""
+    verify = counted.get("verify") or []
+    parts = (["the baseline"] if counted.get("baseline") else ["the baseline given (not restarted)"]) + ["the probe"]
+    parts.append(f"a restart for each top prediction not yet measured (k={', '.join(map(str, verify))})" if verify
+                 else "no verify restart (the best prediction is the probe, measured already)")
+    return f" ({'; '.join(parts)}; top predicted: k={', '.join(map(str, counted.get('top_predicted') or []))})"
+
+
 def tuning_section(session: LoadedSession) -> list[Block]:
     tuned = [(e, r) for e in session.of_type(StepFinished) if e.action == "tune" for r in e.results
              if r.status == "ok" and isinstance(r.result, dict)]
@@ -33,7 +44,7 @@ def tuning_section(session: LoadedSession) -> list[Block]:
             f"draft token adds {cost.get('c_s', 0) * 1000:.1f} ms to a cycle (fitted from the baseline, "
             f"{base.get('source', '')}, and one probe at k={cost.get('k_probe')}); acceptance per position "
             f"{', '.join(f'{x:.2f}' for x in profile.get('rates') or [])} ({profile.get('source', '')}). "
-            f"{res.get('restarts')} server starts."))
+            f"{res.get('restarts')} server starts{_counted(res.get('restarts_counted'))}."))
         rows = []
         for row in res.get("rows") or []:
             measured = _interval(row.get("measured_tok_s"), row.get("measured_tok_s_ci"))

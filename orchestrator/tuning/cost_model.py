@@ -11,15 +11,17 @@ The model (greedy chain drafting, topk 1, the request as the unit):
   the other with chain configurations alone, so only their sum ``c`` is fitted (and only it is needed);
 - a cycle yields ``L(k) = 1 + sum_{j<=k} r_j`` tokens, ``r_j`` = P(the first j draft tokens are all accepted): the
   acceptance profile, from the engine's per-position counters where it has them (vLLM
-  ``spec_decode_num_accepted_tokens_per_pos``), else from the measured accept length at ``k_probe`` under a constant
-  conditional acceptance (``r_j = a^j``; said as an assumption in the result);
+  ``spec_decode_num_accepted_tokens_per_pos``: per request when the bench scraped them around each request, so
+  the profile's interval is the requests' too; else the whole run's), else from the measured accept length at
+  ``k_probe`` under a constant conditional acceptance (``r_j = a^j``; said as an assumption in the result). A
+  probe at the largest chain length measures every shorter chain's positions, so one probe serves every k;
 - so tok/s per request at k is ``L(k) / T(k)``, and ``1 / t1`` without speculation.
 
 Positions beyond ``k_probe`` are extrapolated with the last measured conditional rate (marked ``extrapolated``).
 Every figure carries a percentile-bootstrap interval over requests (both benchmarks resampled together, a fixed
 seed so a session replays the same intervals).
 
-Public API: ``Request``, ``CostFit``, ``fit(baseline, probe, k_probe, per_position=None)``,
+Public API: ``Request``, ``CostFit``, ``served_counts(probe)``, ``fit(baseline, probe, k_probe, per_position=None)``,
 ``predict(fit, ks) -> list[Prediction]``, ``geometric_rate(accept_length, k)``.
 """
 
@@ -41,6 +43,10 @@ class Request:
     tokens: int
     seconds: float
     accept_length: float | None = None
+    # the engine's own counts for this request (vLLM at concurrency 1: the /metrics counters' change around it):
+    # drafts, and per draft position j the drafts whose first j + 1 tokens were all accepted
+    drafts: int | None = None
+    accepted_per_position: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,22 @@ def _cycle(probe: Sequence[Request]) -> float:
     return sum(r.seconds for r in probe) / sum(r.tokens / (r.accept_length or 1.0) for r in probe)
 
 
+def served_counts(probe: Sequence[Request]) -> bool:
+    """Whether every probe request carries the engine's per-position counts (the profile is then theirs)."""
+    return bool(probe) and all(r.drafts and r.accepted_per_position is not None for r in probe)
+
+
+def _counted_profile(probe: Sequence[Request], k: int) -> list[float]:
+    """r_j = sum over requests of accepted at position j / sum of drafts: vLLM's own per-position rate, over the
+    requests given (so a bootstrap resample of the requests resamples the profile with them)."""
+    drafts = sum(r.drafts or 0 for r in probe)
+    return [min(max(sum((r.accepted_per_position or ())[j] if j < len(r.accepted_per_position or ()) else 0
+                        for r in probe) / drafts, 0.0), 1.0) if drafts else 0.0 for j in range(k)]
+
+
 def _profile(probe: Sequence[Request], k: int, per_position: Sequence[float] | None) -> list[float]:
+    if served_counts(probe):
+        return _counted_profile(probe, k)
     if per_position:
         return [min(max(float(x), 0.0), 1.0) for x in per_position[:k]]
     accept = sum(r.tokens for r in probe) / sum(r.tokens / (r.accept_length or 1.0) for r in probe)
@@ -128,10 +149,11 @@ def fit(baseline: Sequence[Request], probe: Sequence[Request], k_probe: int,
         b = [rng.choice(baseline) for _ in baseline]
         p = [rng.choice(probe) for _ in probe]
         bt1 = _t1(b)
-        # a served per-position profile is an aggregate of the same requests: kept, its spread is the probe's
+        # per-request counts resample with their requests; an aggregate-only served profile is kept as it is
         draws.append((bt1, (_cycle(p) - bt1) / k_probe, _profile(p, k_probe, per_position)))
-    source = "served per position" if per_position else "geometric from the accept length (constant " \
-                                                         "conditional acceptance: an assumption)"
+    source = ("served per position (the engine's counters, per request)" if served_counts(probe)
+              else "served per position (the engine's counters, whole run)" if per_position
+              else "geometric from the accept length (constant conditional acceptance: an assumption)")
     return CostFit(t1=t1, c=c, k_probe=k_probe, profile=profile, profile_source=source,
                    t1_ci=_ci([d[0] for d in draws]), c_ci=_ci([d[1] for d in draws]), draws=draws)
 

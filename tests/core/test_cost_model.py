@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from orchestrator.actions.tune import chain_flags, served_profile
+from orchestrator.actions.tune import chain_flags, requests_of, served_profile
 from orchestrator.tuning.cost_model import Request, fit, geometric_rate, per_request_rate, predict
 
 T1, C = 0.012, 0.003  # seconds per plain step, seconds each draft token adds to a cycle
@@ -52,7 +52,7 @@ def test_a_served_per_position_profile_decides_where_a_draft_stops_paying() -> N
     profile = [0.95, 0.9, 0.1, 0.05, 0.02, 0.01]
     probe = draw(rng, 24, 6, profile)
     served = fit(draw(rng, 24, 0, profile), probe, 6, per_position=profile)
-    assert served.profile_source == "served per position"
+    assert served.profile_source.startswith("served per position")
     ranked = sorted(predict(served, range(1, 7)), key=lambda p: -p.tok_s)
     assert ranked[0].k == 2 == max(range(1, 7), key=lambda k: truth_rate(profile, k))
     geometric = fit(draw(rng, 24, 0, profile), probe, 6)
@@ -91,3 +91,69 @@ def test_chain_flags_per_engine() -> None:
     assert vllm["speculative-config"] == {"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}
     assert served_profile({"spec_decode": {"per_position_rates": [0.9, 0.5]}}) == [0.9, 0.5]
     assert served_profile({"spec_decode": None}) is None
+
+
+def counted(rng: random.Random, n: int, k: int, profile: list[float]) -> list[Request]:
+    """Requests of 64 tokens drafted cycle by cycle at k tokens, with the engine's per-request counts as vLLM's
+    /metrics deltas give them: drafts (cycles), and per position j the cycles whose first j + 1 tokens were
+    accepted (a cycle accepts j or more with probability r_j)."""
+    out = []
+    for _ in range(n):
+        tokens, cycles, positions = 0, 0, [0] * k
+        while tokens < 64:
+            u, accepted = rng.random(), 0
+            while accepted < k and u < profile[accepted]:
+                accepted += 1
+            for j in range(accepted):
+                positions[j] += 1
+            tokens, cycles = tokens + accepted + 1, cycles + 1
+        out.append(Request(tokens=tokens, seconds=cycles * (T1 + C * k) * rng.uniform(0.95, 1.05),
+                           accept_length=tokens / cycles, drafts=cycles, accepted_per_position=tuple(positions)))
+    return out
+
+
+def test_served_per_request_counts_give_the_profile_with_intervals() -> None:
+    """vLLM's per-position counters per request (not the geometric fit): the profile is theirs, its interval
+    resamples the requests, every shorter chain is predicted from the one probe, and the cliff after two tokens (a
+    curve no constant rate has) decides k = 2, where the geometric fit from the same probe would not."""
+    rng = random.Random(11)
+    profile = [0.95, 0.9, 0.1, 0.05, 0.02, 0.01]
+    baseline, probe = draw(rng, 24, 0, profile), counted(rng, 24, 6, profile)
+    model = fit(baseline, probe, 6)
+    assert model.profile_source.startswith("served per position") and "per request" in model.profile_source
+    for j, truth in enumerate(profile):
+        assert model.profile[j] == pytest.approx(truth, abs=0.06), (j, model.profile)
+    spreads = {round(d[2][0], 4) for d in model.draws}
+    assert len(spreads) > 1  # resampled with the requests, not held fixed
+    predictions = predict(model, range(1, 7))
+
+    def near(ci: list[float], truth: float) -> bool:
+        # six correlated 95% intervals: each may miss its truth by chance, so within twice its half-width (~4 sigma)
+        half = (ci[1] - ci[0]) / 2
+        return ci[0] - half <= truth <= ci[1] + half
+
+    for p in predictions:
+        assert p.accept_length_ci[1] > p.accept_length_ci[0] and near(p.accept_length_ci, 1 + sum(profile[:p.k])), p
+        assert near(p.tok_s_ci, truth_rate(profile, p.k)), p
+    assert max(predictions, key=lambda p: p.tok_s).k == 2
+    stripped = [Request(r.tokens, r.seconds, r.accept_length) for r in probe]
+    geometric = {p.k: p for p in predict(fit(baseline, stripped, 6), range(1, 7))}
+    assert not near(geometric[2].tok_s_ci, truth_rate(profile, 2))  # the constant rate misses it: the counts' use
+
+
+def test_a_vllm_bench_result_carries_its_counts_into_the_model() -> None:
+    """The bench result as the vLLM adapter leaves it (per_request rows with spec_counts at concurrency 1)."""
+    result = {"accept_length": 2.0, "spec_decode": {"per_position": [0.6, 0.3]},
+              "per_request": [{"completion_tokens": 40, "latency": 1.0, "accept_length": 2.0,
+                               "spec_counts": {"drafts": 20, "accepted": [13, 7]}},
+                              {"completion_tokens": 38, "latency": 1.1, "accept_length": 1.9,
+                               "spec_counts": {"drafts": 20, "accepted": [11, 7]}},
+                              {"completion_tokens": 0, "latency": 0.1}]}
+    probe = requests_of(result, speculative=True)
+    assert [(r.drafts, r.accepted_per_position) for r in probe] == [(20, (13, 7)), (20, (11, 7))]
+    base = requests_of({"per_request": [{"completion_tokens": 40, "latency": 2.0, "spec_counts": {"drafts": 1,
+                                                                                                   "accepted": [1]}}]},
+                       speculative=False)
+    assert base[0].drafts is None  # a baseline has no speculation to count
+    model = fit(base, probe, 2, served_profile(result))
+    assert model.profile == [0.6, 0.35] and "per request" in model.profile_source

@@ -1,5 +1,5 @@
 """playbooks/tune.yaml end to end on the lab (its SGLang stand-in, the seed-wiring scenario's fixed flags): one
-baseline, one probe and the verify restarts, a recommendation decided on intervals, predicted beside measured for
+baseline, one probe and a verify restart for the best prediction unless the probe is it, a recommendation decided on intervals, predicted beside measured for
 every measured point, the chart and table saved, and every server stopped. (bench/tune_vs_grid.py compares the
 tuner with the full grid and prints both optima.)"""
 
@@ -35,11 +35,15 @@ async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, t
     session = read_session(directory)
     tuned = next(r.result for e in session.events if getattr(e, "type", "") == "step_finished"
                  and e.action == "tune" for r in e.results)
-    assert tuned["restarts"] == 3  # baseline, the probe at k = 4, one verify restart
     rows = {r["k"]: r for r in tuned["rows"]}
     assert set(rows) == {1, 2, 3, 4} and rows[4]["probe"]
+    # the baseline, the probe at k = 4, and the best prediction unless it is the probe (measured already)
+    counted = tuned["restarts_counted"]
+    top = max(rows.values(), key=lambda r: r["predicted_tok_s"])["k"]
+    assert counted["top_predicted"] == [top] and counted["verify"] == ([] if top == 4 else [top])
+    assert tuned["restarts"] == 2 + len(counted["verify"]) and counted["baseline"] == 1
     measured = [r for r in rows.values() if r.get("measured_tok_s") is not None]
-    assert len(measured) == 2
+    assert {r["k"] for r in measured} == {4, top}
     for row in rows.values():
         lo, hi = row["predicted_tok_s_ci"]
         assert lo <= row["predicted_tok_s"] <= hi and not row["extrapolated"]
@@ -58,6 +62,8 @@ async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, t
     assert "<svg" in (directory / tuned["artifacts"][0]).read_text()
     report = (directory / "report.md").read_text()
     assert "Tuning" in report and f"k={rec['k']}" in report
+    assert f"{tuned['restarts']} server starts (the baseline; the probe;" in report  # what was counted, said
+    assert any(f"{tuned['restarts']} server starts" in line for line in tuned["lines"])
     started = {e.server_id for e in session.of_type(ServerEvent) if e.type == "server_ready"}
     stopped = {e.server_id for e in session.of_type(ServerEvent) if e.type == "server_stopped"}
-    assert len(started) == 3 and started <= stopped
+    assert len(started) == tuned["restarts"] and started <= stopped
