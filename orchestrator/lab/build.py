@@ -255,8 +255,15 @@ def copy_model(src: Path, dst: Path, *, skip: tuple[str, ...] = ("lab_tokens.pt"
     tmp.rename(dst)
 
 
+#: fault copies and the trained draft each is copied from (no training); the issue-26 faults copy the healthy
+#: draft, so the planted fault is the only one
+VARIANT_BASE = {"no-lm-head": "seed-wiring", "direct-d2t": "seed-wiring", "off-by-one": "seed-wiring",
+                "own-embedding": "healthy", "attention-heads": "healthy", "rope-scaling": "healthy",
+                "no-norm": "healthy"}
+
+
 def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
-    """A cheap copy of the seed draft with one checkpoint fault applied (no training)."""
+    """A cheap copy of a trained draft (``seed``: VARIANT_BASE[kind]) with one checkpoint fault applied."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -268,6 +275,20 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
         state["d2t"] = (state["d2t"] + torch.arange(state["d2t"].shape[0])).contiguous()
     elif kind == "off-by-one":    # the right ids, in vLLM's top-level HF-index convention SGLang ignores
         config["eagle_aux_hidden_state_layer_ids"] = seed_wiring(num_layers)
+    elif kind == "own-embedding":  # an embed_tokens the draft was not trained with, saved in the checkpoint: the
+        # target's rows in another token order (an export from another tokenizer's vocabulary; vllm #50158, #28549)
+        target = load_file(str(seed.parents[1] / "target" / "model.safetensors"))["model.embed_tokens.weight"]
+        order = torch.randperm(target.shape[0], generator=torch.Generator().manual_seed(26))
+        state["embed_tokens.weight"] = target[order].contiguous()
+    elif kind == "attention-heads":  # the same projections, split into twice the heads of half the width
+        heads = int(config["num_attention_heads"]) * 2
+        config.update(num_attention_heads=heads, num_key_value_heads=int(config.get("num_key_value_heads")
+                                                                          or heads // 2) * 2,
+                      head_dim=int(config["hidden_size"]) // heads)
+    elif kind == "rope-scaling":  # a long-context rope_scaling the draft was never trained with (SpecForge #265)
+        config["rope_scaling"] = {"rope_type": "linear", "factor": 8.0}
+    elif kind == "no-norm":       # the final norm not exported: both engines leave RMSNorm at ones
+        state.pop("norm.weight")
     else:
         raise ValueError(kind)
     tmp = dst.with_name(dst.name + ".tmp")
@@ -275,7 +296,7 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
     tmp.mkdir(parents=True)
     (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    (tmp / "lab_fault.json").write_text(json.dumps({"variant_of": "seed-wiring", "fault": kind}) + "\n")
+    (tmp / "lab_fault.json").write_text(json.dumps({"variant_of": seed.name, "fault": kind}) + "\n")
     (tmp / ".complete").write_text("ok\n")
     remove_tree(dst)
     tmp.rename(dst)
@@ -517,15 +538,16 @@ def build_drafts(base: Path, kinds: list[str], n: int, target_seed: int, report:
         if is_complete(drafts / kind):
             continue
         t0 = time.monotonic()
-        if kind in TRAINED_DRAFTS or not is_complete(drafts / "seed-wiring"):
-            key = "healthy" if kind == "healthy" else "seed-wiring"
+        base_kind = kind if kind in TRAINED_DRAFTS else VARIANT_BASE[kind]
+        if not is_complete(drafts / base_kind):
+            key = base_kind
             trained = train_draft_attempt(key, n, target_seed, 0, _stage_progress(report, f"draft {key}"))
             copy_model(trained, drafts / key)
             timings[f"draft {key}"] = round(time.monotonic() - t0, 1)
             wiring = sglang_wiring(n) if key == "healthy" else seed_wiring(n)
             report(f"draft {key}", f"draft {key} ready (trained on hidden_states {wiring})", 1.0)
         if kind not in TRAINED_DRAFTS:
-            write_variant(drafts / "seed-wiring", drafts / kind, kind, n)
+            write_variant(drafts / base_kind, drafts / kind, kind, n)
             report(f"draft {kind}", f"draft {kind} written (fault planted)", 1.0)
 
 
