@@ -221,12 +221,12 @@ TARGET_ATTEMPTS = 3
 #: the next target's seed is this far on: far enough that a lab built with seed s never lands on the lab another
 #: build seed (s + 1, s + 2, ...) gives, so labs built with different seeds stay different labs
 TARGET_SEED_STRIDE = 1000
-#: fault copies written from the seed-wiring draft (they follow it when it is retrained)
 
 
 def trained_drafts_of(sc: Scenario) -> list[str]:
     """The trained drafts (seed-wiring, healthy) a scenario's candidate and fix depend on."""
-    return sorted({"healthy" if d == "healthy" else "seed-wiring" for d in (sc.draft, sc.fixed_draft or sc.draft)})
+    return sorted({d if d in TRAINED_DRAFTS else VARIANT_BASE.get(d, "seed-wiring")
+                   for d in (sc.draft, sc.fixed_draft or sc.draft)})
 
 
 @dataclass(frozen=True)
