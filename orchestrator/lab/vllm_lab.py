@@ -16,6 +16,11 @@ Where the engines part (lab target: 12 layers; vllm 0.33.0, Model Runner V2; SGL
 | direct-d2t  | none; d2t stored as target ids            | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | d2t (+ wiring, fixed by the fixed draft) |
 | no-lm-head  | none; lm_head.weight dropped              | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | lm_head missing, wiring |
 
+The issue-26 faults are copies of the healthy draft (nested [1, 5, 8], trained on [2, 6, 9], fed [2, 6, 9] by both):
+``own-embedding`` ships an embed_tokens it was not trained with (vLLM keeps a distinct one: served_part; SGLang
+replaces it: nothing), ``trained-embedding`` one it WAS trained with (the reverse), ``attention-heads`` and
+``rope-theta`` a config both engines build the layer from (served_part on both).
+
 ``no-lm-head`` differs by engine too: SGLang keeps a random head, so nothing the draft learnt shows and its
 wiring fault (a copy of seed-wiring) stays hidden; vLLM 0.33 shares the target's head cut to the draft vocabulary,
 which predicts well enough for the wiring fault underneath to be measured, so both are confirmed there.
