@@ -91,6 +91,9 @@ def main() -> int:
     rows, right = [], 0
     for name in args.scenarios:
         out = asyncio.run(run(args.engine, name, root, args.host, work))
+        if out["status"] not in ("ok", "failed"):  # interrupted: the flagship stopped its servers; so do we
+            print(f"{name}: {out['status']}; stopping", flush=True)
+            break
         confirmed = {h for h, s in out["states"].items() if s == "confirmed"} & FAULTS
         ok = confirmed == set(table[name].confirms) and out["status"] == "ok"
         right += ok
