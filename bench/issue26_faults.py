@@ -55,10 +55,12 @@ def _step(session: Any, name: str) -> dict[str, Any]:
     return {}
 
 
-async def run(engine: str, scenario: str, root: Path, host_dir: str | None, work: Path) -> dict[str, Any]:
+async def run(engine: str, scenario: str, root: Path, host_dir: str | None, work: Path,
+              extra: dict[str, Any]) -> dict[str, Any]:
     inventory = _inventory(engine, scenario, root, host_dir, work / scenario / "run")
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
-    flagship, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=work / scenario / "sessions")
+    flagship, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=work / scenario / "sessions",
+                                       extra_vars=extra)
     started = time.monotonic()
     outcome = await run_with_signals(flagship)
     seconds = time.monotonic() - started
@@ -82,15 +84,19 @@ def main() -> int:
     ap.add_argument("--lab", type=Path, default=None)
     ap.add_argument("--host", default=os.environ.get("ORCH_TEST_VLLM_HOST"))
     ap.add_argument("--scenarios", nargs="+", default=list(ISSUE26_FAULTS))
+    ap.add_argument("-e", dest="extra", action="append", default=[], metavar="VAR=N",
+                    help="an integer playbook var, as `orchestrator run -e` (e.g. bench_n=6 on a slow real vLLM)")
     args = ap.parse_args()
+    extra = {k: int(v) for k, v in (item.split("=", 1) for item in args.extra)}
     root = lab_dir(args.lab)
     work = Path(tempfile.mkdtemp(prefix=f"issue26-{args.engine}-"))
     n = num_layers_of(root)
     table = scenarios(root, n) if args.engine == "sglang" else vllm_scenarios(root, n)
-    print(f"lab {root}, engine {args.engine}, load average {os.getloadavg()[0]:.1f}, work in {work}", flush=True)
+    print(f"lab {root}, engine {args.engine}, load average {os.getloadavg()[0]:.1f}, vars {extra}, work in {work}",
+          flush=True)
     rows, right = [], 0
     for name in args.scenarios:
-        out = asyncio.run(run(args.engine, name, root, args.host, work))
+        out = asyncio.run(run(args.engine, name, root, args.host, work, extra))
         if out["status"] not in ("ok", "failed"):  # interrupted: the flagship stopped its servers; so do we
             print(f"{name}: {out['status']}; stopping", flush=True)
             break

@@ -40,10 +40,32 @@ def _interval(value: Any, digits: int = 2) -> str:
     return "[no interval]"
 
 
+def _paired_gain(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any] | None:
+    """``after`` vs ``before`` (two bench results that sent the same prompts in the same order): the ratio of their
+    accept lengths paired by request, ``{"ratio", "ci", "n"}``, where each request's prompt difficulty cancels out
+    (the draft test pairs wirings on prompts the same way). None when the requests do not pair (counts or prompt
+    lengths differ, a request failed) or fewer than two do."""
+    from remote_probes.interval_stats import paired_ratio_interval
+
+    mine = after.get("per_request") if isinstance(after, dict) else None
+    theirs = before.get("per_request") if isinstance(before, dict) else None
+    if not isinstance(mine, list) or not isinstance(theirs, list) or len(mine) != len(theirs) or len(mine) < 2:
+        return None
+    pairs = list(zip(mine, theirs, strict=True))
+    if any(not isinstance(a, dict) or not isinstance(b, dict) or a.get("prompt_tokens") != b.get("prompt_tokens")
+           or not a.get("verify_ct") or not b.get("verify_ct") for a, b in pairs):
+        return None
+    iv = paired_ratio_interval([a["completion_tokens"] for a, _ in pairs], [a["verify_ct"] for a, _ in pairs],
+                               [b["completion_tokens"] for _, b in pairs], [b["verify_ct"] for _, b in pairs],
+                               confidence)
+    return None if iv is None else {"ratio": round(iv.estimate, 4), "ci": iv.as_list(), "n": len(pairs)}
+
+
 def _make_env(finalize: Any = None) -> SandboxedEnvironment:
     env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, finalize=finalize, keep_trailing_newline=True)
     env.filters["to_json"] = _to_json
     env.filters["interval"] = _interval
+    env.filters["paired_gain"] = _paired_gain
     env.filters["quote"] = lambda v: shlex.quote(str(v))
     env.globals.update(
         min=min, max=max, abs=abs, round=round, len=len, sum=sum, sorted=sorted, zip=zip, any=any, all=all,
