@@ -40,6 +40,18 @@ def _interval(value: Any, digits: int = 2) -> str:
     return "[no interval]"
 
 
+def _accept_units(row: dict[str, Any]) -> tuple[float, float] | None:
+    """(tokens, verify cycles) of one request: SGLang's verify_ct, or vLLM's per-request spec counters (each draft is
+    a cycle that yields 1 + its accepted tokens)."""
+    if row.get("verify_ct"):
+        return float(row["completion_tokens"]), float(row["verify_ct"])
+    counts = row.get("spec_counts") or {}
+    drafts, accepted = counts.get("drafts"), counts.get("accepted")
+    if isinstance(drafts, int) and drafts > 0 and isinstance(accepted, list):
+        return float(drafts + sum(accepted)), float(drafts)
+    return None
+
+
 def _paired_gain(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any] | None:
     """``after`` vs ``before`` (two bench results that sent the same prompts in the same order): the ratio of their
     accept lengths paired by request, ``{"ratio", "ci", "n"}``, where each request's prompt difficulty cancels out
@@ -53,11 +65,13 @@ def _paired_gain(after: Any, before: Any, confidence: float = 0.95) -> dict[str,
         return None
     pairs = list(zip(mine, theirs, strict=True))
     if any(not isinstance(a, dict) or not isinstance(b, dict) or a.get("prompt_tokens") != b.get("prompt_tokens")
-           or not a.get("verify_ct") or not b.get("verify_ct") for a, b in pairs):
+           for a, b in pairs):
         return None
-    iv = paired_ratio_interval([a["completion_tokens"] for a, _ in pairs], [a["verify_ct"] for a, _ in pairs],
-                               [b["completion_tokens"] for _, b in pairs], [b["verify_ct"] for _, b in pairs],
-                               confidence)
+    units = [(_accept_units(a), _accept_units(b)) for a, b in pairs]
+    if any(a is None or b is None for a, b in units):
+        return None
+    iv = paired_ratio_interval([a[0] for a, _ in units], [a[1] for a, _ in units],  # type: ignore[index]
+                               [b[0] for _, b in units], [b[1] for _, b in units], confidence)  # type: ignore[index]
     return None if iv is None else {"ratio": round(iv.estimate, 4), "ci": iv.as_list(), "n": len(pairs)}
 
 

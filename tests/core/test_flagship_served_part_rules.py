@@ -82,3 +82,17 @@ def test_requests_that_do_not_pair_give_no_paired_gain() -> None:
     assert _paired_gain(a, b) is None
     assert _paired_gain(a, {"per_request": b["per_request"][:1]}) is None
     assert _paired_gain(a, {"status": "skipped"}) is None
+
+
+def test_vllm_requests_pair_by_their_spec_counters() -> None:
+    from orchestrator.templating import _paired_gain
+
+    def bench(per: list[tuple[int, list[int]]]) -> dict[str, Any]:
+        return {"per_request": [{"completion_tokens": 64, "prompt_tokens": 26 + i, "verify_ct": None,
+                                 "spec_counts": {"drafts": d, "accepted": acc}} for i, (d, acc) in enumerate(per)]}
+
+    spec = bench([(37, [16, 9, 1]), (44, [15, 3, 1]), (40, [12, 6, 2])])
+    fixed = bench([(20, [14, 11, 6]), (20, [16, 15, 10]), (21, [15, 12, 9])])
+    gain = _paired_gain(fixed, spec)
+    assert gain is not None and gain["ci"][0] > 1 and gain["n"] == 3
+    assert _paired_gain(fixed, {"per_request": [{"prompt_tokens": 26 + i} for i in range(3)]}) is None
