@@ -40,10 +40,46 @@ def _interval(value: Any, digits: int = 2) -> str:
     return "[no interval]"
 
 
+def _accept_units(row: dict[str, Any]) -> tuple[float, float] | None:
+    """(tokens, verify cycles) of one request: SGLang's verify_ct, or vLLM's per-request spec counters (each draft is
+    a cycle that yields 1 + its accepted tokens)."""
+    if row.get("verify_ct"):
+        return float(row["completion_tokens"]), float(row["verify_ct"])
+    counts = row.get("spec_counts") or {}
+    drafts, accepted = counts.get("drafts"), counts.get("accepted")
+    if isinstance(drafts, int) and drafts > 0 and isinstance(accepted, list):
+        return float(drafts + sum(accepted)), float(drafts)
+    return None
+
+
+def _paired_gain(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any] | None:
+    """``after`` vs ``before`` (two bench results that sent the same prompts in the same order): the ratio of their
+    accept lengths paired by request, ``{"ratio", "ci", "n"}``, where each request's prompt difficulty cancels out
+    (the draft test pairs wirings on prompts the same way). None when the requests do not pair (counts or prompt
+    lengths differ, a request failed) or fewer than two do."""
+    from remote_probes.interval_stats import paired_ratio_interval
+
+    mine = after.get("per_request") if isinstance(after, dict) else None
+    theirs = before.get("per_request") if isinstance(before, dict) else None
+    if not isinstance(mine, list) or not isinstance(theirs, list) or len(mine) != len(theirs) or len(mine) < 2:
+        return None
+    pairs = list(zip(mine, theirs, strict=True))
+    if any(not isinstance(a, dict) or not isinstance(b, dict) or a.get("prompt_tokens") != b.get("prompt_tokens")
+           for a, b in pairs):
+        return None
+    units = [(_accept_units(a), _accept_units(b)) for a, b in pairs]
+    if any(a is None or b is None for a, b in units):
+        return None
+    iv = paired_ratio_interval([a[0] for a, _ in units], [a[1] for a, _ in units],  # type: ignore[index]
+                               [b[0] for _, b in units], [b[1] for _, b in units], confidence)  # type: ignore[index]
+    return None if iv is None else {"ratio": round(iv.estimate, 4), "ci": iv.as_list(), "n": len(pairs)}
+
+
 def _make_env(finalize: Any = None) -> SandboxedEnvironment:
     env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, finalize=finalize, keep_trailing_newline=True)
     env.filters["to_json"] = _to_json
     env.filters["interval"] = _interval
+    env.filters["paired_gain"] = _paired_gain
     env.filters["quote"] = lambda v: shlex.quote(str(v))
     env.globals.update(
         min=min, max=max, abs=abs, round=round, len=len, sum=sum, sorted=sorted, zip=zip, any=any, all=all,

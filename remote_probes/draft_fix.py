@@ -8,6 +8,7 @@ Args: ``{"draft": dir, "target": dir, "candidate_flags": {flag: value}, "engine"
 "engine_sys_path"?: [dirs holding the engine's package], "effective"?: {flag: value the server resolved},
 "overrides"?: [{"flag", "requested", "effective"}], "findings"?: [draft_inspect findings],
 "wiring"?: {"decision", "best", "served"} (the draft test's decision, best and served HF wirings),
+"parts"?: [the counterfactual draft test's recovering swaps: {"part", "served", "swapped", "refs"}],
 "out_dir"?: where to write the corrected draft (default: beside the draft)}``.
 
 What it derives (each with its reason; research/sglang-eagle3-facts.md):
@@ -18,7 +19,9 @@ What it derives (each with its reason; research/sglang-eagle3-facts.md):
 - a wiring mismatch -> the trained wiring expressed as nested ``eagle_config`` ids (SGLang adds 1), written with
   the rest of the draft (symlinked, never copied or modified) into a corrected directory BESIDE the draft, and
   ``--speculative-draft-model-path`` pointed at it — when this SGLang can capture every state of that wiring;
-- a base architecture named for an EAGLE-3 checkpoint -> ``LlamaForCausalLMEagle3`` in the corrected config.
+- a base architecture named for an EAGLE-3 checkpoint -> ``LlamaForCausalLMEagle3`` in the corrected config;
+- a served part the counterfactual draft test named (draft_fix_parts.py): the target's RoPE or attention layout in
+  the corrected config; on vLLM a distinct embed_tokens dropped from a filtered copy of the weights.
 
 What config cannot fix becomes a blocker with the remedies that remain (retrain on a servable wiring, another
 SGLang version, an engine change, a re-export of the weights).
@@ -34,6 +37,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from _probe import ProbeFailure, run_probe
+from draft_fix_parts import part_fixes, write_without
 from draft_fix_vllm import derive_vllm
 from eagle3_config import flat_config
 from eagle3_wiring import default_wiring, nested_ids, top_level_ids
@@ -103,8 +107,15 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     if not isinstance(n_layers, int) or n_layers < 1:
         raise ProbeFailure("bad_config", "the target config has no num_hidden_layers", path=target)
     findings = [f for f in args.get("findings") or [] if isinstance(f, dict)]
+    swaps = [p for p in args.get("parts") or [] if isinstance(p, dict) and p.get("part")]
     if args.get("engine") == "vllm":
-        return _finish_vllm(args, draft, derive_vllm(args, raw, n_layers, findings, _is_eagle3_draft(raw, findings)))
+        part = derive_vllm(args, raw, n_layers, findings, _is_eagle3_draft(raw, findings))
+        fixed = part_fixes(swaps, part["config"], tcfg, "vllm", part["name"])
+        part.update(config=fixed["config"], config_changed=part["config_changed"] or fixed["config_changed"]
+                    or bool(fixed["drop"]), drop=fixed["drop"])
+        part["changes"] += fixed["changes"]
+        part["blockers"] += fixed["blockers"]
+        return _finish_vllm(args, draft, part)
     root = find_sglang_root(args.get("engine_sys_path"))
     rules = capture_rules(root) if root else {"embedding": None, "final_norm": False, "evidence": [],
                                               "why": "no sglang package found for this python, so its capture "
@@ -207,6 +218,10 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
             blockers.append({"what": "wiring", "why": "the draft was trained on hidden_states %s, which %s cannot "
                              "feed by config: %s" % (best, sglang, "; ".join(why_not)), "remedies": remedies})
 
+    fixed = part_fixes(swaps, config, tcfg, "sglang", sglang)
+    config, config_changed = fixed["config"], config_changed or fixed["config_changed"]
+    changes += fixed["changes"]
+    blockers += fixed["blockers"]
     written = None
     if config_changed:
         written = _write_corrected(draft, config, changes, args.get("out_dir"))
@@ -227,7 +242,7 @@ def _finish_vllm(args: Dict[str, Any], draft: str, part: Dict[str, Any]) -> Dict
     changes, spec, flags = part["changes"], part["spec"], part["flags"]
     written = None
     if part["config_changed"]:
-        written = _write_corrected(draft, part["config"], changes, args.get("out_dir"))
+        written = _write_corrected(draft, part["config"], changes, args.get("out_dir"), drop=part.get("drop") or [])
         changes.append({"what": "speculative-config model", "from": spec.get("model"), "to": written,
                         "why": "the corrected config lives beside the draft (the draft itself is never changed)"})
         spec["model"] = written
@@ -261,16 +276,21 @@ def summary(status: str, changes: List[Dict[str, Any]], blockers: List[Dict[str,
 
 
 def _write_corrected(draft: str, config: Dict[str, Any], changes: List[Dict[str, Any]],
-                     out_dir: Optional[str]) -> str:
-    """``<draft>.orchestrator-fix/``: the corrected config.json, a marker, and a symlink for every other file."""
+                     out_dir: Optional[str], drop: Optional[List[str]] = None) -> str:
+    """``<draft>.orchestrator-fix/``: the corrected config.json, a marker, the weights files rewritten without the
+    ``drop`` tensors (draft_fix_parts.write_without), and a symlink for every other file."""
     dest = os.path.abspath(os.path.expanduser(out_dir)) if out_dir else draft.rstrip(os.sep) + ".orchestrator-fix"
     if os.path.exists(dest) and not os.path.isfile(os.path.join(dest, MARKER)):
         raise ProbeFailure("exists", "%s exists and was not written by orchestrator; refusing to touch it" % dest,
                            path=dest)
     try:
         os.makedirs(dest, exist_ok=True)
+        for name in os.listdir(dest):  # a filtered file from an earlier fix is rewritten (or linked) below
+            if name.endswith(".safetensors") or name == "model.safetensors.index.json":
+                os.unlink(os.path.join(dest, name))
+        rewritten = set(write_without(draft, dest, drop)) if drop else set()
         for name in sorted(os.listdir(draft)):
-            if name == "config.json":
+            if name == "config.json" or name in rewritten:
                 continue
             link = os.path.join(dest, name)
             if os.path.islink(link):

@@ -5,7 +5,13 @@ Args (JSON): {"target": dir, "draft": dir, "wirings": "auto" | [[..], ..] | {"na
 "prompts_file"?: path (JSON list of strings, or JSONL with "prompt"/"text"), "num_prompts"?: 16,
 "max_new_tokens"?: 96, "steps"?: 5, "chat_template"?: true|false|"auto", "device"?: "auto"|"cpu"|"cuda",
 "dtype"?: "auto"|"float32"|"bfloat16"|"float16", "margin"?: 0.2, "confidence"?: 0.95,
-"batch_size"?: 16 (prompts generated at once)}.
+"batch_size"?: 16 (prompts generated at once), "counterfactual"?: false, "engine_site"?: [dirs]}.
+
+``counterfactual: true`` scores only the served wiring, then the draft with each served part swapped for the
+other source (draft_counterfactual.py: embedding, head, final norm, d2t, RoPE, attention layout), on the same
+prompts; ``counterfactual`` in the result lists each swap with its interval, its paired gain over the served
+parts, ``recovers`` (the wiring test's mismatch rule) and the installed engine's file:line that decides which one
+it serves (looked up in the engine package, found first in ``engine_site``).
 
 The target generates greedily; ONE forward per prompt captures the hidden states any wiring needs; for each
 wiring the draft runs K chained steps from every decode column at once (eagle3_draft.ttt_forward, which equals
@@ -63,7 +69,7 @@ def _arg(args: Dict[str, Any], key: str, kind: type, default: Any, lo: Optional[
 
 def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
     known = {"target", "draft", "wirings", "engine", "algorithm", "prompts_file", "num_prompts", "max_new_tokens", "steps",
-             "chat_template", "device", "dtype", "margin", "confidence", "batch_size"}
+             "chat_template", "device", "dtype", "margin", "confidence", "batch_size", "counterfactual", "engine_site"}
     unknown = sorted(set(args) - known)
     if unknown:
         raise ProbeFailure("bad_args", "unknown argument(s): %s" % ", ".join(unknown), field=unknown[0])
@@ -79,7 +85,15 @@ def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
            "steps": _arg(args, "steps", int, 5, 1), "batch_size": _arg(args, "batch_size", int, 16, 1),
            "chat_template": args.get("chat_template", "auto"),
            "device": _arg(args, "device", str, "auto"), "dtype": _arg(args, "dtype", str, "auto"),
-           "margin": args.get("margin", 0.2), "confidence": args.get("confidence", 0.95)}
+           "margin": args.get("margin", 0.2), "confidence": args.get("confidence", 0.95),
+           "counterfactual": args.get("counterfactual", False), "engine_site": args.get("engine_site") or []}
+    if not isinstance(out["counterfactual"], bool):
+        raise ProbeFailure("bad_args", "counterfactual must be true or false", field="counterfactual")
+    site = out["engine_site"]
+    if isinstance(site, str):
+        out["engine_site"] = [site]
+    elif not isinstance(site, list) or not all(isinstance(d, str) for d in site):
+        raise ProbeFailure("bad_args", "engine_site must be a directory or a list of directories", field="engine_site")
     for key, lo, hi in (("margin", 0.0, 10.0), ("confidence", 0.5, 0.999)):
         value = out[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo < value < hi:
@@ -367,6 +381,48 @@ def load_drafts(a: Dict[str, Any], model: Any, hidden: int, device: str) -> Tupl
     return served, trained, parts
 
 
+def score_counterfactuals(torch: Any, a: Dict[str, Any], model: Any, text_cfg: Any, runs: List[Any],
+                          server: Dict[str, Any], n_layers: int, hidden: int, device: str) -> Dict[str, Any]:
+    """The served wiring scored with each served part swapped (draft_counterfactual.variants), each judged against
+    the served parts on the same prompts; ``refs``: where the installed engine decides that part."""
+    from draft_counterfactual import judge, locate_refs, variants, verdict
+    from eagle3_checkpoint import DraftLoadError, read_state_dict
+    from eagle3_config import flat_config
+    from eagle3_validate import build_from_state
+
+    config, state, notes = read_state_dict(a["draft"])
+    flat = flat_config(config)
+    parts = served_parts(flat, state, a["algorithm"], a["engine"], target_hidden_size=hidden)
+    embed = model.get_input_embeddings().weight.detach()
+    head = model.get_output_embeddings()
+    head_w = None if head is None else head.weight.detach()
+    norm = getattr(getattr(model, "model", None), "norm", None)
+    target_cfg = text_cfg.to_dict() if hasattr(text_cfg, "to_dict") else {}
+    refs = locate_refs(a["engine"], a["engine_site"])
+    rows: List[Dict[str, Any]] = []
+    for var in variants(flat, state, parts, target_cfg, None if norm is None else norm.weight.detach(), head_w):
+        row = {k: var[k] for k in ("part", "served", "swapped")}
+        row["refs"] = refs["parts"].get(var["part"], [])
+        try:
+            draft = build_from_state(var["config"], var["state"], notes, strict=False, embed_tokens=embed,
+                                     lm_head=var["lm_head"] if var["lm_head"] is not None else head_w,
+                                     target_vocab_size=embed.shape[0], target_hidden_size=hidden, device=device,
+                                     dtype=embed.dtype, parts=var["parts"])
+        except DraftLoadError as exc:  # a counterfactual the checkpoint cannot take: said, not scored
+            row.update(error=str(exc), recovers=False, hurts=False, vs_served=None, tau_serving=None)
+            rows.append(row)
+            continue
+        stats = score_wiring(torch, draft, runs, server["wiring"], a["steps"], a["confidence"])
+        row.update({k: stats[k] for k in ("tau_serving", "tau_serving_ci", "tau", "acc")})
+        row.update(judge(server, stats, a["margin"], a["confidence"]))
+        rows.append(row)
+        progress("counterfactual %s: tau %s" % (var["part"], stats["tau_serving"]))
+    return {"wiring": server["wiring"], "served": {k: server[k] for k in ("tau_serving", "tau_serving_ci")},
+            "swaps": rows, "recovering": [r["part"] for r in rows if r["recovers"]],
+            "verdict": verdict(a["engine"], server["wiring"], server, rows),
+            "engine_source": {k: refs[k] for k in ("engine", "version", "root", "missing")}}
+
+
 def check_runnable(a: Dict[str, Any]) -> Dict[str, Any]:
     """Before loading anything (draft_runnable.py): the draft's architecture is one this test runs, and the
     target plus the draft fit the memory free where they would load. :raises ProbeFailure:"""
@@ -411,6 +467,8 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
         srv = [n_layers]
     if srv is not None and (len(srv) == draft.num_aux or srv == [n_layers]) and all(c["wiring"] != srv for c in cands):
         cands.append({"name": "server(%s)" % a["engine"], "wiring": srv, "why": "the wiring %s feeds" % a["engine"]})
+    if a["counterfactual"] and srv is not None:  # the parts are judged on what the engine feeds, nothing else
+        cands = [c for c in cands if c["wiring"] == srv]
     if not cands:
         raise ProbeFailure("bad_wiring", "no candidate wiring has the %d hidden states the draft takes" % draft.num_aux)
     needed = sorted({i for c in cands for i in c["wiring"]})
@@ -440,9 +498,11 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
         decision["verdict"] += ("; scored as served (%s)%s" % (
             describe(parts), "; as trained the best wiring reaches tau %.2f" % own["tau_serving"]
             if own.get("tau_serving") is not None else ""))
+    counterfactual = (score_counterfactuals(torch, a, model, cfg, runs, server, n_layers, hidden, device)
+                      if a["counterfactual"] and server is not None else None)
     for row in results:
         row.pop("_units", None)
-    return {
+    return {"counterfactual": counterfactual,
         "wirings": results, "best": best, "server_wiring": srv, "server": server, "engine": a["engine"],
         "algorithm": a["algorithm"], "parts": parts,
         "verdict": decision.pop("verdict"), **decision, "steps": a["steps"],

@@ -40,6 +40,11 @@ class DraftTestArgs(ActionArgs):
     margin: float = Field(default=0.2, gt=0, lt=10, description="smallest gain over the served wiring called a fault")
     confidence: float = Field(default=0.95, gt=0.5, lt=0.999)
     batch_size: int | None = Field(default=None, ge=1, le=1024, description="prompts generated at once (default 16)")
+    counterfactual: bool = Field(default=False, description="score only the served wiring, then with each served part "
+                                 "(embedding, head, final norm, d2t, RoPE, attention layout) swapped for the other "
+                                 "source (remote_probes/draft_counterfactual.py)")
+    engine_site: list[str] | None = Field(default=None, description="directories holding the engine's package, "
+                                          "searched first for the code that decides each part")
     python: str | None = None
 
 
@@ -64,7 +69,24 @@ class DraftTestAction(Action[DraftTestArgs]):
                 ctx.output(_row(row, bool(swapped)), "stdout")
         if result.get("verdict"):
             ctx.output(f"decision: {result.get('decision')}: {result['verdict']}\n", "stdout")
+        cf = result.get("counterfactual")
+        if cf:
+            ctx.output(f"{'part':<10} {'served -> swapped':<64} {'tau':>6} {'95% CI':>12} {'vs served':>10}  "
+                       "recovers\n", "stdout")
+            for row in cf.get("swaps", []):
+                ctx.output(_swap_row(row), "stdout")
+            ctx.output(f"counterfactual: {cf.get('verdict')}\n", "stdout")
         return result
+
+
+def _swap_row(row: dict[str, Any]) -> str:
+    """One counterfactual line: the part, what the engine serves and what it was swapped for, with its interval."""
+    ci, vs = row.get("tau_serving_ci"), (row.get("vs_served") or {}).get("ratio")
+    change = f"{row.get('served')} -> {row.get('swapped')}"[:64]
+    tau = row.get("tau_serving")
+    return (f"{row.get('part', ''):<10} {change:<64} {f'{tau:.2f}' if tau is not None else '-':>6} "
+            f"{f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else 'n/a':>12} {f'{vs:.2f}x' if vs is not None else '':>10}  "
+            f"{'yes' if row.get('recovers') else row.get('error') or 'no'}\n")
 
 
 def _row(row: dict[str, Any], with_trained: bool) -> str:

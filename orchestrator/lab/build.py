@@ -94,13 +94,34 @@ def scenarios(lab: Path, num_layers: int) -> dict[str, Scenario]:
                  confirms=("flags_override",)),
         Scenario("eagle-not-eagle3", "--speculative-algorithm EAGLE with an EAGLE-3 draft (fc skipped)", "healthy",
                  _spec(healthy, algo="EAGLE"), _spec(healthy), "flags only", confirms=("wrong_algorithm",)),
+        # issue 26: faults reported in the public trackers, fault copies of the healthy draft (VARIANT_BASE); each
+        # fix serves the healthy draft, i.e. the checkpoint as it should have been exported (BENCHMARKS.md)
+        *[Scenario(name, title, name, _spec(str(d / name)), _spec(healthy), fault, "healthy", confirms=confirms)
+          for name, (title, fault, confirms) in ISSUE26_FAULTS.items()],
     ]}
+
+
+#: name -> (title, what is planted, what the flagship confirms on the SGLang lab); vllm_lab.py has vLLM's answers
+ISSUE26_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "own-embedding": ("the checkpoint ships an embed_tokens the draft was not trained with (TorchSpec #38, vllm "
+                      "#50158): SGLang replaces it with the target's, so nothing is wrong here",
+                      "embed_tokens.weight = the target's rows in another order", ()),
+    "trained-embedding": ("the draft trained its own embedding; SGLang replaces it with the target's (vllm PR "
+                          "#27732 fixed the same override in vLLM)", "embed_tokens.weight + input_layernorm "
+                          "sign-flipped together: right only with the draft's own embedding", ("served_part",)),
+    "attention-heads": ("the config splits attention into other heads than the draft was trained with "
+                        "(speculators PR #134, EAGLE #315)", "num_attention_heads / num_key_value_heads x4, "
+                        "head_dim / 4 (the same projection shapes)", ("served_part",)),
+    "rope-theta": ("the config's rope_theta is not the one the draft was trained with (SpecForge #265, "
+                   "vllm-ascend #6612)", "rope_theta 100 in the config; trained at the target's 10000",
+                   ("served_part",)),
+}
 
 
 #: the drafts that are trained; every other draft is a fault copy of seed-wiring
 TRAINED_DRAFTS = ("seed-wiring", "healthy")
 SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one", "topk-override",
-                  "eagle-not-eagle3")
+                  "eagle-not-eagle3", "own-embedding", "trained-embedding", "attention-heads", "rope-theta")
 DEFAULT_SCENARIO = "seed-wiring"
 
 
@@ -255,8 +276,21 @@ def copy_model(src: Path, dst: Path, *, skip: tuple[str, ...] = ("lab_tokens.pt"
     tmp.rename(dst)
 
 
+#: fault copies and the trained draft each is copied from (no training); the issue-26 faults copy the healthy
+#: draft, so the planted fault is the only one
+VARIANT_BASE = {"no-lm-head": "seed-wiring", "direct-d2t": "seed-wiring", "off-by-one": "seed-wiring",
+                "own-embedding": "healthy", "trained-embedding": "healthy", "attention-heads": "healthy",
+                "rope-theta": "healthy"}
+
+
+def _target_embedding(draft: Path) -> Any:
+    from safetensors.torch import load_file
+
+    return load_file(str(draft.parents[1] / "target" / "model.safetensors"))["model.embed_tokens.weight"]
+
+
 def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
-    """A cheap copy of the seed draft with one checkpoint fault applied (no training)."""
+    """A cheap copy of a trained draft (``seed``: VARIANT_BASE[kind]) with one checkpoint fault applied."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -268,6 +302,27 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
         state["d2t"] = (state["d2t"] + torch.arange(state["d2t"].shape[0])).contiguous()
     elif kind == "off-by-one":    # the right ids, in vLLM's top-level HF-index convention SGLang ignores
         config["eagle_aux_hidden_state_layer_ids"] = seed_wiring(num_layers)
+    elif kind == "own-embedding":  # an embed_tokens the draft was NOT trained with, saved in the checkpoint: the
+        # target's rows in another token order, as an export from another vocabulary would carry (vllm #50158)
+        target = _target_embedding(seed)
+        order = torch.randperm(target.shape[0], generator=torch.Generator().manual_seed(26))
+        state["embed_tokens.weight"] = target[order].contiguous()
+    elif kind == "trained-embedding":  # a draft that trained its OWN embedding (vllm PR #27732): built exactly from the
+        # healthy one, whose input_layernorm sees only the embedding: flipping the sign of some embedding dimensions
+        # and of the same norm weights computes the same draft, but only with this embedding
+        target = _target_embedding(seed)
+        flip = torch.randint(0, 2, (target.shape[1],), generator=torch.Generator().manual_seed(26)) * 2 - 1
+        state["embed_tokens.weight"] = (target * flip).contiguous()
+        key = "midlayer.input_layernorm.weight"
+        state[key] = (state[key] * flip).contiguous()
+    elif kind == "attention-heads":  # the same projections, split into 4x the heads of a quarter of the width
+        heads = int(config["num_attention_heads"]) * 4
+        kv = int(config.get("num_key_value_heads") or config["num_attention_heads"]) * 4
+        config.update(num_attention_heads=heads, num_key_value_heads=kv, head_dim=int(config["hidden_size"]) // heads)
+    elif kind == "rope-theta":    # a RoPE base the draft was not trained with (SpecForge #265): trained at the
+        # target's 10000, its config says 100 (at 1e6 the lab's short contexts lose nothing measurable: BENCHMARKS.md)
+        config.pop("rope_parameters", None)
+        config["rope_theta"] = 100.0
     else:
         raise ValueError(kind)
     tmp = dst.with_name(dst.name + ".tmp")
@@ -275,7 +330,7 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
     tmp.mkdir(parents=True)
     (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    (tmp / "lab_fault.json").write_text(json.dumps({"variant_of": "seed-wiring", "fault": kind}) + "\n")
+    (tmp / "lab_fault.json").write_text(json.dumps({"variant_of": seed.name, "fault": kind}) + "\n")
     (tmp / ".complete").write_text("ok\n")
     remove_tree(dst)
     tmp.rename(dst)
@@ -517,15 +572,16 @@ def build_drafts(base: Path, kinds: list[str], n: int, target_seed: int, report:
         if is_complete(drafts / kind):
             continue
         t0 = time.monotonic()
-        if kind in TRAINED_DRAFTS or not is_complete(drafts / "seed-wiring"):
-            key = "healthy" if kind == "healthy" else "seed-wiring"
+        base_kind = kind if kind in TRAINED_DRAFTS else VARIANT_BASE[kind]
+        if not is_complete(drafts / base_kind):
+            key = base_kind
             trained = train_draft_attempt(key, n, target_seed, 0, _stage_progress(report, f"draft {key}"))
             copy_model(trained, drafts / key)
             timings[f"draft {key}"] = round(time.monotonic() - t0, 1)
             wiring = sglang_wiring(n) if key == "healthy" else seed_wiring(n)
             report(f"draft {key}", f"draft {key} ready (trained on hidden_states {wiring})", 1.0)
         if kind not in TRAINED_DRAFTS:
-            write_variant(drafts / "seed-wiring", drafts / kind, kind, n)
+            write_variant(drafts / base_kind, drafts / kind, kind, n)
             report(f"draft {kind}", f"draft {kind} written (fault planted)", 1.0)
 
 
@@ -548,6 +604,6 @@ def paths(scenario: str | None = None, *, root: Path | str | None = None) -> Lab
     name = check_scenario(scenario or DEFAULT_SCENARIO)
     n = num_layers_of(base)
     sc = scenarios(base, n)[name]
-    drafts = {k: base / "drafts" / k for k in ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one")}
+    drafts = {k: base / "drafts" / k for k in ("seed-wiring", "healthy", *VARIANT_BASE)}
     return LabPaths(root=base, target=base / "target", site=base / "site", scenario=name,
                     draft=base / "drafts" / sc.draft, num_layers=n, drafts=drafts)

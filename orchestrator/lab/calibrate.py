@@ -35,6 +35,7 @@ from typing import Any
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab.build import (
     TRAINED_DRAFTS,
+    VARIANT_BASE,
     BuildProgress,
     Scenario,
     build_drafts,
@@ -220,13 +221,12 @@ TARGET_ATTEMPTS = 3
 #: the next target's seed is this far on: far enough that a lab built with seed s never lands on the lab another
 #: build seed (s + 1, s + 2, ...) gives, so labs built with different seeds stay different labs
 TARGET_SEED_STRIDE = 1000
-#: fault copies written from the seed-wiring draft (they follow it when it is retrained)
-SEED_COPIES = ("no-lm-head", "direct-d2t", "off-by-one")
 
 
 def trained_drafts_of(sc: Scenario) -> list[str]:
     """The trained drafts (seed-wiring, healthy) a scenario's candidate and fix depend on."""
-    return sorted({"healthy" if d == "healthy" else "seed-wiring" for d in (sc.draft, sc.fixed_draft or sc.draft)})
+    return sorted({d if d in TRAINED_DRAFTS else VARIANT_BASE.get(d, "seed-wiring")
+                   for d in (sc.draft, sc.fixed_draft or sc.draft)})
 
 
 @dataclass(frozen=True)
@@ -342,14 +342,13 @@ def _calibrate_draft_until_clear(base: Path, kind: str, report: BuildProgress) -
     for attempt in range(DRAFT_ATTEMPTS):
         report("calibrate", f"calibrating draft {kind} (attempt {attempt + 1}/{DRAFT_ATTEMPTS}, target seed "
                f"{target_seed})", attempt / DRAFT_ATTEMPTS)
-        if attempt:  # retrain with the next seed and more steps; the fault copies of seed-wiring follow it
+        if attempt:  # retrain with the next seed and more steps; the fault copies of this draft follow it
             trained = train_draft_attempt(kind, n, target_seed, attempt,
                                           lambda m, f: report(f"draft {kind}", m, f))
             copy_model(trained, drafts / kind)
-            if kind == "seed-wiring":
-                for copy in SEED_COPIES:
-                    if is_complete(drafts / copy):
-                        write_variant(drafts / kind, drafts / copy, copy, n)
+            for copy in (c for c, source in VARIANT_BASE.items() if source == kind):
+                if is_complete(drafts / copy):
+                    write_variant(drafts / kind, drafts / copy, copy, n)
         checks = calibrate_draft(kind, base, sc_all)
         _say(report, checks)
         draft_recipe = json.loads((drafts / kind / "lab_recipe.json").read_text())

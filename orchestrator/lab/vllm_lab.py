@@ -16,6 +16,11 @@ Where the engines part (lab target: 12 layers; vllm 0.33.0, Model Runner V2; SGL
 | direct-d2t  | none; d2t stored as target ids            | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | d2t (+ wiring, fixed by the fixed draft) |
 | no-lm-head  | none; lm_head.weight dropped              | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | lm_head missing, wiring |
 
+The issue-26 faults are copies of the healthy draft (nested [1, 5, 8], trained on [2, 6, 9], fed [2, 6, 9] by both):
+``own-embedding`` ships an embed_tokens it was not trained with (vLLM keeps a distinct one: served_part; SGLang
+replaces it: nothing), ``trained-embedding`` one it WAS trained with (the reverse), ``attention-heads`` and
+``rope-theta`` a config both engines build the layer from (served_part on both).
+
 ``no-lm-head`` differs by engine too: SGLang keeps a random head, so nothing the draft learnt shows and its
 wiring fault (a copy of seed-wiring) stays hidden; vLLM 0.33 shares the target's head cut to the draft vocabulary,
 which predicts well enough for the wiring fault underneath to be measured, so both are confirmed there.
@@ -39,7 +44,8 @@ from orchestrator.tree_removal import remove_tree
 VLLM_VERSION = build.VLLM_VERSIONS[0]
 #: vLLM scenario -> the SGLang lab scenario whose build provides its drafts
 BASE = {"seed-wiring": "seed-wiring", "healthy": "healthy", "off-by-one": "off-by-one", "sglang-ids": "seed-wiring",
-        "direct-d2t": "direct-d2t", "no-lm-head": "no-lm-head"}
+        "direct-d2t": "direct-d2t", "no-lm-head": "no-lm-head", "own-embedding": "own-embedding",
+        "trained-embedding": "trained-embedding", "attention-heads": "attention-heads", "rope-theta": "rope-theta"}
 VLLM_SCENARIO_NAMES = tuple(BASE)
 #: drafts written here (config-only copies), keyed by name -> (source draft, the config change)
 VLLM_DRAFTS = ("sglang-ids",)
@@ -91,7 +97,23 @@ def vllm_scenarios(base: Path, num_layers: int) -> dict[str, Scenario]:
         Scenario("no-lm-head", "draft_vocab_size declared, lm_head.weight missing", "no-lm-head",
                  flags("no-lm-head"), fixed_seed, "lm_head.weight dropped (and, as in seed-wiring, no ids)",
                  "seed-wiring", confirms=("lm_head_missing", "wiring")),
+        # issue 26 (build.ISSUE26_FAULTS): the same fault copies, with vLLM's answers
+        *[Scenario(name, title, name, flags(name), flags("healthy"), fault, "healthy", confirms=confirms)
+          for name, (title, fault, confirms) in VLLM_ISSUE26_FAULTS.items()],
     ]}
+
+
+#: vLLM keeps a distinct embed_tokens the checkpoint ships (llm_base_proposer.py _maybe_share_embeddings), where
+#: SGLang always replaces it: the two embedding faults swap engines
+VLLM_ISSUE26_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "own-embedding": ("the checkpoint ships an embed_tokens the draft was not trained with (TorchSpec #38, vllm "
+                      "#50158): vLLM keeps a distinct one", "embed_tokens.weight = the target's rows in another "
+                      "order", ("served_part",)),
+    "trained-embedding": ("the draft trained its own embedding: vLLM keeps a distinct one (vllm PR #27732), so "
+                          "nothing is wrong here", "embed_tokens.weight + input_layernorm sign-flipped together", ()),
+    "attention-heads": build.ISSUE26_FAULTS["attention-heads"],
+    "rope-theta": build.ISSUE26_FAULTS["rope-theta"],
+}
 
 
 def write_vllm_draft(base: Path, name: str, num_layers: int) -> Path:

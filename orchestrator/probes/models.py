@@ -380,6 +380,8 @@ class DraftFixArgs(_Args):
     overrides: list[dict[str, Any]] | None = None
     findings: list[dict[str, Any]] | None = None
     wiring: WiringEvidence | None = None
+    # the counterfactual draft test's recovering swaps ({part, served, swapped, refs, ...}): draft_fix_parts.py
+    parts: list[dict[str, Any]] | None = None
     out_dir: str | None = None
 
 

@@ -18,7 +18,7 @@ from orchestrator.session.recording import build_engine, run_with_signals, write
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
 FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
-          "lm_head_missing", "architecture", "rope_mismatch"}
+          "lm_head_missing", "architecture", "rope_mismatch", "served_part"}
 
 # scenario -> hypotheses that must be refuted (what must be confirmed is the scenario's own `confirms`)
 MUST_REFUTE = {
@@ -29,7 +29,11 @@ MUST_REFUTE = {
     "off-by-one": {"d2t_mapping", "lm_head_missing"},
     "topk-override": {"wiring", "d2t_mapping", "lm_head_missing", "wrong_algorithm"},
     "eagle-not-eagle3": {"wiring", "d2t_mapping", "lm_head_missing", "flags_override"},
+    # issue 26: the embedding SGLang replaces is found by the counterfactual step and verified by the fix; the other
+    # new faults are bench/issue26_faults.py's (about 5 min each at load 16: BENCHMARKS.md "New faults (issue 26)")
+    "trained-embedding": {"d2t_mapping", "lm_head_missing", "lm_head_sharing", "wrong_algorithm"},
 }
+BENCH_ONLY = {"own-embedding", "attention-heads", "rope-theta"}
 
 
 async def _run(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:
@@ -55,7 +59,7 @@ async def test_flagship_names_the_planted_fault(scenario: str, lab: LabPaths, tm
     for hid in must_refute:
         assert states[hid] == "refuted", f"{scenario}: {hid} is {states[hid]} ({states})"
     assert status == "ok"
-    assert set(MUST_REFUTE) == set(SCENARIO_NAMES)
+    assert set(MUST_REFUTE) | BENCH_ONLY == set(SCENARIO_NAMES)
 
     report = (directory / "report.md").read_text()
     verdict = report.split("## Verdict", 1)[1].split("\n## ", 1)[0]

@@ -1,0 +1,115 @@
+"""The fix for a served part the counterfactual draft test named (draft_counterfactual.py), for draft_fix.py.
+
+Standard library only. Parts the engine reads from the draft's CONFIG are corrected in the corrected config beside
+the draft (both engines build the draft's decoder layer from its own config): ``rope`` takes the target's RoPE keys,
+``attention`` the target's head count, kv heads and head_dim. A part the engine takes from the CHECKPOINT is mended
+where the engine's rule allows it: an ``embedding`` vLLM keeps because the checkpoint ships a distinct one is
+dropped from a filtered copy of the weights (vLLM then shares the target's; llm_base_proposer.py
+_maybe_share_embeddings). The rest are blockers with what remains: SGLang always replaces the draft's embedding with
+the target's (llama.py set_embed), a head, a final norm or a d2t map is re-exported from training.
+
+Public API: ``part_fixes(parts, config, target_config, engine, name) -> dict`` and
+``write_without(src_dir, dest_dir, drop) -> list[str]`` (safetensors files rewritten without the dropped tensors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Any, Dict, List
+
+ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
+ATTENTION_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim")
+
+
+def part_fixes(parts: List[Dict[str, Any]], config: Dict[str, Any], target_config: Dict[str, Any], engine: str,
+               name: str) -> Dict[str, Any]:
+    """``{"config": corrected copy, "config_changed", "drop": [tensor names], "changes", "blockers"}`` for the
+    recovering swaps ``parts`` (each ``{"part", "served", "swapped", "refs"}``); ``name`` is the engine as said."""
+    config = json.loads(json.dumps(config))
+    out: Dict[str, Any] = {"config": config, "config_changed": False, "drop": [], "changes": [], "blockers": []}
+    for swap in parts:
+        part = str(swap.get("part"))
+        where = ", ".join("%s:%s" % (r.get("file"), r.get("line")) for r in swap.get("refs") or [])
+        why = "the draft scores best with %s swapped (%s -> %s)%s" % (
+            part, swap.get("served"), swap.get("swapped"), "; %s decides at %s" % (name, where) if where else "")
+        if part in ("rope", "attention"):
+            keys = ROPE_KEYS if part == "rope" else ATTENTION_KEYS
+            before = {k: config.get(k) for k in keys if k in config}
+            for k in keys:
+                config.pop(k, None)
+            after = {k: target_config[k] for k in keys if target_config.get(k) is not None}
+            config.update(after)
+            out["config_changed"] = True
+            out["changes"].append({"what": "config %s" % "/".join(sorted(after)), "from": before, "to": after,
+                                   "why": why + ": %s builds the draft's layer from the draft's config" % name})
+        elif part == "embedding" and engine == "vllm" and "the target's" in str(swap.get("swapped")):
+            out["drop"].append("embed_tokens.weight")
+            out["changes"].append({"what": "embed_tokens.weight", "from": "in the checkpoint", "to": "dropped",
+                                   "why": why + ": without one in the checkpoint %s shares the target's" % name})
+        else:
+            remedy = {"embedding": "retrain the draft with the target's embedding frozen (SpecForge does), or serve "
+                                   "it where the engine keeps a distinct embed_tokens (vLLM >= 0.12)",
+                      "head": "re-export the draft's trained lm_head", "norm": "re-export the trained final norm",
+                      "d2t": "re-export d2t as offsets from the training vocabulary"}.get(part, "retrain the draft")
+            out["blockers"].append({"what": part, "why": why + ": no config or flag of %s changes it" % name,
+                                    "remedies": [remedy]})
+    return out
+
+
+def _canonical(name: str) -> str:
+    return name[len("model."):] if name.startswith("model.") else name
+
+
+def write_without(src_dir: str, dest_dir: str, drop: List[str]) -> List[str]:
+    """Copy each ``*.safetensors`` of ``src_dir`` holding a tensor named in ``drop`` (with or without ``model.``)
+    into ``dest_dir`` without it, streaming tensor by tensor; the shard index, if any, loses the names too. The
+    files it wrote, by name (the caller links the rest)."""
+    wanted = set(drop)
+    written: List[str] = []
+    removed: List[str] = []
+    for fname in sorted(os.listdir(src_dir)):
+        if not fname.endswith(".safetensors"):
+            continue
+        path = os.path.join(src_dir, fname)
+        with open(path, "rb") as fh:
+            size = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(size))
+            names = [n for n in header if n != "__metadata__" and _canonical(n) in wanted]
+            if not names:
+                continue
+            removed += names
+            keep = [(n, header[n]) for n in header if n != "__metadata__" and n not in names]
+            new, offset = {}, 0
+            for n, meta in keep:
+                begin, end = meta["data_offsets"]
+                new[n] = dict(meta, data_offsets=[offset, offset + end - begin])
+                offset += end - begin
+            if "__metadata__" in header:
+                new["__metadata__"] = header["__metadata__"]
+            blob = json.dumps(new, separators=(",", ":")).encode()
+            blob += b" " * (-len(blob) % 8)
+            tmp = os.path.join(dest_dir, fname + ".tmp")
+            with open(tmp, "wb") as out:
+                out.write(struct.pack("<Q", len(blob)) + blob)
+                base = 8 + size
+                for _n, meta in keep:
+                    begin, end = meta["data_offsets"]
+                    fh.seek(base + begin)
+                    left = end - begin
+                    while left:
+                        chunk = fh.read(min(left, 1 << 24))
+                        out.write(chunk)
+                        left -= len(chunk)
+            os.replace(tmp, os.path.join(dest_dir, fname))
+            written.append(fname)
+    index = os.path.join(src_dir, "model.safetensors.index.json")
+    if written and os.path.isfile(index):
+        with open(index, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        doc["weight_map"] = {k: v for k, v in (doc.get("weight_map") or {}).items() if k not in removed}
+        with open(os.path.join(dest_dir, "model.safetensors.index.json"), "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+        written.append("model.safetensors.index.json")
+    return written
