@@ -94,13 +94,18 @@ def scenarios(lab: Path, num_layers: int) -> dict[str, Scenario]:
                  confirms=("flags_override",)),
         Scenario("eagle-not-eagle3", "--speculative-algorithm EAGLE with an EAGLE-3 draft (fc skipped)", "healthy",
                  _spec(healthy, algo="EAGLE"), _spec(healthy), "flags only", confirms=("wrong_algorithm",)),
+        # a draft that does not predict this target (stands in for one trained for another target): no wiring and
+        # no flag helps; the fix tried (the seed's trained wiring) cannot verify anything (issue 26)
+        Scenario("shuffled-draft", "the draft's trained weights shuffled: it predicts nothing about this target",
+                 "shuffled-draft", _spec(str(d / "shuffled-draft")), {**_spec(str(d / "shuffled-draft")), **capture},
+                 "every weight matrix's entries permuted"),
     ]}
 
 
 #: the drafts that are trained; every other draft is a fault copy of seed-wiring
 TRAINED_DRAFTS = ("seed-wiring", "healthy")
 SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one", "topk-override",
-                  "eagle-not-eagle3")
+                  "eagle-not-eagle3", "shuffled-draft")
 DEFAULT_SCENARIO = "seed-wiring"
 
 
@@ -268,6 +273,12 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
         state["d2t"] = (state["d2t"] + torch.arange(state["d2t"].shape[0])).contiguous()
     elif kind == "off-by-one":    # the right ids, in vLLM's top-level HF-index convention SGLang ignores
         config["eagle_aux_hidden_state_layer_ids"] = seed_wiring(num_layers)
+    elif kind == "shuffled-draft":  # the same shapes and value statistics, none of the function (a fixed seed)
+        gen = torch.Generator().manual_seed(26)
+        for name, weight in list(state.items()):
+            if weight.ndim == 2 and weight.is_floating_point():
+                flat = weight.flatten()
+                state[name] = flat[torch.randperm(flat.numel(), generator=gen)].reshape(weight.shape).contiguous()
     else:
         raise ValueError(kind)
     tmp = dst.with_name(dst.name + ".tmp")

@@ -157,8 +157,14 @@ class EngineAdapter(ABC):  # noqa: B024 - every method has a working SGLang-shap
 
     def read_bench(self, result: dict[str, Any]) -> dict[str, Any]:
         """The bench result with the server-side figures read (SGLang: ``server_info``'s accept length)."""
+        from orchestrator.servers.vllm import per_position_intervals
+
         info = result.pop("server_info", None)
         result["server_accept_length"] = self.server_accept_length(info) if isinstance(info, dict) else None
+        # per-request accept histograms (SGLang's meta_info) give the per-position acceptance vLLM's counters give
+        per_position = per_position_intervals(result.get("per_request") or [])
+        if per_position:
+            result["spec_decode"] = {**(result.get("spec_decode") or {}), **per_position}
         return result
 
     def requested_args(self, spec: LaunchSpec) -> dict[str, Any]:

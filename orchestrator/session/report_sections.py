@@ -57,8 +57,15 @@ def verdict_section(session: LoadedSession) -> list[Block]:
                 # the first confirmation decides; what came after it (the fix's benchmark, the derived fix) adds
                 label = "Further evidence" if event.previous == "confirmed" else "Decisive evidence"
                 blocks.append(Para(f"{label} ({where}): {event.evidence or event.rule}"))
-    else:
+    draft = board.entries.get("draft_quality")
+    if not confirmed and draft is not None and draft.state == "supported":
+        # nothing else stands and the server agrees with the offline test: the verdict is about the draft itself
+        last = draft.history[-1] if draft.history else None
+        blocks.append(Para(f"**The draft: {draft.hypothesis.title}** [`draft_quality`]"
+                           + (f": {last.evidence}" if last and last.evidence else "")))
+    elif not confirmed:
         blocks.append(Para("**No hypothesis confirmed.**"))
+    blocks.extend(_unverified_paragraphs(board, steps))
     blocks.extend(_fix_paragraphs(session))
     still_open = board.open_entries()
     if still_open:
@@ -71,6 +78,24 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     if conflicted:
         blocks.append(Para("Conflicting evidence on: " + ", ".join(f"`{e.hypothesis.id}`" for e in conflicted)
                            + " — see the logbook below."))
+    return blocks
+
+
+def _unverified_paragraphs(board: HypothesisBoard, steps: dict[str, StepFinished]) -> list[Block]:
+    """What the evidence supports but no fix verified, each with its latest observation (a fix that did not recover
+    says "fix not verified" there), and a discrepancy between the offline model and the server that nothing has
+    accounted for yet: the investigation is not explained while one stands."""
+    blocks: list[Block] = []
+    for entry in board.entries.values():
+        if entry.state != "supported" or entry.hypothesis.id == "draft_quality" or not entry.history:
+            continue
+        last = entry.history[-1]
+        where = f" (step {last.step_id} · {steps[last.step_id].name})" if last.step_id in steps else ""
+        if entry.hypothesis.id == "serving_difference":
+            head = "Not explained yet: the server serves something the offline model of it does not"
+        else:
+            head = f"Supported, not confirmed: {entry.hypothesis.title}"
+        blocks.append(Para(f"**{head}** [`{entry.hypothesis.id}`]{where}: {last.evidence or last.rule}"))
     return blocks
 
 

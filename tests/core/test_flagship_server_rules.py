@@ -39,6 +39,9 @@ def _steps() -> dict[str, Any]:
 
 
 def _run_sets(steps: dict[str, Any], variables: dict[str, Any]) -> dict[str, Any]:
+    for key, value in load_playbook(FLAGSHIP, extra_names={"target", "draft", "candidate_flags", "fixed_flags",
+                                                           "engine"}).vars.items():
+        variables.setdefault(key, value)  # the playbook's own vars (wiring_margin, ...)
     for name, register in (("The symptom", None), ("Weigh the evidence", "weighed")):
         values = render(steps[name].args, variables)
         variables.update(values)
