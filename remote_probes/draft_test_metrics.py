@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from interval_stats import CONFIDENCE, ratio_interval
+from interval_stats import CONFIDENCE, mean_interval, ratio_interval
 
 Hits = List[List[Optional[bool]]]
 
@@ -102,10 +102,19 @@ def summarize(tallies: Sequence[Tally], confidence: float = CONFIDENCE) -> Dict[
     out["acc_ci"] = [ci([t.right[k] for t in tallies], [t.seen[k] for t in tallies]) for k in range(steps)]
     out["alpha_ci"] = [ci([t.cond_right[k] for t in tallies], [t.cond_seen[k] for t in tallies])
                        for k in range(steps)]
+    # what a benchmark reports: the mean over requests of each request's accept length (not the pooled ratio)
+    out.update(_request_mean(tallies, confidence))
     out["per_position_ci"] = [_rate_ci(ci([t.pos_right[k] for t in tallies], [t.cycles for t in tallies]))
                               for k in range(steps)]
     out["prompts"] = sum(1 for t in tallies if t.cycles)
     return out
+
+
+def _request_mean(tallies: Sequence[Tally], confidence: float) -> Dict[str, object]:
+    per = [t.tokens / t.cycles for t in tallies if t.cycles]
+    iv = mean_interval(per, confidence) if per else None
+    return {"tau_request": round(iv.estimate, 4) if iv is not None else None,
+            "tau_request_ci": iv.as_list() if iv is not None else None}
 
 
 def _rate_ci(bounds: Optional[List[float]]) -> Optional[List[float]]:
@@ -121,14 +130,16 @@ LENGTH_EDGES = (0, 32, 128, 512, 2048, 8192)
 def by_length(tallies: Sequence[Tally], prompt_lens: Sequence[int], confidence: float = CONFIDENCE) -> List[Dict[str, object]]:
     """Serving tau per prompt-length bucket, each with its interval over the bucket's prompts."""
     out: List[Dict[str, object]] = []
-    edges = list(LENGTH_EDGES) + [None]
+    edges: List[Optional[int]] = [*LENGTH_EDGES, None]
     for lo, hi in zip(edges[:-1], edges[1:]):  # noqa: B905
-        idx = [i for i, n in enumerate(prompt_lens) if n >= lo and (hi is None or n < hi)]
+        low = lo or 0
+        idx = [i for i, n in enumerate(prompt_lens) if n >= low and (hi is None or n < hi)]
         if not idx:
             continue
         iv = ratio_interval([tallies[i].tokens for i in idx], [tallies[i].cycles for i in idx], confidence)
-        out.append({"bucket": [lo, hi], "prompts": len(idx), "tau_serving": round(iv.estimate, 4) if iv else None,
-                    "tau_serving_ci": iv.as_list() if iv is not None else None})
+        out.append({"bucket": [low, hi], "prompts": len(idx), "tau_serving": round(iv.estimate, 4) if iv else None,
+                    "tau_serving_ci": iv.as_list() if iv is not None else None,
+                    **_request_mean([tallies[i] for i in idx], confidence)})
     return out
 
 

@@ -290,7 +290,7 @@ def _one_request(url: str, prompt: str, params: Dict[str, Any], stream: bool, ti
     if isinstance(final, list):
         final = final[0]
     meta = (final or {}).get("meta_info", {}) or {}
-    row = {"latency": latency, "ttft": ttft, "completion_tokens": int(meta.get("completion_tokens") or 0),
+    row: Dict[str, Any] = {"latency": latency, "ttft": ttft, "completion_tokens": int(meta.get("completion_tokens") or 0),
            "prompt_tokens": int(meta.get("prompt_tokens") or 0),
            "accept_length": _number(meta.get(stat_keys["accept_length"])),
            "verify_ct": _number(meta.get(stat_keys["verify_ct"])),

@@ -81,12 +81,12 @@ def served_config(args: ReconcileArgs) -> dict[str, Any]:
         spec = speculative_config(_get(flags, "speculative-config")) or {}
         draft = args.draft or spec.get("model")
         method = _get(eff, "speculative_config.method") or spec.get("method") or "eagle3"
-        algorithm = args.algorithm or ("EAGLE" if str(method).lower() == "eagle" else "EAGLE3")
+        algorithm = str(args.algorithm or ("EAGLE" if str(method).lower() == "eagle" else "EAGLE3"))
         steps = args.steps or _get(eff, "speculative_config.num_speculative_tokens") or spec.get("num_speculative_tokens")
     else:
         draft = args.draft or _get(flags, "speculative-draft-model-path")
-        algorithm = args.algorithm or str(_get(eff, "speculative_algorithm") or _get(flags, "speculative-algorithm")
-                                          or "EAGLE3").upper()
+        algorithm = str(args.algorithm or _get(eff, "speculative_algorithm") or _get(flags, "speculative-algorithm")
+                        or "EAGLE3").upper()
         steps = args.steps or _get(eff, "speculative_num_steps") or _get(flags, "speculative-num-steps")
     wiring: Any = args.wiring
     if wiring is None:
@@ -133,7 +133,10 @@ def measured_by_length(rows: list[dict[str, Any]], buckets: list[dict[str, Any]]
 
 def compare(predicted: dict[str, Any], bench: dict[str, Any], confidence: float = 0.95) -> dict[str, Any]:
     """The reconcile of one benchmark with the draft test's served row (pure: tests call it directly)."""
-    p_tau, p_ci = predicted.get("tau_serving"), predicted.get("tau_serving_ci")
+    # the bench's accept length is the mean of per-request accept lengths: the prediction is the same mean over the
+    # same prompts (the pooled ratio weighs long generations more, and differs by a few percent)
+    p_tau = predicted.get("tau_request", predicted.get("tau_serving"))
+    p_ci = predicted.get("tau_request_ci", predicted.get("tau_serving_ci"))
     m_tau, m_ci = bench.get("accept_length"), bench.get("accept_length_ci")
     apart = disjoint(p_ci, m_ci)
     decision: Decision = "undecided" if apart is None else ("discrepancy" if apart else "reconciled")
@@ -142,7 +145,7 @@ def compare(predicted: dict[str, Any], bench: dict[str, Any], confidence: float 
     p_pos, p_pos_ci = predicted.get("per_position") or [], predicted.get("per_position_ci") or []
     positions = []
     for k in range(max(len(p_pos), len(m_pos))):
-        row = {"k": k, "predicted": p_pos[k] if k < len(p_pos) else None,
+        row: dict[str, Any] = {"k": k, "predicted": p_pos[k] if k < len(p_pos) else None,
                "predicted_ci": p_pos_ci[k] if k < len(p_pos_ci) else None,
                "measured": m_pos[k] if k < len(m_pos) else None,
                "measured_ci": m_pos_ci[k] if k < len(m_pos_ci) else None}
@@ -150,10 +153,10 @@ def compare(predicted: dict[str, Any], bench: dict[str, Any], confidence: float 
         positions.append(row)
     buckets = predicted.get("by_length") or []
     measured = measured_by_length(bench.get("per_request") or [], buckets, confidence)
-    by_length = [{"bucket": b["bucket"], "prompts": b["prompts"], "predicted": b["tau_serving"],
-                  "predicted_ci": b["tau_serving_ci"], "measured": m["accept_length"],
+    by_length = [{"bucket": b["bucket"], "prompts": b["prompts"], "predicted": b.get("tau_request", b["tau_serving"]),
+                  "predicted_ci": b.get("tau_request_ci", b["tau_serving_ci"]), "measured": m["accept_length"],
                   "measured_ci": m["accept_length_ci"], "requests": m["requests"],
-                  "disjoint": disjoint(b["tau_serving_ci"], m["accept_length_ci"])}
+                  "disjoint": disjoint(b.get("tau_request_ci", b["tau_serving_ci"]), m["accept_length_ci"])}
                  for b, m in zip(buckets, measured, strict=True)]
     pct = int(round(confidence * 100))
     head = (f"offline prediction for the served configuration {_fmt(p_tau, p_ci)}, server measured "
@@ -201,7 +204,9 @@ class ReconcileAction(Action[ReconcileArgs]):
                       "count_first_token": args.engine == "sglang"}
         result = await run_probe_step(ctx, "draft_test", probe_args, python=args.python)
         rows = result.get("wirings") or []
-        served = result.get("server") or (rows[0] if rows else None)
+        # a forced wiring (a capture flag, what the server said it feeds) is the served row; else the engine's rule
+        served = (next((r for r in rows if r.get("wiring") == cfg["wiring"]), None) if cfg["wiring"] != "served"
+                  else result.get("server"))
         if served is None:
             raise StepFailed("reconcile: the draft test scored no served wiring")
         out = compare(served, args.bench, args.confidence)

@@ -47,16 +47,22 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     if confirmed:
         for entry in confirmed:
             blocks.append(Para(f"**Root cause: {entry.hypothesis.title}** [`{entry.hypothesis.id}`]"))
-            # Every observation that confirmed it, in order: the experiment, then (often) the fix that proves it.
-            for event in (h for h in entry.history if h.state == "confirmed"):
-                if event.step_id in fix_steps and event.previous == "confirmed":
+            # One story, each observation once, in order: the experiments that supported it, the fix that confirmed
+            # it (a root cause needs a verified fix), what came after; the derived fix has its own paragraph below.
+            seen: set[str] = set()
+            for event in (h for h in entry.history if h.state in ("supported", "confirmed")):
+                text = event.evidence or event.rule or ""
+                if (event.step_id in fix_steps and event.state != "confirmed") or text in seen:
                     continue
+                seen.add(text)
                 where = "manual verdict" if event.source == "manual" else "rule"
                 if event.step_id in steps:
                     where = f"step {event.step_id} · {steps[event.step_id].name}"
-                # the first confirmation decides; what came after it (the fix's benchmark, the derived fix) adds
-                label = "Further evidence" if event.previous == "confirmed" else "Decisive evidence"
-                blocks.append(Para(f"{label} ({where}): {event.evidence or event.rule}"))
+                if event.state == "supported":
+                    label = "Evidence"
+                else:  # the first confirmation decides; what came after it adds
+                    label = "Further evidence" if event.previous == "confirmed" else "Decisive evidence"
+                blocks.append(Para(f"{label} ({where}): {text}"))
     draft = board.entries.get("draft_quality")
     if not confirmed and draft is not None and draft.state == "supported":
         # nothing else stands and the server agrees with the offline test: the verdict is about the draft itself
