@@ -184,15 +184,19 @@ class ReconcileAction(Action[ReconcileArgs]):
     summary = "The draft test's prediction for the served configuration beside the server's measurement."
 
     async def run(self, args: ReconcileArgs, ctx: ActionContext) -> dict[str, Any]:
-        if args.bench.get("accept_length") is None:
-            raise StepFailed("reconcile: the benchmark measured no accept length (did the server speculate?)")
+        cfg = served_config(args)
+        if args.bench.get("accept_length") is None:  # a server that failed while serving: what it served still counts
+            ctx.output(f"reconcile: the benchmark measured no accept length ({args.bench.get('status')}): "
+                       "nothing to reconcile\n", "stdout")
+            return {"decision": "undecided", **cfg, "server": args.bench.get("server"), "per_position": [],
+                    "by_length": [], "predicted": {}, "measured": {},
+                    "verdict": "the server measured no accept length: nothing to reconcile"}
         try:
             prompts = load_prompts(args.prompts)
         except Exception as exc:  # UserInputError names the file
             raise StepFailed(f"reconcile: {exc}") from None
         n = args.n or int(args.bench.get("n") or len(prompts))
         sent = prompts[:min(n, len(prompts))]  # request i used prompt i % len(prompts): these are the distinct ones
-        cfg = served_config(args)
         probe_args = {"target": args.target, "draft": cfg["draft"], "engine": args.engine,
                       "algorithm": cfg["algorithm"], "steps": cfg["steps"],
                       "wirings": "served" if cfg["wiring"] == "served" else [cfg["wiring"]],

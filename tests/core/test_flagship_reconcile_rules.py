@@ -84,3 +84,12 @@ def test_a_draft_nothing_helps_ends_in_a_verdict_about_the_draft() -> None:
     assert "draft_quality" not in _hits("Weigh the evidence", {**nothing, "rc": _rc("discrepancy", "/d")})
     # a draft that accepts clearly on some wiring predicts this target
     assert _hits("Weigh the evidence", _vars())["draft_quality"][0] == "refuted"
+
+
+def test_a_candidate_that_served_nothing_is_recovered_by_a_fix_that_clearly_accepts() -> None:
+    # direct-d2t on real vLLM: every request of the candidate failed (HTTP 500), the fixed draft serves
+    failed = {"status": "failed", "failed": True, "skipped": False, "error": "500"}
+    hits = _hits("Weigh the evidence", _vars(spec=failed, rc={**_rc("undecided", "/d")}), {"d2t_mapping": "supported"})
+    assert hits["d2t_mapping"][0] == "confirmed"
+    hits = _hits("Weigh the evidence", _vars(spec=failed, fixed=_bench(80, 1.05)), {"d2t_mapping": "supported"})
+    assert hits["d2t_mapping"][0] == "inconclusive"
