@@ -52,7 +52,8 @@ def verdict_section(session: LoadedSession) -> list[Block]:
             seen: set[str] = set()
             for event in (h for h in entry.history if h.state in ("supported", "confirmed")):
                 text = event.evidence or event.rule or ""
-                if (event.step_id in fix_steps and event.state != "confirmed") or text in seen:
+                decisive = event.state == "confirmed" and event.previous != "confirmed"
+                if (event.step_id in fix_steps and not decisive) or text in seen:
                     continue
                 seen.add(text)
                 where = "manual verdict" if event.source == "manual" else "rule"
@@ -71,7 +72,7 @@ def verdict_section(session: LoadedSession) -> list[Block]:
                            + (f": {last.evidence}" if last and last.evidence else "")))
     elif not confirmed:
         blocks.append(Para("**No hypothesis confirmed.**"))
-    blocks.extend(_unverified_paragraphs(board, steps))
+    blocks.extend(_unverified_paragraphs(board, steps, fix_steps))
     blocks.extend(_fix_paragraphs(session))
     still_open = board.open_entries()
     if still_open:
@@ -87,15 +88,18 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     return blocks
 
 
-def _unverified_paragraphs(board: HypothesisBoard, steps: dict[str, StepFinished]) -> list[Block]:
+def _unverified_paragraphs(board: HypothesisBoard, steps: dict[str, StepFinished], fix_steps: set[str]
+                           ) -> list[Block]:
     """What the evidence supports but no fix verified, each with its latest observation (a fix that did not recover
     says "fix not verified" there), and a discrepancy between the offline model and the server that nothing has
     accounted for yet: the investigation is not explained while one stands."""
     blocks: list[Block] = []
     for entry in board.entries.values():
-        if entry.state != "supported" or entry.hypothesis.id == "draft_quality" or not entry.history:
+        # the derived fix's own words are its paragraph below: said once
+        said = [h for h in entry.history if h.step_id not in fix_steps]
+        if entry.state != "supported" or entry.hypothesis.id == "draft_quality" or not said:
             continue
-        last = entry.history[-1]
+        last = said[-1]
         where = f" (step {last.step_id} · {steps[last.step_id].name})" if last.step_id in steps else ""
         if entry.hypothesis.id == "serving_difference":
             head = "Not explained yet: the server serves something the offline model of it does not"
