@@ -2,11 +2,15 @@
 measured, both with intervals.
 
 ```yaml
-- reconcile: {target: "{{ target }}", draft: "{{ draft }}", engine: vllm, steps: 3, bench: "{{ spec }}",
-              n: "{{ bench_n }}", max_new_tokens: "{{ bench_tokens }}"}
-  register: rc   # rc.decision: reconciled | discrepancy | undecided; rc.predicted, rc.measured, rc.per_position,
-                 # rc.by_length, rc.verdict
+- reconcile: {target: "{{ target }}", engine: vllm, n: "{{ bench_n }}", max_new_tokens: "{{ bench_tokens }}",
+              servers: [{name: spec, bench: "{{ spec }}", flags: "{{ spec_srv.flags }}",
+                         effective: "{{ spec_srv.effective }}", decisions: "{{ spec_srv.decisions }}"}, ...]}
+  register: rc   # rc.decision: discrepancy (any) | reconciled (all) | undecided; rc.verdict; rc.servers: one per
+                 # server (decision, predicted, measured, per_position, by_length, draft, wiring, steps, verdict);
+                 # rc.by_name.spec: the same by server name
 ```
+The benchmarks of one investigation send the same prompts to the same target: one probe run
+(remote_probes/draft_reconcile.py) captures the target once and scores every server's configuration on it.
 The prediction is the draft test (remote_probes/draft_test.py) run on the served configuration only: the wiring
 the engine feeds (``wiring: served``, or the one a flag forces), the embedding, head, d2t and fc the engine serves
 for the algorithm (eagle3_served.served_parts), the served number of draft tokens per cycle (``steps``), and the
@@ -36,9 +40,10 @@ from orchestrator.actions.probe import run_probe_step
 Decision = Literal["reconciled", "discrepancy", "undecided"]
 
 
-class ReconcileArgs(ActionArgs):
-    target: str = Field(description="target model directory on the host (HF format)")
-    engine: Literal["sglang", "vllm"] = "sglang"
+class ServedBench(ActionArgs):
+    """One server's benchmark and what the server was asked for and resolved."""
+
+    name: str = Field(default="server", description="the server's name (rc.by_name.<name>)")
     bench: dict[str, Any] = Field(description="the registered benchmark of that server")
     flags: dict[str, Any] = Field(default_factory=dict, description="the flags the server was started with")
     effective: dict[str, Any] = Field(default_factory=dict, description="the server's effective (resolved) args")
@@ -51,7 +56,13 @@ class ReconcileArgs(ActionArgs):
     wiring: Literal["served"] | list[int] | None = Field(default=None, description="the hidden states fed (HF "
                                                          "indices); default: a capture flag, what the server said, "
                                                          "else what the engine's rule reads from the draft")
-    prompts: str | None = Field(default=None, description="the bench's prompt file (default: the bundled set)")
+
+
+class ReconcileArgs(ActionArgs):
+    target: str = Field(description="target model directory on the host (HF format)")
+    engine: Literal["sglang", "vllm"] = "sglang"
+    servers: list[ServedBench] = Field(min_length=1, description="the speculative servers' benchmarks")
+    prompts: str | None = Field(default=None, description="the benches' prompt file (default: the bundled set)")
     n: int | None = Field(default=None, ge=1, description="requests the bench sent (default: its n)")
     max_new_tokens: int = Field(default=64, ge=2, description="the bench's max_new_tokens")
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -71,13 +82,13 @@ def _get(mapping: dict[str, Any], *names: str) -> Any:
     return None
 
 
-def served_config(args: ReconcileArgs) -> dict[str, Any]:
+def served_config(args: ServedBench, engine: str) -> dict[str, Any]:
     """What the server served: draft, algorithm, draft tokens per cycle and wiring, from what it resolved first,
     then what it was asked for. :raises StepFailed: naming what is missing."""
     from orchestrator.servers.vllm import speculative_config
 
     flags, eff = args.flags, args.effective
-    if args.engine == "vllm":
+    if engine == "vllm":
         spec = speculative_config(_get(flags, "speculative-config")) or {}
         draft = args.draft or spec.get("model")
         method = _get(eff, "speculative_config.method") or spec.get("method") or "eagle3"
@@ -184,46 +195,45 @@ class ReconcileAction(Action[ReconcileArgs]):
     summary = "The draft test's prediction for the served configuration beside the server's measurement."
 
     async def run(self, args: ReconcileArgs, ctx: ActionContext) -> dict[str, Any]:
-        cfg = served_config(args)
-        if args.bench.get("accept_length") is None:  # a server that failed while serving: what it served still counts
-            ctx.output(f"reconcile: the benchmark measured no accept length ({args.bench.get('status')}): "
-                       "nothing to reconcile\n", "stdout")
-            return {"decision": "undecided", **cfg, "server": args.bench.get("server"), "per_position": [],
-                    "by_length": [], "predicted": {}, "measured": {},
-                    "verdict": "the server measured no accept length: nothing to reconcile"}
         try:
             prompts = load_prompts(args.prompts)
         except Exception as exc:  # UserInputError names the file
             raise StepFailed(f"reconcile: {exc}") from None
-        n = args.n or int(args.bench.get("n") or len(prompts))
-        sent = prompts[:min(n, len(prompts))]  # request i used prompt i % len(prompts): these are the distinct ones
-        probe_args = {"target": args.target, "draft": cfg["draft"], "engine": args.engine,
-                      "algorithm": cfg["algorithm"], "steps": cfg["steps"],
-                      "wirings": "served" if cfg["wiring"] == "served" else [cfg["wiring"]],
-                      "prompts": sent, "num_prompts": len(sent), "max_new_tokens": args.max_new_tokens,
-                      "chat_template": False, "device": args.device, "dtype": args.dtype,
-                      "confidence": args.confidence,
-                      # SGLang's accept length is completion tokens / verify forwards (the prefill's token counted);
-                      # vLLM's is 1 + accepted / drafts
-                      "count_first_token": args.engine == "sglang"}
-        result = await run_probe_step(ctx, "draft_test", probe_args, python=args.python)
-        rows = result.get("wirings") or []
-        # a forced wiring (a capture flag, what the server said it feeds) is the served row; else the engine's rule
-        served = (next((r for r in rows if r.get("wiring") == cfg["wiring"]), None) if cfg["wiring"] != "served"
-                  else result.get("server"))
-        if served is None:
-            raise StepFailed("reconcile: the draft test scored no served wiring")
-        out = compare(served, args.bench, args.confidence)
-        out.update({"wiring": served.get("wiring"), "steps": cfg["steps"], "algorithm": cfg["algorithm"],
-                    "parts": result.get("parts"), "draft": cfg["draft"], "server": args.bench.get("server")})
-        for line in profile_lines(out):
-            ctx.output(line + "\n", "stdout")
-        return out
+        cfgs = [served_config(server, args.engine) for server in args.servers]
+        measured = [i for i, server in enumerate(args.servers) if server.bench.get("accept_length") is not None]
+        outs: list[dict[str, Any]] = [{"decision": "undecided", **cfg, "name": server.name, "per_position": [],
+                                       "by_length": [], "predicted": {}, "measured": {},
+                                       "verdict": "the server measured no accept length: nothing to reconcile"}
+                                      for server, cfg in zip(args.servers, cfgs, strict=True)]
+        if measured:
+            n = args.n or int(args.servers[measured[0]].bench.get("n") or len(prompts))
+            sent = prompts[:min(n, len(prompts))]  # request i used prompt i % len(prompts): the distinct ones
+            configs = [{"draft": cfgs[i]["draft"], "algorithm": cfgs[i]["algorithm"], "steps": cfgs[i]["steps"],
+                        "wiring": cfgs[i]["wiring"],
+                        # SGLang's accept length is completion tokens / verify forwards (the prefill's token
+                        # counted); vLLM's is 1 + accepted / drafts
+                        "count_first_token": args.engine == "sglang"} for i in measured]
+            result = await run_probe_step(ctx, "draft_reconcile", {
+                "target": args.target, "engine": args.engine, "configs": configs, "prompts": sent,
+                "num_prompts": len(sent), "max_new_tokens": args.max_new_tokens, "device": args.device,
+                "dtype": args.dtype, "confidence": args.confidence}, python=args.python)
+            for i, scored in zip(measured, result.get("configs") or [], strict=True):
+                out = compare(scored["row"], args.servers[i].bench, args.confidence)
+                outs[i] = {**out, **cfgs[i], "wiring": scored["wiring"], "parts": scored.get("parts"),
+                           "name": args.servers[i].name}
+        for out in outs:
+            for line in profile_lines(out):
+                ctx.output(line + "\n", "stdout")
+        decisions = {o["decision"] for o in outs}
+        overall = ("discrepancy" if "discrepancy" in decisions else
+                   "reconciled" if decisions == {"reconciled"} else "undecided")
+        return {"decision": overall, "servers": outs, "by_name": {o["name"]: o for o in outs},
+                "verdict": "; ".join(f"{o['name']}: {o['verdict']}" for o in outs)}
 
 
 def profile_lines(rc: dict[str, Any]) -> list[str]:
     """The console's view of a reconcile (the TUI and MCP show the same lines as the step's output)."""
-    lines = [f"reconcile {rc.get('server') or ''} wiring {rc.get('wiring')}, {rc.get('steps')} draft tokens: "
+    lines = [f"reconcile {rc.get('name') or ''} wiring {rc.get('wiring')}, {rc.get('steps')} draft tokens: "
              f"{rc['decision']}: {rc['verdict']}"]
     pos = rc.get("per_position") or []
     if pos:

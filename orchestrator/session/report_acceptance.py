@@ -40,12 +40,23 @@ def _chart(session: LoadedSession, name: str, points: list[Point], title: str, y
 
 
 def _label(rc: dict[str, Any], step: StepFinished) -> str:
-    return str(rc.get("server") or step.name)
+    return str(rc.get("name") or rc.get("server") or step.name)
+
+
+def _reconciled(session: LoadedSession) -> list[tuple[StepFinished, str, dict[str, Any]]]:
+    """One entry per reconciled server (a reconcile step reconciles every speculative server at once)."""
+    out = []
+    for step, host, rc in _ok(session, "reconcile"):
+        servers = rc.get("servers")
+        for one in servers if isinstance(servers, list) else [rc]:
+            if isinstance(one, dict):
+                out.append((step, host, one))
+    return out
 
 
 def acceptance_section(session: LoadedSession) -> list[Block]:
     tests = _ok(session, "draft_test")
-    recs = _ok(session, "reconcile")
+    recs = _reconciled(session)
     if not tests and not recs:
         return []
     blocks: list[Block] = [Heading("Acceptance")]

@@ -17,7 +17,7 @@ DT_MISMATCH = {"failed": False, "decision": "mismatch", "verdict": "[0, 6, 11] b
 DT_NO_SIGNAL = {"failed": False, "decision": "no_signal", "verdict": "the draft accepts almost nothing on any wiring",
                 "best": {"wiring": [2, 6, 9], "tau_serving": 1.02, "tau_serving_ci": [1.0, 1.05]},
                 "server": {"wiring": [2, 6, 9], "tau_serving": 1.02, "tau_serving_ci": [1.0, 1.05]},
-                "draft": {"records": {}}}
+                "draft": {"records": {}}, "target": {"path": "/t"}}
 
 
 def _rc(decision: str, draft: str) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def _vars(**over: Any) -> dict[str, Any]:
     v = {"candidate_flags": FLAGS, "fixed_flags": FIXED, "inspect": INSPECT, "dt": DT_MISMATCH,
          "base_srv": _server(True), "base": _bench(100.0, 1.0), "spec_srv": _server(True), "spec": _bench(80.0, 1.0),
          "fixed_srv": _server(True), "fixed": _bench(150, 3.5), "rc": _rc("reconciled", "/d"),
-         "rcf": _rc("reconciled", "/seed"), "target": "/t", "engine": "lab"}
+         "rcf": _rc("reconciled", "/seed"), "engine": "lab"}
     v.update(over)
     return v
 

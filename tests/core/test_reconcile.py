@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.actions.base import StepFailed
-from orchestrator.actions.reconcile import ReconcileArgs, compare, profile_lines, served_config
+from orchestrator.actions.reconcile import ServedBench, compare, profile_lines, served_config
 from orchestrator.servers.vllm import per_position_intervals
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "remote_probes"))
@@ -53,20 +53,20 @@ def test_disjoint_intervals_are_a_discrepancy_overlapping_ones_reconcile() -> No
 
 
 def test_the_served_configuration_comes_from_what_the_server_resolved() -> None:
-    sglang = served_config(ReconcileArgs(
-        target="/t", engine="sglang", bench={}, effective={"speculative_num_steps": 1, "speculative_algorithm": "EAGLE"},
-        flags={"speculative-draft-model-path": "/d", "speculative-num-steps": 7, "lab-capture-layers": "0,6,11"}))
+    sglang = served_config(ServedBench(
+        bench={}, effective={"speculative_num_steps": 1, "speculative_algorithm": "EAGLE"},
+        flags={"speculative-draft-model-path": "/d", "speculative-num-steps": 7, "lab-capture-layers": "0,6,11"}),
+        "sglang")
     assert sglang == {"draft": "/d", "algorithm": "EAGLE", "steps": 1, "wiring": [0, 6, 11]}
-    vllm = served_config(ReconcileArgs(
-        target="/t", engine="vllm", bench={}, flags={"speculative-config": {"method": "eagle3", "model": "/d",
-                                                                            "num_speculative_tokens": 3}},
-        decisions={"aux_layers": {"layers": [1, 6, 9]}}))
+    vllm = served_config(ServedBench(
+        bench={}, flags={"speculative-config": {"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}},
+        decisions={"aux_layers": {"layers": [1, 6, 9]}}), "vllm")
     assert vllm == {"draft": "/d", "algorithm": "EAGLE3", "steps": 3, "wiring": [1, 6, 9]}
-    plain = served_config(ReconcileArgs(target="/t", engine="sglang", bench={},
-                                        flags={"speculative-draft-model-path": "/d", "speculative-num-steps": 5}))
+    plain = served_config(ServedBench(bench={}, flags={"speculative-draft-model-path": "/d",
+                                                       "speculative-num-steps": 5}), "sglang")
     assert plain["wiring"] == "served" and plain["steps"] == 5
     with pytest.raises(StepFailed, match="name no draft"):
-        served_config(ReconcileArgs(target="/t", engine="sglang", bench={}, flags={"speculative-num-steps": 5}))
+        served_config(ServedBench(bench={}, flags={"speculative-num-steps": 5}), "sglang")
 
 
 def test_sglang_histograms_count_positions_as_vllm_counters_do() -> None:

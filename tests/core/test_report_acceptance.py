@@ -61,7 +61,7 @@ def test_a_fix_that_did_not_recover_is_not_verified_and_a_draft_nothing_helps_ge
 
 
 def _rc(server: str, predicted: float, measured: float, decision: str) -> dict[str, Any]:
-    return {"server": server, "wiring": [2, 6, 9], "steps": 3, "algorithm": "EAGLE3", "decision": decision,
+    return {"name": server, "wiring": [2, 6, 9], "steps": 3, "algorithm": "EAGLE3", "decision": decision,
             "predicted": {"accept_length": predicted, "accept_length_ci": [predicted - 0.2, predicted + 0.2]},
             "measured": {"accept_length": measured, "accept_length_ci": [measured - 0.2, measured + 0.2]},
             "per_position": [{"k": 0, "predicted": 0.3, "predicted_ci": [0.2, 0.4], "measured": 0.8,
@@ -76,9 +76,9 @@ def test_the_acceptance_section_draws_predicted_vs_measured(tmp_path: Path) -> N
         {"wiring": [2, 6, 9], "tau_serving": 1.5, "tau_serving_ci": [1.3, 1.7]},
         {"wiring": [0, 6, 11], "tau_serving": 3.4, "tau_serving_ci": [2.9, 3.9],
          "as_trained": {"tau_serving": 3.5, "tau_serving_ci": [3.0, 4.0]}}]}
-    blocks = acceptance_section(_session(tmp_path, _step("s1", "draft_test", dt),
-                                         _step("s2", "reconcile", _rc("spec", 1.5, 1.6, "reconciled")),
-                                         _step("s3", "reconcile", _rc("fixed", 1.5, 4.1, "discrepancy"))))
+    both = {"decision": "discrepancy", "servers": [_rc("spec", 1.5, 1.6, "reconciled"),
+                                                   _rc("fixed", 1.5, 4.1, "discrepancy")]}
+    blocks = acceptance_section(_session(tmp_path, _step("s1", "draft_test", dt), _step("s2", "reconcile", both)))
     tables = [b for b in blocks if isinstance(b, Table)]
     assert tables[0].rows == [["spec", "[2, 6, 9]", "3", "EAGLE3", "1.50 [1.30, 1.70]", "1.60 [1.40, 1.80]",
                                "reconciled"],
