@@ -1,11 +1,13 @@
 """Probe: test an EAGLE-3 draft OUTSIDE the server, on candidate hidden-state wirings (torch + transformers).
 
-Args (JSON): {"target": dir, "draft": dir, "wirings": "auto" | [[..], ..] | {"name": [..]}, "engine": "sglang",
+Args (JSON): {"target": dir, "draft": dir, "wirings": "auto" | "served" | [[..], ..] | {"name": [..]}, "engine": "sglang",
 "algorithm"?: "EAGLE3" | "EAGLE" (the --speculative-algorithm the server runs),
-"prompts_file"?: path (JSON list of strings, or JSONL with "prompt"/"text"), "num_prompts"?: 16,
+"prompts_file"?: path (JSON list of strings, or JSONL with "prompt"/"text"), "prompts"?: [str, ..] (the prompts
+themselves, e.g. the ones a benchmark sent: the reconcile's prediction), "num_prompts"?: 16,
 "max_new_tokens"?: 96, "steps"?: 5, "chat_template"?: true|false|"auto", "device"?: "auto"|"cpu"|"cuda",
 "dtype"?: "auto"|"float32"|"bfloat16"|"float16", "margin"?: 0.2, "confidence"?: 0.95,
-"batch_size"?: 16 (prompts generated at once), "counterfactual"?: false, "engine_site"?: [dirs]}.
+"batch_size"?: 16 (prompts generated at once), "count_first_token"?: false (tau_serving counts the prefill's token,
+as SGLang's accept length does), "counterfactual"?: false, "engine_site"?: [dirs]}.
 
 ``counterfactual: true`` scores only the served wiring, then the draft with each served part swapped for the
 other source (draft_counterfactual.py: embedding, head, final norm, d2t, RoPE, attention layout), on the same
@@ -15,7 +17,9 @@ it serves (looked up in the engine package, found first in ``engine_site``).
 
 The target generates greedily; ONE forward per prompt captures the hidden states any wiring needs; for each
 wiring the draft runs K chained steps from every decode column at once (eagle3_draft.ttt_forward, which equals
-serving's incremental chain). Result: per-wiring acc/alpha/tau/tau_serving/seconds sorted best first, the best,
+serving's incremental chain). Result: per-wiring acc/alpha/tau/tau_serving/seconds sorted best first (each with
+``per_position``: the share of verify cycles that accept draft position k, what vLLM's per-position counters count,
+and ``by_length``: tau_serving per prompt-length bucket, all with intervals), the best,
 the wiring the engine feeds (``server``) and a one-sentence verdict.
 
 Parts (eagle3_served): every figure is scored with the parts the engine SERVES (which embedding, which head,
@@ -49,7 +53,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from _probe import ProbeFailure, progress, run_probe
 from draft_runnable import check_architecture, check_fits, mem_available
-from draft_test_metrics import Tally, summarize
+from draft_test_metrics import Tally, by_length, summarize
 from eagle3_served import ALGORITHMS, describe, served_parts
 from eagle3_wiring import ENGINES, auto_wirings, nested_ids, server_wiring, top_level_ids, validate_wiring
 from interval_stats import paired_ratio_interval, units_to_reach
@@ -68,8 +72,9 @@ def _arg(args: Dict[str, Any], key: str, kind: type, default: Any, lo: Optional[
 
 
 def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
-    known = {"target", "draft", "wirings", "engine", "algorithm", "prompts_file", "num_prompts", "max_new_tokens", "steps",
-             "chat_template", "device", "dtype", "margin", "confidence", "batch_size", "counterfactual", "engine_site"}
+    known = {"target", "draft", "wirings", "engine", "algorithm", "prompts_file", "prompts", "num_prompts",
+             "max_new_tokens", "steps", "chat_template", "device", "dtype", "margin", "confidence", "batch_size",
+             "count_first_token", "counterfactual", "engine_site"}
     unknown = sorted(set(args) - known)
     if unknown:
         raise ProbeFailure("bad_args", "unknown argument(s): %s" % ", ".join(unknown), field=unknown[0])
@@ -80,12 +85,13 @@ def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
             raise ProbeFailure("bad_args", "%s directory %s does not exist" % (key, args[key]), field=key)
     out = {"target": args["target"], "draft": args["draft"], "wirings": args.get("wirings", "auto"),
            "engine": _arg(args, "engine", str, "sglang"), "algorithm": _arg(args, "algorithm", str, "EAGLE3"),
-           "prompts_file": args.get("prompts_file"),
+           "prompts_file": args.get("prompts_file"), "prompts": args.get("prompts"),
            "num_prompts": _arg(args, "num_prompts", int, 16, 1), "max_new_tokens": _arg(args, "max_new_tokens", int, 96, 2),
            "steps": _arg(args, "steps", int, 5, 1), "batch_size": _arg(args, "batch_size", int, 16, 1),
            "chat_template": args.get("chat_template", "auto"),
            "device": _arg(args, "device", str, "auto"), "dtype": _arg(args, "dtype", str, "auto"),
            "margin": args.get("margin", 0.2), "confidence": args.get("confidence", 0.95),
+           "count_first_token": bool(args.get("count_first_token", False)),
            "counterfactual": args.get("counterfactual", False), "engine_site": args.get("engine_site") or []}
     if not isinstance(out["counterfactual"], bool):
         raise ProbeFailure("bad_args", "counterfactual must be true or false", field="counterfactual")
@@ -109,6 +115,9 @@ def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
         raise ProbeFailure("bad_args", "dtype must be one of %s" % ", ".join(DTYPES), field="dtype")
     if out["chat_template"] not in (True, False, "auto"):
         raise ProbeFailure("bad_args", "chat_template must be true, false or \"auto\"", field="chat_template")
+    if out["prompts"] is not None and (not isinstance(out["prompts"], list) or not out["prompts"]
+                                       or not all(isinstance(p, str) and p for p in out["prompts"])):
+        raise ProbeFailure("bad_args", "prompts must be a non-empty list of strings", field="prompts")
     if out["steps"] > 32:
         raise ProbeFailure("bad_args", "steps must be <= 32", field="steps")
     return out
@@ -140,6 +149,8 @@ def load_prompts(path: Optional[str], limit: int) -> List[str]:
 
 
 def candidate_wirings(spec: Any, config: Dict[str, Any], n_layers: int, num_aux: int) -> List[Dict[str, Any]]:
+    if spec == "served":  # only the wiring the engine feeds (main adds it): the reconcile's prediction
+        return []
     if spec == "auto":
         cands = auto_wirings(config, n_layers)
     elif isinstance(spec, list):
@@ -229,9 +240,10 @@ def _capture(torch: Any, tokenizer: Any, model: Any, prompts: List[str], a: Dict
 
 
 def score_wiring(torch: Any, draft: Any, runs: List[Tuple[Any, int, Dict[int, Any]]], wiring: List[int], steps: int,
-                 confidence: float) -> Dict[str, Any]:
+                 confidence: float, count_first_token: bool = False) -> Dict[str, Any]:
     """Figures of one wiring with intervals over prompts; ``_units`` keeps (tokens, cycles) per prompt for the
-    paired comparisons (removed before the result is returned)."""
+    paired comparisons (removed before the result is returned). ``count_first_token``: tau_serving counts the token
+    the prefill produced, as SGLang's accept length does (completion tokens / verify forwards)."""
     tallies = []
     dtype = next(draft.parameters()).dtype
     for seq, prompt_len, hs in runs:
@@ -246,8 +258,11 @@ def score_wiring(torch: Any, draft: Any, runs: List[Tuple[Any, int, Dict[int, An
                 for t in range(length - 1)]
         tally = Tally(steps)
         tally.add(hits, prompt_len - 1)
+        if count_first_token and tally.cycles:
+            tally.tokens += 1
         tallies.append(tally)
     out = summarize(tallies, confidence)
+    out["by_length"] = by_length(tallies, [prompt_len for _seq, prompt_len, _hs in runs], confidence)
     out["_units"] = ([t.tokens for t in tallies], [t.cycles for t in tallies])
     return out
 
@@ -423,6 +438,30 @@ def score_counterfactuals(torch: Any, a: Dict[str, Any], model: Any, text_cfg: A
             "engine_source": {k: refs[k] for k in ("engine", "version", "root", "missing")}}
 
 
+#: what a draft's config may record about the model it was trained for (speculators: the verifier; SpecForge and
+#: EAGLE: the base model path; HF: the name it was saved from, its context length)
+RECORD_KEYS = (("speculators_config", "verifier", "name_or_path"), ("speculators_config", "verifier", "revision"),
+               ("target_model",), ("base_model_name_or_path",), ("base_model",), ("_name_or_path",),
+               ("max_position_embeddings",), ("training_seq_len",), ("max_seq_len",))
+
+
+def training_records(draft: str) -> Dict[str, Any]:
+    """The fields of the draft's config.json that say which target (and context length) it was trained for."""
+    try:
+        with open(os.path.join(draft, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    out: Dict[str, Any] = {}
+    for path in RECORD_KEYS:
+        node: Any = config
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, (str, int, float)) and node != "":
+            out[".".join(path)] = node
+    return out
+
+
 def check_runnable(a: Dict[str, Any]) -> Dict[str, Any]:
     """Before loading anything (draft_runnable.py): the draft's architecture is one this test runs, and the
     target plus the draft fit the memory free where they would load. :raises ProbeFailure:"""
@@ -472,13 +511,13 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     if not cands:
         raise ProbeFailure("bad_wiring", "no candidate wiring has the %d hidden states the draft takes" % draft.num_aux)
     needed = sorted({i for c in cands for i in c["wiring"]})
-    prompts = load_prompts(a["prompts_file"], a["num_prompts"])
+    prompts = a["prompts"][:a["num_prompts"]] if a["prompts"] else load_prompts(a["prompts_file"], a["num_prompts"])
     runs = _capture(torch, tokenizer, model, prompts, a, needed)
     captured = time.monotonic()
     results = []
     for i, cand in enumerate(cands):
         t0 = time.monotonic()
-        stats = score_wiring(torch, draft, runs, cand["wiring"], a["steps"], a["confidence"])
+        stats = score_wiring(torch, draft, runs, cand["wiring"], a["steps"], a["confidence"], a["count_first_token"])
         entry = dict(cand, **stats, seconds=round(time.monotonic() - t0, 3))
         if trained is not None and len(cand["wiring"]) == trained.num_aux:
             own = score_wiring(torch, trained, runs, cand["wiring"], a["steps"], a["confidence"])
@@ -514,7 +553,8 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
         "draft": {"path": a["draft"], "num_aux": draft.num_aux, "hidden_size": draft.cfg.hidden_size,
                   "vocab_size": draft.cfg.vocab_size, "draft_vocab_size": draft.load_report["draft_vocab_size"],
                   "nested_ids": nested_ids(dcfg), "top_level_ids": top_level_ids(dcfg),
-                  "variant_flags": draft.load_report.get("variant_flags", []), "notes": draft.load_report["notes"]},
+                  "variant_flags": draft.load_report.get("variant_flags", []), "notes": draft.load_report["notes"],
+                  "records": training_records(a["draft"])},
         "prompts": len(runs), "tokens": int(sum(r[0].shape[1] - r[1] for r in runs)),
         "seconds": {"capture": round(captured - started, 2), "total": round(time.monotonic() - started, 2)},
         "memory": {k: memory[k] for k in ("needed_bytes", "available_bytes", "where")},

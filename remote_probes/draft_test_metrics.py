@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from interval_stats import CONFIDENCE, ratio_interval
+from interval_stats import CONFIDENCE, mean_interval, ratio_interval
 
 Hits = List[List[Optional[bool]]]
 
@@ -32,6 +32,9 @@ class Tally:
         self.anchors = 0
         self.tokens = 0
         self.cycles = 0
+        # served per-position acceptance (vLLM's per-position counters): verify cycles whose draft position k was
+        # accepted, i.e. whose accepted prefix is longer than k
+        self.pos_right = [0] * steps
 
     def add(self, hits: Hits, first_anchor: int) -> None:
         """Add one sequence; anchors before ``first_anchor`` (prompt columns) are not decode steps."""
@@ -55,6 +58,8 @@ class Tally:
             m = accepted(hits[t], k_max)
             self.tokens += m + 1
             self.cycles += 1
+            for k in range(m):
+                self.pos_right[k] += 1
             t += m + 1
 
     def summary(self) -> Dict[str, object]:
@@ -66,6 +71,7 @@ class Tally:
             "alpha": [ratio(r, s) for r, s in zip(self.cond_right, self.cond_seen)],  # noqa: B905
             "tau": ratio(self.tau_sum, self.anchors),
             "tau_serving": ratio(self.tokens, self.cycles),
+            "per_position": [ratio(r, self.cycles) for r in self.pos_right],
             "anchors": self.anchors,
             "cycles": self.cycles,
         }
@@ -79,7 +85,7 @@ def summarize(tallies: Sequence[Tally], confidence: float = CONFIDENCE) -> Dict[
     steps = tallies[0].steps
     total = Tally(steps)
     for t in tallies:
-        for name in ("right", "seen", "cond_right", "cond_seen"):
+        for name in ("right", "seen", "cond_right", "cond_seen", "pos_right"):
             setattr(total, name, [a + b for a, b in zip(getattr(total, name), getattr(t, name))])  # noqa: B905
         total.tau_sum += t.tau_sum
         total.anchors += t.anchors
@@ -96,7 +102,44 @@ def summarize(tallies: Sequence[Tally], confidence: float = CONFIDENCE) -> Dict[
     out["acc_ci"] = [ci([t.right[k] for t in tallies], [t.seen[k] for t in tallies]) for k in range(steps)]
     out["alpha_ci"] = [ci([t.cond_right[k] for t in tallies], [t.cond_seen[k] for t in tallies])
                        for k in range(steps)]
+    # what a benchmark reports: the mean over requests of each request's accept length (not the pooled ratio)
+    out.update(_request_mean(tallies, confidence))
+    out["per_position_ci"] = [_rate_ci(ci([t.pos_right[k] for t in tallies], [t.cycles for t in tallies]))
+                              for k in range(steps)]
     out["prompts"] = sum(1 for t in tallies if t.cycles)
+    return out
+
+
+def _request_mean(tallies: Sequence[Tally], confidence: float) -> Dict[str, object]:
+    per = [t.tokens / t.cycles for t in tallies if t.cycles]
+    iv = mean_interval(per, confidence) if per else None
+    return {"tau_request": round(iv.estimate, 4) if iv is not None else None,
+            "tau_request_ci": iv.as_list() if iv is not None else None}
+
+
+def _rate_ci(bounds: Optional[List[float]]) -> Optional[List[float]]:
+    """A rate lies in [0, 1]: the t interval of a rate near a bound reaches past it, and is cut there."""
+    return [max(0.0, bounds[0]), min(1.0, bounds[1])] if bounds else None
+
+
+#: prompt-length buckets (prompt tokens, lower bound inclusive): a fault that grows with context shows as a falling
+#: acceptance from bucket to bucket
+LENGTH_EDGES = (0, 32, 128, 512, 2048, 8192)
+
+
+def by_length(tallies: Sequence[Tally], prompt_lens: Sequence[int], confidence: float = CONFIDENCE) -> List[Dict[str, object]]:
+    """Serving tau per prompt-length bucket, each with its interval over the bucket's prompts."""
+    out: List[Dict[str, object]] = []
+    edges: List[Optional[int]] = [*LENGTH_EDGES, None]
+    for lo, hi in zip(edges[:-1], edges[1:]):  # noqa: B905
+        low = lo or 0
+        idx = [i for i, n in enumerate(prompt_lens) if n >= low and (hi is None or n < hi)]
+        if not idx:
+            continue
+        iv = ratio_interval([tallies[i].tokens for i in idx], [tallies[i].cycles for i in idx], confidence)
+        out.append({"bucket": [low, hi], "prompts": len(idx), "tau_serving": round(iv.estimate, 4) if iv else None,
+                    "tau_serving_ci": iv.as_list() if iv is not None else None,
+                    **_request_mean([tallies[i] for i in idx], confidence)})
     return out
 
 

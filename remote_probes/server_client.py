@@ -290,11 +290,23 @@ def _one_request(url: str, prompt: str, params: Dict[str, Any], stream: bool, ti
     if isinstance(final, list):
         final = final[0]
     meta = (final or {}).get("meta_info", {}) or {}
-    return {"latency": latency, "ttft": ttft, "completion_tokens": int(meta.get("completion_tokens") or 0),
-            "prompt_tokens": int(meta.get("prompt_tokens") or 0),
-            "accept_length": _number(meta.get(stat_keys["accept_length"])),
-            "verify_ct": _number(meta.get(stat_keys["verify_ct"])),
-            "finish": _finish(meta.get("finish_reason"))}
+    row: Dict[str, Any] = {"latency": latency, "ttft": ttft, "completion_tokens": int(meta.get("completion_tokens") or 0),
+           "prompt_tokens": int(meta.get("prompt_tokens") or 0),
+           "accept_length": _number(meta.get(stat_keys["accept_length"])),
+           "verify_ct": _number(meta.get(stat_keys["verify_ct"])),
+           "finish": _finish(meta.get("finish_reason"))}
+    counts = _histogram_counts(meta.get("spec_accept_histogram"))
+    if counts is not None:
+        row["spec_counts"] = counts
+    return row
+
+
+def _histogram_counts(hist: Any) -> Optional[Dict[str, Any]]:
+    """SGLang's per-request ``spec_accept_histogram`` (verify cycles by how many drafts they accepted) as the
+    per-position counts vLLM's counters give: drafts = cycles, accepted[k] = cycles that accepted more than k."""
+    if not isinstance(hist, list) or len(hist) < 2 or not all(isinstance(h, int) and h >= 0 for h in hist):
+        return None
+    return {"drafts": sum(hist), "accepted": [sum(hist[k + 1:]) for k in range(len(hist) - 1)]}
 
 
 def _open(req: urllib.request.Request, url: str, timeout: float, api_key: Optional[str]) -> Any:

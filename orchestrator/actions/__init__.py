@@ -19,6 +19,7 @@ BUILTIN_ACTIONS: dict[str, str] = {
     "probe": "orchestrator.actions.probe:ProbeAction",
     "read_source": "orchestrator.actions.read_source:ReadSourceAction",
     "draft_test": "orchestrator.actions.draft_test:DraftTestAction",
+    "reconcile": "orchestrator.actions.reconcile:ReconcileAction",
     "env_diff": "orchestrator.actions.env_diff:EnvDiffAction",
 }
 

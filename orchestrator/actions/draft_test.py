@@ -26,7 +26,8 @@ from orchestrator.actions.probe import run_probe_step
 class DraftTestArgs(ActionArgs):
     target: str = Field(description="target model directory on the host (HF format)")
     draft: str = Field(description="EAGLE-3 draft checkpoint directory on the host")
-    wirings: Literal["auto"] | list[list[int]] | dict[str, list[int]] = "auto"
+    wirings: Literal["auto", "served"] | list[list[int]] | dict[str, list[int]] = Field(
+        default="auto", description='"served": only the wiring the engine feeds (the reconcile\'s prediction)')
     engine: Literal["sglang", "vllm"] = "sglang"
     algorithm: Literal["EAGLE3", "EAGLE"] = Field(default="EAGLE3", description="the --speculative-algorithm served: "
                                                   "it decides which embedding, head and d2t are scored")
@@ -34,6 +35,8 @@ class DraftTestArgs(ActionArgs):
     num_prompts: int | None = Field(default=None, ge=1)
     max_new_tokens: int | None = Field(default=None, ge=2)
     prompts_file: str | None = None
+    prompts: list[str] | None = Field(default=None, description="the prompts themselves (a benchmark's), instead of "
+                                      "prompts_file")
     chat_template: bool | Literal["auto"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"

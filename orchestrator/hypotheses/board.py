@@ -113,18 +113,28 @@ class HypothesisBoard:
         return [e for e in self.entries.values() if e.state in ("open", "supported", "inconclusive")]
 
 
+class _States(dict[str, str]):
+    """Hypothesis id -> state; a hypothesis with no evidence yet (or none the caller knows) is ``open``."""
+
+    def __missing__(self, key: str) -> str:
+        return "open"
+
+
 def evaluate_rules(step: Step, variables: dict[str, Any]) -> list[tuple[str, HypothesisState, str, str | None]]:
     """(hypothesis id, verdict, rule text, because) for every rule on ``step`` that holds."""
     hits: list[tuple[str, HypothesisState, str, str | None]] = []
+    states = _States(variables.get("hypothesis_state") or {})
     for hid, rule in step.evidence.items():
+        # ``hypothesis``: the one this rule decides, as the board has it (one rule block can serve several)
+        scope = {**variables, "hypothesis_state": states, "hypothesis": {"id": hid, "state": states[hid]}}
         matched = []
         for key in VERDICT_KEYS:
             expr = getattr(rule, key)
-            if expr and bool(evaluate(expr, variables)):
+            if expr and bool(evaluate(expr, scope)):
                 matched.append((key, expr))
         because = None
         if rule.because:
-            because = str(render(rule.because, variables))
+            because = str(render(rule.because, scope))
         for key, expr in matched:
             hits.append((hid, RULE_STATE[key], expr, because))
     return hits
@@ -141,6 +151,9 @@ def rule_hook(board: HypothesisBoard, emit: Emit) -> Callable[[Step, StepFinishe
                 emit(NoteAdded(text=f"evidence for {hid} not evaluated: step {finished.status}",
                                       step_id=step.step_id, hypothesis_id=hid, author="engine"))
             return
+        # rules may read the board as it stands (``hypothesis_state.wiring == 'supported'``): a later experiment
+        # confirms what an earlier one supported only when both hold (a root cause needs a verified fix)
+        variables = {**variables, "hypothesis_state": {hid: e.state for hid, e in board.entries.items()}}
         try:
             hits = evaluate_rules(step, variables)
         except OrchestratorError as exc:

@@ -98,6 +98,11 @@ def scenarios(lab: Path, num_layers: int) -> dict[str, Scenario]:
         # fix serves the healthy draft, i.e. the checkpoint as it should have been exported (BENCHMARKS.md)
         *[Scenario(name, title, name, _spec(str(d / name)), _spec(healthy), fault, "healthy", confirms=confirms)
           for name, (title, fault, confirms) in ISSUE26_FAULTS.items()],
+        # a draft that does not predict this target (stands in for one trained for another target): no wiring and
+        # no flag helps; the fix tried (the seed's trained wiring) cannot verify anything (issue 26)
+        Scenario("shuffled-draft", "the draft's trained weights shuffled: it predicts nothing about this target",
+                 "shuffled-draft", _spec(str(d / "shuffled-draft")), {**_spec(str(d / "shuffled-draft")), **capture},
+                 "every weight matrix's entries permuted"),
     ]}
 
 
@@ -121,7 +126,8 @@ ISSUE26_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 #: the drafts that are trained; every other draft is a fault copy of seed-wiring
 TRAINED_DRAFTS = ("seed-wiring", "healthy")
 SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one", "topk-override",
-                  "eagle-not-eagle3", "own-embedding", "trained-embedding", "attention-heads", "rope-theta")
+                  "eagle-not-eagle3", "own-embedding", "trained-embedding", "attention-heads", "rope-theta",
+                  "shuffled-draft")
 DEFAULT_SCENARIO = "seed-wiring"
 
 
@@ -323,6 +329,12 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
         # target's 10000, its config says 100 (at 1e6 the lab's short contexts lose nothing measurable: BENCHMARKS.md)
         config.pop("rope_parameters", None)
         config["rope_theta"] = 100.0
+    elif kind == "shuffled-draft":  # the same shapes and value statistics, none of the function (a fixed seed)
+        gen = torch.Generator().manual_seed(26)
+        for name, weight in list(state.items()):
+            if weight.ndim == 2 and weight.is_floating_point():
+                flat = weight.flatten()
+                state[name] = flat[torch.randperm(flat.numel(), generator=gen)].reshape(weight.shape).contiguous()
     else:
         raise ValueError(kind)
     tmp = dst.with_name(dst.name + ".tmp")

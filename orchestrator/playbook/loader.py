@@ -29,6 +29,8 @@ OPTION_KEYS = tuple(f.alias or name for name, f in StepOptions.model_fields.item
 RUNTIME_NAMES = frozenset(
     {"inventory_hostname", "host", "hostvars", "env", "session", "playbook", "result", "vars", "hosts"}
 )
+#: names only evidence rules see (hypotheses/board.py): the board's states, and the hypothesis a rule decides
+EVIDENCE_NAMES = frozenset({"hypothesis_state", "hypothesis"})
 
 
 def _suggest(word: str, choices: Iterable[str]) -> str:
@@ -152,7 +154,8 @@ class _Loader:
                         self.error(f"evidence for {hid!r} needs one of: {', '.join(VERDICT_KEYS)}", (*base, "evidence", hid))
                     for key in (*VERDICT_KEYS, "because"):
                         if isinstance(rule.get(key), str):
-                            self._check_one(rule[key], (*base, "evidence", hid, key), known, expression=key != "because")
+                            self._check_one(rule[key], (*base, "evidence", hid, key), known | EVIDENCE_NAMES,
+                                            expression=key != "because")
                 name = raw.get("name")
                 if isinstance(name, str):
                     self._check_one(name, (*base, "name"), known, expression=False)

@@ -16,6 +16,7 @@ from orchestrator.probes.models import (
     DraftFixResult,
     DraftInspectArgs,
     DraftInspectResult,
+    DraftReconcileResult,
     DraftTestResult,
     EnvInfoArgs,
     EnvInfoResult,
@@ -46,6 +47,7 @@ PROBES: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "draft_fix": (DraftFixArgs, DraftFixResult),
     "target_capture": (TargetCaptureArgs, TargetCaptureResult),
     "draft_test": (PassThroughArgs, DraftTestResult),
+    "draft_reconcile": (PassThroughArgs, DraftReconcileResult),
 }
 # server_client answers one result model per command (orchestrator/servers/client.py passes it as result_model).
 TYPED_PER_CALL = ("server_client",)

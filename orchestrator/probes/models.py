@@ -559,6 +559,27 @@ class WiringScore(_Result):
 DraftTestDecision = Literal["mismatch", "fine", "no_signal", "inconclusive"]
 
 
+class ReconcileConfig(_Result):
+    """One served configuration scored for the reconcile (remote_probes/draft_reconcile.py): the draft, its
+    algorithm and draft steps, the wiring and parts the engine serves, and the prediction (``row``)."""
+
+    draft: str
+    algorithm: str
+    steps: int
+    wiring: list[int]
+    parts: dict[str, Any]
+    row: dict[str, Any]  # tau_serving (+ _ci), per-position and per-length figures, as the draft test's rows
+
+
+class DraftReconcileResult(_Result):
+    """The draft test's prediction for exactly the configurations the servers served, on the bench's prompts."""
+
+    configs: list[ReconcileConfig]
+    prompts: int
+    engine: str
+    seconds: float
+
+
 class DraftTestResult(_Result):
     """The draft test's evidence: every wiring scored, the best against the served one, and the decision."""
 

@@ -61,8 +61,14 @@ class SglangAdapter(EngineAdapter):
 
     def read_bench(self, result: dict[str, Any]) -> dict[str, Any]:
         """``server_info``'s accept length as the server-side figure."""
+        from orchestrator.servers.vllm import per_position_intervals
+
         info = result.pop("server_info", None)
         result["server_accept_length"] = self.server_accept_length(info) if isinstance(info, dict) else None
+        # per-request accept histograms (SGLang's meta_info) give the per-position acceptance vLLM's counters give
+        per_position = per_position_intervals(result.get("per_request") or [])
+        if per_position:
+            result["spec_decode"] = {**(result.get("spec_decode") or {}), **per_position}
         return result
 
     def requested_args(self, spec: LaunchSpec) -> dict[str, Any]:

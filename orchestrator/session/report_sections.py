@@ -47,18 +47,32 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     if confirmed:
         for entry in confirmed:
             blocks.append(Para(f"**Root cause: {entry.hypothesis.title}** [`{entry.hypothesis.id}`]"))
-            # Every observation that confirmed it, in order: the experiment, then (often) the fix that proves it.
-            for event in (h for h in entry.history if h.state == "confirmed"):
-                if event.step_id in fix_steps and event.previous == "confirmed":
+            # One story, each observation once, in order: the experiments that supported it, the fix that confirmed
+            # it (a root cause needs a verified fix), what came after; the derived fix has its own paragraph below.
+            seen: set[str] = set()
+            for event in (h for h in entry.history if h.state in ("supported", "confirmed")):
+                text = event.evidence or event.rule or ""
+                decisive = event.state == "confirmed" and event.previous != "confirmed"
+                if (event.step_id in fix_steps and not decisive) or text in seen:
                     continue
+                seen.add(text)
                 where = "manual verdict" if event.source == "manual" else "rule"
                 if event.step_id in steps:
                     where = f"step {event.step_id} · {steps[event.step_id].name}"
-                # the first confirmation decides; what came after it (the fix's benchmark, the derived fix) adds
-                label = "Further evidence" if event.previous == "confirmed" else "Decisive evidence"
-                blocks.append(Para(f"{label} ({where}): {event.evidence or event.rule}"))
-    else:
+                if event.state == "supported":
+                    label = "Evidence"
+                else:  # the first confirmation decides; what came after it adds
+                    label = "Further evidence" if event.previous == "confirmed" else "Decisive evidence"
+                blocks.append(Para(f"{label} ({where}): {text}"))
+    draft = board.entries.get("draft_quality")
+    if not confirmed and draft is not None and draft.state == "supported":
+        # nothing else stands and the server agrees with the offline test: the verdict is about the draft itself
+        last = draft.history[-1] if draft.history else None
+        blocks.append(Para(f"**The draft: {draft.hypothesis.title}** [`draft_quality`]"
+                           + (f": {last.evidence}" if last and last.evidence else "")))
+    elif not confirmed:
         blocks.append(Para("**No hypothesis confirmed.**"))
+    blocks.extend(_unverified_paragraphs(board, steps, fix_steps))
     blocks.extend(_fix_paragraphs(session))
     still_open = board.open_entries()
     if still_open:
@@ -71,6 +85,27 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     if conflicted:
         blocks.append(Para("Conflicting evidence on: " + ", ".join(f"`{e.hypothesis.id}`" for e in conflicted)
                            + " — see the logbook below."))
+    return blocks
+
+
+def _unverified_paragraphs(board: HypothesisBoard, steps: dict[str, StepFinished], fix_steps: set[str]
+                           ) -> list[Block]:
+    """What the evidence supports but no fix verified, each with its latest observation (a fix that did not recover
+    says "fix not verified" there), and a discrepancy between the offline model and the server that nothing has
+    accounted for yet: the investigation is not explained while one stands."""
+    blocks: list[Block] = []
+    for entry in board.entries.values():
+        # the derived fix's own words are its paragraph below: said once
+        said = [h for h in entry.history if h.step_id not in fix_steps]
+        if entry.state != "supported" or entry.hypothesis.id == "draft_quality" or not said:
+            continue
+        last = said[-1]
+        where = f" (step {last.step_id} · {steps[last.step_id].name})" if last.step_id in steps else ""
+        if entry.hypothesis.id == "serving_difference":
+            head = "Not explained yet: the server serves something the offline model of it does not"
+        else:
+            head = f"Supported, not confirmed: {entry.hypothesis.title}"
+        blocks.append(Para(f"**{head}** [`{entry.hypothesis.id}`]{where}: {last.evidence or last.rule}"))
     return blocks
 
 

@@ -5,6 +5,7 @@ skipped, server_start is confirmed with the failure's cause, and no rule or reas
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,18 @@ def _server(ok: bool, failure: dict[str, Any] | None = None) -> dict[str, Any]:
             "error": None if ok else "server 'spec' (lab) on lab exited with code 2 during start-up"}
 
 
+@cache
+def _playbook() -> Any:
+    return load_playbook(FLAGSHIP, extra_names={"target", "draft", "candidate_flags", "fixed_flags", "engine"})
+
+
 def _steps() -> dict[str, Any]:
-    playbook = load_playbook(FLAGSHIP, extra_names={"target", "draft", "candidate_flags", "fixed_flags", "engine"})
-    return {s.display_name: s for s in playbook.steps}
+    return {s.display_name: s for s in _playbook().steps}
 
 
 def _run_sets(steps: dict[str, Any], variables: dict[str, Any]) -> dict[str, Any]:
+    for key, value in _playbook().vars.items():
+        variables.setdefault(key, value)  # the playbook's own vars (wiring_margin, ...)
     for name, register in (("The symptom", None), ("Weigh the evidence", "weighed")):
         values = render(steps[name].args, variables)
         variables.update(values)

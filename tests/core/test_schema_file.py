@@ -16,4 +16,4 @@ def test_committed_schema_matches_the_models() -> None:
 
 def test_schema_knows_every_step_kind() -> None:
     kinds = {v["title"] for v in playbook_schema()["$defs"]["step"]["oneOf"]}
-    assert kinds == {"shell", "set", "probe", "read_source", "draft_test", "server", "bench", "sweep", "tune", "env_diff"}
+    assert kinds == {"shell", "set", "probe", "read_source", "draft_test", "server", "bench", "sweep", "tune", "env_diff", "reconcile"}

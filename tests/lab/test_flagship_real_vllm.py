@@ -142,7 +142,10 @@ async def test_real_vllm_flagship_goes_on_past_a_server_that_fails_every_request
     run = await real_vllm_flagship("direct-d2t")
     states = run.states
     assert run.status == "ok", states
-    assert states["d2t_mapping"] == "confirmed", states
+    # the static finding stands, but no fix recovered a measured acceptance (d2t cannot be fixed by config): a root
+    # cause needs a verified fix, so it stays supported and the verdict says "fix not verified" (issue 26)
+    assert states["d2t_mapping"] == "supported", states
+    assert "fix not verified" in (run.directory / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ")[0]
     for hid in ("lm_head_missing", "wrong_algorithm"):
         assert states[hid] == "refuted", states
     spec = one(run, "Speculative benchmark")

@@ -1,0 +1,249 @@
+"""`reconcile`: the draft test's prediction for exactly the configuration a server served, beside what that server
+measured, both with intervals.
+
+```yaml
+- reconcile: {target: "{{ target }}", engine: vllm, n: "{{ bench_n }}", max_new_tokens: "{{ bench_tokens }}",
+              servers: [{name: spec, bench: "{{ spec }}", flags: "{{ spec_srv.flags }}",
+                         effective: "{{ spec_srv.effective }}", decisions: "{{ spec_srv.decisions }}"}, ...]}
+  register: rc   # rc.decision: discrepancy (any) | reconciled (all) | undecided; rc.verdict; rc.servers: one per
+                 # server (decision, predicted, measured, per_position, by_length, draft, wiring, steps, verdict);
+                 # rc.by_name.spec: the same by server name
+```
+The benchmarks of one investigation send the same prompts to the same target: one probe run
+(remote_probes/draft_reconcile.py) captures the target once and scores every server's configuration on it.
+The prediction is the draft test (remote_probes/draft_test.py) run on the served configuration only: the wiring
+the engine feeds (``wiring: served``, or the one a flag forces), the embedding, head, d2t and fc the engine serves
+for the algorithm (eagle3_served.served_parts), the served number of draft tokens per cycle (``steps``), and the
+benchmark's own prompts, lengths and greedy sampling, without a chat template (the bench sends raw text). Its
+figure is the serving accept length (tokens per verify cycle, the bonus token included) with its interval over
+prompts; the measurement is the benchmark's accept length with its interval over requests.
+
+Decision: ``discrepancy`` when the two 95% intervals are disjoint (the server serves something the offline model of
+it does not), ``reconciled`` when they overlap (the model of serving is not contradicted: agreement is evidence
+too), ``undecided`` when either side has no interval. Per draft position (where the engine exposes it: vLLM's
+per-position counters, SGLang's accept histograms) and per prompt-length bucket the same comparison is shown; the
+decision is taken on the accept length alone, so that several positions compared at once do not multiply the
+chance of a false alarm.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Literal
+
+from pydantic import Field
+
+from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
+from orchestrator.actions.bench import load_prompts
+from orchestrator.actions.probe import run_probe_step
+
+Decision = Literal["reconciled", "discrepancy", "undecided"]
+
+
+class ServedBench(ActionArgs):
+    """One server's benchmark and what the server was asked for and resolved."""
+
+    name: str = Field(default="server", description="the server's name (rc.by_name.<name>)")
+    bench: dict[str, Any] = Field(description="the registered benchmark of that server")
+    flags: dict[str, Any] = Field(default_factory=dict, description="the flags the server was started with")
+    effective: dict[str, Any] = Field(default_factory=dict, description="the server's effective (resolved) args")
+    decisions: dict[str, Any] | None = Field(default=None, description="what the server said at start-up "
+                                             "(vLLM: the aux layers it captures)")
+    draft: str | None = Field(default=None, description="the draft served (default: from flags)")
+    algorithm: Literal["EAGLE3", "EAGLE"] | None = Field(default=None, description="default: effective, then flags")
+    steps: int | None = Field(default=None, ge=1, le=32, description="draft tokens per verify cycle (default: the "
+                              "effective number, then the flags')")
+    wiring: Literal["served"] | list[int] | None = Field(default=None, description="the hidden states fed (HF "
+                                                         "indices); default: a capture flag, what the server said, "
+                                                         "else what the engine's rule reads from the draft")
+
+
+class ReconcileArgs(ActionArgs):
+    target: str = Field(description="target model directory on the host (HF format)")
+    engine: Literal["sglang", "vllm"] = "sglang"
+    servers: list[ServedBench] = Field(min_length=1, description="the speculative servers' benchmarks")
+    prompts: str | None = Field(default=None, description="the benches' prompt file (default: the bundled set)")
+    n: int | None = Field(default=None, ge=1, description="requests the bench sent (default: its n)")
+    max_new_tokens: int = Field(default=64, ge=2, description="the bench's max_new_tokens")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    confidence: float = Field(default=0.95, gt=0.5, lt=0.999)
+    python: str | None = None
+
+
+def _get(mapping: dict[str, Any], *names: str) -> Any:
+    """The first of ``names`` in ``mapping``, whatever the dashes and case of its keys."""
+    from orchestrator.servers.flags import flag_key
+
+    keyed = {flag_key(str(k)): v for k, v in mapping.items()}
+    for name in names:
+        if keyed.get(flag_key(name)) is not None:
+            return keyed[flag_key(name)]
+    return None
+
+
+def served_config(args: ServedBench, engine: str) -> dict[str, Any]:
+    """What the server served: draft, algorithm, draft tokens per cycle and wiring, from what it resolved first,
+    then what it was asked for. :raises StepFailed: naming what is missing."""
+    from orchestrator.servers.vllm import speculative_config
+
+    flags, eff = args.flags, args.effective
+    if engine == "vllm":
+        spec = speculative_config(_get(flags, "speculative-config")) or {}
+        draft = args.draft or spec.get("model")
+        method = _get(eff, "speculative_config.method") or spec.get("method") or "eagle3"
+        algorithm = str(args.algorithm or ("EAGLE" if str(method).lower() == "eagle" else "EAGLE3"))
+        steps = args.steps or _get(eff, "speculative_config.num_speculative_tokens") or spec.get("num_speculative_tokens")
+    else:
+        draft = args.draft or _get(flags, "speculative-draft-model-path")
+        algorithm = str(args.algorithm or _get(eff, "speculative_algorithm") or _get(flags, "speculative-algorithm")
+                        or "EAGLE3").upper()
+        steps = args.steps or _get(eff, "speculative_num_steps") or _get(flags, "speculative-num-steps")
+    wiring: Any = args.wiring
+    if wiring is None:
+        forced = _get(flags, "lab-capture-layers")  # the lab's simulated engine change: it captures these
+        said = ((args.decisions or {}).get("aux_layers") or {}).get("layers")
+        wiring = ([int(x) for x in str(forced).split(",")] if forced is not None else said) or "served"
+    if not draft or not steps:
+        raise StepFailed(f"reconcile: the server's flags name no {'draft' if not draft else 'number of draft tokens'}")
+    if algorithm not in ("EAGLE3", "EAGLE"):
+        raise StepFailed(f"reconcile: the draft test scores EAGLE3 or EAGLE, the server ran {algorithm}")
+    return {"draft": str(draft), "algorithm": algorithm, "steps": int(steps), "wiring": wiring}
+
+
+def disjoint(a: list[float] | None, b: list[float] | None) -> bool | None:
+    """True/False for two intervals; None when either is missing (nothing can be told apart)."""
+    if not a or not b:
+        return None
+    return a[1] < b[0] or b[1] < a[0]
+
+
+def _fmt(value: float | None, ci: list[float] | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{value:.2f} [no interval]"
+
+
+def measured_by_length(rows: list[dict[str, Any]], buckets: list[dict[str, Any]], confidence: float) -> list[Any]:
+    """The bench's per-request accept lengths in the prediction's prompt-length buckets (prompt tokens as the
+    server counted them), each with its interval over requests."""
+    from remote_probes.interval_stats import mean_interval
+
+    out = []
+    for b in buckets:
+        lo, hi = b["bucket"]
+        values = [float(r["accept_length"]) for r in rows if r.get("accept_length") is not None
+                  and r.get("prompt_tokens") is not None and r["prompt_tokens"] >= lo
+                  and (hi is None or r["prompt_tokens"] < hi)]
+        iv = mean_interval(values, confidence) if values else None
+        out.append({"bucket": [lo, hi], "requests": len(values),
+                    "accept_length": round(statistics.mean(values), 4) if values else None,
+                    "accept_length_ci": iv.as_list() if iv is not None else None})
+    return out
+
+
+def compare(predicted: dict[str, Any], bench: dict[str, Any], confidence: float = 0.95) -> dict[str, Any]:
+    """The reconcile of one benchmark with the draft test's served row (pure: tests call it directly)."""
+    # the bench's accept length is the mean of per-request accept lengths: the prediction is the same mean over the
+    # same prompts (the pooled ratio weighs long generations more, and differs by a few percent)
+    p_tau = predicted.get("tau_request", predicted.get("tau_serving"))
+    p_ci = predicted.get("tau_request_ci", predicted.get("tau_serving_ci"))
+    m_tau, m_ci = bench.get("accept_length"), bench.get("accept_length_ci")
+    apart = disjoint(p_ci, m_ci)
+    decision: Decision = "undecided" if apart is None else ("discrepancy" if apart else "reconciled")
+    stats = bench.get("spec_decode") or {}
+    m_pos, m_pos_ci = stats.get("per_position_request") or [], stats.get("per_position_ci") or []
+    p_pos, p_pos_ci = predicted.get("per_position") or [], predicted.get("per_position_ci") or []
+    positions = []
+    for k in range(max(len(p_pos), len(m_pos))):
+        row: dict[str, Any] = {"k": k, "predicted": p_pos[k] if k < len(p_pos) else None,
+               "predicted_ci": p_pos_ci[k] if k < len(p_pos_ci) else None,
+               "measured": m_pos[k] if k < len(m_pos) else None,
+               "measured_ci": m_pos_ci[k] if k < len(m_pos_ci) else None}
+        row["disjoint"] = disjoint(row["predicted_ci"], row["measured_ci"])
+        positions.append(row)
+    buckets = predicted.get("by_length") or []
+    measured = measured_by_length(bench.get("per_request") or [], buckets, confidence)
+    by_length = [{"bucket": b["bucket"], "prompts": b["prompts"], "predicted": b.get("tau_request", b["tau_serving"]),
+                  "predicted_ci": b.get("tau_request_ci", b["tau_serving_ci"]), "measured": m["accept_length"],
+                  "measured_ci": m["accept_length_ci"], "requests": m["requests"],
+                  "disjoint": disjoint(b.get("tau_request_ci", b["tau_serving_ci"]), m["accept_length_ci"])}
+                 for b, m in zip(buckets, measured, strict=True)]
+    pct = int(round(confidence * 100))
+    head = (f"offline prediction for the served configuration {_fmt(p_tau, p_ci)}, server measured "
+            f"{_fmt(m_tau, m_ci)} (accept length, {pct}% intervals)")
+    if decision == "discrepancy":
+        verdict = (f"{head}: disjoint — the server serves something the offline model of it does not "
+                   f"(the draft test's parts, wiring or steps are not what the server runs)")
+    elif decision == "reconciled":
+        verdict = f"{head}: the intervals overlap — the server measures what the offline model of it predicts"
+    else:
+        verdict = f"{head}: no interval on one side, nothing can be told apart"
+    off = [str(r["k"]) for r in positions if r["disjoint"]]
+    if off:
+        verdict += f"; per-position acceptance disjoint at position(s) {', '.join(off)}"
+    return {"decision": decision, "predicted": {"accept_length": p_tau, "accept_length_ci": p_ci,
+                                                "prompts": predicted.get("prompts")},
+            "measured": {"accept_length": m_tau, "accept_length_ci": m_ci,
+                         "requests": bench.get("accept_length_n") or bench.get("completed")},
+            "per_position": positions, "by_length": by_length, "verdict": verdict}
+
+
+class ReconcileAction(Action[ReconcileArgs]):
+    kind = "reconcile"
+    Args = ReconcileArgs
+    summary = "The draft test's prediction for the served configuration beside the server's measurement."
+
+    async def run(self, args: ReconcileArgs, ctx: ActionContext) -> dict[str, Any]:
+        try:
+            prompts = load_prompts(args.prompts)
+        except Exception as exc:  # UserInputError names the file
+            raise StepFailed(f"reconcile: {exc}") from None
+        cfgs = [served_config(server, args.engine) for server in args.servers]
+        measured = [i for i, server in enumerate(args.servers) if server.bench.get("accept_length") is not None]
+        outs: list[dict[str, Any]] = [{"decision": "undecided", **cfg, "name": server.name, "per_position": [],
+                                       "by_length": [], "predicted": {}, "measured": {},
+                                       "verdict": "the server measured no accept length: nothing to reconcile"}
+                                      for server, cfg in zip(args.servers, cfgs, strict=True)]
+        if measured:
+            n = args.n or int(args.servers[measured[0]].bench.get("n") or len(prompts))
+            sent = prompts[:min(n, len(prompts))]  # request i used prompt i % len(prompts): the distinct ones
+            configs = [{"draft": cfgs[i]["draft"], "algorithm": cfgs[i]["algorithm"], "steps": cfgs[i]["steps"],
+                        "wiring": cfgs[i]["wiring"],
+                        # SGLang's accept length is completion tokens / verify forwards (the prefill's token
+                        # counted); vLLM's is 1 + accepted / drafts
+                        "count_first_token": args.engine == "sglang"} for i in measured]
+            result = await run_probe_step(ctx, "draft_reconcile", {
+                "target": args.target, "engine": args.engine, "configs": configs, "prompts": sent,
+                "num_prompts": len(sent), "max_new_tokens": args.max_new_tokens, "device": args.device,
+                "dtype": args.dtype, "confidence": args.confidence}, python=args.python)
+            for i, scored in zip(measured, result.get("configs") or [], strict=True):
+                out = compare(scored["row"], args.servers[i].bench, args.confidence)
+                outs[i] = {**out, **cfgs[i], "wiring": scored["wiring"], "parts": scored.get("parts"),
+                           "name": args.servers[i].name}
+        for out in outs:
+            for line in profile_lines(out):
+                ctx.output(line + "\n", "stdout")
+        decisions = {o["decision"] for o in outs}
+        overall = ("discrepancy" if "discrepancy" in decisions else
+                   "reconciled" if decisions == {"reconciled"} else "undecided")
+        return {"decision": overall, "servers": outs, "by_name": {o["name"]: o for o in outs},
+                "verdict": "; ".join(f"{o['name']}: {o['verdict']}" for o in outs)}
+
+
+def profile_lines(rc: dict[str, Any]) -> list[str]:
+    """The console's view of a reconcile (the TUI and MCP show the same lines as the step's output)."""
+    lines = [f"reconcile {rc.get('name') or ''} wiring {rc.get('wiring')}, {rc.get('steps')} draft tokens: "
+             f"{rc['decision']}: {rc['verdict']}"]
+    pos = rc.get("per_position") or []
+    if pos:
+        lines.append(f"{'position':>8} {'predicted':>20} {'measured':>20}")
+        for r in pos:
+            lines.append(f"{r['k']:>8} {_fmt(r['predicted'], r['predicted_ci']):>20} "
+                         f"{_fmt(r['measured'], r['measured_ci']):>20}{'  disjoint' if r['disjoint'] else ''}")
+    for b in rc.get("by_length") or []:
+        lo, hi = b["bucket"]
+        lines.append(f"prompt tokens {lo}-{hi if hi is not None else '…'}: predicted {_fmt(b['predicted'], b['predicted_ci'])}"
+                     f" ({b['prompts']} prompts), measured {_fmt(b['measured'], b['measured_ci'])}"
+                     f" ({b['requests']} requests)")
+    return lines

@@ -1,0 +1,90 @@
+"""Probe: the draft test's prediction for several SERVED configurations at once (the reconcile's offline side).
+
+Args (JSON): {"target": dir, "engine": "sglang" | "vllm", "prompts": [str, ..] (the benchmark's), "max_new_tokens": 64,
+"configs": [{"draft": dir, "algorithm": "EAGLE3" | "EAGLE", "steps": K, "wiring": "served" | [HF indices],
+"count_first_token": bool}, ..], "device"?, "dtype"?, "confidence"?: 0.95, "batch_size"?: 16}.
+
+The benchmarks of one investigation send the same prompts to the same target, so the target generates and is
+captured ONCE (the hidden states every configuration's wiring needs), and each configuration's draft is scored on
+that capture with the parts its engine serves (eagle3_served), its own draft tokens per cycle and its own wiring
+("served": what the engine's rule reads from that draft's config). Result: ``configs``, one per configuration, each
+the draft test's figures for its one wiring (tau_serving, tau_request, per_position, by_length, with intervals),
+``parts`` and ``wiring``. Greedy, no chat template: the benchmark sends raw text.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List
+
+from _probe import ProbeFailure, progress, run_probe
+from draft_test import _capture, _load_target, check_runnable, load_drafts, parse_args, score_wiring
+from eagle3_wiring import server_wiring, validate_wiring
+
+
+def parse(args: Dict[str, Any]) -> Dict[str, Any]:
+    configs = args.get("configs")
+    if not isinstance(configs, list) or not configs:
+        raise ProbeFailure("bad_args", "configs must be a non-empty list", field="configs")
+    first = configs[0] if isinstance(configs[0], dict) else {}
+    # the shared arguments are checked by draft_test's own parser (one configuration stands in for the draft)
+    common = {k: v for k, v in args.items() if k != "configs"}
+    a = parse_args(dict(common, draft=first.get("draft"), chat_template=False))
+    out = []
+    for i, c in enumerate(configs):
+        if not isinstance(c, dict):
+            raise ProbeFailure("bad_args", "configs[%d] must be a mapping" % i, field="configs")
+        one = parse_args(dict(common, draft=c.get("draft"), algorithm=c.get("algorithm", "EAGLE3"),
+                              steps=c.get("steps", 5), chat_template=False))
+        wiring = c.get("wiring", "served")
+        if wiring != "served" and not (isinstance(wiring, list) and all(isinstance(x, int) for x in wiring)):
+            raise ProbeFailure("bad_args", "configs[%d].wiring must be \"served\" or a list of indices" % i,
+                               field="configs")
+        out.append(dict(one, wiring=wiring, count_first_token=bool(c.get("count_first_token", False))))
+    a["configs"] = out
+    return a
+
+
+def main(args: Dict[str, Any]) -> Dict[str, Any]:
+    a = parse(args)
+    started = time.monotonic()
+    check_runnable(a)
+    progress("loading target %s" % a["target"])
+    torch, tokenizer, model, device = _load_target(a)
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n_layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
+    loaded: List[Dict[str, Any]] = []
+    for c in a["configs"]:
+        draft, _trained, parts = load_drafts(c, model, hidden, device)
+        if c["wiring"] == "served":
+            wiring = [n_layers] if parts["served"]["feed"] == "last_hidden" else \
+                server_wiring(draft.cfg.raw, n_layers, c["engine"])
+        else:
+            try:
+                wiring = validate_wiring(c["wiring"], n_layers)
+            except ValueError as exc:
+                raise ProbeFailure("bad_wiring", "wiring %s: %s" % (c["wiring"], exc), field="configs") from None
+        if wiring is None:
+            raise ProbeFailure("bad_wiring", "%s would feed %s hidden states outside the target" % (c["engine"],
+                                                                                                c["draft"]))
+        loaded.append({"config": c, "draft": draft, "parts": parts, "wiring": wiring})
+    needed = sorted({i for item in loaded for i in item["wiring"]})
+    prompts = a["prompts"][:a["num_prompts"]] if a["prompts"] else []
+    if not prompts:
+        raise ProbeFailure("bad_args", "prompts (the benchmark's) are required", field="prompts")
+    runs = _capture(torch, tokenizer, model, prompts, a, needed)
+    out = []
+    for item in loaded:
+        c = item["config"]
+        stats = score_wiring(torch, item["draft"], runs, item["wiring"], c["steps"], a["confidence"],
+                             c["count_first_token"])
+        stats.pop("_units", None)
+        progress("%s %s: tau %s" % (c["draft"], item["wiring"], stats["tau_serving"]))
+        out.append({"draft": c["draft"], "algorithm": c["algorithm"], "steps": c["steps"], "wiring": item["wiring"],
+                    "parts": item["parts"], "row": dict(stats, wiring=item["wiring"])})
+    return {"configs": out, "prompts": len(runs), "engine": a["engine"],
+            "seconds": round(time.monotonic() - started, 2)}
+
+
+if __name__ == "__main__":
+    run_probe(main)
