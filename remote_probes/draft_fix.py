@@ -39,6 +39,7 @@ from eagle3_config import flat_config
 from eagle3_wiring import default_wiring, nested_ids, top_level_ids
 from engine_registry import installed_version
 from sglang_capture import capture_rules, find_sglang_root, servable_ids
+from target_capture import target_loop
 
 MARKER = "ORCHESTRATOR_FIX.json"  # written in every corrected draft: what was changed, from which draft
 EAGLE3_LOADER = "LlamaForCausalLMEagle3"
@@ -106,7 +107,7 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     if args.get("engine") == "vllm":
         return _finish_vllm(args, draft, derive_vllm(args, raw, n_layers, findings, _is_eagle3_draft(raw, findings)))
     root = find_sglang_root(args.get("engine_sys_path"))
-    rules = capture_rules(root) if root else {"embedding": None, "final_norm": False, "evidence": [],
+    rules = capture_rules(root, target_loop(target, "sglang", root)) if root else {"embedding": None, "final_norm": False, "evidence": [],
                                               "why": "no sglang package found for this python, so its capture "
                                                      "rule cannot be read"}
     version = installed_version(root) if root else None
