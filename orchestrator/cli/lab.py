@@ -85,7 +85,8 @@ def status_cmd(
         return
     console = Console()
     console.print(f"lab dir: {info['lab_dir']}" + ("" if info["exists"] else " (not built)"))
-    console.print(f"target: {'built' if info['target'] else 'missing'}; sglang {info['sglang_version']} tree: "
+    console.print(f"target: {'built' if info['target'] else 'missing'} ({info['target_class']}); sglang "
+                  f"{info['sglang_version']} tree: "
                   f"{info['sglang_site'] or 'missing'}")
     origin = info.get("origin")
     if origin:

@@ -197,6 +197,7 @@ def status(root: Path | None = None) -> dict[str, Any]:
     active = lab_sglang_version()
     built = {name: lab_is_built(name, root=root) for name in SCENARIO_NAMES}
     return {"lab_dir": str(root), "exists": root.is_dir(), "target": is_complete(root / "target"),
+            "target_class": state.get("target_class", "llama"),
             "sglang_site": str(site_dir(root, active)) if _site_ok(root, active) else None,
             "sglang_version": active,
             "sglang_sites": {v: str(site_dir(root, v)) for v in LAB_SGLANG_VERSIONS if _site_ok(root, v)},

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,14 @@ def check_target_class(name: str) -> str:
     return name
 
 
+def _architecture(model: Path) -> str | None:
+    try:
+        archs = json.loads((model / "config.json").read_text()).get("architectures") or [None]
+    except (OSError, ValueError):
+        return None
+    return archs[0] if isinstance(archs[0], str) else None
+
+
 def build_qwen3_lab(base: Path, state: dict[str, Any], report: Any, timings: dict[str, float]) -> None:
     """Make ``base`` a Qwen3 lab: the Qwen3 target, both trained drafts and the fault copies (what is missing).
 
@@ -91,28 +100,44 @@ def build_qwen3_lab(base: Path, state: dict[str, Any], report: Any, timings: dic
     from orchestrator.lab import build
 
     target = base / "target"
-    if build.is_complete(target) and state.get("target_class") != "qwen3":
+    if build.is_complete(target) and _architecture(target) != ARCHITECTURE:
         raise UserInputError(f"{base} already holds the default lab's Llama target: give another --dir for the "
                              "Qwen3 lab (a lab directory has one target)")
     state["target_class"] = "qwen3"
     t0 = time.monotonic()
-    trained = cached_qwen3_target(progress=lambda m, f: report("target", m, f))
+
+    def target_progress(message: str, fraction: float) -> None:
+        report("target", message, fraction)
+
+    trained = cached_qwen3_target(progress=target_progress)
     if not build.is_complete(target):
         build.copy_model(trained, target)
         timings["target"] = round(time.monotonic() - t0, 1)
         state["origin"] = {"kind": "built", "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                            "target_class": "qwen3", "why": "--target-class qwen3 (built on demand, not calibrated)"}
         state["target_seed"] = 0
+    build.write_state(base, {**state, "format": build.LAB_FORMAT})  # the class is known before the drafts train
     n = build.num_layers_of(base)
     drafts = base / "drafts"
-    for kind, wiring in (("seed-wiring", build.seed_wiring(n)), ("healthy", build.sglang_wiring(n))):
-        if build.is_complete(drafts / kind):
-            continue
+    wanted = [(kind, wiring) for kind, wiring in (("seed-wiring", build.seed_wiring(n)),
+                                                  ("healthy", build.sglang_wiring(n)))
+              if not build.is_complete(drafts / kind)]
+
+    def train(kind: str, wiring: list[int]) -> None:
         t0 = time.monotonic()
-        made = cached_qwen3_draft(trained, wiring=wiring, progress=lambda m, f, k=kind: report(f"draft {k}", m, f))
+
+        def progress(message: str, fraction: float) -> None:
+            report(f"draft {kind}", message, fraction)
+
+        made = cached_qwen3_draft(trained, wiring=wiring, progress=progress)
         build.copy_model(made, drafts / kind)
         timings[f"draft {kind}"] = round(time.monotonic() - t0, 1)
         report(f"draft {kind}", f"draft {kind} ready (trained on hidden_states {wiring} of the Qwen3 target)", 1.0)
+
+    # the two drafts are independent one-thread child processes: trained side by side, as two cores allow
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for future in [pool.submit(train, kind, wiring) for kind, wiring in wanted]:
+            future.result()  # a failed training raises here, after the other finished
     for kind in ("no-lm-head", "direct-d2t", "off-by-one"):
         if not build.is_complete(drafts / kind):
             build.write_variant(drafts / "seed-wiring", drafts / kind, kind, n)
