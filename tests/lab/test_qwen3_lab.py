@@ -134,3 +134,19 @@ async def test_the_verdict_on_qwen3_is_the_planted_wiring_with_a_servable_fix(
     verdict = report.split("## Verdict", 1)[1].split("\n## ", 1)[0]
     assert "**Root cause:" in verdict and "[`wiring`]" in verdict and "**No servable fix**" not in verdict
     assert "fix verified (servable fix on SGLang 0.5.12.post1" in verdict, verdict
+
+
+def test_a_lab_directory_keeps_its_one_target_class(tmp_path: Path) -> None:
+    """Cheap: an unknown class is refused by name, and a directory holding the Llama lab's target is never turned
+    into a Qwen3 lab (nothing is trained to find that out)."""
+    from orchestrator.errors import UserInputError
+    from orchestrator.lab.qwen3_lab import build_qwen3_lab, check_target_class
+
+    with pytest.raises(UserInputError, match="unknown lab target class 'mamba'"):
+        check_target_class("mamba")
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    (target / ".complete").write_text("ok\n")
+    with pytest.raises(UserInputError, match="already holds the default lab's Llama target"):
+        build_qwen3_lab(tmp_path, {}, lambda *_: None, {})
