@@ -92,6 +92,10 @@ async def test_the_reads_follow_qwen3_into_its_own_files(qwen3_flagship: Callabl
     # Qwen3Model has no forward of its own in 0.5.12.post1: the loop is Qwen2Model's, in qwen2.py
     assert (target["capture_loop"]["file"], target["capture_loop"]["symbol"]) == (
         "srt/models/qwen2.py", "Qwen2Model.forward"), target["capture_loop"]
+    # the console's, the TUI's and the report's line names the loop too
+    from orchestrator.actions.probe import target_capture_line
+
+    assert "captured in Qwen2Model.forward at sglang/srt/models/qwen2.py:" in target_capture_line(target)
     (reads,) = run.results(READS)
     by_id = {r["id"]: r for r in reads["reads"]}
     capture, loop = by_id["capture"], by_id["capture_loop"]
