@@ -43,6 +43,7 @@ from eagle3_config import flat_config
 from eagle3_wiring import default_wiring, nested_ids, top_level_ids
 from engine_registry import installed_version
 from sglang_capture import capture_rules, find_sglang_root, servable_ids
+from target_capture import target_loop
 
 MARKER = "ORCHESTRATOR_FIX.json"  # written in every corrected draft: what was changed, from which draft
 EAGLE3_LOADER = "LlamaForCausalLMEagle3"
@@ -117,7 +118,7 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
         part["blockers"] += fixed["blockers"]
         return _finish_vllm(args, draft, part)
     root = find_sglang_root(args.get("engine_sys_path"))
-    rules = capture_rules(root) if root else {"embedding": None, "final_norm": False, "evidence": [],
+    rules = capture_rules(root, target_loop(target, "sglang", root)) if root else {"embedding": None, "final_norm": False, "evidence": [],
                                               "why": "no sglang package found for this python, so its capture "
                                                      "rule cannot be read"}
     version = installed_version(root) if root else None

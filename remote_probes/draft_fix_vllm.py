@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional
 
 from _probe import ProbeFailure
 from eagle3_wiring import default_wiring, top_level_ids
+from target_capture import target_loop
 from vllm_capture import NEWEST, capture_rules, find_vllm_root, vllm_wiring
 
 
@@ -67,7 +68,7 @@ def derive_vllm(args: Dict[str, Any], raw: Dict[str, Any], n_layers: int, findin
                 is_eagle3: bool) -> Dict[str, Any]:
     """The vLLM part of draft_fix.derive: changes, blockers and notes, the corrected config and the new flags."""
     root = find_vllm_root(args.get("engine_sys_path"))
-    rules = capture_rules(root) if root else dict(NEWEST)
+    rules = capture_rules(root, None, target_loop(args.get("target"), "vllm", root)) if root else dict(NEWEST)
     vllm = "vLLM %s" % (rules.get("version") or "(version unknown)")
     flags = {str(k): v for k, v in (args.get("candidate_flags") or {}).items()}
     flag_name, spec = _spec_config(flags)

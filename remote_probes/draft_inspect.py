@@ -35,6 +35,7 @@ from draft_findings import analyse
 from eagle3_config import flat_config, rope_config
 from engine_registry import config_reads, loader_flags, scan_sglang, scan_vllm, vllm_draft_architecture
 from target_capture import resolve as resolve_target_class
+from target_capture import target_loop
 from vllm_capture import capture_rules, find_vllm_root
 
 CONFIG_KEYS = ("architectures", "model_type", "hidden_size", "target_hidden_size", "intermediate_size",
@@ -255,7 +256,7 @@ def vllm_scan(args: dict[str, Any]) -> dict[str, Any] | None:
     if runner not in (None, "v1", "v2"):
         raise ProbeFailure("bad_args", f"'vllm_runner' must be v1 or v2, got {runner!r}")
     root = find_vllm_root(extra or None)
-    return capture_rules(root, runner) if root else None
+    return capture_rules(root, runner, target_loop(args.get("target_path"), "vllm", root)) if root else None
 
 
 if __name__ == "__main__":

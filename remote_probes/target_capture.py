@@ -21,7 +21,13 @@ Both engines' default ids, read as HF ``hidden_states`` indices, are the same nu
 of layer i, i.e. the output of layer i - 1 = HF index i; vLLM at layer boundaries, see vllm_capture.py), so
 ``default_wiring`` is the ids themselves.
 
-Public API: ``resolve(config, engine, root) -> dict`` (the chain, the capture method's file:line, the default ids),
+Where the states are taken is the class's layer loop: ``capture_loop`` is the ``forward`` of the model the class
+builds as ``self.model``, on it or its bases (SGLang 0.5.12.post1's Qwen3 -> ``Qwen2Model.forward`` in qwen2.py,
+0.5.23's own ``Qwen3Model.forward``; vLLM's Qwen3 -> ``Qwen2Model.forward``); sglang_capture.py and vllm_capture.py
+read their capture placement there.
+
+Public API: ``resolve(config, engine, root) -> dict`` (the chain, the capture method's file:line, the default ids,
+the layer loop), ``capture_loop(config, engine, root)``, ``target_loop(target_path, engine, root)``,
 ``main(args)`` the probe (args: ``target_path`` or ``config``, ``engine``, ``sys_path``).
 """
 
@@ -303,6 +309,7 @@ def _sglang_chain(tree: _Tree, registry: Dict[str, str], arch: str, config: Dict
         attr = _delegate_attr(fn, (SGLANG_METHOD,))
         out["chain"].append(link)
         if attr is None:
+            out["capture_loop"] = _capture_loop(tree, "sglang", cls_file, cls)
             _finish(out, fn, config, text)
             return
         inner, _call = _assigned_class(cls, attr)
@@ -313,6 +320,81 @@ def _sglang_chain(tree: _Tree, registry: Dict[str, str], arch: str, config: Dict
         text = True  # a wrapped language model is built from the wrapper's text config
         found = tree.find_class(inner, cls_file)
     out["why"] = "delegation deeper than %d" % _MAX_DEPTH
+
+
+def _captures(fn: ast.FunctionDef) -> bool:
+    """The forward runs the capture itself: ``aux_hidden_states.append(...)`` (SGLang 0.5.12, vLLM 0.11), a
+    ``capture_output=`` / ``captured_last_layer_outputs=`` to the layer (SGLang 0.5.23, MoE models) or ``self._maybe_add_hidden_state(...)`` (vLLM 0.33); a
+    causal-LM forward that only unpacks the model's aux states does not."""
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and (func.attr == "_maybe_add_hidden_state" or (
+                func.attr == "append" and isinstance(func.value, ast.Name) and func.value.id == "aux_hidden_states")):
+            return True
+        if any(k.arg in ("capture_output", "captured_last_layer_outputs") for k in node.keywords):
+            return True
+    return False
+
+
+def _model_class(cls: ast.ClassDef) -> Optional[str]:
+    """The class ``__init__`` builds as ``self.model``: a constructor call, or a ``self._init_model(...)`` helper whose
+    ``return X(...)`` names it (Llama in both engines)."""
+    inner, call = _assigned_class(cls, "model")
+    if call is not None and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and \
+            call.func.value.id == "self":
+        helper = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == call.func.attr), None)
+        returned = [r.value.func for r in ast.walk(helper) if isinstance(r, ast.Return) and
+                    isinstance(r.value, ast.Call)] if helper else []
+        names = [f.id if isinstance(f, ast.Name) else f.attr for f in returned if isinstance(f, (ast.Name,
+                                                                                                ast.Attribute))]
+        return names[0] if names else None
+    return inner
+
+
+def _capture_loop(tree: _Tree, package: str, cls_file: str, cls: ast.ClassDef) -> Optional[Dict[str, Any]]:
+    """Where the class's layer loop captures: the ``forward`` of the model it builds as ``self.model``, found on that
+    class or its bases as Python's MRO finds it (SGLang 0.5.12's ``Qwen3Model`` inherits ``Qwen2Model.forward`` from
+    qwen2.py; 0.5.23's defines its own in qwen3.py); else the first class of the class's file whose forward captures.
+    None when no forward captures."""
+    inner = _model_class(cls)
+    found = tree.find_class(inner, cls_file) if inner else None
+    module = tree.module(cls_file)
+    others = [(cls_file, c) for c in (module.body if module else []) if isinstance(c, ast.ClassDef)]
+    for file, owner in ([found] if found else []) + others:
+        hit = _method(tree, file, owner, "forward")
+        if hit is None or not _captures(hit[2]):
+            continue
+        mfile, defined, fn = hit
+        line = fn.lineno
+        rel = mfile.replace(os.sep, "/")
+        return {"class": owner.name, "defined_in": defined.name, "method": "forward", "file": rel, "line": line,
+                "end_line": getattr(fn, "end_lineno", line), "symbol": "%s.forward" % defined.name,
+                "where": "%s/%s:%d" % (package, rel, line)}
+    return None
+
+
+def capture_loop(config: Dict[str, Any], engine: str, root: str) -> Optional[Dict[str, Any]]:
+    """The target's capture loop (``{file, defined_in, symbol, line}``) in the engine at ``root``, or None."""
+    try:
+        loop = resolve(config, engine, root).get("capture_loop")
+    except (OSError, ValueError):
+        return None
+    return loop if isinstance(loop, dict) else None
+
+
+def target_loop(target_path: Any, engine: str, root: Optional[str]) -> Optional[Dict[str, Any]]:
+    """``capture_loop`` for the target directory's config.json; None when there is no target, engine or config (the
+    capture rules then read Llama's loop, as they say)."""
+    if not target_path or not root:
+        return None
+    try:
+        with open(os.path.join(os.path.expanduser(str(target_path)), "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return capture_loop(config, engine, root) if isinstance(config, dict) else None
 
 
 def _finish(out: Dict[str, Any], fn: ast.FunctionDef, config: Dict[str, Any], text: bool) -> None:
@@ -412,6 +494,7 @@ def _vllm_chain(tree: _Tree, registry: Dict[str, Tuple[str, str]], arch: str, co
             assigned, _call = _assigned_class(cls, "language_model")
             attr = "language_model" if assigned else None
         if attr is None:
+            out["capture_loop"] = _capture_loop(tree, "vllm", cls_file, cls)
             _finish(out, fn, config, text)
             return
         link["delegates_to"] = attr
@@ -446,7 +529,8 @@ def resolve(config: Dict[str, Any], engine: str, root: str) -> Dict[str, Any]:
     inner = text_config(config)
     out: Dict[str, Any] = {"engine": engine, "root": root, "architecture": arch,
                            "text_architecture": _architecture(inner) if inner else None, "chain": [],
-                           "found": False, "capture": None, "default_ids": None, "default_wiring": None}
+                           "found": False, "capture": None, "capture_loop": None, "default_ids": None,
+                           "default_wiring": None}
     if arch is None:
         out["why"] = "the target config names no architectures"
         return out

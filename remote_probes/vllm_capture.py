@@ -108,9 +108,11 @@ def installed_version(root: str) -> Optional[str]:
     return None
 
 
-def capture_rules(root: str, runner: Optional[str] = None) -> Dict[str, Any]:
+def capture_rules(root: str, runner: Optional[str] = None, loop: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The rules of the vLLM at ``root`` (see the module doc). ``runner``: "v1" | "v2" | None (this version's
-    default on a GPU host). Every rule carries the source line it was read from in ``evidence``."""
+    default on a GPU host). ``loop``: where the target's class runs its layer loop (target_capture's
+    ``capture_loop``, ``file`` under the vllm package: qwen2.py for a Qwen3 target); without it, Llama's
+    (model_executor/models/llama.py). Every rule carries the source line it was read from in ``evidence``."""
     evidence: List[Dict[str, Any]] = []
 
     def note(rel: str, text: Optional[str], rx: "re.Pattern[str]") -> bool:
@@ -130,10 +132,13 @@ def capture_rules(root: str, runner: Optional[str] = None) -> Dict[str, Any]:
     top = note(rel, text, _TOP)
     nested = note(rel, text, _NESTED)
     layer_ids = note(rel, text, _LAYER_IDS)
-    interfaces, llama = _read(root, INTERFACES), _read(root, LLAMA)
-    if note(INTERFACES, interfaces, _BOUNDARY):
+    model = str(loop["file"]).replace("/", os.sep) if loop and loop.get("file") else LLAMA
+    interfaces, model_text = _read(root, INTERFACES), _read(root, model)
+    # the boundary capture is EagleModelMixin's (interfaces.py): it applies to a loop that calls it
+    mixin = loop is None or "_maybe_add_hidden_state" in (model_text or "")
+    if mixin and note(INTERFACES, interfaces, _BOUNDARY):
         capture, embedding, max_index = "boundary", True, None  # None: up to N (the last layer's pre-norm output)
-    elif note(LLAMA, llama, _ENTRY):
+    elif note(model, model_text, _ENTRY):
         capture, embedding, max_index = "entry", False, -1  # -1: N - 1
     else:
         capture, embedding, max_index = "unknown", None, None
@@ -146,7 +151,8 @@ def capture_rules(root: str, runner: Optional[str] = None) -> Dict[str, Any]:
     return {"version": installed_version(root), "root": root, "runner": chosen, "runners": ["v1", "v2"] if has_v2
             else ["v1"], "reads_top_level": top, "reads_nested": nested, "reads_layer_ids": layer_ids,
             "capture": capture, "embedding": embedding, "max_index": max_index, "lm_head_missing": head,
-            "evidence": evidence}
+            "loop": "%s (%s)" % (loop.get("symbol"), model.replace(os.sep, "/")) if loop else
+            "LlamaModel.forward (%s)" % LLAMA.replace(os.sep, "/"), "evidence": evidence}
 
 
 def _ids(value: Any) -> Optional[List[int]]:
@@ -175,7 +181,9 @@ def vllm_wiring(config: Dict[str, Any], n_layers: int, rules: Optional[Dict[str,
     outside the layers: fewer states than fc expects; id 0 where capture is at layer entry: TypeError)."""
     rules = rules or NEWEST
     ids = config_ids(config, rules)
-    wiring = sorted(set(ids)) if ids is not None else [2, n_layers // 2, n_layers - 3]
+    # the target class's own default (target_capture.py, where the caller read it), else Llama's
+    default = rules.get("default_ids") or [2, n_layers // 2, n_layers - 3]
+    wiring = sorted(set(ids)) if ids is not None else list(default)
     top = n_layers + (rules["max_index"] or 0)
     if any(i < 0 or i > top for i in wiring) or (0 in wiring and rules["embedding"] is False):
         return None

@@ -86,5 +86,7 @@ def target_capture_line(result: dict[str, Any]) -> str:
     if not result.get("found"):
         return f"target class on {engine}: not followed ({result.get('why')})"
     capture = result.get("capture") or {}
+    loop = result.get("capture_loop") or {}
     return (f"target class on {engine}: {result.get('followed')} at {capture.get('where')}; default ids "
-            f"{result.get('default_ids')} (N = {result.get('num_layers')}, {result.get('num_layers_source')})")
+            f"{result.get('default_ids')} (N = {result.get('num_layers')}, {result.get('num_layers_source')})"
+            + (f"; captured in {loop.get('symbol')} at {loop.get('where')}" if loop.get("where") else ""))

@@ -28,6 +28,10 @@ def build_cmd(
     from_scratch: bool = typer.Option(False, "--from-scratch",
                                       help="Train and calibrate the models here (5-12 minutes on 2 cores) instead of "
                                            "taking the shipped ones; the recipe reproduces the shipped models."),
+    target_class: str = typer.Option("llama", "--target-class",
+                                     help="The target's model class: llama (the default lab, shipped) or qwen3 (a "
+                                          "tiny Qwen3ForCausalLM and drafts trained here on demand, a few minutes; "
+                                          "give it its own --dir)."),
     ship: bool = typer.Option(False, "--ship", hidden=True,
                               help="(developers) write the calibrated lab as the package's shipped models."),
 ) -> None:
@@ -36,8 +40,12 @@ def build_cmd(
     from rich.console import Console
 
     from orchestrator.lab.build import SCENARIO_NAMES, build_lab, check_scenario, lab_dir, read_state
+    from orchestrator.lab.qwen3_lab import check_target_class
 
     names = list(SCENARIO_NAMES) if scenario == "all" else [check_scenario(scenario)]
+    check_target_class(target_class)
+    if ship and target_class != "llama":
+        raise UserInputError("--ship writes the package's default (Llama) lab: not with --target-class")
     if ship and not (from_scratch and scenario == "all"):
         raise UserInputError("--ship writes the package's models: use it with --from-scratch --scenario all")
     console = Console(stderr=True)
@@ -48,7 +56,8 @@ def build_cmd(
         raise UserInputError(f"{root} holds the shipped models: `orchestrator lab clean` it first, or give --dir")
     with progress:
         for name in names:
-            paths = build_lab(name, root=directory, progress=report, from_scratch=from_scratch)
+            paths = build_lab(name, root=directory, progress=report, from_scratch=from_scratch,
+                              target_class=target_class)
     console.print(f"lab ready in {time.monotonic() - started:.1f} s: scenario [bold]{paths.scenario}[/], "
                   f"target {paths.target}, draft {paths.draft}, sglang tree {paths.site}")
     if ship:
@@ -76,7 +85,8 @@ def status_cmd(
         return
     console = Console()
     console.print(f"lab dir: {info['lab_dir']}" + ("" if info["exists"] else " (not built)"))
-    console.print(f"target: {'built' if info['target'] else 'missing'}; sglang {info['sglang_version']} tree: "
+    console.print(f"target: {'built' if info['target'] else 'missing'} ({info['target_class']}); sglang "
+                  f"{info['sglang_version']} tree: "
                   f"{info['sglang_site'] or 'missing'}")
     origin = info.get("origin")
     if origin:

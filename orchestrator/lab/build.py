@@ -224,6 +224,7 @@ def status(root: Path | None = None) -> dict[str, Any]:
     active = lab_sglang_version()
     built = {name: lab_is_built(name, root=root) for name in SCENARIO_NAMES}
     return {"lab_dir": str(root), "exists": root.is_dir(), "target": is_complete(root / "target"),
+            "target_class": state.get("target_class", "llama"),
             "sglang_site": str(site_dir(root, active)) if _site_ok(root, active) else None,
             "sglang_version": active,
             "sglang_sites": {v: str(site_dir(root, v)) for v in LAB_SGLANG_VERSIONS if _site_ok(root, v)},
@@ -424,16 +425,18 @@ def _noop(_stage: str, _message: str, _fraction: float) -> None:
 
 def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
               progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True,
-              from_scratch: bool = False) -> LabPaths:
-    """``_build_lab`` under the lab directory's lock (``lab_lock``): a second builder waits, then finds it built."""
+              from_scratch: bool = False, target_class: str | None = None) -> LabPaths:
+    """``_build_lab`` under the lab directory's lock (``lab_lock``): a second builder waits, then finds it built.
+    ``target_class``: ``qwen3`` makes (or keeps) the directory a Qwen3 lab (orchestrator.lab.qwen3_lab); a lab
+    directory already built keeps its own class."""
     with lab_lock(lab_dir(root)):
         return _build_lab(scenario, root=root, progress=progress, seed=seed, calibrate=calibrate,
-                          from_scratch=from_scratch)
+                          from_scratch=from_scratch, target_class=target_class)
 
 
 def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
                progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True,
-               from_scratch: bool = False) -> LabPaths:
+               from_scratch: bool = False, target_class: str | None = None) -> LabPaths:
     """Build whatever ``scenario`` needs and is missing (target, drafts, sglang tree); returns the paths.
 
     A new lab takes the package's shipped models (orchestrator.lab.shipped: trained and calibrated by this recipe,
@@ -455,11 +458,13 @@ def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     base.mkdir(parents=True, exist_ok=True)
     # one builder per lab directory (two CLI runs, two test workers): the others wait, then find it built
     with file_lock(base.parent / f".{base.name}.build.lock"):
-        return _build_locked(name, base, progress or _noop, seed, calibrate, from_scratch)
+        return _build_locked(name, base, progress or _noop, seed, calibrate, from_scratch, target_class)
 
 
 def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calibrate: bool,
-                  from_scratch: bool) -> LabPaths:
+                  from_scratch: bool, target_class: str | None = None) -> LabPaths:
+    from orchestrator.lab import qwen3_lab
+
     state = read_state(base) or {"format": LAB_FORMAT}
     timings: dict[str, float] = state.setdefault("timings", {})
     started = time.monotonic()
@@ -469,6 +474,10 @@ def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calib
             install_sglang_site(base, report, version)
             timings["sglang" if version == SGLANG_VERSION else f"sglang-{version}"] = round(
                 time.monotonic() - started, 1)
+    if qwen3_lab.check_target_class(target_class or "llama") == "qwen3" or state.get("target_class") == "qwen3":
+        # the on-demand Qwen3 lab: its own target and drafts, never the shipped models or the Llama calibration
+        qwen3_lab.build_qwen3_lab(base, state, report, timings)
+        return _finish_state(name, base, state, active)
     # a lab whose calibration moved on to another target seed keeps it: that seed is the one known to be clear here
     target_seed = int(state.get("target_seed", seed))
     if not is_complete(base / "target"):
@@ -506,6 +515,11 @@ def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calib
                                "why": "the shipped models were not clear on this CPU: rebuilt from scratch",
                                "shipped": origin}
             report("calibrate", "the shipped models were not clear on this CPU: the lab was rebuilt from scratch", 1.0)
+    return _finish_state(name, base, state, active)
+
+
+def _finish_state(name: str, base: Path, state: dict[str, Any], active: str) -> LabPaths:
+    n = num_layers_of(base)
     built = state.setdefault("drafts", {})
     drafts = base / "drafts"
     for kind in sorted(p.name for p in drafts.iterdir() if is_complete(p)) if drafts.is_dir() else []:

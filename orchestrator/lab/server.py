@@ -20,7 +20,13 @@ import sys
 import threading
 from pathlib import Path
 
-from orchestrator.lab.server_args import SGLANG_VERSION, StartupError, build_parser, resolve
+from orchestrator.lab.server_args import (
+    LAB_ARCHITECTURES,
+    SGLANG_VERSION,
+    StartupError,
+    build_parser,
+    resolve,
+)
 from orchestrator.lab.server_process import http_json
 
 log = logging.getLogger("orchestrator.lab.server")
@@ -45,8 +51,9 @@ def _target_architecture(model_path: str) -> str:
     except (OSError, ValueError) as exc:
         raise StartupError(f"cannot read {model_path}/config.json: {exc}", kind="OSError") from None
     archs = config.get("architectures") or ["LlamaForCausalLM"]
-    if archs[0] != "LlamaForCausalLM":
-        raise StartupError(f"the lab serves LlamaForCausalLM targets only, {model_path} is {archs[0]}")
+    if archs[0] not in LAB_ARCHITECTURES:
+        raise StartupError(f"the lab serves {' and '.join(LAB_ARCHITECTURES)} targets only, {model_path} is "
+                           f"{archs[0]}")
     return archs[0]
 
 

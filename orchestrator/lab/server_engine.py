@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from orchestrator.lab.server_args import LabServerArgs, StartupError
+from orchestrator.lab.server_args import LAB_ARCHITECTURES, LabServerArgs, StartupError
 
 if TYPE_CHECKING:
     from remote_probes.eagle3_draft import Eagle3Draft
@@ -94,7 +94,21 @@ def crop_cache(cache: Any, length: int) -> None:
         cache.crop(-drop)
 
 
-def _check_embedding_capture() -> None:
+def target_class_rule(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The capture rule of the target's own class in the sglang tree on the lab's path (target_capture.resolve: the
+    class's ``set_eagle3_layers_to_capture``, its default ids, the id offset and its layer loop), or None when no
+    tree is there or the class cannot be followed (then Llama's rule, as said in the notes)."""
+    from remote_probes.sglang_capture import find_sglang_root
+    from remote_probes.target_capture import resolve
+
+    root = find_sglang_root()
+    if root is None:
+        return None
+    rule = resolve(config, "sglang", root)
+    return rule if rule.get("found") else None
+
+
+def _check_embedding_capture(loop: dict[str, Any] | None = None) -> None:
     """Fail as the SGLang this lab stands in for fails when an eagle_config id asks for the embedding output.
 
     The rule is read from the sglang tree on the lab's path (remote_probes/sglang_capture.py): 0.5.12.post1 adds
@@ -108,7 +122,7 @@ def _check_embedding_capture() -> None:
     if root is None:
         raise StartupError("eagle_config id -1 asks for the embedding output, and no sglang tree is on the lab's "
                            "path to say whether the SGLang it stands in for can capture it")
-    rules = capture_rules(root)
+    rules = capture_rules(root, loop)
     if rules["embedding"] is True:
         return
     where = "; ".join(f"{e['file']}:{e['line']}: {e['text']}" for e in rules["evidence"])
@@ -121,7 +135,10 @@ class LabModels:
     """Target + tokenizer (+ draft) loaded once; ``generate`` serves one request (callers hold a lock)."""
 
     def __init__(self, args: LabServerArgs, log: Callable[[str], None]) -> None:
-        from transformers import AutoTokenizer, DynamicCache, LlamaForCausalLM
+        import json
+
+        import transformers
+        from transformers import AutoTokenizer, DynamicCache
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
@@ -136,7 +153,12 @@ class LabModels:
         if not (path / "config.json").is_file():
             raise StartupError(f"model path {args.model_path} has no config.json (the lab loads local HF dirs only)",
                                kind="OSError")
-        self.target = LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+        raw = json.loads((path / "config.json").read_text())
+        arch = (raw.get("architectures") or ["LlamaForCausalLM"])[0]
+        if arch not in LAB_ARCHITECTURES:
+            raise StartupError(f"the lab serves {' and '.join(LAB_ARCHITECTURES)} targets only, {path} is {arch}")
+        self.target = getattr(transformers, arch).from_pretrained(str(path), dtype=torch.float32).eval()
+        self.target_config = raw
         self.tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_path)
         self.config = self.target.config
         self.num_layers = int(self.config.num_hidden_layers)
@@ -154,14 +176,13 @@ class LabModels:
 
     @property
     def architecture(self) -> str:
-        return (self.config.architectures or ["LlamaForCausalLM"])[0]
+        return str((self.config.architectures or ["LlamaForCausalLM"])[0])
 
     def _load_draft(self) -> None:
         from remote_probes.eagle3_checkpoint import DraftLoadError, read_state_dict
         from remote_probes.eagle3_config import flat_config
         from remote_probes.eagle3_served import describe, served_parts
         from remote_probes.eagle3_validate import build_from_state
-        from remote_probes.eagle3_wiring import nested_ids
 
         args = self.args
         algorithm = "EAGLE3" if args.speculative_algorithm == "EAGLE3" else "EAGLE"  # is_eagle3() or not
@@ -195,15 +216,33 @@ class LabModels:
         elif args.engine == "vllm":
             self._vllm_capture(config, n)
         else:
-            ids = nested_ids(config)
-            self.capture = [i + 1 for i in ids] if ids is not None else [2, n // 2, n - 3]
-            if 0 in self.capture:
-                _check_embedding_capture()
+            self._sglang_capture(config, n)
         limit = n if self.parts["served"]["feed"] == "last_hidden" else n - 1
         bad = [i for i in self.capture if i < 0 or i > limit]
         if bad:
             raise StartupError(f"aux hidden-state layers {self.capture} fall outside the target's {n} layers "
                                f"(capturable HF indices 0..{limit}): {bad}")
+
+    def _sglang_capture(self, config: dict[str, Any], n: int) -> None:
+        """SGLang's capture by the target class's own rule: nested eagle_config ids + the class's offset, else its
+        default ids (target_capture.py); the embedding output only where the class's layer loop can capture it."""
+        from remote_probes.eagle3_wiring import nested_ids
+
+        rule = target_class_rule(self.target_config)
+        ids = nested_ids(config)
+        if rule is None:
+            self.capture = [i + 1 for i in ids] if ids is not None else [2, n // 2, n - 3]
+            self.notes.append(f"{self.architecture}: no sglang tree on the lab's path follows this class, so "
+                              "Llama's rule (eagle_config ids + 1, else [2, N//2, N-3])")
+        else:
+            offset = int(rule.get("id_offset", 1))
+            self.capture = [i + offset for i in ids] if ids is not None else list(rule["default_wiring"])
+            self.notes.append(f"{rule['followed']} ({rule['capture']['where']}) captures hidden_states "
+                              f"{self.capture}: " + (f"eagle_config ids {ids} + {offset}" if ids is not None else
+                                                     f"its default {rule.get('default_rule')}") +
+                              (f"; layer loop {rule['capture_loop']['where']}" if rule.get("capture_loop") else ""))
+        if 0 in self.capture:
+            _check_embedding_capture(rule.get("capture_loop") if rule else None)
 
     def _vllm_d2t_check(self, d2t: torch.Tensor) -> None:
         """vLLM loads d2t as it is (no range check) and scatters the draft's logits with it at every draft step

@@ -88,7 +88,8 @@ class ServerState:
         arch = self.models.config.architectures if self.models else None
         return {"model_path": self.args.model_path, "tokenizer_path": self.args.tokenizer_path,
                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
-                "has_image_understanding": False, "has_audio_understanding": False, "model_type": "llama",
+                "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": str(getattr(self.models.config, "model_type", "llama")) if self.models else "llama",
                 "architectures": arch}
 
     # -- generation ---------------------------------------------------------------------------------------------

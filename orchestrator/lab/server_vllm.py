@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from orchestrator.lab.server import _target_architecture
@@ -63,15 +64,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def vllm_rules(runner: str | None) -> dict[str, Any] | None:
-    """The rules of the vLLM tree on this process's path, or None (the newest read)."""
+def vllm_rules(runner: str | None, model: str | None = None) -> dict[str, Any] | None:
+    """The rules of the vLLM tree on this process's path, or None (the newest read). With ``model`` (the target's
+    directory), the capture placement is read in the layer loop of the target's own class, and its default ids are
+    the class's (target_capture.py: Qwen3's loop is Qwen2Model.forward in qwen2.py)."""
+    from remote_probes.target_capture import resolve as resolve_class
     from remote_probes.vllm_capture import NEWEST, capture_rules, find_vllm_root
 
     root = find_vllm_root()
     if root is None:
         return dict(NEWEST, runner=runner or NEWEST["runner"], reads_nested=runner == "v1",
                     reads_layer_ids=runner != "v1") if runner else None
-    return capture_rules(root, runner)
+    try:
+        config = json.loads((Path(model) / "config.json").read_text()) if model else None
+    except (OSError, ValueError):
+        config = None  # said by the start-up's own config check
+    target = resolve_class(config, "vllm", root) if isinstance(config, dict) else {}
+    rules = capture_rules(root, runner, target.get("capture_loop"))
+    if target.get("found"):
+        rules["default_ids"] = target["default_wiring"]
+        rules["target_class"] = target["followed"]
+    return rules
 
 
 def resolve(ns: argparse.Namespace) -> tuple[LabServerArgs, dict[str, Any]]:
@@ -81,7 +94,7 @@ def resolve(ns: argparse.Namespace) -> tuple[LabServerArgs, dict[str, Any]]:
         raise StartupError("the model is required: vllm serve MODEL", kind="ValueError")
     if ns.tensor_parallel_size != 1:
         raise StartupError(f"the lab runs on one CPU process; --tensor-parallel-size {ns.tensor_parallel_size}")
-    rules = vllm_rules(ns.lab_vllm_runner)
+    rules = vllm_rules(ns.lab_vllm_runner, model)
     args = LabServerArgs(model_path=model, tokenizer_path=ns.tokenizer or model,
                          served_model_name=(ns.served_model_name or [model])[0], host=ns.host or "0.0.0.0",
                          port=ns.port, api_key=ns.api_key, random_seed=ns.seed,

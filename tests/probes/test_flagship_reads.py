@@ -10,6 +10,7 @@ The reads are taken from the playbook itself, so a drifting playbook fails here.
 | fc_skip             | llama_eagle3.py LlamaModel.forward                     | same                                            |
 | d2t                 | llama_eagle3.py LlamaForCausalLMEagle3.load_weights    | same                                            |
 | capture             | models/llama.py LlamaForCausalLM.set_eagle3_layers_to_capture | same                                     |
+| capture_loop        | models/llama.py LlamaModel.forward (appends hidden_states + residual) | same (capture_output to the layer) |
 | aux_ids             | model_executor/model_runner.py (ModelRunner)           | model_runner_components/spec_aux_hidden_state.py |
 | topk_rule           | srt/server_args.py                                     | srt/arg_groups/speculative_hook.py              |
 """
@@ -52,6 +53,8 @@ COMMON: dict[str, Expected] = {
 EXPECTED: dict[str, dict[str, Expected]] = {
     OLD: {
         **COMMON,
+        "capture_loop": ("srt/models/llama.py", "LlamaModel.forward", None,
+                         ["aux_hidden_states.append(hidden_states + residual)"]),
         "embed_head": (V2_WORKER, "EagleDraftWorker.init_lm_head", 0, [
             "embed, head = self.target_worker.model_runner.model.get_embed_and_head()",
             "and self.draft_runner.model.load_lm_head_from_target",
@@ -68,6 +71,8 @@ EXPECTED: dict[str, dict[str, Expected]] = {
     },
     NEW: {
         **COMMON,
+        "capture_loop": ("srt/models/llama.py", "LlamaModel.forward", None,
+                         ["capture_output=aux_hidden_states.capture"]),
         "embed_head": (V2_WORKER, "EagleDraftWorker.init_lm_head", 0, [
             "embed, head = self._resolve_shared_embed_and_head()",
             "and self.draft_runner.model.load_lm_head_from_target",

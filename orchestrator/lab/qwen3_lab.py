@@ -1,0 +1,145 @@
+"""A second target class for the lab: a tiny HF ``Qwen3ForCausalLM`` (q/k RMS norms, its own model file in both
+engines), trained by the lab's recipe at a reduced size, with EAGLE-3 drafts trained against it, built on demand
+(``orchestrator lab build --target-class qwen3 --dir DIR``); never part of the shipped default lab.
+
+Why it exists: the flagship's capture reads follow the target's class through the installed engine
+(remote_probes/target_capture.py). With a Llama target only, every read lands in llama.py whatever that code does;
+a Qwen3 target makes the chain real: SGLang 0.5.12.post1's ``Qwen3ForCausalLM.set_eagle3_layers_to_capture`` is in
+srt/models/qwen3.py while its layer loop (``Qwen3Model`` -> ``Qwen2Model.forward``) is in qwen2.py, and that loop
+captures the embedding output where Llama's raises; 0.5.23's ``Qwen3Model`` has its own forward in qwen3.py; vLLM's
+``Qwen3ForCausalLM`` captures in ``Qwen2Model.forward`` (qwen2.py).
+
+The training is orchestrator/lab/qwen3_train.py (a module of its own: train.py's code is hashed into the shipped
+lab's recipe, so it is left as it is); its models are cached under ``<cache>/lab-models/qwen3-<hash>/``.
+
+Layout of a Qwen3 lab directory: the default lab's (build.py) with ``lab.json`` ``target_class: qwen3``; the drafts
+``seed-wiring`` and ``healthy`` are trained on ``build.seed_wiring(N)`` / ``build.sglang_wiring(N)`` of the Qwen3
+target, the fault copies are build.write_variant's. It is not calibrated (the default lab's calibration retrains a
+Llama target): the flagship's own interval rules decide on it, and say "inconclusive" where the sample cannot.
+
+Public API: ``Qwen3Recipe``, ``TARGET_CLASSES``, ``target_class_of(root) -> str``,
+``build_qwen3_lab(root, progress) -> None`` (what ``build.build_lab`` calls for a Qwen3 lab).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import UserInputError
+from orchestrator.lab.qwen3_train import QWEN3_DRAFT, Qwen3Recipe, run_job
+from orchestrator.lab.train import DraftRecipe, ProgressFn
+
+#: the lab's target classes: the default (shipped) Llama and the on-demand Qwen3
+TARGET_CLASSES = ("llama", "qwen3")
+ARCHITECTURE = "Qwen3ForCausalLM"
+
+
+# -- cache and lab directory ---------------------------------------------------------------------------------------
+def _code_hash() -> str:
+    from orchestrator.lab.models import TRAINING_CODE, _code_digest
+
+    repo = Path(__file__).resolve().parents[2]
+    return json.dumps({rel: _code_digest(repo / rel) for rel in (*TRAINING_CODE, "orchestrator/lab/qwen3_train.py")},
+                      sort_keys=True)
+
+
+def cached_qwen3_target(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe(),
+                        progress: ProgressFn | None = None) -> Path:
+    """The Qwen3 target, trained on first use and cached (``<cache>/lab-models/qwen3-<hash>/target``)."""
+    from orchestrator.lab.models import _build_once, _digest, cache_root
+
+    key = _digest({"qwen3": asdict(recipe), "seed": seed, "code": _code_hash()})
+    final = cache_root() / f"qwen3-{key}" / "target"
+    job = {"kind": "target", "seed": seed, "recipe": asdict(recipe)}
+    return _build_once(final, lambda tmp: run_job({**job, "out": str(tmp)}, progress))
+
+
+def cached_qwen3_draft(target_dir: Path, *, wiring: list[int], seed: int = 0, recipe: DraftRecipe = QWEN3_DRAFT,
+                       progress: ProgressFn | None = None) -> Path:
+    """A draft trained on ``wiring`` for the cached Qwen3 target, stored beside it."""
+    from orchestrator.lab.models import _build_once, _digest
+
+    key = _digest({"wiring": list(wiring), "seed": seed, "recipe": asdict(recipe),
+                   "target": target_dir.parent.name, "code": _code_hash()})
+    final = target_dir.parent / f"draft-{key}"
+    job = {"kind": "draft", "target_dir": str(target_dir), "wiring": list(wiring), "seed": seed,
+           "recipe": asdict(recipe)}
+    return _build_once(final, lambda tmp: run_job({**job, "out": str(tmp)}, progress))
+
+
+def target_class_of(root: Path) -> str:
+    """``qwen3`` for a lab directory built with ``--target-class qwen3``, else ``llama``."""
+    from orchestrator.lab.build import read_state
+
+    return "qwen3" if read_state(root).get("target_class") == "qwen3" else "llama"
+
+
+def check_target_class(name: str) -> str:
+    if name not in TARGET_CLASSES:
+        raise UserInputError(f"unknown lab target class {name!r}; choose one of: {', '.join(TARGET_CLASSES)}")
+    return name
+
+
+def _architecture(model: Path) -> str | None:
+    try:
+        archs = json.loads((model / "config.json").read_text()).get("architectures") or [None]
+    except (OSError, ValueError):
+        return None
+    return archs[0] if isinstance(archs[0], str) else None
+
+
+def build_qwen3_lab(base: Path, state: dict[str, Any], report: Any, timings: dict[str, float]) -> None:
+    """Make ``base`` a Qwen3 lab: the Qwen3 target, both trained drafts and the fault copies (what is missing).
+
+    :raises UserInputError: ``base`` already holds a target of another class (a lab directory has one target)."""
+    from orchestrator.lab import build
+
+    target = base / "target"
+    if build.is_complete(target) and _architecture(target) != ARCHITECTURE:
+        raise UserInputError(f"{base} already holds the default lab's Llama target: give another --dir for the "
+                             "Qwen3 lab (a lab directory has one target)")
+    state["target_class"] = "qwen3"
+    t0 = time.monotonic()
+
+    def target_progress(message: str, fraction: float) -> None:
+        report("target", message, fraction)
+
+    trained = cached_qwen3_target(progress=target_progress)
+    if not build.is_complete(target):
+        build.copy_model(trained, target)
+        timings["target"] = round(time.monotonic() - t0, 1)
+        state["origin"] = {"kind": "built", "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "target_class": "qwen3", "why": "--target-class qwen3 (built on demand, not calibrated)"}
+        state["target_seed"] = 0
+    build.write_state(base, {**state, "format": build.LAB_FORMAT})  # the class is known before the drafts train
+    n = build.num_layers_of(base)
+    drafts = base / "drafts"
+    wanted = [(kind, wiring) for kind, wiring in (("seed-wiring", build.seed_wiring(n)),
+                                                  ("healthy", build.sglang_wiring(n)))
+              if not build.is_complete(drafts / kind)]
+
+    def train(kind: str, wiring: list[int]) -> None:
+        t0 = time.monotonic()
+
+        def progress(message: str, fraction: float) -> None:
+            report(f"draft {kind}", message, fraction)
+
+        made = cached_qwen3_draft(trained, wiring=wiring, progress=progress)
+        build.copy_model(made, drafts / kind)
+        timings[f"draft {kind}"] = round(time.monotonic() - t0, 1)
+        report(f"draft {kind}", f"draft {kind} ready (trained on hidden_states {wiring} of the Qwen3 target)", 1.0)
+
+    # the two drafts are independent one-thread child processes: trained side by side, as two cores allow
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for future in [pool.submit(train, kind, wiring) for kind, wiring in wanted]:
+            future.result()  # a failed training raises here, after the other finished
+    for kind in ("no-lm-head", "direct-d2t", "off-by-one"):
+        if not build.is_complete(drafts / kind):
+            build.write_variant(drafts / "seed-wiring", drafts / kind, kind, n)
+    state["calibration"] = {}  # not calibrated: see the module doc
+
