@@ -94,7 +94,7 @@ def test_lab_build_off_a_terminal_streams_plain_lines(monkeypatch, tmp_path: Pat
     import orchestrator.lab.build as build
     from orchestrator.cli.lab import lab_app
 
-    def fake_build(name, *, root=None, progress=None, from_scratch=False):  # noqa: ANN001, ANN202
+    def fake_build(name, *, root=None, progress=None, from_scratch=False, target_class=None):  # noqa: ANN001, ANN202
         for step in range(0, 101, 10):
             progress("target", f"target step {step}/100", step / 100)
         return build.paths(name, root=tmp_path)
