@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from orchestrator.lab import build
     from orchestrator.lab.vllm_lab import VLLM_SCENARIO_NAMES, ensure_vllm_lab, vllm_scenarios, vllm_site
 
+    vd.stop_servers_on_sigterm()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scenario", action="append", choices=VLLM_SCENARIO_NAMES, help="repeatable; default: all")
     p.add_argument("--vllm-python", default=vd.vllm_python())

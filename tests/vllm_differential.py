@@ -111,6 +111,18 @@ def flags_argv(flags: Mapping[str, Any]) -> list[str]:
 
 
 # ---------------------------------------------------------------- one server process (its whole process group)
+def stop_servers_on_sigterm() -> None:
+    """A script that starts servers through ``serve`` stops them when it is terminated too: SIGTERM raises
+    SystemExit, so ``serve``'s ``finally`` stops the server's process group (by default SIGTERM ends the script at
+    once and leaves the server's three processes running, as a killed bench run did)."""
+    import signal
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+
+
 @dataclass
 class ServerProcess:
     engine: str                   # "lab" | "vllm"
