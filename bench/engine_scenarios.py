@@ -131,7 +131,7 @@ def describe(session: Path, n: int) -> dict[str, Any]:
         b = results.get(step)
         if not b:
             return "not run"
-        if b.get("status") == "failed":
+        if b.get("status") == "failed" or b.get("server_error") or b.get("tok_s") is None:
             said = (b.get("server_error") or {}).get("summary") or b.get("error") or "failed"
             return f"failed: {str(said)[:120]}"
         return f"{b.get('accept_length', 0) or 0:.2f} {ci(b.get('accept_length_ci'))}, {b.get('tok_s', 0):.1f} tok/s"
