@@ -144,8 +144,11 @@ def describe(session: Path, n: int) -> dict[str, Any]:
     aux = ((results.get("Speculative server with the candidate flags") or {}).get("decisions") or {}).get("aux_layers")
     predicted = dt.get("server_wiring")
     logged = sorted(set(aux["layers"])) if isinstance(aux, dict) and aux.get("layers") else None
+    spec_srv = results.get("Speculative server with the candidate flags") or {}
     if not dt:
         fed = "no draft test"
+    elif spec_srv.get("status") not in (None, "ok", "ready"):
+        fed = f"the speculative server did not start; predicted {predicted}"
     elif logged is None:
         fed = f"default; predicted {predicted}" + ("" if predicted == [2, n // 2, n - 3] else " MISMATCH")
     elif any(i < 0 or i > n for i in logged):
