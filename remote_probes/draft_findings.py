@@ -378,7 +378,8 @@ def check_feeds(raw: dict[str, Any], n_layers: int | None, vllm_rules: dict[str,
     details = {"location": where, "nested_ids": nested, "top_level_ids": top, "default": default,
                "default_from": default_from,
                "target_num_layers": n_layers, "feeds": feeds,
-               "vllm": {"version": rules.get("version"), "runner": rules.get("runner"), "ids_read": vllm_ids,
+               "vllm": {"version": rules.get("version"), "runner": rules.get("runner"),
+                        "runner_why": rules.get("runner_why"), "ids_read": vllm_ids,
                         "capture": rules.get("capture"), "evidence": rules.get("evidence", [])}}
     beyond = [i for i in (sglang or []) + (vllm or []) if n_layers and (i < 0 or i >= n_layers)]
     if beyond and n_layers:  # beyond is empty without n_layers
@@ -396,7 +397,9 @@ def check_feeds(raw: dict[str, Any], n_layers: int | None, vllm_rules: dict[str,
         return feeds, _finding("aux_layer_ids", "info", msg, **details)
     if sglang is not None and vllm is not None and sglang != vllm:
         why = {"both": "the nested and top-level ids disagree",
-               "nested": "vLLM ignores the nested eagle_config ids",
+               "nested": (f"vLLM {rules.get('version')} ({rules.get('runner')} runner) reads the nested "
+                          "eagle_config ids as its layer indices, without SGLang's +1" if rules.get("reads_nested")
+                          else "vLLM ignores the nested eagle_config ids"),
                "top_level": "SGLang's llama path ignores top-level ids"}[where]
         return feeds, _finding("aux_layer_ids", "warning", f"SGLang feeds hidden_states {sglang} but vLLM feeds "
                                f"{vllm}: {why}.", **details)

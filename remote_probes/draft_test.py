@@ -35,7 +35,9 @@ interval); ``beats_server`` marks the wirings that pass the ``mismatch`` test be
 ``decision`` is what the evidence can say about the wiring:
 
 - ``mismatch``: the best wiring's lower bound is above the served wiring's upper bound, and the paired gain's
-  lower bound is above 1 + margin (the smallest gain worth calling a fault);
+  lower bound is above 1 + margin (the smallest gain worth calling a fault); where the engine cannot feed the
+  served ids at all (outside the target: it fails at the first draft step), it serves nothing (tau 1), and the
+  best wiring's lower bound above 1 + margin is the mismatch;
 - ``fine``: the paired gain's upper bound is below 1 + margin: no wiring beats the served one by the margin;
 - ``no_signal``: even the best wiring's lower bound is not above 1 + margin: the draft accepts (almost) nothing on
   any wiring, so the wiring cannot be judged (look at lm_head, d2t, the architecture);
@@ -298,6 +300,9 @@ def mark_beats_server(results: List[Dict[str, Any]], server: Optional[Dict[str, 
     sci = (server or {}).get("tau_serving_ci")
     for row in results:
         ci, gain = row.get("tau_serving_ci"), (row.get("vs_server") or {}).get("ratio_ci")
+        if server is None:  # the served ids cannot be fed: nothing is served (tau 1), see decide
+            row["beats_server"] = bool(ci and ci[0] > 1.0 + margin)
+            continue
         row["beats_server"] = bool(ci and sci and gain and ci[0] > sci[1] and gain[0] > 1.0 + margin)
 
 
@@ -317,15 +322,26 @@ def decide(engine: str, results: List[Dict[str, Any]], best: Dict[str, Any], ser
                                                  "; tied with %s" % ", ".join(str(w) for w in tied[:4]) if tied else "")
     out: Dict[str, Any] = {"decision": "inconclusive", "prompts_to_decide": None, "margin": margin,
                            "confidence": confidence, "gain": None}
+    bar = 1.0 + margin
     if server is None:
-        out["verdict"] = "%s would feed hidden states outside the target; best tested wiring %s" % (name, best_txt)
+        # the served ids cannot be fed (outside the target's capture points: the engine fails at its first draft
+        # step, or fc gets fewer states than it takes): it serves nothing, the floor tau = 1, so a wiring whose
+        # lower bound clears 1 + margin beats it by the margin
+        bci = best.get("tau_serving_ci")
+        if bci is not None and bci[0] > bar:
+            out["decision"] = "mismatch"
+            out["verdict"] = ("%s would feed hidden states outside the target, so it serves nothing (tau 1 at "
+                              "best); the draft scores best on %s, above the %.2fx margin: a wiring mismatch"
+                              % (name, best_txt, bar))
+        else:
+            out["verdict"] = ("%s would feed hidden states outside the target; best tested wiring %s, not above "
+                              "the %.2fx margin" % (name, best_txt, bar))
         return out
     gain = best.get("vs_server")
     out["gain"] = gain
     bci, sci = best.get("tau_serving_ci"), server.get("tau_serving_ci")
     gci = gain["ratio_ci"] if gain else None
     srv_txt = "%s feeds %s (tau %.2f, CI %s)" % (name, server["wiring"], server["tau_serving"] or 0, _fmt_ci(sci))
-    bar = 1.0 + margin
     if bci is not None and bci[0] <= bar:
         out["decision"] = "no_signal"
         out["verdict"] = ("the draft accepts almost nothing on any wiring (best %s, not above %.2f): the wiring "

