@@ -22,7 +22,8 @@ from orchestrator.probes import (
 NONCE = "n0nce"
 BEGIN, END = f"@@ORCH-RESULT-BEGIN {NONCE}@@", f"@@ORCH-RESULT-END {NONCE}@@"
 # Every pushed script is checked; these may also import what any SGLang host has (draft_test's model code).
-TORCH_FILES = {"eagle3_checkpoint.py", "eagle3_draft.py", "eagle3_validate.py", "draft_test.py"}
+TORCH_FILES = {"eagle3_checkpoint.py", "eagle3_draft.py", "eagle3_validate.py", "draft_test.py",
+               "draft_counterfactual.py"}
 PROBE_FILES = sorted(p.name for p in probes_dir().glob("*.py") if p.name != "__init__.py")
 
 
