@@ -287,7 +287,7 @@ def copy_model(src: Path, dst: Path, *, skip: tuple[str, ...] = ("lab_tokens.pt"
 #: draft, so the planted fault is the only one
 VARIANT_BASE = {"no-lm-head": "seed-wiring", "direct-d2t": "seed-wiring", "off-by-one": "seed-wiring",
                 "own-embedding": "healthy", "trained-embedding": "healthy", "attention-heads": "healthy",
-                "rope-theta": "healthy"}
+                "rope-theta": "healthy", "shuffled-draft": "seed-wiring"}
 
 
 def _target_embedding(draft: Path) -> Any:
