@@ -218,6 +218,9 @@ class ReconcileAction(Action[ReconcileArgs]):
                 "num_prompts": len(sent), "max_new_tokens": args.max_new_tokens, "device": args.device,
                 "dtype": args.dtype, "confidence": args.confidence}, python=args.python)
             for i, scored in zip(measured, result.get("configs") or [], strict=True):
+                if scored.get("error"):  # this server's draft cannot be built offline: it stays undecided
+                    outs[i]["verdict"] = f"the draft test cannot build this server's draft ({scored['error']})"
+                    continue
                 out = compare(scored["row"], args.servers[i].bench, args.confidence)
                 outs[i] = {**out, **cfgs[i], "wiring": scored["wiring"], "parts": scored.get("parts"),
                            "name": args.servers[i].name}

@@ -566,9 +566,10 @@ class ReconcileConfig(_Result):
     draft: str
     algorithm: str
     steps: int
-    wiring: list[int]
-    parts: dict[str, Any]
-    row: dict[str, Any]  # tau_serving (+ _ci), per-position and per-length figures, as the draft test's rows
+    wiring: list[int] | None = None
+    parts: dict[str, Any] | None = None
+    row: dict[str, Any] | None = None  # tau_serving (+ _ci), per-position and per-length figures, as the draft test's
+    error: str | None = None  # why the test cannot build this server's draft (then nothing else is set)
 
 
 class DraftReconcileResult(_Result):

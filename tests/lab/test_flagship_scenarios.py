@@ -62,8 +62,10 @@ async def test_flagship_names_the_planted_fault(scenario: str, lab: LabPaths, tm
     assert status == "ok"
     assert set(MUST_REFUTE) | BENCH_ONLY == set(SCENARIO_NAMES)
     # the lab serves what the offline model of it predicts: the candidate server's benchmark reconciles (issue 26)
+    # (inconclusive only where the draft test cannot build the candidate's draft at all: direct-d2t's target ids)
     first = next(h for h in board.entries["serving_difference"].history)
-    assert first.state == "refuted", f"{scenario}: {first.evidence}"
+    assert first.state == "refuted" or (first.state == "inconclusive" and "cannot build this server's draft"
+                                        in (first.evidence or "")), f"{scenario}: {first.evidence}"
 
     report = (directory / "report.md").read_text()
     verdict = report.split("## Verdict", 1)[1].split("\n## ", 1)[0]
@@ -91,7 +93,8 @@ async def test_flagship_names_the_planted_fault(scenario: str, lab: LabPaths, tm
     assert "accept 95% CI" in report  # the benchmarks always run
     # predicted vs measured for every speculative benchmark, per position, drawn (issue 26)
     assert "## Acceptance" in report and "acceptance-predicted-vs-measured.svg" in report
-    assert "| spec | k=0 |" in report
+    if first.state == "refuted":  # the candidate was predicted (not so where its draft cannot be built)
+        assert "| spec | k=0 |" in report
     if board.entries["wiring"].state != "open":  # the draft test ran (a draft it cannot load leaves it open)
         assert "| tier |" in report and "95% intervals over prompts" in report
     for hid in must_confirm & {"wiring", "flags_override", "wrong_algorithm"}:
