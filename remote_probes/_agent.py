@@ -16,11 +16,21 @@ Requests: ``{"id": n, "op": ...}`` with op
              document the markers would carry); an exception in it is that document's ``crash`` error, and the
              agent serves on. Fork isolation stays for every other probe (they may crash the interpreter or import
              heavy things: torch), and for any call that asks for it with ``"isolate": true``.
+             A probe whose first lines say ``# orchestrator-agent: preload torch transformers ...`` (it imports
+             those first, and they take seconds: torch and transformers' modeling code) is forked instead from a
+             warm interpreter (a "zygote", Zygote below): a child of the agent that set the call's environment,
+             imported those modules once, and then only forks, so each such call pays the import once per
+             session, not once per call. Its children run the probe exactly as the plain fork does (same
+             pipes, same events, their own process group). ``# orchestrator-agent: prewarm <modules>`` starts that
+             zygote for later calls without using it (the host's first probe, env_info, says so: the import then
+             overlaps the steps before the first torch probe). A zygote that cannot start is said once (a
+             ``note`` event) and its calls take the plain fork path.
   ``run``    {"argv" | "script", "cwd", "env", "stdin"}: a command in its own session (process group).
   ``stat``   {"path"}; ``put`` {"path", "data" (base64), "mode"}; ``ping``.
   ``cancel`` {"target": id}: TERM the call's process group, KILL it 2 s later.
 Answers: ``{"hello": {...}}`` once at start; then per call ``{"id", "event": "started", "pgid"}``,
-``{"id", "event": "out", "stream", "text"}``..., and exactly one final ``{"id", "event": "exit", "exit_code"}`` (negative:
+``{"id", "event": "out", "stream", "text"}``..., ``{"id", "event": "note", "text"}`` (something the orchestrator logs
+once: a warm interpreter that could not be used), and exactly one final ``{"id", "event": "exit", "exit_code"}`` (negative:
 killed by that signal), ``{"id", "event": "result", "result"}`` or ``{"id", "event": "error", "message"}``.
 
 It dies with its connection: EOF on stdin (the channel closed, the connection dropped, the orchestrator exited), SIGTERM
@@ -39,9 +49,12 @@ import json
 import os
 import selectors
 import signal
+import socket
 import stat as stat_module  # `stat` is the name of this agent's op below
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -57,6 +70,13 @@ KILL_GRACE = 2.0
 PRELOAD = ("json", "ast", "re", "difflib", "importlib.util", "importlib.metadata", "platform", "socket", "shutil",
            "struct", "urllib.request", "http.client", "_probe", "source_address")
 IN_PROCESS_MARKER = b"# orchestrator-agent: in-process"
+# ``preload m1 m2...``: the probe is forked from a warm interpreter that imported these first (``m?``: optional, a
+# module an older install may lack); ``prewarm m1 m2...``: start that interpreter now, run this probe as usual.
+PRELOAD_MARKER = b"# orchestrator-agent: preload "
+PREWARM_MARKER = b"# orchestrator-agent: prewarm "
+# A warm interpreter still importing after this long is given up (killed; its calls take the plain fork path): a
+# torch import that hangs (a broken CUDA stack) must not hold the calls forever.
+ZYGOTE_START_TIMEOUT = 180.0
 # An in-process document's answer line may be this long (characters): what the orchestrator keeps of a forked
 # probe's stdout (MAX_CAPTURE in orchestrator/transport/base.py). A longer one is answered as an error instead.
 MAX_DOCUMENT = 4 * 1024 * 1024
@@ -81,7 +101,7 @@ def _send_line(text: str) -> None:
 class Job:
     """One call's process: its pipes, its group, and the deadline of a pending KILL."""
 
-    def __init__(self, call_id: object, pid: int, out_fd: int, err_fd: int, stdin_fd: "int | None",
+    def __init__(self, call_id: object, pid: "int | None", out_fd: int, err_fd: int, stdin_fd: "int | None",
                  stdin_data: bytes) -> None:
         self.call_id = call_id
         self.pid = pid
@@ -91,13 +111,110 @@ class Job:
         self.stdin_data = memoryview(stdin_data)
         self.kill_at: "float | None" = None
         self.status: "int | None" = None
+        # Forked by a warm interpreter (Zygote): its exit status comes from there, not from waitpid; ``pid`` is None
+        # until the zygote says it forked, and a cancel before that is kept in ``cancelled``.
+        self.zygote: "Zygote | None" = None
+        self.cancelled = False
+
+
+class Script:
+    """A probe script compiled, with what its marker lines ask for."""
+
+    def __init__(self, code: types.CodeType, in_process: bool, preload: "tuple[str, ...]",
+                 prewarm: "tuple[str, ...]") -> None:
+        self.code, self.in_process, self.preload, self.prewarm = code, in_process, preload, prewarm
+
+
+def read_script(path: str, source: bytes) -> Script:
+    """The markers are read in the first 5 lines; a bad module name is the call's error, not a silent skip."""
+    in_process = False
+    lists: "dict[bytes, tuple[str, ...]]" = {PRELOAD_MARKER: (), PREWARM_MARKER: ()}
+    for line in source.splitlines()[:5]:
+        line = line.strip()
+        if line == IN_PROCESS_MARKER:
+            in_process = True
+        for marker in lists:
+            if line.startswith(marker):
+                names = tuple(line[len(marker):].decode("ascii", "replace").split())
+                bad = [n for n in names if not n.rstrip("?").replace(".", "").replace("_", "").isalnum()]
+                if bad or not names:
+                    raise ValueError("%s: bad module list in its %r line: %r" % (path, marker.decode().strip(), bad))
+                lists[marker] = names
+    return Script(compile(source, path, "exec", dont_inherit=True), in_process, lists[PRELOAD_MARKER],
+                  lists[PREWARM_MARKER])
+
+
+class Zygote:
+    """The agent's side of one warm interpreter: a fresh ``python _agent.py --zygote`` (not a fork of the agent:
+    it starts with none of the agent's threads, locks or file descriptors, and with the call's environment in place
+    before the interpreter does anything: OMP_NUM_THREADS and the like are read when torch's libraries load) that
+    imports the preload modules, then forks one child per call. It stays in the agent's process group, so whatever
+    kills the agent's group kills it too; its children have groups of their own, as the plain path's have.
+
+    Calls wait in ``pending`` while it imports; ``ready`` sends them; ``failed``/``dead`` send them down the plain
+    fork path instead. The socket carries length-framed JSON (with the call's stdout/stderr pipe ends as SCM_RIGHTS)
+    one way, JSON lines the other."""
+
+    def __init__(self, key: object, modules: "tuple[str, ...]", env: "dict[str, str]") -> None:
+        self.key, self.modules = key, modules
+        self.state = "starting"  # -> ready | failed | dead
+        self.reason = ""
+        self.pending: "list[tuple[Job, dict, int, int]]" = []
+        self.jobs: "dict[str, Job]" = {}  # token -> a call sent to it, until its exit
+        self.served = 0
+        self.fallbacks = 0
+        self.ready_seconds: "float | None" = None
+        self.inbuf = b""
+        self.started = time.monotonic()
+        self.errlog = tempfile.TemporaryFile()  # what it prints while importing: said if it fails
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc: "subprocess.Popen[bytes] | None" = subprocess.Popen(
+                [sys.executable, "-u", os.path.abspath(__file__), "--zygote", str(theirs.fileno()), *modules],
+                pass_fds=(theirs.fileno(),), env=env, cwd=HERE, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=self.errlog)
+        finally:
+            theirs.close()
+        self.sock = ours
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else 0
+
+    def describe(self) -> dict:
+        return {"modules": list(self.modules), "state": self.state, "reason": self.reason, "pid": self.pid,
+                "ready_seconds": self.ready_seconds, "served": self.served, "fallbacks": self.fallbacks}
+
+    def send(self, job: Job, request: dict, out_w: int, err_w: int) -> None:
+        token = str(job.call_id)
+        data = json.dumps(request).encode("utf-8")
+        frame = struct.pack("!I", len(data)) + data
+        try:
+            sent = socket.send_fds(self.sock, [frame], [out_w, err_w])
+            if sent < len(frame):
+                self.sock.sendall(frame[sent:])
+        finally:  # the zygote holds its own copies now (or it is gone, and the pipes' EOF ends the call)
+            os.close(out_w)
+            os.close(err_w)
+        self.jobs[token] = job
+        self.served += 1
+
+    def error_tail(self) -> str:
+        try:
+            self.errlog.seek(0)
+            lines = self.errlog.read().decode("utf-8", "replace").strip().splitlines()
+        except (OSError, ValueError):
+            return ""
+        return lines[-1][:300] if lines else ""
 
 
 class Agent:
     def __init__(self) -> None:
         self.selector = selectors.DefaultSelector()
         self.jobs: "dict[object, Job]" = {}
-        self.code_cache: "dict[str, tuple[tuple[int, int], types.CodeType, bool]]" = {}
+        self.code_cache: "dict[str, tuple[tuple[int, int], Script]]" = {}
+        # Warm interpreters, one per (the call's environment less its nonce, the preload list).
+        self.zygotes: "dict[object, Zygote]" = {}
         self.modules: "dict[str, tuple[types.CodeType, types.ModuleType]]" = {}
         # In-process calls in flight: id -> cancelled flag (a thread cannot be killed; a cancelled call is answered
         # at once and its late document dropped).
@@ -127,46 +244,182 @@ class Agent:
             elif op == "put":
                 _send({"id": call_id, "event": "result", "result": put(request)})
             elif op == "ping":
-                _send({"id": call_id, "event": "result", "result": {"pid": os.getpid(), "jobs": len(self.jobs)}})
+                _send({"id": call_id, "event": "result", "result": {
+                    "pid": os.getpid(), "jobs": len(self.jobs), "zygotes": [z.describe() for z in self.zygotes.values()]}})
             else:
                 _send({"id": call_id, "event": "error", "message": "unknown op %r" % (op,)})
         except Exception as exc:  # the agent's own failure for this call, said to the caller; the agent goes on
             _send({"id": call_id, "event": "error", "message": "%s: %s" % (type(exc).__name__, exc),
                    "traceback": traceback.format_exc()[-2000:]})
 
-    def code_for(self, path: str) -> "tuple[types.CodeType, bool]":
-        """The script compiled, and whether it declares itself safe to run in-process (the marker line, within
-        its first 5 lines)."""
+    def code_for(self, path: str) -> Script:
+        """The script compiled, with its marker lines (within its first 5 lines): in-process, preload, prewarm."""
         info = os.stat(path)
         key = (info.st_mtime_ns, info.st_size)
         cached = self.code_cache.get(path)
         if cached is None or cached[0] != key:
             with open(path, "rb") as handle:
                 source = handle.read()
-            in_process = any(line.strip() == IN_PROCESS_MARKER for line in source.splitlines()[:5])
-            cached = (key, compile(source, path, "exec", dont_inherit=True), in_process)
+            cached = (key, read_script(path, source))
             self.code_cache[path] = cached
-        return cached[1], cached[2]
+        return cached[1]
 
     def start_probe(self, call_id: object, request: dict) -> None:
         name = str(request["probe"])
         if not name.replace("_", "").isalnum() or name.startswith("_"):
             raise ValueError("invalid probe name %r" % name)
         path = os.path.join(HERE, name + ".py")
-        code, in_process = self.code_for(path)  # compiled here, before the fork, so every later child reuses it
-        if in_process and not request.get("isolate"):
-            self.start_in_process(call_id, name, path, code, request.get("args") or {})
+        script = self.code_for(path)  # compiled here, before the fork, so every later child reuses it
+        if script.in_process and not request.get("isolate"):
+            self.start_in_process(call_id, name, path, script.code, request.get("args") or {})
             return
         args_text = json.dumps(request.get("args") or {})
         env = dict(request.get("env") or {}, ORCH_PROBE_NONCE=str(request["nonce"]))
+        if script.prewarm:  # started for later calls; this one runs as usual
+            self.zygote_for(env, script.prewarm)
+        zygote = self.zygote_for(env, script.preload) if script.preload and not request.get("isolate") else None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        if zygote is not None and zygote.state in ("starting", "ready"):
+            job = Job(call_id, None, out_r, err_r, None, b"")
+            job.zygote = zygote
+            self.adopt(job)
+            child_request = {"token": str(call_id), "path": path, "args": args_text, "env": env}
+            if zygote.state == "ready":
+                zygote.send(job, child_request, out_w, err_w)
+            else:
+                zygote.pending.append((job, child_request, out_w, err_w))
+            return
+        if zygote is not None:
+            self.fell_back(call_id, zygote)
+        self.fork_probe(call_id, script.code, path, args_text, env, out_r, out_w, err_r, err_w)
+
+    def fork_probe(self, call_id: object, code: types.CodeType, path: str, args_text: str, env: dict, out_r: int,
+                   out_w: int, err_r: int, err_w: int, job: "Job | None" = None) -> None:
+        """The plain path: a fork of the agent itself. ``job``: one adopted already (a warm call sent back here)."""
         pid = os.fork()
         if pid == 0:  # the child: never returns into the agent's loop
             _probe_child(code, path, args_text, env, out_w, err_w)
+        _setpgid(pid)
         os.close(out_w)
         os.close(err_w)
-        self.adopt(Job(call_id, pid, out_r, err_r, None, b""))
+        if job is None:
+            self.adopt(Job(call_id, pid, out_r, err_r, None, b""))
+            return
+        job.pid, job.zygote = pid, None
+        _send({"id": job.call_id, "event": "started", "pgid": pid})
+        if job.cancelled:
+            self.cancel(job.call_id)
+
+    def fell_back(self, call_id: object, zygote: Zygote) -> None:
+        """Said on every call it concerns (the orchestrator counts them and logs the reason once)."""
+        zygote.fallbacks += 1
+        _send({"id": call_id, "event": "note", "kind": "warm_fallback", "text":
+               "the warm interpreter for %s is not usable (%s): this call runs in a plain fork, importing them itself"
+               % (" ".join(zygote.modules), zygote.reason)})
+
+    def zygote_for(self, env: dict, modules: "tuple[str, ...]") -> Zygote:
+        """The warm interpreter for this environment and preload list, started on first use. Another environment
+        gets another one: its variables must be in place before torch loads, so one interpreter cannot serve two."""
+        call_env = {k: v for k, v in env.items() if k != "ORCH_PROBE_NONCE"}
+        key = (tuple(sorted(call_env.items())), modules)
+        zygote = self.zygotes.get(key)
+        if zygote is None:
+            full_env = dict(os.environ)
+            full_env.update({str(k): str(v) for k, v in call_env.items()})
+            try:
+                zygote = Zygote(key, modules, full_env)
+            except OSError as exc:  # no interpreter could start: said on each call, which then forks plainly
+                zygote = Zygote.__new__(Zygote)
+                zygote.__dict__.update(key=key, modules=modules, state="failed", reason="cannot start: %s" % exc,
+                                       pending=[], jobs={}, served=0, fallbacks=0, ready_seconds=None, proc=None,
+                                       inbuf=b"", started=time.monotonic())
+                self.zygotes[key] = zygote
+                return zygote
+            self.zygotes[key] = zygote
+            self.selector.register(zygote.sock, selectors.EVENT_READ, zygote)
+        return zygote
+
+    def read_zygote(self, zygote: Zygote) -> None:
+        try:
+            data = zygote.sock.recv(CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            tail = zygote.error_tail()
+            self.zygote_ended(zygote, "it exited%s" % (": " + tail if tail else ""))
+            return
+        zygote.inbuf += data
+        *lines, zygote.inbuf = zygote.inbuf.split(b"\n")
+        for line in lines:
+            try:
+                message = json.loads(line)
+            except ValueError:  # ours, so a bug: given up loudly, its calls handled as for a death
+                self.zygote_ended(zygote, "it sent an unreadable line: %r" % line[:200])
+                return
+            if "ready" in message:
+                zygote.state, zygote.ready_seconds = "ready", message["ready"]
+                if message.get("skipped"):
+                    zygote.reason = "optional modules missing: %s" % message["skipped"]
+                pending, zygote.pending = zygote.pending, []
+                for job, request, out_w, err_w in pending:
+                    zygote.send(job, request, out_w, err_w)
+            elif "failed" in message:
+                zygote.reason = str(message["failed"])
+            elif "forked" in message:
+                forked = zygote.jobs.get(message["forked"])
+                if forked is not None:
+                    forked.pid = int(message["pid"])
+                    _send({"id": forked.call_id, "event": "started", "pgid": forked.pid})
+                    if forked.cancelled:
+                        self.cancel(forked.call_id)
+            elif "exit" in message:
+                ended = zygote.jobs.pop(message["exit"], None)
+                if ended is not None:
+                    ended.status = int(message["status"])
+            elif "error" in message:  # it could not fork this call: the call's error, the zygote serves on
+                refused = zygote.jobs.pop(message["error"], None)
+                if refused is not None:
+                    _send({"id": refused.call_id, "event": "out", "stream": "stderr",
+                           "text": "%s\n" % message["message"]})
+                    refused.status = 1
+
+    def zygote_ended(self, zygote: Zygote, reason: str) -> None:
+        """It is gone (or given up): calls still waiting for it fork plainly; calls it had forked lost their
+        reaper, so their groups are killed (no orphan) and they end as killed."""
+        if zygote.state in ("failed", "dead"):
+            return
+        was_ready = zygote.state == "ready"
+        zygote.state = "failed" if not was_ready else "dead"
+        if not zygote.reason or was_ready:
+            zygote.reason = reason if not zygote.reason else "%s; %s" % (zygote.reason, reason)
+        try:
+            self.selector.unregister(zygote.sock)
+        except (KeyError, ValueError):
+            pass
+        zygote.sock.close()
+        if zygote.proc is not None and zygote.proc.poll() is None:
+            zygote.proc.kill()  # given up while importing; reaped in reap()
+        for job in zygote.jobs.values():
+            if job.pid:
+                _killpg(job.pid, signal.SIGKILL)
+            _send({"id": job.call_id, "event": "out", "stream": "stderr",
+                   "text": "the warm interpreter that forked this call ended (%s); the call was killed\n" % reason})
+            job.status = -signal.SIGKILL
+            job.kill_at = job.kill_at or time.monotonic() + 3600
+        zygote.jobs = {}
+        pending, zygote.pending = zygote.pending, []
+        for job, request, out_w, err_w in pending:
+            self.fell_back(job.call_id, zygote)
+            if self.stopping or job.cancelled:
+                os.close(out_w)
+                os.close(err_w)
+                job.status, job.zygote = -signal.SIGTERM, None
+                continue
+            self.fork_probe(job.call_id, self.code_for(request["path"]).code, request["path"], request["args"],
+                            request["env"], -1, out_w, -1, err_w, job=job)
 
     def module_for(self, name: str, path: str, code: types.CodeType) -> types.ModuleType:
         """The probe loaded as a module (its ``__main__`` block does not run), once per compiled version."""
@@ -250,7 +503,8 @@ class Agent:
 
     def adopt(self, job: Job) -> None:
         self.jobs[job.call_id] = job
-        _send({"id": job.call_id, "event": "started", "pgid": job.pid})
+        if job.pid is not None:  # a warm call says it when its zygote has forked it
+            _send({"id": job.call_id, "event": "started", "pgid": job.pid})
         for fd in job.open_fds:
             self.selector.register(fd, selectors.EVENT_READ, job)
         if job.stdin_fd is not None:
@@ -271,6 +525,16 @@ class Agent:
         job = self.jobs.get(target)
         if job is None or job.kill_at is not None:
             return  # finished already, or being killed: nothing to do
+        if job.pid is None:  # a warm call not forked yet: dropped if still waiting, else killed once forked
+            job.cancelled = True
+            zygote = job.zygote
+            waiting = [p for p in zygote.pending if p[0] is job] if zygote is not None else []
+            if zygote is not None and waiting:
+                zygote.pending.remove(waiting[0])
+                os.close(waiting[0][2])
+                os.close(waiting[0][3])
+                job.status, job.zygote = -signal.SIGTERM, None
+            return
         _killpg(job.pid, signal.SIGTERM)
         job.kill_at = time.monotonic() + KILL_GRACE
 
@@ -286,11 +550,14 @@ class Agent:
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         self.selector.register(wake_r, selectors.EVENT_READ, "wake")
         while not self.stopping or self.jobs:
-            # A pending KILL needs a clock; everything else wakes select by itself.
+            # A pending KILL and a warm interpreter still importing need a clock; everything else wakes select.
             killing = any(j.kill_at is not None for j in self.jobs.values())
-            for key, mask in self.selector.select(0.05 if killing else None):
+            starting = any(z.state == "starting" for z in self.zygotes.values())
+            for key, mask in self.selector.select(0.05 if killing else 1.0 if starting else None):
                 if key.data is None:
                     self.read_requests()
+                elif isinstance(key.data, Zygote):
+                    self.read_zygote(key.data)
                 elif key.data == "wake":
                     while True:
                         try:
@@ -303,6 +570,24 @@ class Agent:
                 else:
                     self.read_output(key.data, key.fd)
             self.reap()
+        self.stop_zygotes()
+
+    def stop_zygotes(self) -> None:
+        """EOF on each one's socket (it stops its children, then exits); a bounded wait, then KILL."""
+        for zygote in self.zygotes.values():
+            if zygote.state in ("starting", "ready"):
+                self.selector.unregister(zygote.sock)
+                zygote.sock.close()
+                zygote.state = "dead"
+        deadline = time.monotonic() + KILL_GRACE + 1.0
+        for zygote in self.zygotes.values():
+            if zygote.proc is None:
+                continue
+            try:
+                zygote.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                zygote.proc.kill()
+                zygote.proc.wait()
 
     def read_requests(self) -> None:
         try:
@@ -346,11 +631,17 @@ class Agent:
 
     def reap(self) -> None:
         now = time.monotonic()
+        for zygote in list(self.zygotes.values()):
+            if zygote.proc is not None and zygote.state in ("failed", "dead") and zygote.proc.poll() is not None:
+                zygote.proc = None  # reaped; describe() keeps its story
+            elif zygote.state == "starting" and now - zygote.started > ZYGOTE_START_TIMEOUT:
+                self.zygote_ended(zygote, "still importing after %gs: given up" % ZYGOTE_START_TIMEOUT)
         for job in list(self.jobs.values()):
             if job.kill_at is not None and now >= job.kill_at:
-                _killpg(job.pid, signal.SIGKILL)
+                if job.pid is not None:
+                    _killpg(job.pid, signal.SIGKILL)
                 job.kill_at = now + 3600  # once
-            if job.status is None:
+            if job.status is None and job.zygote is None and job.pid is not None:
                 pid, status = os.waitpid(job.pid, os.WNOHANG)
                 if pid:
                     job.status = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else (
@@ -380,10 +671,21 @@ class Agent:
     def shutdown(self, *_: object) -> None:
         """Stop every group we started (TERM, KILL after the grace), then let the loop end."""
         self.stopping = True
-        for job in self.jobs.values():
-            if job.kill_at is None:
+        for job in list(self.jobs.values()):
+            if job.pid is None:
+                self.cancel(job.call_id)  # still waiting for its warm interpreter: dropped, or killed once forked
+            if job.kill_at is None and job.pid is not None:
                 _killpg(job.pid, signal.SIGTERM)
                 job.kill_at = time.monotonic() + KILL_GRACE
+
+
+def _setpgid(pid: int) -> None:
+    """The parent's half of the child's own ``setpgid(0, 0)``: whichever runs first, a kill of the group that follows
+    at once (a cancel) finds it."""
+    try:
+        os.setpgid(pid, pid)
+    except OSError:  # the child did it already and exec'd, or has exited: either way the group is its own
+        pass
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -436,6 +738,167 @@ def _probe_child(code: types.CodeType, path: str, args_text: str, env: dict, out
     os._exit(status)
 
 
+def _unsafe_to_fork() -> str:
+    """Why forking this warm interpreter's children would not be safe ("" when it is). PyTorch's rule: an
+    accelerator runtime initialised before a fork is broken in the children ("poison fork", docs/notes/
+    multiprocessing), and ``import torch`` initialises none (torch.accelerator: lazy initialisation); its CPU
+    thread pools are made on first use and reset in a forked child by its at-fork handlers. So the imports are
+    checked, never run: no Python thread started, torch's CUDA not initialised, the CUDA driver not even loaded
+    (a ``torch.cuda.is_available()`` at import time would have done it)."""
+    if threading.active_count() > 1:
+        return "the preload started %d Python threads" % (threading.active_count() - 1)
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
+        return "the preload initialised CUDA"
+    try:
+        with open("/proc/self/maps") as handle:
+            if any("libcuda.so" in line for line in handle):
+                return "the preload loaded the CUDA driver (libcuda), which a fork cannot share"
+    except OSError:  # not Linux: the torch check above is what there is
+        pass
+    return ""
+
+
+def _frame_recv(sock: socket.socket) -> "tuple[dict | None, list[int]]":
+    """One request of the agent's: 4 bytes of length and the JSON, the pipe ends riding on the first bytes."""
+    header = b""
+    fds: "list[int]" = []
+    while len(header) < 4:
+        data, got, _flags, _addr = socket.recv_fds(sock, 4 - len(header), 4)
+        fds.extend(got)
+        if not data:
+            return None, fds
+        header += data
+    (size,) = struct.unpack("!I", header)
+    body = b""
+    while len(body) < size:
+        data = sock.recv(size - len(body))
+        if not data:
+            return None, fds
+        body += data
+    return json.loads(body), fds
+
+
+def zygote_main(fd: int, modules: "list[str]") -> None:
+    """A warm interpreter (see Zygote): import the preload, say ready (or why not), then fork one probe child per
+    request and report its pid and exit status. Ends, stopping its children's groups first, on EOF from the agent
+    (the agent is gone, however it went) or TERM/HUP/INT. Never returns."""
+    sock = socket.socket(fileno=fd)
+
+    def say(message: dict) -> None:
+        sock.sendall((json.dumps(message) + "\n").encode("utf-8"))
+
+    started = time.monotonic()
+    failed, skipped = "", {}
+    for name in modules:
+        optional, module = name.endswith("?"), name.rstrip("?")
+        try:
+            __import__(module)
+        except BaseException as exc:  # SystemExit from a broken package too: said, and the calls go plain
+            if optional and isinstance(exc, ImportError):
+                skipped[module] = "%s: %s" % (type(exc).__name__, exc)
+                continue
+            failed = "importing %s failed: %s: %s" % (module, type(exc).__name__, str(exc)[:300])
+            break
+    failed = failed or _unsafe_to_fork()
+    if failed:
+        say({"failed": failed})
+        os._exit(0)
+    gc.freeze()  # as the agent does: the children's collections never touch (so never copy) the preload's pages
+    say({"ready": round(time.monotonic() - started, 3), "skipped": skipped})
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    stopping = []
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.append(True))
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ, "agent")
+    selector.register(wake_r, selectors.EVENT_READ, "wake")
+    children: "dict[int, str]" = {}  # pid -> the call's token
+    code_cache: "dict[str, tuple[tuple[int, int], types.CodeType]]" = {}
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not pid:
+                return
+            token = children.pop(pid, None)
+            if token is not None:
+                code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else (
+                    -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+                try:
+                    say({"exit": token, "status": code})
+                except OSError:  # the agent is gone: the loop ends at its EOF
+                    pass
+
+    def fork_one(request: dict, fds: "list[int]") -> None:
+        out_w, err_w = fds
+        token, path = request["token"], request["path"]
+        try:
+            info = os.stat(path)
+            key = (info.st_mtime_ns, info.st_size)
+            cached = code_cache.get(path)
+            if cached is None or cached[0] != key:
+                with open(path, "rb") as handle:
+                    cached = (key, compile(handle.read(), path, "exec", dont_inherit=True))
+                code_cache[path] = cached
+            pid = os.fork()
+        except (OSError, SyntaxError, ValueError) as exc:
+            say({"error": token, "message": "the warm interpreter could not start the probe: %s: %s"
+                 % (type(exc).__name__, exc)})
+            return
+        if pid == 0:
+            _probe_child(cached[1], path, request["args"], request["env"], out_w, err_w)
+        _setpgid(pid)
+        children[pid] = token
+        say({"forked": token, "pid": pid})
+
+    while not stopping:
+        for key, _mask in selector.select():
+            if key.data == "wake":
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                continue
+            try:
+                request, fds = _frame_recv(sock)
+            except (OSError, ValueError):
+                request, fds = None, []
+            if request is None or len(fds) != 2:
+                for extra in fds:
+                    os.close(extra)
+                if request is None:
+                    stopping.append(True)
+                    break
+                continue
+            try:
+                fork_one(request, fds)
+            finally:
+                for passed in fds:
+                    os.close(passed)
+        reap()
+    # The agent is gone or told us to go: no child outlives us.
+    for pid in list(children):
+        _killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE
+    while children and time.monotonic() < deadline:
+        selector.select(0.05)
+        reap()
+    for pid in list(children):
+        _killpg(pid, signal.SIGKILL)
+    os._exit(0)
+
+
 def stat(path: str) -> dict:
     """A file that goes between the stat and the read (its session's workdir being tidied away) does not exist:
     the answer is what a stat a moment later would say, not an error."""
@@ -483,6 +946,13 @@ def main() -> None:
     sys.dont_write_bytecode = True
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
+    if sys.argv[1:2] == ["--zygote"]:
+        for name in PRELOAD:
+            try:
+                __import__(name)
+            except Exception:  # as in the agent: the probe that needs it imports it (and says why it cannot)
+                pass
+        zygote_main(int(sys.argv[2]), sys.argv[3:])
     preload_failed = {}
     for name in PRELOAD:
         try:

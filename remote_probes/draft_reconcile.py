@@ -1,3 +1,4 @@
+# orchestrator-agent: preload torch transformers.models.llama.modeling_llama transformers.models.qwen3.modeling_qwen3?
 """Probe: the draft test's prediction for several SERVED configurations at once (the reconcile's offline side).
 
 Args (JSON): {"target": dir, "engine": "sglang" | "vllm", "prompts": [str, ..] (the benchmark's), "max_new_tokens": 64,

@@ -1,3 +1,4 @@
+# orchestrator-agent: preload torch transformers.models.llama.modeling_llama transformers.models.qwen3.modeling_qwen3?
 """Probe: test an EAGLE-3 draft OUTSIDE the server, on candidate hidden-state wirings (torch + transformers).
 
 Args (JSON): {"target": dir, "draft": dir, "wirings": "auto" | "served" | [[..], ..] | {"name": [..]}, "engine": "sglang",

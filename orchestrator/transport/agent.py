@@ -107,6 +107,10 @@ class RemoteAgent:
         self._next_id = 0
         self._slots = asyncio.Semaphore(MAX_CALLS)
         self._reader: asyncio.Task[None] | None = None
+        # Calls that ran in a plain fork because their warm interpreter could not be used (the agent's ``note``
+        # events): counted here, each distinct reason logged once.
+        self.warm_fallbacks = 0
+        self._noted: set[str] = set()
 
     @property
     def alive(self) -> bool:
@@ -245,6 +249,8 @@ class RemoteAgent:
                 if message.get("event") == "started" and isinstance(message.get("pgid"), int):
                     call.pgid = message["pgid"]
                     self.transport.track_group("+", call.pgid)
+                elif message.get("event") == "note":
+                    self._note(message)
                 else:
                     on_event(message)
 
@@ -274,6 +280,14 @@ class RemoteAgent:
                 self._calls.pop(call_id, None)
                 if call.pgid:
                     self.transport.track_group("-", call.pgid)
+
+    def _note(self, message: dict[str, Any]) -> None:
+        text = str(message.get("text"))
+        if message.get("kind") == "warm_fallback":
+            self.warm_fallbacks += 1
+        if text not in self._noted:
+            self._noted.add(text)
+            log.warning("%s: %s", self.transport.host, text)
 
     async def _cancel(self, call_id: int, call: _Call) -> None:
         with contextlib.suppress(AgentLost):
@@ -306,6 +320,11 @@ class AgentPool:
         self.unavailable: dict[str, str] = {}  # interpreter -> why the agent cannot run there (fallback: one-shot)
         self.restarts = 0
         self._lock = asyncio.Lock()
+
+    @property
+    def warm_fallbacks(self) -> int:
+        """Probe calls of this host's running agents that asked for a warm interpreter and ran without one."""
+        return sum(agent.warm_fallbacks for agent in self.agents.values())
 
     async def get(self, python: str, probe_dir: str) -> RemoteAgent | None:
         """The running agent for ``python`` with ``probe_dir`` (the pushed remote_probes), started if needed; None
