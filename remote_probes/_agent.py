@@ -134,7 +134,7 @@ def read_script(path: str, source: bytes) -> Script:
         if line == IN_PROCESS_MARKER:
             in_process = True
         for marker in lists:
-            if line.startswith(marker):
+            if line.startswith(marker) or line == marker.rstrip():
                 names = tuple(line[len(marker):].decode("ascii", "replace").split())
                 bad = [n for n in names if not n.rstrip("?").replace(".", "").replace("_", "").isalnum()]
                 if bad or not names:

@@ -1,0 +1,61 @@
+"""The agent's warm interpreters on the local transport (the cases: tests/warm_agent_cases.py), and the shipped
+probes' marker lines."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401  # a real part (the lab extra installs it): missing, this module fails, never skips
+
+from orchestrator.probes import probes_dir
+from orchestrator.transport.local import LocalTransport
+from remote_probes import _agent
+from tests import warm_agent_cases
+
+
+@pytest.fixture
+async def local(tmp_path: Path) -> AsyncIterator[LocalTransport]:
+    transport = LocalTransport("localhost", state_dir=str(tmp_path / "state"), session_id="warm")
+    try:
+        yield transport
+    finally:
+        await transport.close()
+
+
+@pytest.mark.parametrize("case", [
+    warm_agent_cases.case_warm_children_see_what_plain_ones_see, warm_agent_cases.case_warm_crashes_timeouts_and_cancels,
+    warm_agent_cases.case_warm_agent_killed_mid_call, warm_agent_cases.case_warm_close_mid_call_leaves_nothing,
+    warm_agent_cases.case_prewarm_starts_it_for_later_calls,
+], ids=lambda case: case.__name__.removeprefix("case_"))
+async def test_warm_case(case, local: LocalTransport, tmp_path: Path) -> None:  # noqa: ANN001
+    await case(local, tmp_path)
+
+
+async def test_unusable_zygote(local: LocalTransport, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    await warm_agent_cases.case_unusable_zygote_is_said_counted_and_forks_plainly(local, tmp_path, caplog)
+
+
+def test_the_torch_probes_share_one_warm_interpreter() -> None:
+    """draft_test and draft_reconcile preload the same list, and env_info prewarms exactly it: one zygote per host
+    and session, started by the Environment step. A module list that drifted apart would start a second one."""
+    scripts = {name: _agent.read_script(name, (probes_dir() / f"{name}.py").read_bytes())
+               for name in ("draft_test", "draft_reconcile", "env_info")}
+    preload = scripts["draft_test"].preload
+    assert preload and preload[0] == "torch" and scripts["draft_reconcile"].preload == preload
+    assert scripts["env_info"].prewarm == preload and not scripts["env_info"].preload
+    # Every probe that imports torch at its top level or through draft_test's loaders declares it.
+    for path in sorted(probes_dir().glob("*.py")):
+        script = _agent.read_script(path.name, path.read_bytes())
+        if script.preload or script.prewarm:
+            assert path.stem in scripts, f"{path.name} declares a warm interpreter: add it to this test"
+
+
+def test_bad_marker_lines_are_the_calls_error() -> None:
+    with pytest.raises(ValueError, match="bad module list"):
+        _agent.read_script("x.py", b"# orchestrator-agent: preload torch; rm -rf\nprint(1)\n")
+    with pytest.raises(ValueError, match="bad module list"):
+        _agent.read_script("x.py", b"# orchestrator-agent: preload \nprint(1)\n")
+    script = _agent.read_script("x.py", b"# orchestrator-agent: preload torch a.b_c d?\n")
+    assert script.preload == ("torch", "a.b_c", "d?") and not script.in_process
