@@ -21,10 +21,9 @@ Requests: ``{"id": n, "op": ...}`` with op
              warm interpreter (a "zygote", Zygote below): a child of the agent that set the call's environment,
              imported those modules once, and then only forks, so each such call pays the import once per
              session, not once per call. Its children run the probe exactly as the plain fork does (same
-             pipes, same events, their own process group). ``# orchestrator-agent: prewarm <modules>`` starts that
-             zygote for later calls without using it (the host's first probe, env_info, says so: the import then
-             overlaps the steps before the first torch probe). A zygote that cannot start is said once (a
-             ``note`` event) and its calls take the plain fork path.
+             pipes, same events, their own process group). A zygote that cannot be used is said on each call it
+             concerns (a ``note`` event: the orchestrator counts them, logs the reason once) and its calls take the
+             plain fork path.
   ``run``    {"argv" | "script", "cwd", "env", "stdin"}: a command in its own session (process group).
   ``stat``   {"path"}; ``put`` {"path", "data" (base64), "mode"}; ``ping``.
   ``cancel`` {"target": id}: TERM the call's process group, KILL it 2 s later.
@@ -71,9 +70,8 @@ PRELOAD = ("json", "ast", "re", "difflib", "importlib.util", "importlib.metadata
            "struct", "urllib.request", "http.client", "_probe", "source_address")
 IN_PROCESS_MARKER = b"# orchestrator-agent: in-process"
 # ``preload m1 m2...``: the probe is forked from a warm interpreter that imported these first (``m?``: optional, a
-# module an older install may lack); ``prewarm m1 m2...``: start that interpreter now, run this probe as usual.
+# module an older install may lack).
 PRELOAD_MARKER = b"# orchestrator-agent: preload "
-PREWARM_MARKER = b"# orchestrator-agent: prewarm "
 # A warm interpreter still importing after this long is given up (killed; its calls take the plain fork path): a
 # torch import that hangs (a broken CUDA stack) must not hold the calls forever.
 ZYGOTE_START_TIMEOUT = 180.0
@@ -120,28 +118,24 @@ class Job:
 class Script:
     """A probe script compiled, with what its marker lines ask for."""
 
-    def __init__(self, code: types.CodeType, in_process: bool, preload: "tuple[str, ...]",
-                 prewarm: "tuple[str, ...]") -> None:
-        self.code, self.in_process, self.preload, self.prewarm = code, in_process, preload, prewarm
+    def __init__(self, code: types.CodeType, in_process: bool, preload: "tuple[str, ...]") -> None:
+        self.code, self.in_process, self.preload = code, in_process, preload
 
 
 def read_script(path: str, source: bytes) -> Script:
     """The markers are read in the first 5 lines; a bad module name is the call's error, not a silent skip."""
     in_process = False
-    lists: "dict[bytes, tuple[str, ...]]" = {PRELOAD_MARKER: (), PREWARM_MARKER: ()}
+    preload: "tuple[str, ...]" = ()
     for line in source.splitlines()[:5]:
         line = line.strip()
         if line == IN_PROCESS_MARKER:
             in_process = True
-        for marker in lists:
-            if line.startswith(marker) or line == marker.rstrip():
-                names = tuple(line[len(marker):].decode("ascii", "replace").split())
-                bad = [n for n in names if not n.rstrip("?").replace(".", "").replace("_", "").isalnum()]
-                if bad or not names:
-                    raise ValueError("%s: bad module list in its %r line: %r" % (path, marker.decode().strip(), bad))
-                lists[marker] = names
-    return Script(compile(source, path, "exec", dont_inherit=True), in_process, lists[PRELOAD_MARKER],
-                  lists[PREWARM_MARKER])
+        elif line.startswith(PRELOAD_MARKER) or line == PRELOAD_MARKER.rstrip():
+            preload = tuple(line[len(PRELOAD_MARKER):].decode("ascii", "replace").split())
+            bad = [n for n in preload if not n.rstrip("?").replace(".", "").replace("_", "").isalnum()]
+            if bad or not preload:
+                raise ValueError("%s: bad module list in its preload line: %r" % (path, bad))
+    return Script(compile(source, path, "exec", dont_inherit=True), in_process, preload)
 
 
 class Zygote:
@@ -253,7 +247,7 @@ class Agent:
                    "traceback": traceback.format_exc()[-2000:]})
 
     def code_for(self, path: str) -> Script:
-        """The script compiled, with its marker lines (within its first 5 lines): in-process, preload, prewarm."""
+        """The script compiled, with its marker lines (within its first 5 lines): in-process, preload."""
         info = os.stat(path)
         key = (info.st_mtime_ns, info.st_size)
         cached = self.code_cache.get(path)
@@ -275,8 +269,6 @@ class Agent:
             return
         args_text = json.dumps(request.get("args") or {})
         env = dict(request.get("env") or {}, ORCH_PROBE_NONCE=str(request["nonce"]))
-        if script.prewarm:  # started for later calls; this one runs as usual
-            self.zygote_for(env, script.prewarm)
         zygote = self.zygote_for(env, script.preload) if script.preload and not request.get("isolate") else None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()

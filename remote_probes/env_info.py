@@ -1,4 +1,3 @@
-# orchestrator-agent: prewarm torch transformers.models.llama.modeling_llama transformers.models.qwen3.modeling_qwen3?
 """Probe: describe the host — python, OS, CPU, memory, disk, GPUs, CUDA, torch, inference packages, listening ports.
 
 Standard library only, Python >= 3.9. Nothing inspected is imported into this process: package versions come from

@@ -67,16 +67,6 @@ def main(args):
 if __name__ == "__main__":
     run_probe(main)
 ''',
-    "warm_prewarm_probe.py": '''# orchestrator-agent: prewarm torch
-import os, sys
-from _probe import run_probe
-
-def main(args):
-    return {"ppid": os.getppid(), "torch_loaded": "torch" in sys.modules}
-
-if __name__ == "__main__":
-    run_probe(main)
-''',
 }
 
 
@@ -214,15 +204,3 @@ async def case_unusable_zygote_is_said_counted_and_forks_plainly(transport: Tran
     (zygote,) = await zygotes(agent)
     assert zygote["state"] == "failed" and zygote["fallbacks"] == 2
     assert await wait_until(lambda: not alive(zygote["pid"]), 10)  # it exited after saying so, and was reaped
-
-
-async def case_prewarm_starts_it_for_later_calls(transport: Transport, tmp_path: Path) -> None:
-    agent, _ = await start(transport, tmp_path)
-    assert agent.info is not None
-    early = await ok(agent, "warm_prewarm_probe", {})
-    assert early["ppid"] == agent.info.pid and not early["torch_loaded"]  # it ran as usual, not waiting
-    (zygote,) = await zygotes(agent)
-    assert zygote["modules"] == ["torch"] and zygote["state"] in ("starting", "ready")
-    warm = await ok(agent, "warm_probe", {})
-    assert warm["ppid"] == zygote["pid"] and warm["preloaded"]
-    assert len(await zygotes(agent)) == 1  # the one the prewarm started

@@ -16,7 +16,7 @@ from orchestrator.inventory import HostSpec
 from orchestrator.probes.invoke import run_probe
 from orchestrator.transport.agent import AgentLost
 from orchestrator.transport.ssh import SshTransport
-from tests import agent_cases
+from tests import agent_cases, warm_agent_cases
 from tests.ssh.test_probes_over_ssh import sglang_012  # noqa: F401 - the fixture
 
 
@@ -27,6 +27,32 @@ from tests.ssh.test_probes_over_ssh import sglang_012  # noqa: F401 - the fixtur
 ], ids=lambda case: case.__name__.removeprefix("case_"))
 async def test_agent_case(case, transport: SshTransport, tmp_path: Path) -> None:  # noqa: ANN001
     await case(transport, tmp_path)
+
+
+@pytest.mark.parametrize("case", [
+    warm_agent_cases.case_warm_crashes_timeouts_and_cancels, warm_agent_cases.case_warm_agent_killed_mid_call,
+    warm_agent_cases.case_warm_close_mid_call_leaves_nothing,
+], ids=lambda case: case.__name__.removeprefix("case_"))
+async def test_warm_agent_case(case, transport: SshTransport, tmp_path: Path) -> None:  # noqa: ANN001
+    await case(transport, tmp_path)
+
+
+async def test_connection_cut_mid_warm_call_leaves_no_process(private_sshd: SshdServer, tmp_path: Path) -> None:
+    """The connection goes mid-call of a warm interpreter's child: the agent reads EOF and stops its calls, the
+    zygote reads EOF from the agent and exits, the guardian kills what is left: nothing stays."""
+    t = SshTransport(HostSpec(**private_sshd.host_spec("h")), session_id=f"wcut-{uuid.uuid4().hex[:6]}")
+    agent, remote = await warm_agent_cases.start(t, tmp_path)
+    zygote_pid = (await warm_agent_cases.ok(agent, "warm_probe", {}))["ppid"]
+    mark = f"{uuid.uuid4().int % 10**6 + 10**6}"
+    task = asyncio.ensure_future(warm_agent_cases.call(agent, "warm_probe", {"child": f"9{mark}"}))
+    assert await agent_cases.wait_until(lambda: bool(agent_cases.pgrep(f"sleep 9{mark}")), 30)
+    private_sshd.kill_hard()
+    with pytest.raises(AgentLost, match="ended mid-call"):
+        await asyncio.wait_for(task, 30)
+    assert await agent_cases.wait_until(
+        lambda: not agent_cases.pgrep(f"sleep 9{mark}") and not warm_agent_cases.alive(zygote_pid)
+        and not agent_cases.pgrep(f"{remote}/_agent.py"), 15), (agent_cases.pgrep(mark), agent_cases.pgrep(remote))
+    await t.close()
 
 
 async def test_connection_cut_leaves_no_process(private_sshd: SshdServer, tmp_path: Path) -> None:
