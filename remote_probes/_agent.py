@@ -179,19 +179,26 @@ class Zygote:
         return {"modules": list(self.modules), "state": self.state, "reason": self.reason, "pid": self.pid,
                 "ready_seconds": self.ready_seconds, "served": self.served, "fallbacks": self.fallbacks}
 
-    def send(self, job: Job, request: dict, out_w: int, err_w: int) -> None:
+    def send(self, job: Job, request: dict, out_w: int, err_w: int) -> str:
+        """Empty once sent (the zygote holds its own copies of the pipe ends now, ours are closed), else why not:
+        then the call is still whole (ours still open), for the plain fork path to take."""
         token = str(job.call_id)
         data = json.dumps(request).encode("utf-8")
         frame = struct.pack("!I", len(data)) + data
         try:
             sent = socket.send_fds(self.sock, [frame], [out_w, err_w])
-            if sent < len(frame):
-                self.sock.sendall(frame[sent:])
-        finally:  # the zygote holds its own copies now (or it is gone, and the pipes' EOF ends the call)
-            os.close(out_w)
-            os.close(err_w)
+        except OSError as exc:  # it died since we last heard from it
+            return "its socket failed: %s: %s" % (type(exc).__name__, exc)
+        os.close(out_w)
+        os.close(err_w)
         self.jobs[token] = job
         self.served += 1
+        if sent < len(frame):  # the fds went with the first bytes; the rest of a long request follows
+            try:
+                self.sock.sendall(frame[sent:])
+            except OSError as exc:  # its EOF follows: the call, sent, ends as its other calls do
+                return "its socket failed: %s: %s" % (type(exc).__name__, exc)
+        return ""
 
     def error_tail(self) -> str:
         try:
@@ -276,11 +283,10 @@ class Agent:
             job = Job(call_id, None, out_r, err_r, None, b"")
             job.zygote = zygote
             self.adopt(job)
-            child_request = {"token": str(call_id), "path": path, "args": args_text, "env": env}
+            zygote.pending.append((job, {"token": str(call_id), "path": path, "args": args_text, "env": env},
+                                   out_w, err_w))
             if zygote.state == "ready":
-                zygote.send(job, child_request, out_w, err_w)
-            else:
-                zygote.pending.append((job, child_request, out_w, err_w))
+                self.flush_pending(zygote)
             return
         if zygote is not None:
             self.fell_back(call_id, zygote)
@@ -355,9 +361,8 @@ class Agent:
                 zygote.state, zygote.ready_seconds = "ready", message["ready"]
                 if message.get("skipped"):
                     zygote.reason = "optional modules missing: %s" % message["skipped"]
-                pending, zygote.pending = zygote.pending, []
-                for job, request, out_w, err_w in pending:
-                    zygote.send(job, request, out_w, err_w)
+                if not self.flush_pending(zygote):
+                    return
             elif "failed" in message:
                 zygote.reason = str(message["failed"])
             elif "forked" in message:
@@ -377,6 +382,20 @@ class Agent:
                     _send({"id": refused.call_id, "event": "out", "stream": "stderr",
                            "text": "%s\n" % message["message"]})
                     refused.status = 1
+
+    def flush_pending(self, zygote: Zygote) -> bool:
+        """Send the waiting calls; False if the zygote turned out dead (they then took the plain path)."""
+        while zygote.pending:
+            job, request, out_w, err_w = zygote.pending[0]
+            failed = zygote.send(job, request, out_w, err_w)
+            if failed and str(job.call_id) not in zygote.jobs:  # not sent: still pending, zygote_ended forks it
+                self.zygote_ended(zygote, failed)
+                return False
+            zygote.pending.pop(0)
+            if failed:
+                self.zygote_ended(zygote, failed)
+                return False
+        return True
 
     def zygote_ended(self, zygote: Zygote, reason: str) -> None:
         """It is gone (or given up): calls still waiting for it fork plainly; calls it had forked lost their
@@ -570,6 +589,8 @@ class Agent:
             if zygote.state in ("starting", "ready"):
                 self.selector.unregister(zygote.sock)
                 zygote.sock.close()
+                if zygote.state == "starting" and zygote.proc is not None:
+                    zygote.proc.kill()  # still importing, with no child: nothing of it to wait for
                 zygote.state = "dead"
         deadline = time.monotonic() + KILL_GRACE + 1.0
         for zygote in self.zygotes.values():

@@ -204,3 +204,22 @@ async def case_unusable_zygote_is_said_counted_and_forks_plainly(transport: Tran
     (zygote,) = await zygotes(agent)
     assert zygote["state"] == "failed" and zygote["fallbacks"] == 2
     assert await wait_until(lambda: not alive(zygote["pid"]), 10)  # it exited after saying so, and was reaped
+
+
+async def case_zygote_killed_mid_call(transport: Transport, tmp_path: Path) -> None:
+    """The warm interpreter itself dies (SIGKILL, so it stops nothing): the agent kills the groups of the calls it
+    had forked (they lost their reaper), ends them as killed, and later calls fork plainly, said and counted."""
+    agent, _ = await start(transport, tmp_path)
+    assert agent.info is not None
+    zygote_pid = (await ok(agent, "warm_probe", {}))["ppid"]
+    mark = f"{uuid.uuid4().int % 10**6 + 10**6}"
+    task = asyncio.ensure_future(call(agent, "warm_probe", {"child": f"4{mark}"}))
+    assert await wait_until(lambda: bool(pgrep(f"sleep 4{mark}")), 30)
+    os.kill(zygote_pid, signal.SIGKILL)
+    _, run = await asyncio.wait_for(task, 30)
+    assert run.exit_code == -signal.SIGKILL and "the warm interpreter that forked this call ended" in run.stderr
+    assert await wait_until(lambda: not pgrep(f"sleep 4{mark}"), 10), pgrep(mark)
+    after = await ok(agent, "warm_probe", {})
+    assert after["ppid"] == agent.info.pid and not after["preloaded"] and agent.warm_fallbacks == 1
+    (zygote,) = await zygotes(agent)
+    assert zygote["state"] == "dead" and not alive(zygote_pid)

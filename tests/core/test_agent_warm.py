@@ -27,6 +27,7 @@ async def local(tmp_path: Path) -> AsyncIterator[LocalTransport]:
 @pytest.mark.parametrize("case", [
     warm_agent_cases.case_warm_children_see_what_plain_ones_see, warm_agent_cases.case_warm_crashes_timeouts_and_cancels,
     warm_agent_cases.case_warm_agent_killed_mid_call, warm_agent_cases.case_warm_close_mid_call_leaves_nothing,
+    warm_agent_cases.case_zygote_killed_mid_call,
 ], ids=lambda case: case.__name__.removeprefix("case_"))
 async def test_warm_case(case, local: LocalTransport, tmp_path: Path) -> None:  # noqa: ANN001
     await case(local, tmp_path)
