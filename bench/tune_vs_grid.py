@@ -78,7 +78,8 @@ def replay(grid: dict, verify: int, *, baseline_given: bool = False) -> dict:
     counted = grid["restarts_counted"]
     probe_k = next(r["k"] for r in grid["rows"] if r.get("probe"))
     measured, top = {probe_k}, []
-    for ranking, pick in zip(counted.get("rankings") or [], counted["verify"]):
+    # one ranking per pick, and one more where the grid stopped: the picks bound the loop
+    for ranking, pick in zip(counted.get("rankings") or [], counted["verify"], strict=False):
         pending = [k for k in ranking[:verify] if k not in measured]
         if len(top) >= verify or not pending:
             break
