@@ -34,6 +34,7 @@ from typing import Any
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab.build import (
+    LAB_THREADS,
     TRAINED_DRAFTS,
     VARIANT_BASE,
     BuildProgress,
@@ -102,8 +103,6 @@ def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[st
     args = {"target": str(target), "draft": str(draft), "wirings": "auto", "engine": "sglang",
             "steps": sample.dt_steps, "num_prompts": sample.dt_prompts, "max_new_tokens": sample.dt_tokens,
             "margin": sample.wiring_margin}
-    from orchestrator.lab.inventory import LAB_THREADS
-
     env = dict(os.environ, ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1", TORCHDYNAMO_DISABLE="1",
                **LAB_THREADS)  # as the lab host runs it
     proc = subprocess.run([sys.executable, str(REPO / "remote_probes" / "draft_test.py")], input=json.dumps(args),

@@ -18,7 +18,7 @@ target, the fault copies are build.write_variant's. It is not calibrated (the de
 Llama target): the flagship's own interval rules decide on it, and say "inconclusive" where the sample cannot.
 
 Public API: ``Qwen3Recipe``, ``TARGET_CLASSES``, ``target_class_of(root) -> str``,
-``build_qwen3_lab(root, progress) -> None`` (what ``build.build_lab`` calls for a Qwen3 lab).
+``build_qwen3_lab(root, progress) -> None`` (what ``builder.build_lab`` calls for a Qwen3 lab).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``orchestrator/data/lab/`` holds what ``orchestrator lab build --from-scratch`` produces and calibrates — the target
 (weights, tokenizer, prompts) and the two trained drafts (seed-wiring, healthy; the fault scenarios are cheap copies
-written at install) — and ``manifest.json``: the recipe hash (``orchestrator.lab.models.recipe_hash``), where and when
+written at install) — and ``manifest.json``: the recipe hash (``orchestrator.lab.recipe.recipe_hash``), where and when
 they were built (Python, torch, CPU, the numerics pins), every file's sha256, the build's full calibration records,
 and the calibrating machine's fingerprint: sha256 digests of the bits the shipped models compute on the paths the
 calibration measured (``fingerprint()``: about a second).
@@ -208,7 +208,7 @@ def write_shipped(base: Path, dest: Path, state: dict[str, Any]) -> Manifest:
     import torch
 
     from orchestrator.lab.calibrate import FlagshipSample
-    from orchestrator.lab.models import recipe_hash
+    from orchestrator.lab.recipe import recipe_hash
     from orchestrator.lab.train_job import pinned_env
 
     calibration = state.get("calibration", {})

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import build_lab, cache_dir, seed_wiring, sglang_wiring
+from orchestrator.lab.build import cache_dir, seed_wiring, sglang_wiring
+from orchestrator.lab.builder import build_lab
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import LoadedSession, read_session
