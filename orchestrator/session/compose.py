@@ -1,9 +1,11 @@
 """The session composed around the engine: its services built here and handed to the engine as hooks that
 receive ``emit`` and narrow ports, never the engine itself.
 
-Every front end builds its session through ``compose_engine`` (the CLI's run/exec/read and the TUI through
-``session.recording.build_engine``, MCP likewise), and so do tests that need a whole session. The engine runs
-steps; it knows nothing of servers, Slurm or the board (the import-linter contracts in pyproject.toml say so).
+Every front end builds its session through ``compose_engine`` (the CLI's run/exec/read, the TUI and MCP through
+``session.recording.open_session``, which hands them a ``PreparedSession``, never the engine), and so do tests
+that need a whole session. The engine runs steps; it knows nothing of servers, Slurm or the board, and nothing but
+its own package and this composer holds it (the import-linter contracts in pyproject.toml and
+tests/core/test_runner_ownership.py say so).
 Every import here is a plain first-party import: a broken module fails the build loudly instead of dropping a
 step kind or the hypothesis board without a word.
 """

@@ -1,5 +1,9 @@
 """Running a playbook as a recorded session: session dir, sinks, signals, report. Shared by the CLI
-commands (run, exec, read) and usable from tests in-process."""
+commands (run, exec, read), the TUI and MCP (``open_session``), and usable from tests in-process (``build_engine``).
+
+The front ends never hold the engine: ``open_session`` gives them a ``PreparedSession``, which runs headless
+(``run``) or hands out the command API (``controller``: ``orchestrator.engine.control.Controller``, whose
+``view`` is what a front end reads of the live session)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.engine import Engine, EngineOptions, SessionOutcome
+from orchestrator.engine.control import Controller, Mode
 from orchestrator.engine.problems import describe_error, say_on_stderr
 from orchestrator.engine.sinks import EventSink
 from orchestrator.inventory import Inventory
@@ -34,8 +39,23 @@ class ReportsWritten:
 class SessionRun:
     outcome: SessionOutcome
     directory: Path
-    engine: Engine
     reports: ReportsWritten = field(default_factory=ReportsWritten)
+
+
+@dataclass
+class PreparedSession:
+    """A composed session, not yet started: where it records, and the two ways a front end drives it."""
+
+    directory: Path
+    _runner: Engine = field(repr=False)
+
+    def run(self) -> SessionRun:
+        """Headless to its end (the CLI's run, exec and read): signals cancel, the reports are written."""
+        return run_session(self._runner, self.directory)
+
+    def controller(self, *, start_mode: Mode = "paused", author: str | None = None) -> Controller:
+        """The command API over the session (the TUI's, MCP's): ``start()`` runs it, the rest steers it."""
+        return Controller(self._runner, start_mode=start_mode, author=author)
 
 
 def prepare_session(playbook: Playbook, root: str | Path | None) -> tuple[Path, str]:
@@ -66,6 +86,23 @@ def build_engine(
     )
     engine = compose_engine(playbook, inventory=inventory, sinks=[log, *sinks], options=options)
     return engine, directory
+
+
+def open_session(
+    playbook: Playbook,
+    inventory: Inventory,
+    *,
+    sinks: list[EventSink],
+    sessions_dir: str | Path | None = None,
+    extra_vars: dict[str, Any] | None = None,
+    keep_remote: bool = False,
+    forks: int = 16,
+    argv: list[str] | None = None,
+) -> PreparedSession:
+    """The session a front end runs: composed (``build_engine``), its directory made, nothing started."""
+    engine, directory = build_engine(playbook, inventory, sinks=sinks, sessions_dir=sessions_dir,
+                                     extra_vars=extra_vars, keep_remote=keep_remote, forks=forks, argv=argv)
+    return PreparedSession(directory, engine)
 
 
 async def run_with_signals(engine: Engine) -> SessionOutcome:
@@ -110,4 +147,4 @@ def write_reports(directory: Path, say: Callable[[str], None] = say_on_stderr) -
 def run_session(engine: Engine, directory: Path) -> SessionRun:
     outcome = asyncio.run(run_with_signals(engine))
     reports = write_reports(directory, say=engine.problems.say)
-    return SessionRun(outcome=outcome, directory=directory, engine=engine, reports=reports)
+    return SessionRun(outcome=outcome, directory=directory, reports=reports)

@@ -72,10 +72,10 @@ class OrchestratorApp(App[int]):
             self.push_screen(ReplayScreen(self.replay))
             return
         assert self.controller is not None and self.sink is not None
-        self.sub_title = self.controller.engine.playbook.name
+        self.sub_title = self.controller.view.playbook.name
         self.push_screen(MainScreen(self.model))
         self.controller.set_listener(self.update_status)
-        self.controller.engine.problems.say = self.say_problem
+        self.controller.view.problems.say = self.say_problem
         self.sink.post = self.post_message
         if self.sink.queue:
             self.post_message(EventsArrived())
