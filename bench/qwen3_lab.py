@@ -55,11 +55,11 @@ async def _flagship(engine: str, root: Path, work: Path, vllm_host: str | None) 
     from orchestrator.hypotheses.board import HypothesisBoard
     from orchestrator.playbook.loader import load_playbook
     from orchestrator.session.reader import read_session
-    from orchestrator.session.recording import build_engine, run_with_signals, write_reports
+    from orchestrator.session.recording import build_runner, run_with_signals, write_reports
 
     inventory = _inventory(engine, root, work, vllm_host)
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
-    runner, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=work / f"sessions-{engine}")
+    runner, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=work / f"sessions-{engine}")
     started = time.monotonic()
     outcome = await run_with_signals(runner)
     seconds = round(time.monotonic() - started, 1)

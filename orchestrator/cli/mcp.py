@@ -38,8 +38,8 @@ def mcp(
     import anyio
 
     from orchestrator.cli.common import ensure_lab_for
-    from orchestrator.mcp.server import serve
-    from orchestrator.mcp.session import McpSettings
+    from orchestrator.mcp.connection import McpSettings
+    from orchestrator.mcp.tools import serve
     from orchestrator.playbook.loader import load_playbook
     from orchestrator.playbook.models import Playbook
 

@@ -12,7 +12,7 @@ from orchestrator.cli.common import handle_errors, inventory_var_names, parse_ex
 
 if TYPE_CHECKING:
     from orchestrator.console import ConsoleSink
-    from orchestrator.engine.sinks import EventSink
+    from orchestrator.runner.sinks import EventSink
 
 InventoryOpt = Annotated[Path | None, typer.Option("-i", "--inventory", help="Inventory YAML (default: the embedded lab).")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="Target one host: an inventory name or [user@]address[:port].")]

@@ -10,7 +10,7 @@ Layout of ``lab_dir()`` (``$ORCHESTRATOR_LAB_DIR``, else ``$XDG_DATA_HOME/orches
     site/                    a REAL sglang 0.5.12.post1 source tree (pip --no-deps --target), for read_source
     site-<version>/          another version's tree when the lab stands in for it ($ORCHESTRATOR_LAB_SGLANG=0.5.23)
 
-``orchestrator.lab.builder.build_lab`` builds it from these parts. Models are trained by ``orchestrator.lab.models`` (cached under ``$ORCHESTRATOR_CACHE_DIR/lab-models``) and
+``orchestrator.lab.builder.build_lab`` builds it from these parts. Models are trained by ``orchestrator.lab.model_cache`` (cached under ``$ORCHESTRATOR_CACHE_DIR/lab-models``) and
 copied here; the sglang tree is installed once under ``$ORCHESTRATOR_CACHE_DIR/sglang-src/<version>`` (where
 the probe tests install it too) and linked. Everything is deterministic (seeded).
 """
@@ -433,7 +433,7 @@ def _stage_progress(report: BuildProgress, stage: str) -> Callable[[str, float],
 
 def install_target(base: Path, seed: int, report: BuildProgress, timings: dict[str, float]) -> None:
     """Train (or take from the cache) the target for ``seed`` and copy it to ``base/target``."""
-    from orchestrator.lab.models import cached_target
+    from orchestrator.lab.model_cache import cached_target
 
     t0 = time.monotonic()
     trained = cached_target(seed=seed, progress=_stage_progress(report, "target"))
@@ -467,7 +467,7 @@ def train_draft_attempt(kind: str, num_layers: int, seed: int, attempt: int,
                         progress: Callable[[str, float], None]) -> Path:
     """The cached trained draft ``kind`` on the target of ``seed``, for calibration attempt ``attempt``: the next
     draft seed and 50% more steps each attempt."""
-    from orchestrator.lab.models import cached_draft, cached_target
+    from orchestrator.lab.model_cache import cached_draft, cached_target
     from orchestrator.lab.train import DraftRecipe
 
     target_cache = cached_target(seed=seed)

@@ -143,14 +143,14 @@ def accept_lengths(target: Path, flags: dict[str, Any], sample: FlagshipSample) 
     """Per-request accept lengths (completion tokens / verify cycles, SGLang's meta_info) for the bench prompts."""
     import logging
 
+    from orchestrator.lab.model_runner import LabModelRunner
     from orchestrator.lab.server_args import build_parser, resolve
-    from orchestrator.lab.server_engine import LabModels
     from orchestrator.servers.flags import flags_to_argv
     from orchestrator.servers.prompts import load_prompts
 
     argv = ["--model-path", str(target), *flags_to_argv(flags)]
     args = resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM")
-    models = LabModels(args, log=logging.getLogger("orchestrator.lab.calibrate").debug)
+    models = LabModelRunner(args, log=logging.getLogger("orchestrator.lab.calibrate").debug)
     prompts = load_prompts(None)
     out = []
     for i in range(sample.bench_n):

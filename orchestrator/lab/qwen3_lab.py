@@ -41,7 +41,7 @@ ARCHITECTURE = "Qwen3ForCausalLM"
 
 # -- cache and lab directory ---------------------------------------------------------------------------------------
 def _code_hash() -> str:
-    from orchestrator.lab.models import TRAINING_CODE, _code_digest
+    from orchestrator.lab.model_cache import TRAINING_CODE, _code_digest
 
     repo = Path(__file__).resolve().parents[2]
     return json.dumps({rel: _code_digest(repo / rel) for rel in (*TRAINING_CODE, "orchestrator/lab/qwen3_train.py")},
@@ -51,7 +51,7 @@ def _code_hash() -> str:
 def cached_qwen3_target(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe(),
                         progress: ProgressFn | None = None) -> Path:
     """The Qwen3 target, trained on first use and cached (``<cache>/lab-models/qwen3-<hash>/target``)."""
-    from orchestrator.lab.models import _build_once, _digest, cache_root
+    from orchestrator.lab.model_cache import _build_once, _digest, cache_root
 
     key = _digest({"qwen3": asdict(recipe), "seed": seed, "code": _code_hash()})
     final = cache_root() / f"qwen3-{key}" / "target"
@@ -62,7 +62,7 @@ def cached_qwen3_target(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe(),
 def cached_qwen3_draft(target_dir: Path, *, wiring: list[int], seed: int = 0, recipe: DraftRecipe = QWEN3_DRAFT,
                        progress: ProgressFn | None = None) -> Path:
     """A draft trained on ``wiring`` for the cached Qwen3 target, stored beside it."""
-    from orchestrator.lab.models import _build_once, _digest
+    from orchestrator.lab.model_cache import _build_once, _digest
 
     key = _digest({"wiring": list(wiring), "seed": seed, "recipe": asdict(recipe),
                    "target": target_dir.parent.name, "code": _code_hash()})

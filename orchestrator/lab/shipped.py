@@ -136,8 +136,8 @@ def fingerprint(base: Path) -> dict[str, Any]:
 
     import torch
 
+    from orchestrator.lab.model_runner import LabModelRunner
     from orchestrator.lab.server_args import build_parser, resolve
-    from orchestrator.lab.server_engine import LabModels
     from orchestrator.servers.flags import flags_to_argv
 
     sc_all = scenarios(base, num_layers_of(base))
@@ -147,9 +147,9 @@ def fingerprint(base: Path) -> dict[str, Any]:
     try:
         for kind in TRAINED_DRAFTS:
             argv = ["--model-path", str(base / "target"), *flags_to_argv(sc_all[kind].fixed)]
-            models = LabModels(resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM"),
+            models = LabModelRunner(resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM"),
                                log=logging.getLogger("orchestrator.lab.shipped").debug)
-            torch.set_num_threads(1)  # after LabModels, which sets the server's own count
+            torch.set_num_threads(1)  # after LabModelRunner, which sets the server's own count
             assert models.draft is not None
             parts: dict[str, Any] = {}
             with torch.inference_mode():

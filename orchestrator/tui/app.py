@@ -1,6 +1,6 @@
-"""The Textual app: a subscriber of engine events (``TuiSink``) and a sender of commands (``Controller``).
+"""The Textual app: a subscriber of session events (``TuiSink``) and a sender of commands (``Controller``).
 
-Engine work runs as async workers in the app's loop (the engine is asyncio): the session in one
+The runner's work runs as async workers in the app's loop (the runner is asyncio): the session in one
 exclusive worker, each ad-hoc poke in its own. Every failure, from a worker or a command, goes to the
 one error dialog.
 """

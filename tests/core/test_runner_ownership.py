@@ -1,6 +1,6 @@
 """No module outside the playbook runner's owners takes or holds the runner (issue 29).
 
-The owners: the runner's own package (``orchestrator/engine/``: the runner, its command API ``control.Controller``
+The owners: the runner's own package (``orchestrator/runner/``: the runner, its command API ``control.Controller``
 and the ad-hoc pokes) and the session composer that builds and runs it (``session/compose.py``,
 ``session/recording.py``). Everything else gets a narrow port: the services get ``emit`` and their own port
 (``SlurmSessionPort``), the front ends a ``PreparedSession`` (``run()``) or a ``Controller`` and its ``view``.
@@ -14,16 +14,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from orchestrator.engine.control import Controller
-from orchestrator.engine.runner import Engine
+from orchestrator.runner.control import Controller
+from orchestrator.runner.playbook_runner import PlaybookRunner
 
 ROOT = Path(__file__).resolve().parents[2]
-OWNERS = ("orchestrator/engine/", "orchestrator/session/compose.py", "orchestrator/session/recording.py")
-RUNNER = Engine.__name__
+OWNERS = ("orchestrator/runner/", "orchestrator/session/compose.py", "orchestrator/session/recording.py")
+RUNNER = PlaybookRunner.__name__
 
 
 def _annotations(tree: ast.AST) -> list[ast.AST]:
-    """String annotations (``r: "Engine"``), parsed: a reach hidden in quotes is still a reach."""
+    """String annotations (``r: "PlaybookRunner"``), parsed: a reach hidden in quotes is still a reach."""
     found: list[ast.AST] = []
     for node in ast.walk(tree):
         notes = [getattr(node, "annotation", None), getattr(node, "returns", None)]
@@ -57,7 +57,7 @@ def test_only_the_owners_take_the_runner() -> None:
 
 
 def test_the_check_sees_a_reach() -> None:
-    source = (f"from orchestrator.engine import {RUNNER}\n"
+    source = (f"from orchestrator.runner import {RUNNER}\n"
               f"def f(r: '{RUNNER}', c) -> None:\n    c._runner.cancel()\n    x: {RUNNER}\n")
     assert sorted(r.split(": ", 1)[1] for r in _reaches(source, "probe")) == sorted(
         [f"imports {RUNNER}", "reaches ._runner", f"names {RUNNER}", f"names {RUNNER}"])

@@ -42,7 +42,7 @@ def test_the_shipped_models_are_made_by_the_recipe_in_the_code() -> None:
 
 def test_a_recipe_change_changes_the_hash(monkeypatch: pytest.MonkeyPatch) -> None:
     before = recipe_hash()
-    monkeypatch.setattr("orchestrator.lab.models.RECIPE_VERSION", 999)
+    monkeypatch.setattr("orchestrator.lab.model_cache.RECIPE_VERSION", 999)
     assert recipe_hash() != before
 
 

@@ -83,11 +83,11 @@ def run_playbook(text: str, inventory: Inventory, sessions: Path, sinks: list[An
     import json
 
     from orchestrator.playbook.loader import load_playbook_text
-    from orchestrator.session.recording import build_engine, run_session
+    from orchestrator.session.recording import build_runner, run_session
 
     names = {name for host in inventory.hosts for name in inventory.host_vars(host)}
     playbook = load_playbook_text(text, extra_names=names)
-    engine, directory = build_engine(playbook, inventory, sinks=list(sinks or []), sessions_dir=sessions)
+    engine, directory = build_runner(playbook, inventory, sinks=list(sinks or []), sessions_dir=sessions)
     run = run_session(engine, directory)
     events = [json.loads(line) for line in (directory / "events.jsonl").read_text().splitlines() if line.strip()]
     return Ran(status=run.outcome.status, directory=directory, events=events, engine=engine)

@@ -1,11 +1,11 @@
 """The command API over one live engine: run all / next / pause / skip / rerun / cancel, and the
 ad-hoc pokes (read source, run a command, note, verdict). Pure asyncio, no Textual: unit-testable, and
-every poke goes through ``AdhocActions`` (the engine) so the SessionLog records it exactly like a playbook
+every poke goes through ``AdhocActions`` (the runner) so the SessionLog records it exactly like a playbook
 step. The TUI and the MCP server are its front ends.
 
 The session stays open after the playbook ends so the engineer can keep poking: ``SessionHold`` is an
-engine finalizer that waits until ``release()`` (quit). Finalizers run in reverse order of adding and
-the servers service adds its own when the engine is built, so the hold runs first and servers keep
+runner finalizer that waits until ``release()`` (quit). Finalizers run in reverse order of adding and
+the servers service adds its own when the runner is built, so the hold runs first and servers keep
 running while it holds; the later finalizers then stop them, before transports close.
 """
 
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.actions import StepServices, get_action
-from orchestrator.engine.adhoc import AdhocActions
-from orchestrator.engine.problems import Problems
-from orchestrator.engine.runner import Engine, SessionOutcome, StepGate
 from orchestrator.errors import UserInputError
 from orchestrator.events import HypothesisUpdated, NoteAdded, StepFinished
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook, Step
 from orchestrator.redact import Redactor
+from orchestrator.runner.adhoc import AdhocActions
+from orchestrator.runner.playbook_runner import PlaybookRunner, SessionOutcome, StepGate
+from orchestrator.runner.problems import Problems
 
 Mode = Literal["paused", "running", "step"]  # what the gate lets through
 ControllerMode = Literal[Mode, "holding", "finished"]  # what the status line says: the gate's, or the session's end
@@ -87,7 +87,7 @@ class ControlGate(StepGate):
 
 
 class SessionHold:
-    """An engine finalizer that keeps the session (transports, log, servers) open until released."""
+    """A runner finalizer that keeps the session (transports, log, servers) open until released."""
 
     def __init__(self, on_change: Callable[[], None] | None = None,
                  should_hold: Callable[[], bool] | None = None) -> None:
@@ -130,17 +130,17 @@ def _takes_server_flags(step: Step) -> bool:
 
 
 class Controller:
-    """Commands the TUI sends to the engine. ``start()`` runs the session; everything else steers it."""
+    """Commands the TUI sends to the runner. ``start()`` runs the session; everything else steers it."""
 
-    def __init__(self, engine: Engine, *, start_mode: Mode = "paused", on_change: Callable[[], None] | None = None,
+    def __init__(self, runner: PlaybookRunner, *, start_mode: Mode = "paused", on_change: Callable[[], None] | None = None,
                  hold_open: bool = True, author: str | None = None) -> None:
-        self._runner = engine
-        self.adhoc = AdhocActions(engine, author=author)  # who pokes: the user's name, or "mcp"
+        self._runner = runner
+        self.adhoc = AdhocActions(runner, author=author)  # who pokes: the user's name, or "mcp"
         self.gate = ControlGate(start_mode, on_change)
-        engine.gate = self.gate
-        self.hold = SessionHold(on_change, should_hold=lambda: not engine.force_cancelled)
+        runner.gate = self.gate
+        self.hold = SessionHold(on_change, should_hold=lambda: not runner.force_cancelled)
         if hold_open:
-            engine.finalizers.append(self.hold)
+            runner.finalizers.append(self.hold)
         self.outcome: SessionOutcome | None = None
         self.edited_flags: dict[str, dict[str, Any]] = {}  # step id -> the flags of its last edited rerun
 

@@ -1,13 +1,13 @@
-"""One MCP connection = one recorded session: the engine, its controller, and what each tool does.
+"""One MCP connection = one recorded session: its controller, and what each tool does.
 
 The session's playbook (``--playbook``, default the flagship) gives the hypotheses, vars and hosts; its steps
 wait at the gate until ``run_playbook`` lets them through, so an assistant that only pokes around leaves no
 trace of them. Every tool call is an ad-hoc step (or note, or verdict) through ``AdhocActions`` with author
-``mcp``. Nothing here imports the SDK: ``server`` binds these methods to MCP tools.
+``mcp``. Nothing here imports the SDK: ``tools`` binds these methods to MCP tools.
 
-Safety, in one place: every result goes through the engine's redactor (``clean``) before the assistant sees
+Safety, in one place: every result goes through the session's redactor (``clean``) before the assistant sees
 it; ``exec`` asks the inventory's exec policy first; every step gets a timeout; ``close`` stops the servers
-the session started (the engine's finalizers) whatever way the connection ended.
+the session started (the session's finalizers) whatever way the connection ended.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from orchestrator.session.recording import ReportsWritten, open_session, write_r
 AUTHOR = "mcp"
 M = TypeVar("M", bound=BaseModel)
 
-# Seconds a tool's step may take unless the call says otherwise (the engine records a step past it as
+# Seconds a tool's step may take unless the call says otherwise (the runner records a step past it as
 # "timeout"): reads and commands are quick; a draft test runs the target model over every prompt.
 DEFAULT_TIMEOUTS: dict[str, float] = {
     "read_source": 120, "exec": 120, "probe": 600, "server_stop": 180, "server_bench": 3600, "draft_test": 3600,
@@ -69,7 +69,7 @@ def _validation_message(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
 
 
-class McpSession:
+class McpConnection:
     """The live session behind one MCP connection. ``start()`` once, tools, then ``close()`` once."""
 
     def __init__(self, settings: McpSettings) -> None:
@@ -97,7 +97,7 @@ class McpSession:
             changed.clear()
             await changed.wait()
         if self._task.done():
-            self._task.result()  # an engine that could not even start: say why
+            self._task.result()  # a session that could not even start: say why
 
     async def close(self) -> ReportsWritten:
         """End the session: servers stopped, log closed, reports written. Safe to call twice."""
@@ -169,7 +169,7 @@ class McpSession:
             raise UserInputError("exec: give `command` (run by bash -c) or `argv` (no shell), not both")
         words = [command] if command is not None else list(argv or [])
         if any("{{" in w or "{%" in w for w in words):
-            # the engine would expand them; the policy must judge the command that runs, so none are taken
+            # the runner would expand them; the policy must judge the command that runs, so none are taken
             raise UserInputError("exec runs commands as given: template syntax ({{ }} / {% %}) is not expanded here")
         for name in self.hosts(host):
             refusal = self.view.inventory.exec_policy_for(name).refusal(
