@@ -96,7 +96,10 @@ class Check:
 
 # ---------------------------------------------------------------- draft test
 def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[str, Any]:
-    """The draft_test probe as a subprocess, the way the probe runner starts it. :raises RuntimeError: it failed."""
+    """The draft_test probe as a subprocess, the way the probe runner starts it, its result checked against the
+    probe's model (``probes.PROBES``) as the probe runner checks it. :raises RuntimeError: it failed.
+    :raises ProbeError: it answered a result of the wrong shape (``bad_result``)."""
+    from orchestrator.probes import PROBES, check_result
     from orchestrator.probes.protocol import parse_probe_output
 
     nonce = uuid.uuid4().hex
@@ -111,6 +114,7 @@ def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[st
     if not outcome.ok or outcome.result is None:
         err = outcome.error
         raise RuntimeError(f"draft_test on {draft} failed: {err.kind if err else '?'}: {err.message if err else ''}")
+    check_result("draft_test", PROBES["draft_test"][1], outcome.result, host="the lab (calibration)")
     return outcome.result
 
 
