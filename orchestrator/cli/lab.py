@@ -29,9 +29,8 @@ def build_cmd(
                                       help="Train and calibrate the models here (5-12 minutes on 2 cores) instead of "
                                            "taking the shipped ones; the recipe reproduces the shipped models."),
     target_class: str = typer.Option("llama", "--target-class",
-                                     help="The target's model class: llama (the default lab, shipped) or qwen3 (a "
-                                          "tiny Qwen3ForCausalLM and drafts trained here on demand, a few minutes; "
-                                          "give it its own --dir)."),
+                                     help="The target's model class: llama (the default lab) or qwen3 (a tiny "
+                                          "Qwen3ForCausalLM and its drafts, shipped too; give it its own --dir)."),
     ship: bool = typer.Option(False, "--ship", hidden=True,
                               help="(developers) write the calibrated lab as the package's shipped models."),
 ) -> None:
@@ -45,10 +44,9 @@ def build_cmd(
 
     names = list(SCENARIO_NAMES) if scenario == "all" else [check_scenario(scenario)]
     check_target_class(target_class)
-    if ship and target_class != "llama":
-        raise UserInputError("--ship writes the package's default (Llama) lab: not with --target-class")
-    if ship and not (from_scratch and scenario == "all"):
-        raise UserInputError("--ship writes the package's models: use it with --from-scratch --scenario all")
+    if ship and not (from_scratch and (scenario == "all" or target_class == "qwen3")):
+        raise UserInputError("--ship writes the package's models: use it with --from-scratch (and, for the default "
+                             "lab, --scenario all)")
     console = Console(stderr=True)
     progress, report = build_progress()  # Rich bars on a terminal, else a plain line per stage and 10 %
     started = time.monotonic()
@@ -61,7 +59,13 @@ def build_cmd(
                               target_class=target_class)
     console.print(f"lab ready in {time.monotonic() - started:.1f} s: scenario [bold]{paths.scenario}[/], "
                   f"target {paths.target}, draft {paths.draft}, sglang tree {paths.site}")
-    if ship:
+    if ship and target_class == "qwen3":
+        from orchestrator.lab import qwen3_shipped
+        from orchestrator.lab.qwen3_lab import shipped_entries
+
+        shipped = qwen3_shipped.write_shipped(shipped_entries())  # what the build above made, trained here
+        console.print(f"shipped Qwen3 models written to {qwen3_shipped.SHIPPED_QWEN3}: {', '.join(shipped.models)}")
+    elif ship:
         from orchestrator.lab.shipped import SHIPPED_DIR, write_shipped
 
         manifest = write_shipped(root, SHIPPED_DIR, read_state(root))
@@ -153,6 +157,11 @@ def vllm_host_cmd(
 
 def describe_origin(origin: dict[str, Any]) -> str:
     """One line: shipped (recipe, where and when built, confirmed here or not) or built here from scratch."""
+    if origin.get("kind") == "shipped" and origin.get("target_class") == "qwen3":
+        built = origin.get("built") or {}
+        return (f"the package's shipped Qwen3 models (built {built.get('at')}, Python {built.get('python')}, torch "
+                f"{built.get('torch')}; installed {origin.get('installed_at')}; not calibrated: the flagship's "
+                "intervals decide on it)")
     if origin.get("kind") == "shipped":
         built = origin.get("built") or {}
         line = (f"shipped with the package (recipe {origin.get('recipe_hash')}, built {built.get('at')} on "

@@ -107,8 +107,8 @@ def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calib
             timings["sglang" if version == SGLANG_VERSION else f"sglang-{version}"] = round(
                 time.monotonic() - started, 1)
     if qwen3_lab.check_target_class(target_class or "llama") == "qwen3" or state.get("target_class") == "qwen3":
-        # the on-demand Qwen3 lab: its own target and drafts, never the shipped models or the Llama calibration
-        qwen3_lab.build_qwen3_lab(base, state, report, timings)
+        # the Qwen3 lab: its own target and drafts (shipped or trained), never the Llama lab's or its calibration
+        qwen3_lab.build_qwen3_lab(base, state, report, timings, from_scratch=from_scratch)
         return _finish_state(name, base, state, active)
     # a lab whose calibration moved on to another target seed keeps it: that seed is the one known to be clear here
     target_seed = int(state.get("target_seed", seed))

@@ -1,6 +1,7 @@
 """A second target class for the lab: a tiny HF ``Qwen3ForCausalLM`` (q/k RMS norms, its own model file in both
-engines), trained by the lab's recipe at a reduced size, with EAGLE-3 drafts trained against it, built on demand
-(``orchestrator lab build --target-class qwen3 --dir DIR``); never part of the shipped default lab.
+engines), trained by the lab's recipe at a reduced size, with EAGLE-3 drafts trained against it, made on demand
+(``orchestrator lab build --target-class qwen3 --dir DIR``): copied from the package's shipped Qwen3 models
+(orchestrator/lab/qwen3_shipped.py), trained only when the recipe changed or ``--from-scratch`` asks.
 
 Why it exists: the flagship's capture reads follow the target's class through the installed engine
 (remote_probes/target_capture.py). With a Llama target only, every read lands in llama.py whatever that code does;
@@ -31,12 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserInputError
+from orchestrator.lab.qwen3_shipped import NOT_SHIPPED, SHIPPED_QWEN3, Qwen3Manifest, read_manifest
 from orchestrator.lab.qwen3_train import QWEN3_DRAFT, Qwen3Recipe, run_job
 from orchestrator.lab.train import DraftRecipe, ProgressFn
 
 #: the lab's target classes: the default (shipped) Llama and the on-demand Qwen3
 TARGET_CLASSES = ("llama", "qwen3")
 ARCHITECTURE = "Qwen3ForCausalLM"
+_NO_MANIFEST = Qwen3Manifest(format=0, built={}, models={})
 
 
 # -- cache and lab directory ---------------------------------------------------------------------------------------
@@ -48,28 +51,75 @@ def _code_hash() -> str:
                       sort_keys=True)
 
 
-def cached_qwen3_target(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe(),
-                        progress: ProgressFn | None = None) -> Path:
-    """The Qwen3 target, trained on first use and cached (``<cache>/lab-models/qwen3-<hash>/target``)."""
-    from orchestrator.lab.model_cache import _build_once, _digest, cache_root
+def _shipped_or_trained(final: Path, job: dict[str, Any], progress: ProgressFn | None, from_scratch: bool) -> Path:
+    """``final`` (a cache entry) made once: the package's shipped copy when it ships this very key
+    (orchestrator/lab/qwen3_shipped.py), else trained here; ``from_scratch`` trains even over a shipped copy."""
+    from orchestrator.lab import qwen3_shipped
+    from orchestrator.lab.model_cache import _build_once
+    from orchestrator.tree_removal import remove_tree
 
-    key = _digest({"qwen3": asdict(recipe), "seed": seed, "code": _code_hash()})
-    final = cache_root() / f"qwen3-{key}" / "target"
-    job = {"kind": "target", "seed": seed, "recipe": asdict(recipe)}
-    return _build_once(final, lambda tmp: run_job({**job, "out": str(tmp)}, progress))
+    name = f"{final.parent.name}/{final.name}"
+    if from_scratch and (final / qwen3_shipped.SHIPPED_MARK).exists():
+        remove_tree(final)  # a copy of the shipped model is not a training
+
+    def make(tmp: Path) -> Path:
+        if from_scratch or not qwen3_shipped.install(name, tmp):
+            run_job({**job, "out": str(tmp)}, progress)
+        return tmp
+
+    return _build_once(final, make)
 
 
-def cached_qwen3_draft(target_dir: Path, *, wiring: list[int], seed: int = 0, recipe: DraftRecipe = QWEN3_DRAFT,
-                       progress: ProgressFn | None = None) -> Path:
-    """A draft trained on ``wiring`` for the cached Qwen3 target, stored beside it."""
-    from orchestrator.lab.model_cache import _build_once, _digest
+def is_shipped_copy(model: Path) -> bool:
+    """Whether a cached model was copied from the package's shipped Qwen3 models, not trained here."""
+    from orchestrator.lab.qwen3_shipped import SHIPPED_MARK
+
+    return (model / SHIPPED_MARK).exists()
+
+
+
+
+
+def qwen3_target_entry(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe()) -> Path:
+    """Where the Qwen3 target of this recipe, seed and training code lives in the cache (made or not)."""
+    from orchestrator.lab.model_cache import _digest, cache_root
+
+    return cache_root() / f"qwen3-{_digest({'qwen3': asdict(recipe), 'seed': seed, 'code': _code_hash()})}" / "target"
+
+
+def qwen3_draft_entry(target_dir: Path, *, wiring: list[int], seed: int = 0,
+                      recipe: DraftRecipe = QWEN3_DRAFT) -> Path:
+    """Where the draft on ``wiring`` for the cached Qwen3 target lives: beside it (made or not)."""
+    from orchestrator.lab.model_cache import _digest
 
     key = _digest({"wiring": list(wiring), "seed": seed, "recipe": asdict(recipe),
                    "target": target_dir.parent.name, "code": _code_hash()})
-    final = target_dir.parent / f"draft-{key}"
+    return target_dir.parent / f"draft-{key}"
+
+
+def cached_qwen3_target(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe(), progress: ProgressFn | None = None,
+                        from_scratch: bool = False) -> Path:
+    """The Qwen3 target (``<cache>/lab-models/qwen3-<hash>/target``): shipped or trained on first use, cached."""
+    return _shipped_or_trained(qwen3_target_entry(seed=seed, recipe=recipe),
+                               {"kind": "target", "seed": seed, "recipe": asdict(recipe)}, progress, from_scratch)
+
+
+def cached_qwen3_draft(target_dir: Path, *, wiring: list[int], seed: int = 0, recipe: DraftRecipe = QWEN3_DRAFT,
+                       progress: ProgressFn | None = None, from_scratch: bool = False) -> Path:
+    """A draft on ``wiring`` for the cached Qwen3 target, stored beside it: shipped or trained on first use."""
     job = {"kind": "draft", "target_dir": str(target_dir), "wiring": list(wiring), "seed": seed,
            "recipe": asdict(recipe)}
-    return _build_once(final, lambda tmp: run_job({**job, "out": str(tmp)}, progress))
+    return _shipped_or_trained(qwen3_draft_entry(target_dir, wiring=wiring, seed=seed, recipe=recipe), job,
+                               progress, from_scratch)
+
+
+def shipped_entries() -> list[Path]:
+    """The cache entries the package ships for this recipe: the target and the drafts on the two trained wirings."""
+    from orchestrator.lab import build
+
+    target = qwen3_target_entry()
+    n = Qwen3Recipe().num_layers
+    return [target, *(qwen3_draft_entry(target, wiring=w) for w in (build.seed_wiring(n), build.sglang_wiring(n)))]
 
 
 def target_class_of(root: Path) -> str:
@@ -93,8 +143,10 @@ def _architecture(model: Path) -> str | None:
     return archs[0] if isinstance(archs[0], str) else None
 
 
-def build_qwen3_lab(base: Path, state: dict[str, Any], report: Any, timings: dict[str, float]) -> None:
-    """Make ``base`` a Qwen3 lab: the Qwen3 target, both trained drafts and the fault copies (what is missing).
+def build_qwen3_lab(base: Path, state: dict[str, Any], report: Any, timings: dict[str, float], *,
+                    from_scratch: bool = False) -> None:
+    """Make ``base`` a Qwen3 lab: the Qwen3 target, both trained drafts and the fault copies (what is missing); the
+    package's shipped Qwen3 models where it ships this recipe's (qwen3_shipped.py), unless ``from_scratch``.
 
     :raises UserInputError: ``base`` already holds a target of another class (a lab directory has one target)."""
     from orchestrator.lab import build
@@ -109,12 +161,19 @@ def build_qwen3_lab(base: Path, state: dict[str, Any], report: Any, timings: dic
     def target_progress(message: str, fraction: float) -> None:
         report("target", message, fraction)
 
-    trained = cached_qwen3_target(progress=target_progress)
+    trained = cached_qwen3_target(progress=target_progress, from_scratch=from_scratch)
     if not build.is_complete(target):
-        build.copy_model(trained, target)
+        build.copy_model(trained, target, skip=NOT_SHIPPED)
         timings["target"] = round(time.monotonic() - t0, 1)
-        state["origin"] = {"kind": "built", "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                           "target_class": "qwen3", "why": "--target-class qwen3 (built on demand, not calibrated)"}
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if is_shipped_copy(trained):
+            state["origin"] = {"kind": "shipped", "installed_at": when, "target_class": "qwen3",
+                               "from": str(SHIPPED_QWEN3), "built": (read_manifest() or _NO_MANIFEST).built,
+                               "why": "--target-class qwen3 (the package's shipped Qwen3 models, not calibrated)"}
+        else:
+            state["origin"] = {"kind": "built", "built_at": when, "target_class": "qwen3",
+                               "why": "--target-class qwen3 (" + ("--from-scratch" if from_scratch else
+                                                                  "built on demand") + ", not calibrated)"}
         state["target_seed"] = 0
     build.write_state(base, {**state, "format": build.LAB_FORMAT})  # the class is known before the drafts train
     n = build.num_layers_of(base)
@@ -129,10 +188,12 @@ def build_qwen3_lab(base: Path, state: dict[str, Any], report: Any, timings: dic
         def progress(message: str, fraction: float) -> None:
             report(f"draft {kind}", message, fraction)
 
-        made = cached_qwen3_draft(trained, wiring=wiring, progress=progress)
-        build.copy_model(made, drafts / kind)
+        made = cached_qwen3_draft(trained, wiring=wiring, progress=progress, from_scratch=from_scratch)
+        build.copy_model(made, drafts / kind, skip=NOT_SHIPPED)
         timings[f"draft {kind}"] = round(time.monotonic() - t0, 1)
-        report(f"draft {kind}", f"draft {kind} ready (trained on hidden_states {wiring} of the Qwen3 target)", 1.0)
+        how = "shipped" if is_shipped_copy(made) else "trained here"
+        report(f"draft {kind}", f"draft {kind} ready ({how}: trained on hidden_states {wiring} of the Qwen3 "
+                                "target)", 1.0)
 
     # the two drafts are independent one-thread child processes: trained side by side, as two cores allow
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -62,7 +62,7 @@ class Manifest(BaseModel):
     fingerprint: dict[str, Any]            # the calibrating machine's bits (see fingerprint())
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -87,7 +87,7 @@ def check_files(manifest: Manifest, root: Path = SHIPPED_DIR) -> list[str]:
     bad = []
     for rel, want in sorted(manifest.files.items()):
         path = root / rel
-        if not path.is_file() or _sha256(path) != want:
+        if not path.is_file() or sha256_of(path) != want:
             bad.append(rel)
     return bad
 
@@ -229,7 +229,7 @@ def write_shipped(base: Path, dest: Path, state: dict[str, Any]) -> Manifest:
         drafts[kind] = {"seed": recipe.get("seed"), "steps": recipe.get("steps")}
     for marker in tmp.rglob(".complete"):
         marker.unlink()
-    files = {p.relative_to(tmp).as_posix(): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    files = {p.relative_to(tmp).as_posix(): sha256_of(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     manifest = Manifest(
         format=MANIFEST_FORMAT, recipe_hash=recipe_hash(),
         built={"at": state.get("built_at") or _now(), "python": sys.version.split()[0],

@@ -1,5 +1,5 @@
 """The flagship follows a non-Llama target class end to end: the lab's on-demand Qwen3 target
-(``orchestrator lab build --target-class qwen3``: orchestrator/lab/qwen3_lab.py, 8 layers) with its seed-wiring draft,
+(``orchestrator lab build --target-class qwen3``: orchestrator/lab/qwen3_lab.py, 8 layers, shipped) with its seed-wiring draft,
 served by the lab's SGLang stand-in (0.5.12.post1) as a real host looks (no lab-only fixed flags).
 
 What only a Qwen3 target shows: SGLang 0.5.12.post1 runs ``Qwen3ForCausalLM.set_eagle3_layers_to_capture``
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import cache_dir, seed_wiring, sglang_wiring
+from orchestrator.lab.build import cache_dir, read_state, seed_wiring, sglang_wiring
 from orchestrator.lab.builder import build_lab
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
@@ -51,9 +51,11 @@ class Run:
 
 @pytest.fixture(scope="session")
 def qwen3_lab() -> Path:
-    """The Qwen3 lab of this worker (trained once into the model cache, a few minutes on 2 cores; copied after)."""
+    """The Qwen3 lab of this worker: the package's shipped Qwen3 models, copied (tests/lab/test_qwen3_shipped.py
+    holds them to the recipe; tests/lab/test_training_recipe.py trains the recipe at a reduced size)."""
     root = cache_dir() / f"lab-qwen3-test-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
     build_lab("seed-wiring", root=root, target_class="qwen3")
+    assert read_state(root)["origin"]["kind"] == "shipped", read_state(root)["origin"]
     return root
 
 

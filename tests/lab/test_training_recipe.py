@@ -36,19 +36,43 @@ def test_the_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) -> Non
     assert dfacts["loss_last"] < dfacts["loss_first"], dfacts
     assert json.loads((draft / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]
 
-    # what it wrote is a lab: the server's engine loads both and speculative decoding is lossless
+    _serves_losslessly(target, draft, seed_wiring(n), "LlamaForCausalLM")
+
+
+def test_the_qwen3_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) -> None:
+    """The Qwen3 lab's own training code (orchestrator/lab/qwen3_train.py): the shipped Qwen3 models
+    (tests/lab/test_qwen3_shipped.py) mean CI would otherwise never train it."""
+    from dataclasses import asdict
+
+    from orchestrator.lab.qwen3_train import Qwen3Recipe, run_job
+
+    small = Qwen3Recipe(num_layers=4, corpus_bytes=300_000, steps=30)
+    target = run_job({"kind": "target", "seed": 0, "recipe": asdict(small), "out": str(tmp_path / "target")}, None)
+    facts = json.loads((target / "lab_recipe.json").read_text())
+    assert facts["target_class"] == "qwen3" and facts["loss_last"] < facts["loss_first"] - 0.3, facts
+    assert json.loads((target / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
+    wiring = seed_wiring(small.num_layers)
+    draft = run_job({"kind": "draft", "target_dir": str(target), "wiring": wiring, "seed": 0,
+                     "recipe": asdict(SMALL_DRAFT), "out": str(tmp_path / "draft")}, None)
+    dfacts = json.loads((draft / "lab_recipe.json").read_text())
+    assert dfacts["loss_last"] < dfacts["loss_first"], dfacts
+    _serves_losslessly(target, draft, wiring, "Qwen3ForCausalLM")
+
+
+def _serves_losslessly(target: Path, draft: Path, wiring: list[int], architecture: str) -> None:
+    """What training wrote is a lab: the server's engine loads both and speculative decoding is lossless."""
     from orchestrator.lab.model_runner import LabModelRunner
     from orchestrator.lab.server_args import build_parser, resolve
 
     def models(*flags: str) -> LabModelRunner:
         ns = build_parser().parse_args(["--model-path", str(target), *flags])
-        return LabModelRunner(resolve(ns, target_architecture="LlamaForCausalLM"), log=logging.getLogger("t").debug)
+        return LabModelRunner(resolve(ns, target_architecture=architecture), log=logging.getLogger("t").debug)
 
     prompt = json.loads((target / "prompts.json").read_text())[0]
     plain = models()
     spec = models("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft),
                   "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-                  "--speculative-num-draft-tokens", "4", "--lab-capture-layers", ",".join(map(str, seed_wiring(n))))
+                  "--speculative-num-draft-tokens", "4", "--lab-capture-layers", ",".join(map(str, wiring)))
     ids = plain.tokenizer(prompt)["input_ids"]
     kwargs = {"max_new_tokens": 24, "stop": [], "stop_token_ids": [], "ignore_eos": True}
     want = plain.generate(ids, **kwargs).output_ids
