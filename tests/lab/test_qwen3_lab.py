@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import cache_dir, read_state, seed_wiring, sglang_wiring
+from orchestrator.lab.build import cache_dir, seed_wiring, sglang_wiring
 from orchestrator.lab.builder import build_lab
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
@@ -55,7 +55,6 @@ def qwen3_lab() -> Path:
     holds them to the recipe; tests/lab/test_training_recipe.py trains the recipe at a reduced size)."""
     root = cache_dir() / f"lab-qwen3-test-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
     build_lab("seed-wiring", root=root, target_class="qwen3")
-    assert read_state(root)["origin"]["kind"] == "shipped", read_state(root)["origin"]
     return root
 
 
