@@ -38,7 +38,8 @@ def build_cmd(
     --from-scratch, trained and calibrated here)."""
     from rich.console import Console
 
-    from orchestrator.lab.build import SCENARIO_NAMES, build_lab, check_scenario, lab_dir, read_state
+    from orchestrator.lab.build import SCENARIO_NAMES, check_scenario, lab_dir, read_state
+    from orchestrator.lab.builder import build_lab
     from orchestrator.lab.qwen3_lab import check_target_class
 
     names = list(SCENARIO_NAMES) if scenario == "all" else [check_scenario(scenario)]
