@@ -9,7 +9,7 @@ Over a loopback sshd (started here, keys per run) with the SshTransport, on the 
   * 1 range vs 50 ranges in one call through the agent, and bench/read_batch.py's mix (48 ranges, a symbol, a regex
     range) both ways: the symbol read parses the file's AST, real work that no transport removes;
   * the agent's bare round trip (``ping``: a JSON line each way, no fork);
-and, on the local transport, an ad-hoc ``read_source`` step as the TUI's R key runs it (``Engine.run_step`` of an
+and, on the local transport, an ad-hoc ``read_source`` step as the TUI's R key runs it (``PlaybookRunner.run_step`` of an
 ad-hoc step: event emission, the step, rendering of the read into text; Textual's own paint is not included).
 """
 
@@ -31,12 +31,12 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from sshd_fixture import start_sshd  # noqa: E402
 
-from orchestrator.engine.runner import EngineOptions  # noqa: E402
 from orchestrator.inventory import HostSpec, Inventory  # noqa: E402
 from orchestrator.lab.build import cached_sglang_tree  # noqa: E402
 from orchestrator.playbook.loader import load_playbook_text  # noqa: E402
 from orchestrator.probes.invoke import run_probe  # noqa: E402
-from orchestrator.session.compose import compose_engine  # noqa: E402
+from orchestrator.runner.playbook_runner import RunnerOptions  # noqa: E402
+from orchestrator.session.compose import compose_runner  # noqa: E402
 from orchestrator.transport.ssh import SshTransport  # noqa: E402
 
 FILE = "srt/speculative/eagle_worker.py"
@@ -89,8 +89,8 @@ async def over_ssh(root: Path, tree: Path, repeat: int) -> dict[str, list[float]
 async def adhoc_read(root: Path, tree: Path, repeat: int) -> list[float]:
     inventory = Inventory.model_validate({"hosts": {"localhost": {"transport": "local", "python": sys.executable,
                                                                   "state_dir": str(root / "state")}}})
-    engine = compose_engine(load_playbook_text("name: adhoc\nhosts: localhost\nsteps: []\n"), inventory=inventory, sinks=[],
-                    options=EngineOptions(session_id="adhoc-bench"))
+    engine = compose_runner(load_playbook_text("name: adhoc\nhosts: localhost\nsteps: []\n"), inventory=inventory, sinks=[],
+                    options=RunnerOptions(session_id="adhoc-bench"))
     args = {"package": "sglang", "file": FILE, "lines": "155,200", "sys_path": [str(tree)]}
     samples = []
     try:

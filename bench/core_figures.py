@@ -4,7 +4,7 @@
 
 Prints (1) the median wall time of `python -m orchestrator --help` over N fresh subprocesses, and
 (2) events/s written by SessionLog (events.jsonl + outputs/, fsync at every step boundary) for
-100k Output events in 100 steps, fed straight to the sink and through Engine.emit (numbering,
+100k Output events in 100 steps, fed straight to the sink and through PlaybookRunner.emit (numbering,
 redaction and re-validation, i.e. what a real run pays per output chunk).
 """
 
@@ -64,14 +64,14 @@ def sink_rate(stream: list) -> tuple[float, int]:
 
 
 def engine_rate(stream: list) -> float:
-    from orchestrator.engine import EngineOptions
     from orchestrator.playbook.models import Playbook
-    from orchestrator.session.compose import compose_engine
+    from orchestrator.runner import RunnerOptions
+    from orchestrator.session.compose import compose_runner
     from orchestrator.session.log import SessionLog
 
     with tempfile.TemporaryDirectory() as tmp:
-        engine = compose_engine(Playbook(name="bench"), sinks=[SessionLog(Path(tmp))],
-                        options=EngineOptions(session_id="bench"))
+        engine = compose_runner(Playbook(name="bench"), sinks=[SessionLog(Path(tmp))],
+                        options=RunnerOptions(session_id="bench"))
         engine.redactor.add("not-in-the-output-but-checked-s3cret")
         started = time.perf_counter()
         for event in stream:
@@ -95,7 +95,7 @@ def main() -> None:
     rate, size = sink_rate(stream)
     print(f"SessionLog sink: {rate:,.0f} events/s ({len(stream):,} events, {args.steps} fsync'd step boundaries, "
           f"events.jsonl {size / 1e6:.1f} MB)")
-    print(f"Engine.emit -> SessionLog (redaction + validation): {engine_rate(stream):,.0f} events/s")
+    print(f"PlaybookRunner.emit -> SessionLog (redaction + validation): {engine_rate(stream):,.0f} events/s")
 
 
 if __name__ == "__main__":

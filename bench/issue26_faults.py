@@ -28,7 +28,7 @@ from orchestrator.lab.inventory import ensure_lab, lab_inventory  # noqa: E402
 from orchestrator.lab.vllm_lab import vllm_scenarios  # noqa: E402
 from orchestrator.playbook.loader import load_playbook  # noqa: E402
 from orchestrator.session.reader import read_session  # noqa: E402
-from orchestrator.session.recording import build_engine, run_with_signals, write_reports  # noqa: E402
+from orchestrator.session.recording import build_runner, run_with_signals, write_reports  # noqa: E402
 
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
 FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
@@ -59,7 +59,7 @@ async def run(engine: str, scenario: str, root: Path, host_dir: str | None, work
               extra: dict[str, Any]) -> dict[str, Any]:
     inventory = _inventory(engine, scenario, root, host_dir, work / scenario / "run")
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
-    flagship, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=work / scenario / "sessions",
+    flagship, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=work / scenario / "sessions",
                                        extra_vars=extra)
     started = time.monotonic()
     outcome = await run_with_signals(flagship)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.lab.build import build_lab, seed_wiring  # noqa: E402
+from orchestrator.lab.build import seed_wiring  # noqa: E402
+from orchestrator.lab.builder import build_lab  # noqa: E402
 from orchestrator.lab.server_process import start_server  # noqa: E402
 
 

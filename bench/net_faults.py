@@ -35,10 +35,10 @@ from netns import NamespacedHost, make_host, netns_missing_reason  # noqa: E402
 from ssh_overhead import StepClock  # noqa: E402
 from tcp_delay_proxy import start_proxy  # noqa: E402
 
-from orchestrator.engine.runner import EngineOptions  # noqa: E402
 from orchestrator.inventory import Inventory  # noqa: E402
 from orchestrator.playbook.loader import load_playbook_text  # noqa: E402
-from orchestrator.session.compose import compose_engine  # noqa: E402
+from orchestrator.runner.playbook_runner import RunnerOptions  # noqa: E402
+from orchestrator.session.compose import compose_runner  # noqa: E402
 from tests.reliability.link_cut import cut_mid_step, inventory  # noqa: E402
 
 Endpoint = tuple[NamespacedHost, str, int]  # the host, and the address and port to dial (sshd or a proxy)
@@ -69,8 +69,8 @@ def _inventory(endpoints: list[Endpoint]) -> Inventory:
 async def engine_steps(endpoints: list[Endpoint], steps: int) -> float:
     text = "name: bench\nhosts: gpus\nsteps:\n" + "".join("  - shell: 'true'\n" for _ in range(steps + 1))
     clock = StepClock()
-    engine = compose_engine(load_playbook_text(text), inventory=_inventory(endpoints[:1]), sinks=[clock],
-                    options=EngineOptions(session_id=f"net-{time.time_ns()}"))
+    engine = compose_runner(load_playbook_text(text), inventory=_inventory(endpoints[:1]), sinks=[clock],
+                    options=RunnerOptions(session_id=f"net-{time.time_ns()}"))
     await engine.run()
     assert set(clock.statuses) == {"ok"}, clock.statuses
     return (clock.finished[-1] - clock.finished[0]) / steps
@@ -92,9 +92,9 @@ async def raw_steps(endpoints: list[Endpoint], steps: int) -> float:
 async def fan_out(endpoints: list[Endpoint]) -> tuple[float, float]:
     """(cold, warm) seconds of one `shell: true` step on all the endpoints."""
     clock = StepClock()
-    engine = compose_engine(load_playbook_text("name: fan\nhosts: gpus\nsteps:\n  - shell: 'true'\n  - shell: 'true'\n"),
+    engine = compose_runner(load_playbook_text("name: fan\nhosts: gpus\nsteps:\n  - shell: 'true'\n  - shell: 'true'\n"),
                     inventory=_inventory(endpoints), sinks=[clock],
-                    options=EngineOptions(session_id=f"fan-{time.time_ns()}"))
+                    options=RunnerOptions(session_id=f"fan-{time.time_ns()}"))
     started = time.perf_counter()
     await engine.run()
     assert set(clock.statuses) == {"ok"}, clock.statuses
@@ -104,10 +104,10 @@ async def fan_out(endpoints: list[Endpoint]) -> tuple[float, float]:
 async def probe_steps(endpoints: list[Endpoint]) -> tuple[float, float]:
     """(cold, warm) seconds of an env_info probe step: cold pushes the probe tree and starts the agent."""
     clock = StepClock()
-    engine = compose_engine(load_playbook_text("name: probe\nhosts: gpus\nsteps:\n  - shell: 'true'\n"
+    engine = compose_runner(load_playbook_text("name: probe\nhosts: gpus\nsteps:\n  - shell: 'true'\n"
                                        "  - probe: env_info\n  - probe: env_info\n"),
                     inventory=_inventory(endpoints[:1]), sinks=[clock],
-                    options=EngineOptions(session_id=f"probe-{time.time_ns()}"))
+                    options=RunnerOptions(session_id=f"probe-{time.time_ns()}"))
     await engine.run()
     assert set(clock.statuses) == {"ok"}, clock.statuses
     return clock.finished[1] - clock.finished[0], clock.finished[2] - clock.finished[1]

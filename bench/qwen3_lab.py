@@ -55,11 +55,11 @@ async def _flagship(engine: str, root: Path, work: Path, vllm_host: str | None) 
     from orchestrator.hypotheses.board import HypothesisBoard
     from orchestrator.playbook.loader import load_playbook
     from orchestrator.session.reader import read_session
-    from orchestrator.session.recording import build_engine, run_with_signals, write_reports
+    from orchestrator.session.recording import build_runner, run_with_signals, write_reports
 
     inventory = _inventory(engine, root, work, vllm_host)
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
-    runner, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=work / f"sessions-{engine}")
+    runner, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=work / f"sessions-{engine}")
     started = time.monotonic()
     outcome = await run_with_signals(runner)
     seconds = round(time.monotonic() - started, 1)
@@ -88,7 +88,7 @@ async def _flagship(engine: str, root: Path, work: Path, vllm_host: str | None) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orchestrator.lab import build
+    from orchestrator.lab import build, builder
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engine", action="append", choices=ENGINES, help="repeatable; default: all three")
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     ns = p.parse_args(argv)
     work = ns.work or Path(tempfile.mkdtemp(prefix="qwen3-lab-"))
-    build.build_lab("seed-wiring", root=ns.lab_root, target_class="qwen3")
+    builder.build_lab("seed-wiring", root=ns.lab_root, target_class="qwen3")
     rows = []
     for engine in ns.engine or ENGINES:
         row = asyncio.run(_flagship(engine, ns.lab_root, work, ns.vllm_host))

@@ -91,7 +91,8 @@ def server_run(directory: Path, nodes: int, env: dict[str, str], lab_root: Path)
 
 def server_figures(cluster: object, env: dict[str, str], runs: int) -> None:
     try:
-        from orchestrator.lab.build import build_lab, cache_dir
+        from orchestrator.lab.build import cache_dir
+        from orchestrator.lab.builder import build_lab
     except ImportError as exc:
         print(f"server figures skipped: {exc}")
         return

@@ -34,11 +34,11 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import asyncssh  # noqa: E402
 from sshd_fixture import SshdServer, start_sshd  # noqa: E402
 
-from orchestrator.engine.runner import EngineOptions  # noqa: E402
 from orchestrator.events import Event  # noqa: E402
 from orchestrator.inventory import Inventory  # noqa: E402
 from orchestrator.playbook.loader import load_playbook_text  # noqa: E402
-from orchestrator.session.compose import compose_engine  # noqa: E402
+from orchestrator.runner.playbook_runner import RunnerOptions  # noqa: E402
+from orchestrator.session.compose import compose_runner  # noqa: E402
 
 STEPS = 200
 CACHE = Path(os.environ.get("ORCHESTRATOR_CACHE_DIR", "~/.cache/orchestrator")).expanduser() / "bench"
@@ -70,8 +70,8 @@ async def engine_steps(server: SshdServer, steps: int) -> float:
     """Seconds per step for ``steps`` trivial shell steps on one host (after a warm-up step that connects)."""
     text = "name: bench\nhosts: bench\nsteps:\n" + "".join("  - shell: 'true'\n" for _ in range(steps + 1))
     clock = StepClock()
-    engine = compose_engine(load_playbook_text(text), inventory=inventory(server, 1), sinks=[clock],
-                    options=EngineOptions(session_id=f"bench-{time.time_ns()}"))
+    engine = compose_runner(load_playbook_text(text), inventory=inventory(server, 1), sinks=[clock],
+                    options=RunnerOptions(session_id=f"bench-{time.time_ns()}"))
     await engine.run()
     assert set(clock.statuses) == {"ok"}, clock.statuses
     return (clock.finished[-1] - clock.finished[0]) / steps
@@ -81,8 +81,8 @@ async def engine_fan_out(server: SshdServer, hosts: int) -> tuple[float, float]:
     """(cold, warm) seconds for one step on ``hosts`` hosts: cold includes connecting, warm reuses it."""
     text = "name: fan\nhosts: bench\nsteps:\n  - shell: 'true'\n  - shell: 'true'\n"
     clock = StepClock()
-    engine = compose_engine(load_playbook_text(text), inventory=inventory(server, hosts), sinks=[clock],
-                    options=EngineOptions(session_id=f"fan-{time.time_ns()}", forks=max(16, hosts)))
+    engine = compose_runner(load_playbook_text(text), inventory=inventory(server, hosts), sinks=[clock],
+                    options=RunnerOptions(session_id=f"fan-{time.time_ns()}", forks=max(16, hosts)))
     started = time.perf_counter()
     await engine.run()
     assert set(clock.statuses) == {"ok"}, clock.statuses

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from orchestrator.events import Output  # noqa: E402
 from orchestrator.inventory import Inventory  # noqa: E402
 from orchestrator.playbook.models import Playbook, Step  # noqa: E402
-from orchestrator.session.recording import build_engine  # noqa: E402
+from orchestrator.session.recording import build_runner  # noqa: E402
 from orchestrator.tui.app import OrchestratorApp  # noqa: E402
 from orchestrator.tui.control import Controller  # noqa: E402
 from orchestrator.tui.messages import TuiSink  # noqa: E402
@@ -36,7 +36,7 @@ async def bench(lines: int, chunk: int, cap: int, presses: int, trace: bool) -> 
     pb = Playbook(name="stream", hosts="localhost",
                   steps=[Step(action="set", args={"x": 1}, name="stream target", step_id="s1")])
     sink = TuiSink()
-    engine, _ = build_engine(pb, Inventory(), sinks=[sink], sessions_dir=tmp)
+    engine, _ = build_runner(pb, Inventory(), sinks=[sink], sessions_dir=tmp)
     controller = Controller(engine, start_mode="running")
     app = OrchestratorApp(controller=controller, sink=sink, line_cap=cap)
     answered: list[float] = []

@@ -73,11 +73,21 @@ def real_vllm_inventory_file(scenario: str, where: str | None, directory: Path) 
 
 def replay(grid: dict, verify: int, *, baseline_given: bool = False) -> dict:
     """What ``tune`` with ``verify`` would have measured and recommended: the grid run's baseline, its probe, and its
-    restarts for the ``verify`` best predictions that are not the probe (the first of its verify restarts)."""
+    first restarts while each is the best unmeasured of the model's top ``verify`` at that pick (the grid run and
+    the tuner refit the same model from the same measurements, so their rankings agree pick by pick)."""
     counted = grid["restarts_counted"]
-    top = counted["top_predicted"][:verify]
+    probe_k = next(r["k"] for r in grid["rows"] if r.get("probe"))
+    measured, top = {probe_k}, []
+    # one ranking per pick, and one more where the grid stopped: the picks bound the loop
+    for ranking, pick in zip(counted.get("rankings") or [], counted["verify"], strict=False):
+        pending = [k for k in ranking[:verify] if k not in measured]
+        if len(top) >= verify or not pending:
+            break
+        assert pending[0] == pick, (pending, pick)  # the first unmeasured of the ranking is the grid's pick
+        top.append(pick)
+        measured.add(pick)
     rows = [dict(r) for r in grid["rows"]]
-    kept = {r["k"] for r in rows if r.get("probe")} | set(top)
+    kept = measured
     for r in rows:
         r.pop("recommended", None)
         if r["k"] not in kept:

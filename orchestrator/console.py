@@ -70,7 +70,7 @@ class _LineWriter:
             text = "".join(t for t, _ in segments)
         else:
             text = "".join(_styled(t, st, style, system) for t, st in segments)
-        # One write of the whole line, as Console.print does; sinks are called from the engine's one thread.
+        # One write of the whole line, as Console.print does; sinks are called from the runner's one thread.
         console.file.write(text + "\n")
         console.file.flush()
 

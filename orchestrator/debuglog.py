@@ -62,7 +62,7 @@ FILTER = RedactingFilter()
 
 
 def watch(redactor: Redactor) -> None:
-    """Mask ``redactor``'s secrets in debug lines for as long as it lives (an engine's, for its session)."""
+    """Mask ``redactor``'s secrets in debug lines for as long as it lives (a runner's, for its session)."""
     FILTER.watch(redactor)
 
 

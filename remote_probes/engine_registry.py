@@ -19,12 +19,15 @@ import importlib.metadata as metadata
 import importlib.util
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-try:
-    from eagle3_config import VARIANT_FLAGS
-except ImportError:  # imported as part of the remote_probes package
+if TYPE_CHECKING:  # the checker reads the package
     from .eagle3_config import VARIANT_FLAGS
+else:
+    try:  # imported as part of the remote_probes package (the orchestrator, the lab server) ...
+        from .eagle3_config import VARIANT_FLAGS
+    except ImportError:  # ... or as a sibling script on the remote host
+        from eagle3_config import VARIANT_FLAGS
 
 _MAX_FILE = 4 * 1024 * 1024
 

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import realparts
+
+# One OpenMP thread per process the suite starts, unless the caller chose. The suite runs two xdist workers on two
+# cores (the README's `-n 2`), and a process's second thread then spins against the other worker: the lab's draft
+# test took 32 s at one thread and 339 s at two at load 8.8 (orchestrator/lab/inventory.py LAB_THREADS, which the
+# lab host sets itself). This gives the same to what the lab host's environment does not reach: the real-vLLM host's
+# probes (its draft test took 102.8 s and its reconcile 64.2 s in CI at two threads), the probes the tests run as
+# subprocesses, torch in the test processes. vLLM's own workers already serve at one thread ("Reducing Torch threads
+# from 2 to 1 for serving", tests/servers/data/vllm-0.32.0-start-ok.log). Set before any test module imports torch.
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 
 SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 LAB_FIXTURES = {"lab", "lab_models"}  # fixtures that build the lab or train its models

@@ -1,4 +1,4 @@
-"""The registry of step kinds. Adding a kind = one module + one line here; the engine never changes."""
+"""The registry of step kinds. Adding a kind = one module + one line here; the playbook runner never changes."""
 
 from __future__ import annotations
 

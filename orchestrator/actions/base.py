@@ -1,7 +1,7 @@
 """The contract every step kind implements. One module per kind, registered in ``actions/__init__``.
 
 An action turns its (rendered, validated) arguments into work on one host through ``ActionContext``
-and returns a result dict, which the engine registers and records. Failure is ``StepFailed`` with a
+and returns a result dict, which the runner registers and records. Failure is ``StepFailed`` with a
 message and whatever result is worth keeping (a failed shell command still has its output).
 """
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 class StepServices(Protocol):
     """The session's services a step (and an ad-hoc poke) may use. Built where the session is composed
-    (``orchestrator.session.compose``), handed to the engine, which passes them on without knowing them."""
+    (``orchestrator.session.compose``), handed to the runner, which passes them on without knowing them."""
 
     @property
     def servers(self) -> ServerManager: ...  # the servers this session started; stopped at its end unless kept
@@ -44,7 +44,7 @@ class ActionArgs(BaseModel):
     @classmethod
     def secret_values(cls, args: Any) -> list[str]:
         """Values in these arguments (raw or rendered, a dict) that are secrets whatever their name (a server's API
-        key): the engine redacts them everywhere. Secret-named ``env`` entries are the engine's own rule."""
+        key): the runner redacts them everywhere. Secret-named ``env`` entries are the runner's own rule."""
         return []
 
 
@@ -79,7 +79,7 @@ class ActionContext:
     timeout: float | None = None
     #: the step's hosts in order (``host`` among them): a step that runs once over several (``server: {nodes: N}``)
     step_hosts: list[str] = field(default_factory=list)
-    #: another host's spec and connected transport (the session's, shared with its steps); None outside an engine
+    #: another host's spec and connected transport (the session's, shared with its steps); None outside a runner
     peer: Callable[[str], Awaitable[tuple[HostSpec, Transport]]] | None = None
 
     def output(self, text: str, stream: OutputStream = "info") -> None:
@@ -109,7 +109,7 @@ class Action(ABC, Generic[A]):
 
     @classmethod
     def secret_values(cls, args: Any) -> list[str]:
-        """This step's secret argument values (its ``Args.secret_values``): what the engine must redact."""
+        """This step's secret argument values (its ``Args.secret_values``): what the runner must redact."""
         found = getattr(cls.Args, "secret_values", None)
         return list(found(args)) if callable(found) else []
 

@@ -133,23 +133,49 @@ class TuneAction(Action[TuneArgs]):
             model = fit(baseline, probe, k_probe, served_profile(probe_result))
         except ValueError as exc:
             raise StepFailed(f"tune: {exc}") from None
-        predictions = {p.k: p for p in predict(model, sorted(set(ks + [k_probe])))}
+        grid = sorted(set(ks + [k_probe]))
+        predictions = {p.k: p for p in predict(model, grid)}
         measured: dict[int, dict[str, Any]] = {k_probe: probe_result}
-        # the `verify` best predicted configurations are checked; the probe is one already (measured, not restarted)
+        # Up to `verify` restarts, one at a time: the best predicted configuration not measured yet among the model's
+        # current top `verify` (the probe is measured already: it is one of them when it ranks there). Each
+        # measurement refits the per-cycle and per-token costs (cost_model: a second chain length tells them
+        # apart), so the next pick is the better model's; each verified point keeps the prediction made BEFORE it
+        # was measured, the only one its measurement tests.
         top = sorted(predictions, key=lambda k: -predictions[k].tok_s)[:args.verify]
-        verified = [k for k in top if k not in measured]
-        for k in verified:
+        verified: list[int] = []
+        before: dict[int, Any] = {}
+        rankings: list[list[int]] = []  # the model's ranking at each pick (bench/tune_vs_grid.py --replay reads it)
+        while len(verified) < args.verify:
+            ranking = sorted(predictions, key=lambda k: -predictions[k].tok_s)
+            rankings.append(ranking)
+            pending = [k for k in ranking[:args.verify] if k not in measured]
+            if not pending:
+                break
+            k = pending[0]
+            before[k] = predictions[k]
             measured[k] = await self._measure(args, ctx, adapter, base_spec, client_python, auto, f"k={k}",
                                               chain_flags(args.flags, k), tolerate=True)
+            verified.append(k)
             restarts += 1
+            points = {m: requests_of(r, speculative=True) for m, r in measured.items()
+                      if m != k_probe and r.get("status") == "ok"}
+            try:
+                model = fit(baseline, probe, k_probe, served_profile(probe_result), points=points)
+            except ValueError as exc:  # a verify point without usable requests: say so, keep the last model
+                ctx.output(f"tune [k={k}]: not used to refit the costs ({exc})\n")
+            predictions = {p.k: p for p in predict(model, grid)}
+        final = dict(predictions)
+        predictions.update(before)
         base_rate, base_ci = per_request_rate(baseline)
         result = self._summary(args, model, predictions, measured, base_rate, base_ci, k_probe)
+        for row in result["rows"]:  # the curve of the last model (every measurement in it), beside the prediction
+            row.update(model_tok_s=final[row["k"]].tok_s, model_tok_s_ci=final[row["k"]].tok_s_ci)  # made before
         result.update(restarts=restarts, baseline={"tok_s": base_rate, "tok_s_ci": base_ci, "source": base_source},
                       restarts_counted={"baseline": int(base_source == "measured"), "probe": 1,
-                                        "verify": verified, "top_predicted": top,
+                                        "verify": verified, "top_predicted": top, "rankings": rankings,
                                         "what": "server starts of this step: the no-speculation baseline (unless "
                                                 "given), the probe at k_probe, and each top prediction not "
-                                                "already measured"})
+                                                "already measured, one at a time, the costs refitted after each"})
         # before the recommendation, which stays the last line (the playbooks' `because`)
         result["lines"].insert(len(result["lines"]) - 1 if result["recommended"] else len(result["lines"]),
                                f"tune: {restarts} server starts (baseline {base_source}; the probe k={k_probe}; "
@@ -202,10 +228,13 @@ class TuneAction(Action[TuneArgs]):
             rows.append(row)
         done = [r for r in rows if r.get("measured_tok_s") is not None]
         best = max(done, key=lambda r: r["measured_tok_s"]) if done else None
+        per_cycle = (f"speculation adds {model.c0 * 1000:.1f} ms [{model.c0_ci[0] * 1000:.1f}, "
+                     f"{model.c0_ci[1] * 1000:.1f}] per cycle and " if len(model.ks_fitted) > 1 else
+                     "(one chain length measured: no per-cycle cost can be told apart, assumed 0) ")
         lines = [f"tune: cost per plain step {model.t1 * 1000:.1f} ms [{model.t1_ci[0] * 1000:.1f}, "
-                 f"{model.t1_ci[1] * 1000:.1f}], each draft token adds {model.c * 1000:.1f} ms "
-                 f"[{model.c_ci[0] * 1000:.1f}, {model.c_ci[1] * 1000:.1f}]; acceptance profile: "
-                 f"{model.profile_source}"]
+                 f"{model.t1_ci[1] * 1000:.1f}], {per_cycle}each draft token adds {model.c * 1000:.1f} ms "
+                 f"[{model.c_ci[0] * 1000:.1f}, {model.c_ci[1] * 1000:.1f}] (fitted on k={model.ks_fitted}); "
+                 f"acceptance profile: {model.profile_source}"]
         for r in rows:
             measured_text = (f"measured {r['measured_tok_s']:.1f} [{r['measured_tok_s_ci'][0]:.1f}, "
                              f"{r['measured_tok_s_ci'][1]:.1f}] ({'agrees' if r['agrees'] else 'DISAGREES'})"
@@ -226,7 +255,8 @@ class TuneAction(Action[TuneArgs]):
             if beats == "no":
                 lines.append(f"tune: no configuration beats the baseline ({base_rate:.1f} tok/s [{base_ci[0]:.1f}, "
                              f"{base_ci[1]:.1f}]): the best, k={best['k']}, measured {best['measured_tok_s']:.1f}; "
-                             f"each draft token costs {model.c / model.t1:.2f} plain steps and the draft's acceptance "
+                             f"speculating costs {model.c0 / model.t1:.2f} plain steps per cycle and each draft token "
+                             f"{model.c / model.t1:.2f} more, and the draft's acceptance "
                              f"({', '.join(f'{x:.2f}' for x in model.profile)}) does not repay it")
             else:
                 lines.append(f"tune: recommended k={best['k']}: {best['measured_tok_s']:.1f} tok/s measured "
@@ -235,6 +265,7 @@ class TuneAction(Action[TuneArgs]):
                              + (f"; tied on intervals with k={tied}" if tied else ""))
         return {"rows": rows, "recommended": recommended, "lines": lines,
                 "cost": {"t1_s": round(model.t1, 6), "t1_ci": model.t1_ci, "c_s": round(model.c, 6), "c_ci": model.c_ci,
+                         "c0_s": round(model.c0, 6), "c0_ci": model.c0_ci, "ks_fitted": model.ks_fitted,
                          "k_probe": k_probe},
                 "profile": {"rates": [round(x, 4) for x in model.profile], "source": model.profile_source},
                 # the probe's prediction is fitted to its own benchmark, so only the other points test the model

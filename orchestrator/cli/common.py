@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: error panels, inventory resolution, extra vars, running the engine with signals."""
+"""Shared CLI plumbing: error panels, inventory resolution, extra vars, running the session with signals."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
 
     try:
         names = inv.resolve(hosts)
-    except OrchestratorError:  # a bad host pattern: the engine reports it, located, when the run starts
+    except OrchestratorError:  # a bad host pattern: the runner reports it, located, when the run starts
         return
     if "lab" not in names or "lab" not in getattr(inv, "hosts", {}):
         return

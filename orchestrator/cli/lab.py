@@ -38,14 +38,15 @@ def build_cmd(
     --from-scratch, trained and calibrated here)."""
     from rich.console import Console
 
-    from orchestrator.lab.build import SCENARIO_NAMES, build_lab, check_scenario, lab_dir, read_state
+    from orchestrator.lab.build import SCENARIO_NAMES, check_scenario, lab_dir, read_state
+    from orchestrator.lab.builder import build_lab
     from orchestrator.lab.qwen3_lab import check_target_class
 
     names = list(SCENARIO_NAMES) if scenario == "all" else [check_scenario(scenario)]
     check_target_class(target_class)
     if ship and not (from_scratch and (scenario == "all" or target_class == "qwen3")):
-        raise UserInputError("--ship writes the package's models: use it with --from-scratch (and, for the default "
-                             "lab, --scenario all)")
+        raise UserInputError("--ship writes the package's models: use it with --from-scratch --scenario all (the "
+                             "Qwen3 lab: --target-class qwen3 --from-scratch)")
     console = Console(stderr=True)
     progress, report = build_progress()  # Rich bars on a terminal, else a plain line per stage and 10 %
     started = time.monotonic()

@@ -38,8 +38,8 @@ def mcp(
     import anyio
 
     from orchestrator.cli.common import ensure_lab_for
-    from orchestrator.mcp.server import serve
-    from orchestrator.mcp.session import McpSettings
+    from orchestrator.mcp.connection import McpSettings
+    from orchestrator.mcp.tools import serve
     from orchestrator.playbook.loader import load_playbook
     from orchestrator.playbook.models import Playbook
 
@@ -58,6 +58,6 @@ def mcp(
     settings = McpSettings(inventory=inv, playbook=pb, sessions_dir=sessions_dir, extra_vars=extra,
                            allow_exec=allow_exec, argv=["mcp", *sys.argv[2:]] if len(sys.argv) > 1 else ["mcp"])
     session = anyio.run(serve, settings)
-    for problem in session.engine.problems.summary():
+    for problem in session.controller.view.problems.summary():
         typer.echo(f"orchestrator: {problem}", err=True)
     typer.echo(f"session saved: {session.directory}", err=True)

@@ -33,7 +33,7 @@ def read(
     """Print source from the package installed on HOST, with line numbers and version; recorded as a session."""
     from orchestrator.errors import UserInputError
     from orchestrator.playbook.models import Playbook, Step
-    from orchestrator.session.recording import build_engine, run_session
+    from orchestrator.session.recording import open_session
 
     modes = [m for m in (address, symbol, pattern) if m]
     if len(modes) != 1:
@@ -56,9 +56,8 @@ def read(
     pb = Playbook(name=f"read-{package}", hosts=host, steps=[step])
     from orchestrator.console import ConsoleSink
 
-    engine, directory = build_engine(pb, inv, sinks=[_SourcePrinter(), ConsoleSink(verbose=False)],
-                                     sessions_dir=sessions_dir, argv=sys.argv[1:])
-    result = run_session(engine, directory)
+    result = open_session(pb, inv, sinks=[_SourcePrinter(), ConsoleSink(verbose=False)],
+                          sessions_dir=sessions_dir, argv=sys.argv[1:]).run()
     raise typer.Exit(result.outcome.exit_code)
 
 

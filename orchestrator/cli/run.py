@@ -12,7 +12,7 @@ from orchestrator.cli.common import handle_errors, inventory_var_names, parse_ex
 
 if TYPE_CHECKING:
     from orchestrator.console import ConsoleSink
-    from orchestrator.engine.sinks import EventSink
+    from orchestrator.runner.sinks import EventSink
 
 InventoryOpt = Annotated[Path | None, typer.Option("-i", "--inventory", help="Inventory YAML (default: the embedded lab).")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="Target one host: an inventory name or [user@]address[:port].")]
@@ -42,7 +42,7 @@ def run(
     """Run a playbook headless and save the session (exit 0 ok, 1 a step failed, 2 bad input, 130 cancelled)."""
     from orchestrator.cli.common import ensure_lab_for
     from orchestrator.playbook.loader import load_playbook
-    from orchestrator.session.recording import build_engine, run_session
+    from orchestrator.session.recording import open_session
 
     extra = parse_extra_vars(extra_vars)
     inv = resolve_inventory(inventory, host)
@@ -51,11 +51,11 @@ def run(
         pb = pb.model_copy(update={"hosts": host})
     ensure_lab_for(inv, pb.hosts)
     sinks, console_sink = _sinks(verbose, json_events)
-    engine, directory = build_engine(pb, inv, sinks=sinks, sessions_dir=sessions_dir, extra_vars=extra,
-                                     keep_remote=keep_remote, forks=forks, argv=sys.argv[1:])
+    session = open_session(pb, inv, sinks=sinks, sessions_dir=sessions_dir, extra_vars=extra,
+                           keep_remote=keep_remote, forks=forks, argv=sys.argv[1:])
     if console_sink is not None:
-        console_sink.session_dir = str(directory)
-    result = run_session(engine, directory)
+        console_sink.session_dir = str(session.directory)
+    result = session.run()
     raise typer.Exit(result.outcome.exit_code)
 
 
@@ -124,7 +124,7 @@ def exec_command(
 ) -> None:
     """Run an ad-hoc command on a host, recorded as a one-step session: `orchestrator exec gpu1 -- nvidia-smi`."""
     from orchestrator.playbook.models import Playbook, Step
-    from orchestrator.session.recording import build_engine, run_session
+    from orchestrator.session.recording import open_session
 
     inv = resolve_inventory(inventory, host)
     target = host if host in inv.hosts or host in ("localhost", "local") else inv.default_hosts
@@ -133,6 +133,5 @@ def exec_command(
     step = Step(action="shell", args=args, name=" ".join(command)[:80], step_id="s1", timeout=timeout)
     pb = Playbook(name=f"exec-{host}", hosts=target, steps=[step])
     sinks, _ = _sinks(True, json_events)
-    engine, directory = build_engine(pb, inv, sinks=sinks, sessions_dir=sessions_dir, argv=sys.argv[1:])
-    result = run_session(engine, directory)
+    result = open_session(pb, inv, sinks=sinks, sessions_dir=sessions_dir, argv=sys.argv[1:]).run()
     raise typer.Exit(result.outcome.exit_code)

@@ -44,9 +44,8 @@ def tui(
         raise UserInputError("give a playbook to run (or --replay SESSION to replay one)")
 
     from orchestrator.playbook.loader import load_playbook
-    from orchestrator.session.recording import build_engine
+    from orchestrator.session.recording import open_session
     from orchestrator.tui.app import OrchestratorApp
-    from orchestrator.tui.control import Controller
     from orchestrator.tui.messages import TuiSink
 
     extra = parse_extra_vars(extra_vars)
@@ -55,12 +54,12 @@ def tui(
     if host:
         pb = pb.model_copy(update={"hosts": host})
     sink = TuiSink()
-    engine, directory = build_engine(pb, inv, sinks=[sink], sessions_dir=sessions_dir, extra_vars=extra,
-                                     argv=sys.argv[1:])
-    controller = Controller(engine, start_mode="running" if run_all else "paused")
+    session = open_session(pb, inv, sinks=[sink], sessions_dir=sessions_dir, extra_vars=extra, argv=sys.argv[1:])
+    directory = session.directory
+    controller = session.controller(start_mode="running" if run_all else "paused")
     app = OrchestratorApp(controller=controller, sink=sink, session_dir=directory)
     code = app.run()
-    for problem in [*engine.problems.summary(), *app.report_failures]:  # said in the app too, but it is gone now
+    for problem in [*controller.view.problems.summary(), *app.report_failures]:  # said in the app too, but it is gone now
         typer.echo(f"orchestrator: {problem}", err=True)
     typer.echo(f"session saved: {directory}", err=True)
     raise typer.Exit(code or 0)

@@ -28,7 +28,7 @@ from orchestrator.templating import evaluate, render
 if TYPE_CHECKING:
     from orchestrator.events import StepFinished
 
-#: where the board's events go (the session's ``emit``): the board never holds the engine
+#: where the board's events go (the session's ``emit``): the board never holds the runner
 Emit = Callable[[Event], None]
 
 RULE_STATE: dict[VerdictKey, HypothesisState] = {"confirm_if": "confirmed", "support_if": "supported", "refute_if": "refuted", "inconclusive_if": "inconclusive"}
@@ -141,7 +141,7 @@ def evaluate_rules(step: Step, variables: dict[str, Any]) -> list[tuple[str, Hyp
 
 
 def rule_hook(board: HypothesisBoard, emit: Emit) -> Callable[[Step, StepFinished, dict[str, Any]], Awaitable[None]]:
-    """The engine step hook that evaluates a step's evidence rules against ``board`` after it finishes."""
+    """The runner's step hook that evaluates a step's evidence rules against ``board`` after it finishes."""
 
     async def on_step(step: Step, finished: StepFinished, variables: dict[str, Any]) -> None:
         if not step.evidence:

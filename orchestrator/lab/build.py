@@ -1,4 +1,5 @@
-"""The lab's data directory: build, status and clean, and the planted-fault scenarios.
+"""The lab's data directory: its layout, status and clean, the planted-fault scenarios, and the parts a build puts
+there (sglang trees, trained models, fault copies).
 
 Layout of ``lab_dir()`` (``$ORCHESTRATOR_LAB_DIR``, else ``$XDG_DATA_HOME/orchestrator/lab``, else
 ``~/.local/share/orchestrator/lab``)::
@@ -9,7 +10,7 @@ Layout of ``lab_dir()`` (``$ORCHESTRATOR_LAB_DIR``, else ``$XDG_DATA_HOME/orches
     site/                    a REAL sglang 0.5.12.post1 source tree (pip --no-deps --target), for read_source
     site-<version>/          another version's tree when the lab stands in for it ($ORCHESTRATOR_LAB_SGLANG=0.5.23)
 
-Models are trained by ``orchestrator.lab.models`` (cached under ``$ORCHESTRATOR_CACHE_DIR/lab-models``) and
+``orchestrator.lab.builder.build_lab`` builds it from these parts. Models are trained by ``orchestrator.lab.model_cache`` (cached under ``$ORCHESTRATOR_CACHE_DIR/lab-models``) and
 copied here; the sglang tree is installed once under ``$ORCHESTRATOR_CACHE_DIR/sglang-src/<version>`` (where
 the probe tests install it too) and linked. Everything is deterministic (seeded).
 """
@@ -130,6 +131,13 @@ SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-
                   "shuffled-draft")
 DEFAULT_SCENARIO = "seed-wiring"
 
+#: one CPU thread per lab process (the lab server already takes one: --lab-threads 1). The lab's matrices are tiny,
+#: so a second thread buys nothing, and on a busy machine two threads that wait for each other cost ten times over
+#: (the flagship's draft test: 32 s at one thread, 339 s at two, at load 8.8 on 2 cores; the figures bit for bit the
+#: same). The lab host's env (orchestrator.lab.inventory.lab_env) and the calibration's draft test
+#: (orchestrator.lab.calibrate.run_draft_test) both run with it.
+LAB_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
 
 def lab_dir(override: str | Path | None = None) -> Path:
     if override:
@@ -194,7 +202,7 @@ def site_dir(root: Path, version: str = SGLANG_VERSION) -> Path:
     return root / "site" if version == SGLANG_VERSION else root / f"site-{version}"
 
 
-def _site_ok(root: Path, version: str = SGLANG_VERSION) -> bool:
+def site_ok(root: Path, version: str = SGLANG_VERSION) -> bool:
     # srt/server_args.py: in every version (0.5.23 has no speculative/eagle_worker.py), and what the lab server parses
     return (site_dir(root, version) / "sglang" / "srt" / "server_args.py").is_file()
 
@@ -210,7 +218,7 @@ def lab_is_built(scenario: str | None = None, *, root: Path | None = None) -> bo
     """True when the target, the sglang tree and the scenario's draft(s) are all present."""
     root = lab_dir(root)
     name = check_scenario(scenario or DEFAULT_SCENARIO)
-    if not (is_complete(root / "target") and _site_ok(root) and _site_ok(root, lab_sglang_version())):
+    if not (is_complete(root / "target") and site_ok(root) and site_ok(root, lab_sglang_version())):
         return False
     sc = scenarios(root, num_layers_of(root))[name]
     needed = {sc.draft, sc.fixed_draft or sc.draft}
@@ -225,9 +233,9 @@ def status(root: Path | None = None) -> dict[str, Any]:
     built = {name: lab_is_built(name, root=root) for name in SCENARIO_NAMES}
     return {"lab_dir": str(root), "exists": root.is_dir(), "target": is_complete(root / "target"),
             "target_class": state.get("target_class", "llama"),
-            "sglang_site": str(site_dir(root, active)) if _site_ok(root, active) else None,
+            "sglang_site": str(site_dir(root, active)) if site_ok(root, active) else None,
             "sglang_version": active,
-            "sglang_sites": {v: str(site_dir(root, v)) for v in LAB_SGLANG_VERSIONS if _site_ok(root, v)},
+            "sglang_sites": {v: str(site_dir(root, v)) for v in LAB_SGLANG_VERSIONS if site_ok(root, v)},
             "scenarios": built, "timings": state.get("timings", {}), "built_at": state.get("built_at"),
             "target_seed": state.get("target_seed"), "origin": origin_summary(state),
             "targets_rejected": [{"seed": r["seed"], "draft": r["draft"]} for r in state.get("targets_rejected", [])],
@@ -419,169 +427,13 @@ def install_sglang_site(root: Path, progress: BuildProgress, version: str = SGLA
     return site
 
 
-def _noop(_stage: str, _message: str, _fraction: float) -> None:
-    pass
-
-
-def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
-              progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True,
-              from_scratch: bool = False, target_class: str | None = None) -> LabPaths:
-    """``_build_lab`` under the lab directory's lock (``lab_lock``): a second builder waits, then finds it built.
-    ``target_class``: ``qwen3`` makes (or keeps) the directory a Qwen3 lab (orchestrator.lab.qwen3_lab); a lab
-    directory already built keeps its own class."""
-    with lab_lock(lab_dir(root)):
-        return _build_lab(scenario, root=root, progress=progress, seed=seed, calibrate=calibrate,
-                          from_scratch=from_scratch, target_class=target_class)
-
-
-def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
-               progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True,
-               from_scratch: bool = False, target_class: str | None = None) -> LabPaths:
-    """Build whatever ``scenario`` needs and is missing (target, drafts, sglang tree); returns the paths.
-
-    A new lab takes the package's shipped models (orchestrator.lab.shipped: trained and calibrated by this recipe,
-    confirmed on this CPU by a short replay of the calibration; a CPU that decodes them otherwise calibrates them in
-    full) unless ``from_scratch`` or another ``seed`` asks for training. lab.json's ``origin`` says which.
-    Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy. ``seed`` seeds
-    the target and the first draft attempt. With ``calibrate`` the trained drafts are checked against the flagship's
-    rules; when a planted fault is not clearly decidable the draft is retrained with the next seed and more steps,
-    and when that does not help either, the target is retrained with another seed and every draft with it
-    (bounded; ``orchestrator.lab.calibrate.calibrate_lab``). lab.json records every attempt and the target seed.
-    :raises UserInputError: unknown scenario. :raises OrchestratorError: the sglang install failed.
-    """
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # the core reports through `progress`, never by printing
-    hf_logging.set_verbosity_error()
-    name = check_scenario(scenario or DEFAULT_SCENARIO)
-    base = lab_dir(root)
-    base.mkdir(parents=True, exist_ok=True)
-    # one builder per lab directory (two CLI runs, two test workers): the others wait, then find it built
-    with file_lock(base.parent / f".{base.name}.build.lock"):
-        return _build_locked(name, base, progress or _noop, seed, calibrate, from_scratch, target_class)
-
-
-def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calibrate: bool,
-                  from_scratch: bool, target_class: str | None = None) -> LabPaths:
-    from orchestrator.lab import qwen3_lab
-
-    state = read_state(base) or {"format": LAB_FORMAT}
-    timings: dict[str, float] = state.setdefault("timings", {})
-    started = time.monotonic()
-    active = lab_sglang_version()
-    for version in dict.fromkeys((SGLANG_VERSION, active)):  # the default tree always; the stand-in's beside it
-        if not _site_ok(base, version):
-            install_sglang_site(base, report, version)
-            timings["sglang" if version == SGLANG_VERSION else f"sglang-{version}"] = round(
-                time.monotonic() - started, 1)
-    if qwen3_lab.check_target_class(target_class or "llama") == "qwen3" or state.get("target_class") == "qwen3":
-        # the Qwen3 lab: its own target and drafts (shipped or trained), never the Llama lab's or its calibration
-        qwen3_lab.build_qwen3_lab(base, state, report, timings, from_scratch=from_scratch)
-        return _finish_state(name, base, state, active)
-    # a lab whose calibration moved on to another target seed keeps it: that seed is the one known to be clear here
-    target_seed = int(state.get("target_seed", seed))
-    if not is_complete(base / "target"):
-        shipped = None if from_scratch or seed != 0 else _shipped_manifest()
-        if shipped is not None:  # the package's calibrated models: a copy, confirmed on this CPU below
-            t0 = time.monotonic()
-            state["origin"] = _shipped().install_shipped(base, shipped, report)
-            target_seed, state["calibration"], state["targets_rejected"] = shipped.target_seed, {}, []
-            timings["shipped"] = round(time.monotonic() - t0, 1)
-        else:
-            from orchestrator.lab.models import recipe_hash
-
-            install_target(base, target_seed, report, timings)
-            state["origin"] = {"kind": "built", "recipe_hash": recipe_hash(), "built_at": _now(),
-                               "why": "--from-scratch" if from_scratch else (
-                                   f"build seed {seed}" if seed else "this install ships no models")}
-    state["target_seed"] = target_seed
-    n = num_layers_of(base)
-    sc = scenarios(base, n)[name]
-    origin = state.get("origin") or {}
-    if origin.get("kind") == "shipped":  # a trained draft removed since: the shipped one again, not a training
-        for kind in TRAINED_DRAFTS:
-            if not is_complete(base / "drafts" / kind):
-                copy_model(_shipped().SHIPPED_DIR / "drafts" / kind, base / "drafts" / kind,
-                           skip=_shipped().NOT_SHIPPED)
-    build_drafts(base, [sc.draft, sc.fixed_draft or sc.draft], n, target_seed, report, timings)
-    if calibrate:
-        from orchestrator.lab.calibrate import calibrate_lab
-
-        if origin.get("kind") == "shipped" and "confirmed" not in origin:
-            _confirm_shipped(base, state, report, timings)
-        calibrate_lab(base, state, report)
-        if origin.get("kind") == "shipped" and not _still_shipped(base):  # the full calibration here retrained
-            state["origin"] = {"kind": "built", "built_at": _now(), "recipe_hash": origin.get("recipe_hash"),
-                               "why": "the shipped models were not clear on this CPU: rebuilt from scratch",
-                               "shipped": origin}
-            report("calibrate", "the shipped models were not clear on this CPU: the lab was rebuilt from scratch", 1.0)
-    return _finish_state(name, base, state, active)
-
-
-def _finish_state(name: str, base: Path, state: dict[str, Any], active: str) -> LabPaths:
-    n = num_layers_of(base)
-    built = state.setdefault("drafts", {})
-    drafts = base / "drafts"
-    for kind in sorted(p.name for p in drafts.iterdir() if is_complete(p)) if drafts.is_dir() else []:
-        built.setdefault(kind, {"path": str(drafts / kind), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                        time.gmtime())})
-    state.update({"format": LAB_FORMAT, "sglang_version": active,
-                  "sglang_sites": {v: str(site_dir(base, v)) for v in LAB_SGLANG_VERSIONS if _site_ok(base, v)},
-                  "target": str(base / "target"),
-                  "site": str(base / "site"), "num_layers": n, "python": sys.version.split()[0],
-                  "built_at": state.get("built_at") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    write_state(base, state)
-    return paths(name, root=base)
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _shipped() -> Any:
-    from orchestrator.lab import shipped
-
-    return shipped
-
-
-def _shipped_manifest() -> Any:
-    return _shipped().read_manifest()
-
-
-def _confirm_shipped(base: Path, state: dict[str, Any], report: BuildProgress, timings: dict[str, float]) -> None:
-    """The short calibration of shipped models: the same outcomes as on the calibrating machine adopt its records
-    (so calibrate_lab has nothing left to check); otherwise calibrate_lab checks everything on this CPU."""
-    import copy
-
-    mod = _shipped()
-    manifest = mod.read_manifest()
-    t0 = time.monotonic()
-    record = mod.confirm(base, manifest, report)
-    state["origin"]["confirmed"] = record
-    if record["passed"]:
-        state["calibration"] = copy.deepcopy(manifest.calibration)
-    timings["confirm"] = round(time.monotonic() - t0, 1)
-    write_state(base, state)
-
-
-def _still_shipped(base: Path) -> bool:
-    """True while the lab's target and trained drafts are the shipped ones (the same training records)."""
-    root = _shipped().SHIPPED_DIR
-    parts = ["target", *(f"drafts/{k}" for k in TRAINED_DRAFTS)]
-    try:
-        return all((base / p / "lab_recipe.json").read_text() == (root / p / "lab_recipe.json").read_text()
-                   for p in parts)
-    except OSError:
-        return False
-
-
 def _stage_progress(report: BuildProgress, stage: str) -> Callable[[str, float], None]:
     return lambda message, fraction: report(stage, message, fraction)
 
 
 def install_target(base: Path, seed: int, report: BuildProgress, timings: dict[str, float]) -> None:
     """Train (or take from the cache) the target for ``seed`` and copy it to ``base/target``."""
-    from orchestrator.lab.models import cached_target
+    from orchestrator.lab.model_cache import cached_target
 
     t0 = time.monotonic()
     trained = cached_target(seed=seed, progress=_stage_progress(report, "target"))
@@ -615,7 +467,7 @@ def train_draft_attempt(kind: str, num_layers: int, seed: int, attempt: int,
                         progress: Callable[[str, float], None]) -> Path:
     """The cached trained draft ``kind`` on the target of ``seed``, for calibration attempt ``attempt``: the next
     draft seed and 50% more steps each attempt."""
-    from orchestrator.lab.models import cached_draft, cached_target
+    from orchestrator.lab.model_cache import cached_draft, cached_target
     from orchestrator.lab.train import DraftRecipe
 
     target_cache = cached_target(seed=seed)

@@ -34,6 +34,7 @@ from typing import Any
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab.build import (
+    LAB_THREADS,
     TRAINED_DRAFTS,
     VARIANT_BASE,
     BuildProgress,
@@ -95,15 +96,16 @@ class Check:
 
 # ---------------------------------------------------------------- draft test
 def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[str, Any]:
-    """The draft_test probe as a subprocess, the way the probe runner starts it. :raises RuntimeError: it failed."""
+    """The draft_test probe as a subprocess, the way the probe runner starts it, its result checked against the
+    probe's model (``probes.PROBES``) as the probe runner checks it. :raises RuntimeError: it failed.
+    :raises ProbeError: it answered a result of the wrong shape (``bad_result``)."""
+    from orchestrator.probes import PROBES, check_result
     from orchestrator.probes.protocol import parse_probe_output
 
     nonce = uuid.uuid4().hex
     args = {"target": str(target), "draft": str(draft), "wirings": "auto", "engine": "sglang",
             "steps": sample.dt_steps, "num_prompts": sample.dt_prompts, "max_new_tokens": sample.dt_tokens,
             "margin": sample.wiring_margin}
-    from orchestrator.lab.inventory import LAB_THREADS
-
     env = dict(os.environ, ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1", TORCHDYNAMO_DISABLE="1",
                **LAB_THREADS)  # as the lab host runs it
     proc = subprocess.run([sys.executable, str(REPO / "remote_probes" / "draft_test.py")], input=json.dumps(args),
@@ -112,6 +114,7 @@ def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[st
     if not outcome.ok or outcome.result is None:
         err = outcome.error
         raise RuntimeError(f"draft_test on {draft} failed: {err.kind if err else '?'}: {err.message if err else ''}")
+    check_result("draft_test", PROBES["draft_test"][1], outcome.result, host="the lab (calibration)")
     return outcome.result
 
 
@@ -144,14 +147,14 @@ def accept_lengths(target: Path, flags: dict[str, Any], sample: FlagshipSample) 
     """Per-request accept lengths (completion tokens / verify cycles, SGLang's meta_info) for the bench prompts."""
     import logging
 
+    from orchestrator.lab.model_runner import LabModelRunner
     from orchestrator.lab.server_args import build_parser, resolve
-    from orchestrator.lab.server_engine import LabModels
     from orchestrator.servers.flags import flags_to_argv
     from orchestrator.servers.prompts import load_prompts
 
     argv = ["--model-path", str(target), *flags_to_argv(flags)]
     args = resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM")
-    models = LabModels(args, log=logging.getLogger("orchestrator.lab.calibrate").debug)
+    models = LabModelRunner(args, log=logging.getLogger("orchestrator.lab.calibrate").debug)
     prompts = load_prompts(None)
     out = []
     for i in range(sample.bench_n):

@@ -18,7 +18,8 @@ from typing import Any
 
 from orchestrator.inventory import HostSpec, Inventory
 from orchestrator.lab import build
-from orchestrator.lab.build import DEFAULT_SCENARIO, BuildProgress, LabPaths, check_scenario
+from orchestrator.lab.build import DEFAULT_SCENARIO, LAB_THREADS, BuildProgress, LabPaths, check_scenario
+from orchestrator.lab.builder import build_lab
 from orchestrator.lab.vllm_lab import (
     check_vllm_scenario,
     ensure_vllm_lab,
@@ -50,7 +51,7 @@ def ensure_lab(scenario: str | None = None, progress: BuildProgress | None = Non
     if (engine or lab_engine()) == "vllm":
         ensure_vllm_lab(active_scenario(scenario, "vllm"), progress, root=Path(root) if root else None)
         return build.paths(root=root)
-    return build.build_lab(active_scenario(scenario, "sglang"), root=root, progress=progress)
+    return build_lab(active_scenario(scenario, "sglang"), root=root, progress=progress)
 
 
 def lab_env(root: Path | str | None = None, engine: str | None = None) -> dict[str, str]:
@@ -62,11 +63,6 @@ def lab_env(root: Path | str | None = None, engine: str | None = None) -> dict[s
     return {"PYTHONPATH": os.pathsep.join(parts), **LAB_THREADS}
 
 
-#: one CPU thread per lab process (the lab server already takes one: --lab-threads 1). The lab's matrices are tiny,
-#: so a second thread buys nothing, and on a busy machine two threads that wait for each other cost ten times over
-#: (the flagship's draft test: 32 s at one thread, 339 s at two, at load 8.8 on 2 cores; the figures bit for bit the
-#: same). The calibration's draft test runs with the same setting (orchestrator.lab.calibrate.run_draft_test).
-LAB_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def lab_host_vars(scenario: str | None = None, *, root: Path | str | None = None,

@@ -19,7 +19,7 @@ target, the fault copies are build.write_variant's. It is not calibrated (the de
 Llama target): the flagship's own interval rules decide on it, and say "inconclusive" where the sample cannot.
 
 Public API: ``Qwen3Recipe``, ``TARGET_CLASSES``, ``target_class_of(root) -> str``,
-``build_qwen3_lab(root, progress) -> None`` (what ``build.build_lab`` calls for a Qwen3 lab).
+``build_qwen3_lab(root, progress) -> None`` (what ``builder.build_lab`` calls for a Qwen3 lab).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ _NO_MANIFEST = Qwen3Manifest(format=0, built={}, models={})
 
 # -- cache and lab directory ---------------------------------------------------------------------------------------
 def _code_hash() -> str:
-    from orchestrator.lab.models import TRAINING_CODE, _code_digest
+    from orchestrator.lab.model_cache import TRAINING_CODE, _code_digest
 
     repo = Path(__file__).resolve().parents[2]
     return json.dumps({rel: _code_digest(repo / rel) for rel in (*TRAINING_CODE, "orchestrator/lab/qwen3_train.py")},
@@ -55,7 +55,7 @@ def _shipped_or_trained(final: Path, job: dict[str, Any], progress: ProgressFn |
     """``final`` (a cache entry) made once: the package's shipped copy when it ships this very key
     (orchestrator/lab/qwen3_shipped.py), else trained here; ``from_scratch`` trains even over a shipped copy."""
     from orchestrator.lab import qwen3_shipped
-    from orchestrator.lab.models import _build_once
+    from orchestrator.lab.model_cache import _build_once
     from orchestrator.tree_removal import remove_tree
 
     name = f"{final.parent.name}/{final.name}"
@@ -82,7 +82,7 @@ def is_shipped_copy(model: Path) -> bool:
 
 def qwen3_target_entry(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe()) -> Path:
     """Where the Qwen3 target of this recipe, seed and training code lives in the cache (made or not)."""
-    from orchestrator.lab.models import _digest, cache_root
+    from orchestrator.lab.model_cache import _digest, cache_root
 
     return cache_root() / f"qwen3-{_digest({'qwen3': asdict(recipe), 'seed': seed, 'code': _code_hash()})}" / "target"
 
@@ -90,7 +90,7 @@ def qwen3_target_entry(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe()) ->
 def qwen3_draft_entry(target_dir: Path, *, wiring: list[int], seed: int = 0,
                       recipe: DraftRecipe = QWEN3_DRAFT) -> Path:
     """Where the draft on ``wiring`` for the cached Qwen3 target lives: beside it (made or not)."""
-    from orchestrator.lab.models import _digest
+    from orchestrator.lab.model_cache import _digest
 
     key = _digest({"wiring": list(wiring), "seed": seed, "recipe": asdict(recipe),
                    "target": target_dir.parent.name, "code": _code_hash()})

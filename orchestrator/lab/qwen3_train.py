@@ -2,7 +2,7 @@
 lab from them), in the pinned child process protocol of orchestrator/lab/train_job.py.
 
 Why a module of its own instead of a flag on orchestrator/lab/train.py: train.py, train_job.py and their helpers are
-hashed into the shipped lab's recipe (orchestrator.lab.models.recipe_hash); any edit there is a new recipe, so the
+hashed into the shipped lab's recipe (orchestrator.lab.recipe.recipe_hash); any edit there is a new recipe, so the
 shipped models would no longer match their manifest. This module reuses train.py's pieces (corpus, tokenizer,
 schedule, prompts, aux dataset, the EAGLE-3 draft and its SpecForge layout) and repeats only the two loops, with the
 model class as the one difference; its own code (this file) is hashed into the Qwen3 models' cache key.

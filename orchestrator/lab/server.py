@@ -4,7 +4,7 @@ It is NOT SGLang, and says so in its first log line and in /server_info. It pars
 parser of the SGLang version whose tree is on its path (0.5.12.post1 or 0.5.23; server_args.py), so unknown and
 ambiguous flags exit 2 with that version's message, applies SGLang's
 rules (server_args.py), loads a tiny HF Llama target and an EAGLE-3 draft in SGLang's checkpoint layout, and really
-runs greedy chain speculative decoding (server_engine.py) behind SGLang's HTTP API (server_http.py), so accept
+runs greedy chain speculative decoding (model_runner.py) behind SGLang's HTTP API (server_http.py), so accept
 length and tok/s are measured. Log lines follow SGLang's (``[%Y-%m-%d %H:%M:%S] message``).
 
 Lab-only flags start with ``--lab-`` (see server_args.py). SIGTERM or SIGINT stops it at once.
@@ -112,10 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(StartupError(f"cannot bind {args.host}:{args.port}: {exc.strerror or exc}", kind="OSError"))
     threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
     try:
-        from orchestrator.lab.server_engine import LabModels
+        from orchestrator.lab.model_runner import LabModelRunner
 
         log.info("Load weight begin. target=%s draft=%s", args.model_path, args.speculative_draft_model_path)
-        state.models = LabModels(args, log=log.info)
+        state.models = LabModelRunner(args, log=log.info)
     except StartupError as exc:
         return _fail(exc)
     models = state.models

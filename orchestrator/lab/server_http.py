@@ -25,8 +25,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from orchestrator.lab.model_runner import Generation, LabModelRunner
 from orchestrator.lab.server_args import LabServerArgs
-from orchestrator.lab.server_engine import Generation, LabModels
 
 LAB_NOTE = ("This is the orchestrator lab's CPU stand-in for SGLang (python -m orchestrator.lab.server), "
             "not SGLang. It speaks SGLang {version}'s flags and HTTP API and really runs greedy chain "
@@ -60,7 +60,7 @@ class RequestError(Exception):
 @dataclass
 class ServerState:
     args: LabServerArgs
-    models: LabModels | None = None
+    models: LabModelRunner | None = None
     ready: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     started: float = field(default_factory=time.time)

@@ -4,7 +4,7 @@ It is NOT vLLM, and says so in its first log line, in ``/version`` and in ``/v1/
 ``vllm serve``'s command line an EAGLE-3 investigation uses (positional model, ``--speculative-config`` JSON, host,
 port, served model name, API key, seed...; an unknown flag exits 2 as argparse does), loads the draft the way vLLM
 does (remote_probes/vllm_capture.py reads which ids, where and in what order; eagle3_served.py which embedding,
-head and d2t) and really runs greedy chain speculative decoding (server_engine.py) behind vLLM's HTTP API:
+head and d2t) and really runs greedy chain speculative decoding (model_runner.py) behind vLLM's HTTP API:
 ``/health``, ``/v1/models``, ``/v1/completions`` (streamed or not), ``/metrics`` with the ``vllm:spec_decode_*``
 counters, ``/version``. The rules are those of the vLLM tree on its path (the lab host puts the cached one there),
 else of the newest vLLM read (0.33.0, Model Runner V2). ``--lab-vllm-runner v1`` stands for
@@ -186,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _target_architecture(args.model_path)
         log.info(config_line(args, spec, version))
-        from orchestrator.lab.server_engine import LabModels
+        from orchestrator.lab.model_runner import LabModelRunner
 
-        models = LabModels(args, log=log.info)
+        models = LabModelRunner(args, log=log.info)
     except StartupError as exc:
         return _fail(exc)
     for note in models.notes:

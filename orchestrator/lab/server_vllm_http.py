@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from orchestrator.lab.model_runner import DraftStepError, Generation, LabModelRunner
 from orchestrator.lab.server_args import LabServerArgs
-from orchestrator.lab.server_engine import DraftStepError, Generation, LabModels
 from orchestrator.lab.server_http import LabHandler, RequestError
 
 #: what vLLM answers every request with once its EngineCore is dead (v1/engine/exceptions.py), HTTP 500
@@ -45,7 +45,7 @@ LAB_NOTE = "the orchestrator lab's CPU stand-in for vLLM {version} (python -m or
 @dataclass
 class VllmState:
     args: LabServerArgs
-    models: LabModels
+    models: LabModelRunner
     version: str
     spec: dict[str, Any]
     ready: bool = False

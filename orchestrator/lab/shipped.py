@@ -2,7 +2,7 @@
 
 ``orchestrator/data/lab/`` holds what ``orchestrator lab build --from-scratch`` produces and calibrates — the target
 (weights, tokenizer, prompts) and the two trained drafts (seed-wiring, healthy; the fault scenarios are cheap copies
-written at install) — and ``manifest.json``: the recipe hash (``orchestrator.lab.models.recipe_hash``), where and when
+written at install) — and ``manifest.json``: the recipe hash (``orchestrator.lab.recipe.recipe_hash``), where and when
 they were built (Python, torch, CPU, the numerics pins), every file's sha256, the build's full calibration records,
 and the calibrating machine's fingerprint: sha256 digests of the bits the shipped models compute on the paths the
 calibration measured (``fingerprint()``: about a second).
@@ -136,8 +136,8 @@ def fingerprint(base: Path) -> dict[str, Any]:
 
     import torch
 
+    from orchestrator.lab.model_runner import LabModelRunner
     from orchestrator.lab.server_args import build_parser, resolve
-    from orchestrator.lab.server_engine import LabModels
     from orchestrator.servers.flags import flags_to_argv
 
     sc_all = scenarios(base, num_layers_of(base))
@@ -147,9 +147,9 @@ def fingerprint(base: Path) -> dict[str, Any]:
     try:
         for kind in TRAINED_DRAFTS:
             argv = ["--model-path", str(base / "target"), *flags_to_argv(sc_all[kind].fixed)]
-            models = LabModels(resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM"),
+            models = LabModelRunner(resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM"),
                                log=logging.getLogger("orchestrator.lab.shipped").debug)
-            torch.set_num_threads(1)  # after LabModels, which sets the server's own count
+            torch.set_num_threads(1)  # after LabModelRunner, which sets the server's own count
             assert models.draft is not None
             parts: dict[str, Any] = {}
             with torch.inference_mode():
@@ -208,7 +208,7 @@ def write_shipped(base: Path, dest: Path, state: dict[str, Any]) -> Manifest:
     import torch
 
     from orchestrator.lab.calibrate import FlagshipSample
-    from orchestrator.lab.models import recipe_hash
+    from orchestrator.lab.recipe import recipe_hash
     from orchestrator.lab.train_job import pinned_env
 
     calibration = state.get("calibration", {})

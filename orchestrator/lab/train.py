@@ -7,7 +7,7 @@ Public API:
 - ``train_draft(target_dir, out_dir, *, wiring, seed=0, steps=None, progress=None, layout=DraftLayout(),
   recipe=DraftRecipe()) -> Path``  an EAGLE-3 draft trained on ``wiring`` (HF hidden_states indices)
 - ``ProgressFn = Callable[[str, float], None]`` (message, fraction done of the current stage)
-Caching lives in ``orchestrator.lab.models``; the pinned child process that runs these in ``orchestrator.lab.train_job``.
+Caching lives in ``orchestrator.lab.model_cache``; the pinned child process that runs these in ``orchestrator.lab.train_job``.
 """
 
 from __future__ import annotations

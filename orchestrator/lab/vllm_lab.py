@@ -39,6 +39,7 @@ from typing import Any
 from orchestrator.errors import UserInputError
 from orchestrator.lab import build
 from orchestrator.lab.build import BuildProgress, Scenario, seed_wiring
+from orchestrator.lab.builder import build_lab
 from orchestrator.tree_removal import remove_tree
 
 VLLM_VERSION = build.VLLM_VERSIONS[0]
@@ -151,9 +152,9 @@ def vllm_lab_is_built(scenario: str, *, root: Path | None = None) -> bool:
 def ensure_vllm_lab(scenario: str, progress: BuildProgress | None = None, *, root: Path | None = None) -> Path:
     """Build the SGLang lab scenario that provides the drafts, the vLLM-only copies, and the vllm tree."""
     name = check_vllm_scenario(scenario)
-    paths = build.build_lab(BASE[name], root=root, progress=progress)
+    paths = build_lab(BASE[name], root=root, progress=progress)
     if BASE[name] != "seed-wiring":
-        build.build_lab("seed-wiring", root=root, progress=progress)  # the fixes' draft
+        build_lab("seed-wiring", root=root, progress=progress)  # the fixes' draft
     if name in VLLM_DRAFTS:
         with build.lab_lock(paths.root):  # the same lock as the builds: no second writer of its .tmp
             write_vllm_draft(paths.root, name, paths.num_layers)

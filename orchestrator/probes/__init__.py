@@ -49,6 +49,8 @@ PROBES: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "draft_test": (PassThroughArgs, DraftTestResult),
     "draft_reconcile": (PassThroughArgs, DraftReconcileResult),
 }
+#: the files pushed to a host as one tree (remote_probes/: its runtime, probes, libraries and data, side by side)
+PUSH_PATTERN = "*.[pj][ys]*"
 # server_client answers one result model per command (orchestrator/servers/client.py passes it as result_model).
 TYPED_PER_CALL = ("server_client",)
 
@@ -95,6 +97,6 @@ def parse_result(probe: str, outcome: ProbeOutcome) -> BaseModel:
 
 
 __all__ = [
-    "PROBES", "PROTOCOL_KINDS", "TYPED_PER_CALL", "ProbeErrorInfo", "ProbeOutcome", "check_result", "new_nonce", "outcome_from_document", "parse_probe_output",
+    "PROBES", "PROTOCOL_KINDS", "PUSH_PATTERN", "TYPED_PER_CALL", "ProbeErrorInfo", "ProbeOutcome", "check_result", "new_nonce", "outcome_from_document", "parse_probe_output",
     "parse_progress_line", "parse_result", "probes_dir", "validate_args",
 ]

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from orchestrator.errors import ProbeError
 from orchestrator.probes import (
     PROBES,
+    PUSH_PATTERN,
     check_result,
     new_nonce,
     outcome_from_document,
@@ -82,7 +83,7 @@ async def run_probe(
     if not (source / f"{probe}.py").exists() or probe.startswith("_"):
         known = sorted(p.stem for p in source.glob("*.py") if not p.stem.startswith("_") and p.stem != "__init__")
         raise ProbeError(f"unknown probe {probe!r}; known: {', '.join(known)}")
-    remote_dir = await transport.put_tree(source, pattern="*.[pj][ys]*")
+    remote_dir = await transport.put_tree(source, pattern=PUSH_PATTERN)
     nonce = new_nonce()
     splitter = _StderrSplitter(on_progress, on_stderr)
 

@@ -1,9 +1,11 @@
-"""The session composed around the engine: its services built here and handed to the engine as hooks that
-receive ``emit`` and narrow ports, never the engine itself.
+"""The session composed around the runner: its services built here and handed to the runner as hooks that
+receive ``emit`` and narrow ports, never the runner itself.
 
-Every front end builds its session through ``compose_engine`` (the CLI's run/exec/read and the TUI through
-``session.recording.build_engine``, MCP likewise), and so do tests that need a whole session. The engine runs
-steps; it knows nothing of servers, Slurm or the board (the import-linter contracts in pyproject.toml say so).
+Every front end builds its session through ``compose_runner`` (the CLI's run/exec/read, the TUI and MCP through
+``session.recording.open_session``, which hands them a ``PreparedSession``, never the runner), and so do tests
+that need a whole session. The runner runs steps; it knows nothing of servers, Slurm or the board, and nothing but
+its own package and this composer holds it (the import-linter contracts in pyproject.toml and
+tests/core/test_runner_ownership.py say so).
 Every import here is a plain first-party import: a broken module fails the build loudly instead of dropping a
 step kind or the hypothesis board without a word.
 """
@@ -13,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from orchestrator.engine.runner import Engine, EngineOptions
-from orchestrator.engine.sinks import EventSink
 from orchestrator.hypotheses.board import HypothesisBoard, rule_hook
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook
+from orchestrator.runner.playbook_runner import PlaybookRunner, RunnerOptions
+from orchestrator.runner.sinks import EventSink
 from orchestrator.servers.manager import ServerManager
 from orchestrator.slurm.session_allocations import SlurmAllocations, SlurmSessionPort
 from orchestrator.transport.factory import TransportFactory, make_transport
@@ -32,34 +34,34 @@ class SessionServices:
     slurm: SlurmAllocations | None = None  # the Slurm allocations this session holds
 
 
-def compose_engine(
+def compose_runner(
     playbook: Playbook,
     *,
     inventory: Inventory | None = None,
     sinks: Iterable[EventSink] = (),
-    options: EngineOptions | None = None,
+    options: RunnerOptions | None = None,
     make_transport: TransportFactory = make_transport,
-) -> Engine:
-    """An engine with the session's services around it: evidence rules run after each step; servers stop at
+) -> PlaybookRunner:
+    """A runner with the session's services around it: evidence rules run after each step; servers stop at
     session end (after success, failure or cancel) unless a step said ``keep: true``; Slurm allocations are
     granted before the first step and released last (finalizers run in reverse), after the servers on their
     nodes were stopped."""
-    engine = Engine(playbook, inventory=inventory, sinks=sinks, options=options, make_transport=make_transport)
-    servers = ServerManager(emit=engine.emit, session_id=engine.options.session_id)
+    runner = PlaybookRunner(playbook, inventory=inventory, sinks=sinks, options=options, make_transport=make_transport)
+    servers = ServerManager(emit=runner.emit, session_id=runner.options.session_id)
 
     async def stop_servers() -> None:
         await servers.stop_all(include_kept=False)
 
-    engine.finalizers.append(stop_servers)
+    runner.finalizers.append(stop_servers)
     slurm = SlurmAllocations(SlurmSessionPort(
-        inventory=engine.inventory,
-        host_patterns=[playbook.hosts or engine.inventory.default_hosts, *(s.hosts for s in playbook.all_steps())],
-        session_id=engine.options.session_id, keep_remote=engine.options.keep_remote, emit=engine.emit,
-        take_transport=lambda host: engine.transports.pop(host, None), problem=engine.problems.add,
+        inventory=runner.inventory,
+        host_patterns=[playbook.hosts or runner.inventory.default_hosts, *(s.hosts for s in playbook.all_steps())],
+        session_id=runner.options.session_id, keep_remote=runner.options.keep_remote, emit=runner.emit,
+        take_transport=lambda host: runner.transports.pop(host, None), problem=runner.problems.add,
     ))
-    engine.preparers.append(slurm.acquire)
-    engine.finalizers.insert(0, slurm.release)
+    runner.preparers.append(slurm.acquire)
+    runner.finalizers.insert(0, slurm.release)
     board = HypothesisBoard(playbook.hypotheses)
-    engine.step_hooks.append(rule_hook(board, engine.emit))
-    engine.services = SessionServices(servers=servers, board=board, slurm=slurm)
-    return engine
+    runner.step_hooks.append(rule_hook(board, runner.emit))
+    runner.services = SessionServices(servers=servers, board=board, slurm=slurm)
+    return runner

@@ -10,12 +10,12 @@ Durability, and what it costs (BENCHMARKS.md states the same guarantee):
   outlives our process. At most the line being written when the signal landed is torn, and the reader drops a torn
   last line. So a kill loses at most the step in flight (its result was not emitted yet), never a finished step.
 * **The machine dies (power, kernel panic):** the page cache is lost, so step and session boundaries (the events in
-  ``SYNC_EVENTS``) are ``fsync``'d, but by a background thread (group commit): the engine does not wait for the disk,
+  ``SYNC_EVENTS``) are ``fsync``'d, but by a background thread (group commit): the runner does not wait for the disk,
   which costs ms per step on a busy disk. Each boundary is on disk within ``COMMIT_WINDOW`` (20 ms) plus one fsync's
   time of being written; a machine that dies in that window loses the events since the previous completed fsync
   (the steps that ended in those milliseconds).
   ``close`` waits for the last fsync, so a finished session is on disk when ``orchestrator run`` returns.
-* An fsync that fails is not swallowed: the next ``handle`` or ``close`` raises it (the engine records a sink failure
+* An fsync that fails is not swallowed: the next ``handle`` or ``close`` raises it (the runner records a sink failure
   as a session problem).
 """
 
@@ -47,7 +47,7 @@ COMMIT_WINDOW = 0.02  # s: boundaries this close together share one fsync (see _
 
 class SessionLogLost(OSError):
     """The session log can no longer be written (disk full, quota, I/O error). The log was cut back to its
-    last whole event, so it reads cleanly as an unfinished session; the engine stops the run on this error:
+    last whole event, so it reads cleanly as an unfinished session; the runner stops the run on this error:
     an investigation nobody can read afterwards is not worth continuing."""
 
     stops_session = True
@@ -98,8 +98,8 @@ class _BackgroundSync:
 
     The thread waits ``COMMIT_WINDOW`` after the first request before it fsyncs, gathering the boundaries of a run
     of short steps into one fsync; and a request made while a sync is pending wakes nobody. Both matter on the
-    engine's path more than they seem: a write(2) to a page under writeback waits for it, and each wake-up of the
-    thread is a GIL hand-over the engine pays for."""
+    runner's path more than they seem: a write(2) to a page under writeback waits for it, and each wake-up of the
+    thread is a GIL hand-over the runner pays for."""
 
     def __init__(self, fileno: int) -> None:
         self.fileno = fileno
@@ -197,7 +197,7 @@ class SessionLog:
         self._whole += len(encoded)  # (the file is only appended to, by us: no tell() per event)
         self.count += 1
         if isinstance(event, SYNC_EVENTS):
-            self._sync.request()  # on disk shortly, without the engine waiting for it (see the module's doc)
+            self._sync.request()  # on disk shortly, without the runner waiting for it (see the module's doc)
         if isinstance(event, StepFinished):
             self._close_outputs(event.step_id)
 

@@ -1,5 +1,9 @@
 """Running a playbook as a recorded session: session dir, sinks, signals, report. Shared by the CLI
-commands (run, exec, read) and usable from tests in-process."""
+commands (run, exec, read), the TUI and MCP (``open_session``), and usable from tests in-process (``build_runner``).
+
+The front ends never hold the runner: ``open_session`` gives them a ``PreparedSession``, which runs headless
+(``run``) or hands out the command API (``controller``: ``orchestrator.runner.control.Controller``, whose
+``view`` is what a front end reads of the live session)."""
 
 from __future__ import annotations
 
@@ -11,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.engine import Engine, EngineOptions, SessionOutcome
-from orchestrator.engine.problems import describe_error, say_on_stderr
-from orchestrator.engine.sinks import EventSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook
-from orchestrator.session.compose import compose_engine
+from orchestrator.runner import PlaybookRunner, RunnerOptions, SessionOutcome
+from orchestrator.runner.control import Controller, Mode
+from orchestrator.runner.problems import describe_error, say_on_stderr
+from orchestrator.runner.sinks import EventSink
+from orchestrator.session.compose import compose_runner
 from orchestrator.session.log import SessionLog, new_session_dir
 from orchestrator.session.reader import LoadedSession, read_session, sessions_root
 from orchestrator.session.report import write_report
@@ -34,8 +39,23 @@ class ReportsWritten:
 class SessionRun:
     outcome: SessionOutcome
     directory: Path
-    engine: Engine
     reports: ReportsWritten = field(default_factory=ReportsWritten)
+
+
+@dataclass
+class PreparedSession:
+    """A composed session, not yet started: where it records, and the two ways a front end drives it."""
+
+    directory: Path
+    _runner: PlaybookRunner = field(repr=False)
+
+    def run(self) -> SessionRun:
+        """Headless to its end (the CLI's run, exec and read): signals cancel, the reports are written."""
+        return run_session(self._runner, self.directory)
+
+    def controller(self, *, start_mode: Mode = "paused", author: str | None = None) -> Controller:
+        """The command API over the session (the TUI's, MCP's): ``start()`` runs it, the rest steers it."""
+        return Controller(self._runner, start_mode=start_mode, author=author)
 
 
 def prepare_session(playbook: Playbook, root: str | Path | None) -> tuple[Path, str]:
@@ -47,7 +67,7 @@ def prepare_session(playbook: Playbook, root: str | Path | None) -> tuple[Path, 
     return directory, f"{directory.name}-{secrets.token_hex(3)}"
 
 
-def build_engine(
+def build_runner(
     playbook: Playbook,
     inventory: Inventory,
     *,
@@ -57,29 +77,46 @@ def build_engine(
     keep_remote: bool = False,
     forks: int = 16,
     argv: list[str] | None = None,
-) -> tuple[Engine, Path]:
+) -> tuple[PlaybookRunner, Path]:
     directory, session_id = prepare_session(playbook, sessions_dir)
     log = SessionLog(directory)
-    options = EngineOptions(
+    options = RunnerOptions(
         extra_vars=extra_vars or {}, forks=forks, keep_remote=keep_remote, session_id=session_id,
         session_dir=directory, argv=list(argv or []),
     )
-    engine = compose_engine(playbook, inventory=inventory, sinks=[log, *sinks], options=options)
-    return engine, directory
+    runner = compose_runner(playbook, inventory=inventory, sinks=[log, *sinks], options=options)
+    return runner, directory
 
 
-async def run_with_signals(engine: Engine) -> SessionOutcome:
-    """Run the engine; SIGINT/SIGTERM cancel the running step (``always:`` still runs), twice aborts."""
+def open_session(
+    playbook: Playbook,
+    inventory: Inventory,
+    *,
+    sinks: list[EventSink],
+    sessions_dir: str | Path | None = None,
+    extra_vars: dict[str, Any] | None = None,
+    keep_remote: bool = False,
+    forks: int = 16,
+    argv: list[str] | None = None,
+) -> PreparedSession:
+    """The session a front end runs: composed (``build_runner``), its directory made, nothing started."""
+    runner, directory = build_runner(playbook, inventory, sinks=sinks, sessions_dir=sessions_dir,
+                                     extra_vars=extra_vars, keep_remote=keep_remote, forks=forks, argv=argv)
+    return PreparedSession(directory, runner)
+
+
+async def run_with_signals(runner: PlaybookRunner) -> SessionOutcome:
+    """Run the runner; SIGINT/SIGTERM cancel the running step (``always:`` still runs), twice aborts."""
     loop = asyncio.get_running_loop()
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, engine.cancel)
+            loop.add_signal_handler(sig, runner.cancel)
             installed.append(sig)
         except (NotImplementedError, RuntimeError):  # not the main thread (TUI worker, tests)
             pass
     try:
-        return await engine.run()
+        return await runner.run()
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
@@ -107,7 +144,7 @@ def write_reports(directory: Path, say: Callable[[str], None] = say_on_stderr) -
     return reports
 
 
-def run_session(engine: Engine, directory: Path) -> SessionRun:
-    outcome = asyncio.run(run_with_signals(engine))
-    reports = write_reports(directory, say=engine.problems.say)
-    return SessionRun(outcome=outcome, directory=directory, engine=engine, reports=reports)
+def run_session(runner: PlaybookRunner, directory: Path) -> SessionRun:
+    outcome = asyncio.run(run_with_signals(runner))
+    reports = write_reports(directory, say=runner.problems.say)
+    return SessionRun(outcome=outcome, directory=directory, reports=reports)

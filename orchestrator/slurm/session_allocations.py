@@ -1,10 +1,10 @@
 """A session's Slurm allocations: acquired before the first step, released after the last.
 
-The engine calls ``acquire`` before it runs any step (an ``Engine.preparers`` entry) and ``release`` as its
+The playbook runner calls ``acquire`` before it runs any step (a ``PlaybookRunner.preparers`` entry) and ``release`` as its
 last finalizer, after the servers are stopped. Only the entries the playbook targets are acquired (by name, or
 through ``all``): an inventory may list several clusters without every run holding nodes on each.
 
-The allocations never hold the engine: the session composer (``orchestrator.session.compose``) hands them a
+The allocations never hold the runner: the session composer (``orchestrator.session.compose``) hands them a
 ``SlurmSessionPort``, the few things of the session they read and change.
 """
 
@@ -77,7 +77,7 @@ def node_host(spec: SlurmSpec, allocation: Allocation, node: str, rank: int) -> 
 
 
 def add_nodes(inventory: Inventory, spec: SlurmSpec, allocation: Allocation) -> None:
-    """The allocation's nodes as hosts, grouped under the entry's name (in place: the engine's inventory)."""
+    """The allocation's nodes as hosts, grouped under the entry's name (in place: the session's inventory)."""
     clash = [n for n in allocation.nodes if n in inventory.hosts]
     if clash:
         raise SlurmError(f"slurm entry {spec.name!r}: node(s) {', '.join(clash)} clash with hosts already in the "

@@ -1,2 +1,2 @@
-"""The Textual TUI: a subscriber of engine events and a sender of commands (``control.Controller``).
-Importing ``orchestrator.engine`` never loads this package (tests/tui/test_boundary.py)."""
+"""The Textual TUI: a subscriber of session events and a sender of commands (``control.Controller``).
+Importing ``orchestrator.runner`` never loads this package (tests/tui/test_boundary.py)."""

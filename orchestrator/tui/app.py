@@ -1,6 +1,6 @@
-"""The Textual app: a subscriber of engine events (``TuiSink``) and a sender of commands (``Controller``).
+"""The Textual app: a subscriber of session events (``TuiSink``) and a sender of commands (``Controller``).
 
-Engine work runs as async workers in the app's loop (the engine is asyncio): the session in one
+The runner's work runs as async workers in the app's loop (the runner is asyncio): the session in one
 exclusive worker, each ad-hoc poke in its own. Every failure, from a worker or a command, goes to the
 one error dialog.
 """
@@ -72,10 +72,10 @@ class OrchestratorApp(App[int]):
             self.push_screen(ReplayScreen(self.replay))
             return
         assert self.controller is not None and self.sink is not None
-        self.sub_title = self.controller.engine.playbook.name
+        self.sub_title = self.controller.view.playbook.name
         self.push_screen(MainScreen(self.model))
         self.controller.set_listener(self.update_status)
-        self.controller.engine.problems.say = self.say_problem
+        self.controller.view.problems.say = self.say_problem
         self.sink.post = self.post_message
         if self.sink.queue:
             self.post_message(EventsArrived())

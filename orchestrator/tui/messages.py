@@ -1,4 +1,4 @@
-"""Messages the TUI passes around, and the sink that turns engine events into them.
+"""Messages the TUI passes around, and the sink that turns session events into them.
 
 Floods are the normal case (a server log, a 200k-line build): the sink queues every event and posts
 at most one ``EventsArrived`` until the app has drained the queue, so a burst becomes one message and
@@ -37,7 +37,7 @@ class HypothesisSelected(Message):
 
 @dataclass
 class ActionFailed(Message):
-    """An engine command failed: shown in the one error modal."""
+    """A session command failed: shown in the one error modal."""
 
     title: str
     message: str
@@ -45,7 +45,7 @@ class ActionFailed(Message):
 
 
 class TuiSink:
-    """An engine sink (``engine.sinks``) feeding an app. ``post`` is the app's ``post_message``."""
+    """A session event sink (``runner.sinks``) feeding an app. ``post`` is the app's ``post_message``."""
 
     def __init__(self, post: Callable[[Message], Any] | None = None) -> None:
         self.post = post

@@ -1,5 +1,5 @@
 """What the TUI shows, built only from events: the same code serves a live session and a replay.
-No Textual here (unit-testable); widgets read this model and never the engine."""
+No Textual here (unit-testable); widgets read this model and never the runner."""
 
 from __future__ import annotations
 
@@ -256,7 +256,7 @@ class SessionModel:
         key = f"{host}/{stream}"
         pieces = (row.partial.get(key, "") + text).split("\n")
         row.partial[key] = pieces.pop()
-        if stream == "info" and pieces:  # the engine's own remarks (retries, evidence notes)
+        if stream == "info" and pieces:  # the runner's own remarks (retries, evidence notes)
             pieces = [f"» {p}" for p in pieces]
         row.lines.extend(pieces)
         row.total_lines += len(pieces)

@@ -35,13 +35,22 @@ def svg_curve(rows: Sequence[dict[str, Any]], baseline: dict[str, Any] | None, *
     for frac in (0.25, 0.5, 0.75, 1.0):
         v = hi * frac
         out.append(f'<text x="6" y="{y(v) + 4:.1f}" fill="#666">{v:.0f}</text>')
-    band = [r for r in rows if r.get("predicted_tok_s_ci")]
+    # the curve is the last model's (refitted on every measurement: ``model_tok_s``); a verified point's own
+    # prediction, made before it was measured, is the hollow circle beside its measurement
+    curve = [(r["k"], r.get("model_tok_s", r.get("predicted_tok_s")), r.get("model_tok_s_ci", r.get("predicted_tok_s_ci")))
+             for r in rows]
+    band = [(k, v, ci) for k, v, ci in curve if ci and v is not None]
     if band:
-        upper = " ".join(f"{x(r['k']):.1f},{y(r['predicted_tok_s_ci'][1]):.1f}" for r in band)
-        lower = " ".join(f"{x(r['k']):.1f},{y(r['predicted_tok_s_ci'][0]):.1f}" for r in reversed(band))
+        upper = " ".join(f"{x(k):.1f},{y(ci[1]):.1f}" for k, _, ci in band)
+        lower = " ".join(f"{x(k):.1f},{y(ci[0]):.1f}" for k, _, ci in reversed(band))
         out.append(f'<polygon points="{upper} {lower}" fill="#90caf9" fill-opacity="0.45"/>')
-        line = " ".join(f"{x(r['k']):.1f},{y(r['predicted_tok_s']):.1f}" for r in band)
+        line = " ".join(f"{x(k):.1f},{y(v):.1f}" for k, v, _ in band)
         out.append(f'<polyline points="{line}" fill="none" stroke="#1565c0" stroke-width="2"/>')
+    for r in rows:
+        if r.get("measured_tok_s") is not None and not r.get("probe") and r.get("predicted_tok_s") is not None \
+                and r.get("model_tok_s") is not None:
+            out.append(f'<circle cx="{x(r["k"]) + 7:.1f}" cy="{y(r["predicted_tok_s"]):.1f}" r="4" fill="none" '
+                       'stroke="#1565c0" stroke-width="1.5"/>')
     for r in rows:
         if r.get("measured_tok_s") is None:
             continue
@@ -57,7 +66,8 @@ def svg_curve(rows: Sequence[dict[str, Any]], baseline: dict[str, Any] | None, *
                    'stroke-dasharray="5,4"/>')
         out.append(f'<text x="{width - right - 170}" y="{by - 5:.1f}" fill="#555">no speculation '
                    f'{baseline["tok_s"]:.1f} tok/s</text>')
-    out.append(f'<text x="{left + 10}" y="{top + 14}" fill="#1565c0">predicted (95% band)</text>')
+    out.append(f'<text x="{left + 10}" y="{top + 14}" fill="#1565c0">predicted (95% band; hollow: a verified '
+               'point\'s prediction before it was measured)</text>')
     out.append(f'<text x="{left + 10}" y="{top + 30}" fill="#ef6c00">measured (95% CI); green: recommended</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.engine import Engine, EngineOptions, SessionOutcome
-from orchestrator.engine.sinks import ListSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook
-from orchestrator.session.compose import compose_engine
+from orchestrator.runner import PlaybookRunner, RunnerOptions, SessionOutcome
+from orchestrator.runner.sinks import ListSink
+from orchestrator.session.compose import compose_runner
 from orchestrator.session.log import SessionLog
 from tests.waiting import wait_until
 
@@ -92,7 +92,7 @@ def write_playbook(tmp_path: Path) -> Callable[[str, str], Path]:
 class EngineRun:
     outcome: SessionOutcome
     events: list[Any]
-    engine: Engine
+    engine: PlaybookRunner
     session_dir: Path
 
     def finished(self, step_id: str) -> Any:
@@ -108,15 +108,15 @@ class EngineRun:
         return [e for e in self.events if e.type == kind]
 
 
-def make_engine(path: Path, session_dir: Path, *, extra_vars: dict[str, Any] | None = None,
-                inventory: Inventory | None = None, extra_names: tuple[str, ...] = ()) -> tuple[Engine, ListSink]:
+def make_runner(path: Path, session_dir: Path, *, extra_vars: dict[str, Any] | None = None,
+                inventory: Inventory | None = None, extra_names: tuple[str, ...] = ()) -> tuple[PlaybookRunner, ListSink]:
     """An engine with a SessionLog in ``session_dir`` and a ListSink; ``extra_names`` are inventory vars."""
     playbook = load_playbook(path, extra_names=[*(extra_vars or {}), *extra_names])
     sink = ListSink()
     session_dir.mkdir(parents=True, exist_ok=True)
-    engine = compose_engine(playbook, inventory=inventory or Inventory(), sinks=[SessionLog(session_dir), sink],
+    engine = compose_runner(playbook, inventory=inventory or Inventory(), sinks=[SessionLog(session_dir), sink],
                     # unique: the remote workdir (~/.orchestrator/sessions/<id>) is shared by concurrent test runs
-                    options=EngineOptions(extra_vars=extra_vars or {},
+                    options=RunnerOptions(extra_vars=extra_vars or {},
                                           session_id=f"{session_dir.name}-{uuid.uuid4().hex[:8]}",
                                           session_dir=session_dir))
     return engine, sink
@@ -131,7 +131,7 @@ def run_playbook(tmp_path: Path, write_playbook: Callable[[str, str], Path]) -> 
         n = next(counter)
         path = write_playbook(text, f"pb{n}.yaml")
         session_dir = tmp_path / f"session{n}"
-        engine, sink = make_engine(path, session_dir, **kwargs)
+        engine, sink = make_runner(path, session_dir, **kwargs)
         outcome = await engine.run()
         return EngineRun(outcome=outcome, events=sink.events, engine=engine, session_dir=session_dir)
 

@@ -92,6 +92,7 @@ def test_a_stage_that_starts_over_and_distinct_closing_lines_are_all_shown() -> 
 def test_lab_build_off_a_terminal_streams_plain_lines(monkeypatch, tmp_path: Path) -> None:
     """`orchestrator lab build` with stderr not a terminal (CliRunner's): the callback's lines, no training."""
     import orchestrator.lab.build as build
+    import orchestrator.lab.builder as builder
     from orchestrator.cli.lab import lab_app
 
     def fake_build(name, *, root=None, progress=None, from_scratch=False, target_class=None):  # noqa: ANN001, ANN202
@@ -99,7 +100,7 @@ def test_lab_build_off_a_terminal_streams_plain_lines(monkeypatch, tmp_path: Pat
             progress("target", f"target step {step}/100", step / 100)
         return build.paths(name, root=tmp_path)
 
-    monkeypatch.setattr(build, "build_lab", fake_build)
+    monkeypatch.setattr(builder, "build_lab", fake_build)
     result = CliRunner().invoke(lab_app, ["build", "--dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if "] target: " in line]

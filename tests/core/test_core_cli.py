@@ -31,7 +31,7 @@ def test_help_as_subprocess(cli) -> None:
 
 
 def test_core_imports_no_ui_and_no_torch() -> None:
-    code = ("import sys, orchestrator.engine, orchestrator.cli, orchestrator.session.recording; "
+    code = ("import sys, orchestrator.runner, orchestrator.cli, orchestrator.session.recording; "
             "print(sorted(m for m in ('textual', 'torch', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True,
                           timeout=60)

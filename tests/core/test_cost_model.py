@@ -17,14 +17,41 @@ def truth_rate(profile: list[float], k: int) -> float:
     return (1 + sum(profile[:k])) / (T1 + C * k)
 
 
-def draw(rng: random.Random, n: int, k: int, profile: list[float]) -> list[Request]:
-    """Requests of 64 tokens whose cycles cost T1 + C k (5% noise) and accept 1 + sum r_j (5% noise)."""
+def draw(rng: random.Random, n: int, k: int, profile: list[float], c0: float = 0.0) -> list[Request]:
+    """Requests of 64 tokens whose cycles cost T1 + c0 + C k (5% noise) and accept 1 + sum r_j (5% noise)."""
     out = []
     for _ in range(n):
         accept = (1 + sum(profile[:k])) * rng.uniform(0.95, 1.05) if k else None
         cycles = 64 / (accept or 1.0)
-        out.append(Request(tokens=64, seconds=cycles * (T1 + C * k) * rng.uniform(0.95, 1.05), accept_length=accept))
+        cost = T1 + (c0 + C * k if k else 0.0)
+        out.append(Request(tokens=64, seconds=cycles * cost * rng.uniform(0.95, 1.05), accept_length=accept))
     return out
+
+
+def test_a_second_chain_length_separates_the_per_cycle_cost_from_the_per_token_cost() -> None:
+    """A host whose speculation costs C0 per cycle whatever k (the lab: a cycle at k = 1..5 costs about the same):
+    one probe at k = 8 cannot tell C0 from C and overestimates the short chains; a benchmark at k = 2 beside it
+    recovers both within intervals, and then every chain length is predicted within its interval."""
+    rng = random.Random(5)
+    c0 = 0.010
+    profile = [0.8 ** j for j in range(1, 9)]
+
+    def truth(k: int) -> float:
+        return (1 + sum(profile[:k])) / (T1 + c0 + C * k)
+
+    baseline, probe, short = draw(rng, 24, 0, profile, c0), draw(rng, 24, 8, profile, c0), draw(rng, 24, 2, profile, c0)
+    one = fit(baseline, probe, 8)
+    assert one.c0 == 0.0 and one.ks_fitted == [8]
+    assert {p.k: p for p in predict(one, [1])}[1].tok_s_ci[0] > truth(1)  # the one-probe model's blind spot
+    two = fit(baseline, probe, 8, points={2: short})
+    assert two.ks_fitted == [2, 8]
+    assert two.c0_ci[0] <= c0 <= two.c0_ci[1] and two.c_ci[0] <= C <= two.c_ci[1], (two.c0_ci, two.c_ci)
+    for p in predict(two, range(1, 9)):
+        # eight correlated 95% intervals: each may miss by chance, so within twice its half-width (~4 sigma)
+        half = (p.tok_s_ci[1] - p.tok_s_ci[0]) / 2
+        assert p.tok_s_ci[0] - half <= truth(p.k) <= p.tok_s_ci[1] + half, p
+    best = max(predict(two, range(1, 9)), key=lambda p: p.tok_s)
+    assert best.k == max(range(1, 9), key=truth)
 
 
 def test_geometric_rate_inverts_the_accept_length() -> None:
@@ -123,7 +150,7 @@ def test_served_per_request_counts_give_the_profile_with_intervals() -> None:
     assert model.profile_source.startswith("served per position") and "per request" in model.profile_source
     for j, truth in enumerate(profile):
         assert model.profile[j] == pytest.approx(truth, abs=0.06), (j, model.profile)
-    spreads = {round(d[2][0], 4) for d in model.draws}
+    spreads = {round(d[3][0], 4) for d in model.draws}
     assert len(spreads) > 1  # resampled with the requests, not held fixed
     predictions = predict(model, range(1, 7))
 

@@ -1,4 +1,4 @@
-"""Engine semantics with real shell steps on this machine: when, until/retries/delay, timeout (the whole
+"""PlaybookRunner semantics with real shell steps on this machine: when, until/retries/delay, timeout (the whole
 process group dies), ignore_errors, failure stops the play but `always:` runs, cancel, set/register."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from orchestrator.inventory import Inventory
-from tests.core.conftest import make_engine, marker_pids, wait_for_pids
+from tests.core.conftest import make_runner, marker_pids, wait_for_pids
 from tests.waiting import wait_until_async
 
 HEAD = "name: semantics\nhosts: localhost\n"
@@ -163,7 +163,7 @@ always:
   - name: cleanup
     shell: "touch {tmp_path}/cleaned"
 """)
-    engine, sink = make_engine(path, tmp_path / "session")
+    engine, sink = make_runner(path, tmp_path / "session")
     task = asyncio.create_task(engine.run())
     assert await wait_until_async(lambda: len(marker_pids(marker)) >= 2, 10), "the step never started its children"
     engine.cancel()
@@ -210,7 +210,7 @@ always:
   - {{name: slow cleanup, shell: "sleep {marker}"}}
   - {{name: never, shell: "touch {tmp_path}/never"}}
 """)
-    engine, sink = make_engine(path, tmp_path / "session")
+    engine, sink = make_runner(path, tmp_path / "session")
     task = asyncio.create_task(engine.run())
     for expected_step in ("s1", "a1"):
         await wait_until_async(lambda step=expected_step: step in {e.step_id for e in sink.events

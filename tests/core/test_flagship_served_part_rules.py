@@ -96,3 +96,31 @@ def test_vllm_requests_pair_by_their_spec_counters() -> None:
     gain = _paired_gain(fixed, spec)
     assert gain is not None and gain["ci"][0] > 1 and gain["n"] == 3
     assert _paired_gain(fixed, {"per_request": [{"prompt_tokens": 26 + i} for i in range(3)]}) is None
+
+
+AFTER = "Counterfactual served parts, after a reconcile that failed"
+DISAGREE = {"status": "ok", "failed": False, "skipped": False, "decision": "discrepancy",
+            "verdict": "spec: offline 3.1 [2.8, 3.4], server measured 1.2 [1.1, 1.3]: the intervals are apart"}
+
+
+def test_a_failed_reconcile_runs_the_counterfactual_when_it_has_not_run() -> None:
+    """Issue 26: "when acceptance is low on every wiring, OR A RECONCILE FAILS": the reconcile sits after the fix, so
+    a second counterfactual step runs there, only where the first did not, and only on a discrepancy."""
+    when = _steps()[AFTER].when
+    skipped = {"status": "skipped", "failed": False, "skipped": True}
+    mismatch = {"failed": False, "decision": "mismatch"}
+    assert evaluate(when, _vars(cf=skipped, dt=mismatch, rc=DISAGREE)) is True
+    assert evaluate(when, _vars(cf=CF, dt=mismatch, rc=DISAGREE)) is False  # the first one ran: no second
+    assert evaluate(when, _vars(cf=skipped, dt=mismatch, rc={**DISAGREE, "decision": "reconciled"})) is False
+    assert evaluate(when, _vars(cf=skipped, dt=mismatch, rc={**DISAGREE, "decision": "undecided"})) is False
+    assert evaluate(when, _vars(cf=skipped, dt={"failed": True}, rc=DISAGREE)) is False
+
+
+def test_the_part_it_names_is_supported_never_confirmed() -> None:
+    step = _steps()[AFTER]
+    variables = _vars(cf_rc=CF, rc=DISAGREE)
+    assert _states(step, variables) == {"served_part": "supported"}
+    because = next(b for hid, _s, _r, b in evaluate_rules(step, variables) if hid == "served_part")
+    assert "the reconcile failed" in because and "attention" in because and "not verified" in because
+    none = {**CF, "counterfactual": {"recovering": [], "swaps": [{"part": "norm", "recovers": False}]}}
+    assert _states(step, _vars(cf_rc=none, rc=DISAGREE)) == {}

@@ -1,38 +1,72 @@
-"""The house reads top-down: no import cycle between orchestrator's modules, nor between its packages
-(cli, engine, actions, playbook, servers, transport, ...), counting the imports that run when a module loads
-(module level, outside ``if TYPE_CHECKING``). A function-level import is how a lower layer reaches up lazily
-on purpose, so it does not count."""
+"""The house reads top-down: no import circle anywhere in ``orchestrator/`` or ``remote_probes/``, between modules
+or between orchestrator's packages (cli, engine, actions, playbook, servers, transport, ...).
+
+Every import counts, wherever it is written: at module level, inside a function or a class (a function-level import
+is still a dependency, it only runs later), except under ``if TYPE_CHECKING:`` (types only, never loaded). The
+graph is read from the source (ast), so it needs nothing installed, and it resolves the three ways an import names a
+module here: ``orchestrator.x.y`` (absolute), ``from . import x`` / ``from .x import y`` (relative), and the probes'
+flat ``from _probe import run_probe`` (a probe runs with ``remote_probes/`` as its directory, so a bare name that is
+a module there is that module). import-linter (pyproject.toml, run by tests/test_static_checks.py) checks the
+direction of the package layers; this checks that nothing, at any granularity, comes back round.
+"""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "orchestrator"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("orchestrator", "remote_probes")
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
-def _load_time_imports(path: Path, known: dict[str, Path]) -> set[str]:
+def _type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    while node in parents:
+        parent = parents[node]
+        if isinstance(parent, ast.If) and "TYPE_CHECKING" in ast.unparse(parent.test) and node in parent.body:
+            return True
+        node = parent
+    return False
+
+
+def _imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The known modules ``module`` imports, anywhere in its source (not under ``if TYPE_CHECKING``)."""
+    tree = ast.parse(path.read_text())
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    top = module.split(".")[0]
     out: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+
+    def resolve(name: str) -> str | None:
+        for candidate in (name, f"{top}.{name}" if top == "remote_probes" else None):  # a probe's flat import
+            while candidate:
+                if candidate in known:
+                    return candidate
+                candidate = candidate.rpartition(".")[0]
+        return None
+
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _type_checking_only(node, parents):
             continue
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        for inner in ast.walk(node):
-            if isinstance(inner, ast.ImportFrom) and inner.level == 0 and (inner.module or "").startswith("orchestrator"):
-                module = inner.module or ""
-                out.update(f"{module}.{a.name}" if f"{module}.{a.name}" in known else module for a in inner.names)
-            elif isinstance(inner, ast.Import):
-                out.update(a.name for a in inner.names if a.name.startswith("orchestrator"))
-    return {m for m in out if m in known}
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # `from pkg import mod` imports the submodule pkg.mod; `from mod import name` imports mod
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        out.update(m for m in map(resolve, targets) if m)
+    return out - {module}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -72,7 +106,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def _graph() -> dict[str, set[str]]:
     known = _modules()
-    return {name: _load_time_imports(path, known) - {name} for name, path in known.items()}
+    return {name: _imports(name, path, known) for name, path in known.items()}
 
 
 def _package(module: str) -> str:
@@ -95,14 +129,16 @@ def test_the_checker_sees_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_cycle_even_through_function_level_imports() -> None:
-    """Counting every import (a function-level one too, as import-linter does), nothing imports itself back: not in
-    remote_probes (the probes and their libraries), not in orchestrator outside the lab. The lab's build, calibrate,
-    models, shipped, inventory and vllm_lab still reach each other lazily (issue 29 leaves that to the lab's owners)."""
-    from tests import realparts
-
-    grimp = realparts.importorskip("grimp")
-    graph = grimp.build_graph("orchestrator", "remote_probes", exclude_type_checking_imports=True, cache_dir=None)
-    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
-    outside_lab = [c for c in _cycles(edges) if not all(m.startswith("orchestrator.lab.") for m in c)]
-    assert outside_lab == []
+def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """A function-level import, a relative one and a probe's flat one are edges; a TYPE_CHECKING one is not."""
+    source = tmp_path / "p.py"
+    source.write_text("from typing import TYPE_CHECKING\nfrom _probe import run_probe\n"
+                      "if TYPE_CHECKING:\n    from remote_probes import eagle3_config\n"
+                      "def f():\n    from .interval_stats import mean_interval\n    import remote_probes.env_info\n")
+    known = {m: source for m in ("remote_probes.p", "remote_probes._probe", "remote_probes.interval_stats",
+                                 "remote_probes.env_info", "remote_probes.eagle3_config")}
+    assert _imports("remote_probes.p", source, known) == {
+        "remote_probes._probe", "remote_probes.interval_stats", "remote_probes.env_info"}
+    (tmp_path / "o.py").write_text("def g():\n    from orchestrator.lab import build\n")
+    known = {"orchestrator.lab.o": tmp_path / "o.py", "orchestrator.lab.build": source, "orchestrator.lab": source}
+    assert _imports("orchestrator.lab.o", tmp_path / "o.py", known) == {"orchestrator.lab.build"}

@@ -300,8 +300,8 @@ def test_two_controllers_starting_one_playbook_in_the_same_second_get_different_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The session id names the workdir on every host; two test workers (or two machines) with their own sessions
     dirs made the same id from the same stamp and playbook, and the first to end removed the other's workdir."""
-    from orchestrator.engine import EngineOptions
     from orchestrator.playbook.models import Playbook
+    from orchestrator.runner import RunnerOptions
     from orchestrator.session import log as session_log
     from orchestrator.session.recording import prepare_session
 
@@ -309,7 +309,7 @@ def test_two_controllers_starting_one_playbook_in_the_same_second_get_different_
     playbook = Playbook(name="flagship", steps=[])
     (one, first), (two, second) = prepare_session(playbook, tmp_path / "a"), prepare_session(playbook, tmp_path / "b")
     assert one.name == two.name and first != second and first.startswith(one.name)
-    assert EngineOptions().session_id != EngineOptions().session_id
+    assert RunnerOptions().session_id != RunnerOptions().session_id
 
 
 def test_each_slurm_node_has_its_own_srun_client_dir() -> None:

@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 
-from orchestrator.engine import Engine
 from orchestrator.errors import OrchestratorError
 from orchestrator.hypotheses.board import HypothesisBoard
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Hypothesis, Playbook
+from orchestrator.runner import PlaybookRunner
 from orchestrator.servers.manager import ServerManager
-from orchestrator.session.compose import SessionServices, compose_engine
+from orchestrator.session.compose import SessionServices, compose_runner
 from orchestrator.transport.factory import make_transport
 from orchestrator.transport.local import LocalTransport
 
 
 def test_every_composed_engine_has_typed_services() -> None:
-    engine = compose_engine(Playbook(name="p", steps=[], hypotheses=[Hypothesis(id="h1", title="t")]))
+    engine = compose_runner(Playbook(name="p", steps=[], hypotheses=[Hypothesis(id="h1", title="t")]))
     services = engine.services
     assert isinstance(services, SessionServices)
     assert isinstance(services.servers, ServerManager) and isinstance(services.board, HypothesisBoard)
@@ -35,9 +35,9 @@ def test_every_composed_engine_has_typed_services() -> None:
 
 
 def test_a_bare_engine_says_it_has_no_services() -> None:
-    engine = Engine(Playbook(name="p", steps=[]))
+    engine = PlaybookRunner(Playbook(name="p", steps=[]))
     assert engine.step_hooks == [] and engine.finalizers == [] and engine.preparers == []
-    with pytest.raises(OrchestratorError, match="no server manager.*compose_engine"):
+    with pytest.raises(OrchestratorError, match="no server manager.*compose_runner"):
         _ = engine.services.servers
 
 
@@ -49,9 +49,9 @@ def test_the_transport_factory_lives_in_transport_and_makes_local_transports() -
 
 async def test_the_engine_reaches_hosts_through_its_transport_factory(run_playbook, monkeypatch: Any) -> None:
     made: list[tuple[str, str]] = []
-    original_init = Engine.__init__
+    original_init = PlaybookRunner.__init__
 
-    def init(self: Engine, *args: Any, **kwargs: Any) -> None:
+    def init(self: PlaybookRunner, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
 
         def recording_factory(spec: Any, session_id: str) -> Any:
@@ -60,7 +60,7 @@ async def test_the_engine_reaches_hosts_through_its_transport_factory(run_playbo
 
         self.make_transport = recording_factory
 
-    monkeypatch.setattr(Engine, "__init__", init)
+    monkeypatch.setattr(PlaybookRunner, "__init__", init)
     run = await run_playbook("name: t\nhosts: localhost\nsteps:\n  - {name: hi, shell: echo hi}\n")
     assert run.outcome.status == "ok"
     assert made == [("localhost", run.engine.options.session_id)]

@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.engine import Engine
 from orchestrator.events import Event, MalformedEvent, parse_event
 from orchestrator.playbook.models import Playbook
+from orchestrator.runner import PlaybookRunner
 from orchestrator.session import report as report_module
-from orchestrator.session.compose import compose_engine
+from orchestrator.session.compose import compose_runner
 from orchestrator.session.reader import read_session
 from orchestrator.session.recording import write_reports
 from orchestrator.session.report import render_report
@@ -67,16 +67,16 @@ class _FullFile:
 
 def _add_to_each_engine(monkeypatch: pytest.MonkeyPatch, *, sink: Any = None, finalizer: Any = None) -> None:
     """The run_playbook fixture builds the engine; this adds a sink or a finalizer before it runs."""
-    original_run = Engine.run
+    original_run = PlaybookRunner.run
 
-    async def run(self: Engine) -> Any:
+    async def run(self: PlaybookRunner) -> Any:
         if sink is not None:
             self.sinks.append(sink)
         if finalizer is not None:
             self.finalizers.append(finalizer)
         return await original_run(self)
 
-    monkeypatch.setattr(Engine, "run", run)
+    monkeypatch.setattr(PlaybookRunner, "run", run)
 
 
 async def test_a_raising_sink_is_counted_said_and_marks_the_session_incomplete(
@@ -239,7 +239,7 @@ def test_parse_event_tells_unknown_from_malformed() -> None:
 
 # -- the forced cancel is public ---------------------------------------------------------------------
 def test_force_cancelled_is_public_and_needs_two_cancels() -> None:
-    engine = compose_engine(Playbook(name="p", steps=[]))
+    engine = compose_runner(Playbook(name="p", steps=[]))
     assert not engine.cancelled and not engine.force_cancelled
     engine.cancel()
     assert engine.cancelled and not engine.force_cancelled

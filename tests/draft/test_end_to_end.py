@@ -31,7 +31,8 @@ def lab_pair():
     was not clear) and its target: the same lab directory the lab tests use."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from orchestrator.lab.build import build_lab, seed_wiring
+    from orchestrator.lab.build import seed_wiring
+    from orchestrator.lab.builder import build_lab
     from tests.labdir import test_lab_root
 
     lab = build_lab("seed-wiring", root=test_lab_root())

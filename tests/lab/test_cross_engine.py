@@ -12,7 +12,7 @@ from orchestrator.lab.build import LabPaths
 from orchestrator.lab.inventory import ensure_lab, lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.recording import build_engine, run_with_signals, write_reports
+from orchestrator.session.recording import build_runner, run_with_signals, write_reports
 
 PLAYBOOK = Path(__file__).resolve().parents[2] / "playbooks" / "cross-engine.yaml"
 
@@ -21,7 +21,7 @@ async def run_cross(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path,
     ensure_lab(scenario, root=lab.root, engine="vllm")
     inventory = lab_inventory(scenario, root=lab.root, engine="vllm")
     playbook = load_playbook(PLAYBOOK, extra_names=inventory.host_vars("lab"))
-    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=sessions)
+    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=sessions)
     outcome = await run_with_signals(engine)
     assert outcome.status == "ok"
     write_reports(directory)

@@ -26,7 +26,7 @@ from orchestrator.lab.build import LabPaths, seed_wiring  # noqa: E402
 from orchestrator.lab.inventory import ensure_lab, lab_ssh_inventory  # noqa: E402
 from orchestrator.playbook.loader import load_playbook  # noqa: E402
 from orchestrator.session.reader import read_session  # noqa: E402
-from orchestrator.session.recording import build_engine, run_with_signals, write_reports  # noqa: E402
+from orchestrator.session.recording import build_runner, run_with_signals, write_reports  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
@@ -45,7 +45,7 @@ async def test_flagship_derives_and_verifies_a_servable_fix_without_lab_flags(
     host_vars = inventory.host_vars("lab")
     assert "fixed_flags" not in host_vars and host_vars["sglang_version"] == "0.5.23"
     playbook = load_playbook(FLAGSHIP, extra_names=host_vars)
-    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions")
+    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions")
     outcome = await run_with_signals(engine)
     write_reports(directory)
     session = read_session(directory)

@@ -13,7 +13,7 @@ from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, scenarios
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.recording import build_engine, run_with_signals, write_reports
+from orchestrator.session.recording import build_runner, run_with_signals, write_reports
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
@@ -40,7 +40,7 @@ BENCH_ONLY = {"own-embedding", "attention-heads", "rope-theta"}
 async def _run(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:
     inventory = lab_inventory(scenario, root=lab.root)
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
-    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=sessions)
+    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=sessions)
     outcome = await run_with_signals(engine)
     write_reports(directory)
     session = read_session(directory)

@@ -16,7 +16,7 @@ from orchestrator.lab.build import LabPaths
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.recording import build_engine, run_with_signals, write_reports
+from orchestrator.session.recording import build_runner, run_with_signals, write_reports
 
 FLAGSHIP = Path(__file__).resolve().parents[2] / "playbooks" / "eagle3.yaml"
 # small samples: this test is about the path through the playbook, not about the draft test's power
@@ -33,7 +33,7 @@ async def test_flagship_goes_on_when_the_speculative_server_cannot_start(lab: La
     host.vars["candidate_flags"] = {**host.vars["candidate_flags"], "cuda-graph-max-bs-decode": 8}
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
     screen = StringIO()
-    engine, directory = build_engine(playbook, inventory, extra_vars=SMALL, sessions_dir=tmp_path / "sessions",
+    engine, directory = build_runner(playbook, inventory, extra_vars=SMALL, sessions_dir=tmp_path / "sessions",
                                      sinks=[ConsoleSink(Console(file=screen, width=300, highlight=False))])
     outcome = await run_with_signals(engine)
     write_reports(directory)

@@ -16,7 +16,7 @@ from orchestrator.lab.inventory import ensure_lab, lab_inventory
 from orchestrator.lab.vllm_lab import VLLM_SCENARIO_NAMES, vllm_scenarios
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.recording import build_engine, run_with_signals, write_reports
+from orchestrator.session.recording import build_runner, run_with_signals, write_reports
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
@@ -42,7 +42,7 @@ async def run_flagship(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Pa
     ensure_lab(scenario, root=lab.root, engine="vllm")
     inventory = lab_inventory(scenario, root=lab.root, engine="vllm")
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
-    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=sessions)
+    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=sessions)
     outcome = await run_with_signals(engine)
     write_reports(directory)
     return directory, HypothesisBoard.from_events(read_session(directory).events), outcome.status
@@ -82,7 +82,7 @@ async def test_flagship_on_the_vllm_stand_in_derives_and_verifies_a_servable_fix
     host_vars = inventory.host_vars("lab")
     assert "fixed_flags" not in host_vars
     playbook = load_playbook(FLAGSHIP, extra_names=host_vars)
-    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions")
+    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions")
     outcome = await run_with_signals(engine)
     write_reports(directory)
     session = read_session(directory)

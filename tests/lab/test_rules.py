@@ -19,10 +19,10 @@ def trained(lab: LabPaths) -> str:
 
 
 def models_for(lab: LabPaths, *argv: str):
-    from orchestrator.lab.server_engine import LabModels
+    from orchestrator.lab.model_runner import LabModelRunner
 
     ns = build_parser().parse_args(["--model-path", str(lab.target), *argv])
-    return LabModels(resolve(ns, target_architecture="LlamaForCausalLM"), log=logging.getLogger("lab-test").info)
+    return LabModelRunner(resolve(ns, target_architecture="LlamaForCausalLM"), log=logging.getLogger("lab-test").info)
 
 
 def spec_argv(draft: Path | str, steps: int = 7, algo: str = "EAGLE3", *extra: str) -> list[str]:

@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab import build, shipped
+from orchestrator.lab import build, builder, shipped
 from orchestrator.lab.build import TRAINED_DRAFTS, LabPaths, read_state
 from orchestrator.lab.calibrate import CalibrationSteps, calibrate_lab
-from orchestrator.lab.models import recipe_hash
+from orchestrator.lab.recipe import recipe_hash
 
 REBUILD = "orchestrator lab build --from-scratch --scenario all --ship --dir <empty dir>"
 
@@ -42,7 +42,7 @@ def test_the_shipped_models_are_made_by_the_recipe_in_the_code() -> None:
 
 def test_a_recipe_change_changes_the_hash(monkeypatch: pytest.MonkeyPatch) -> None:
     before = recipe_hash()
-    monkeypatch.setattr("orchestrator.lab.models.RECIPE_VERSION", 999)
+    monkeypatch.setattr("orchestrator.lab.model_cache.RECIPE_VERSION", 999)
     assert recipe_hash() != before
 
 
@@ -89,7 +89,7 @@ def test_a_cpu_that_decodes_otherwise_gets_the_full_calibration(tmp_path: Path,
                              "target_seed": manifest.target_seed, "calibration": {}}
     monkeypatch.setattr(shipped, "confirm", lambda *_: {"passed": False, "differs": ["fix seed-wiring/candidate"],
                                                         "at": "now", "cpu": "other", "seconds": 0.0})
-    build._confirm_shipped(base, state, lambda *_: None, {})
+    builder.confirm_shipped(base, state, lambda *_: None, {})
     assert state["calibration"] == {} and state["origin"]["confirmed"]["passed"] is False
     checked: list[str] = []
 
@@ -99,7 +99,7 @@ def test_a_cpu_that_decodes_otherwise_gets_the_full_calibration(tmp_path: Path,
 
     calibrate_lab(base, state, lambda *_: None, CalibrationSteps(calibrate_draft, lambda *_: None))
     assert checked == list(TRAINED_DRAFTS)
-    assert build._still_shipped(base)  # calibrated, not retrained: still the shipped models
+    assert builder.still_shipped(base)  # calibrated, not retrained: still the shipped models
 
 
 def test_the_confirmation_compares_the_fingerprint_bit_for_bit(tmp_path: Path,

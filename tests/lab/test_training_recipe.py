@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.lab.build import seed_wiring
-from orchestrator.lab.models import cached_draft, cached_target
+from orchestrator.lab.model_cache import cached_draft, cached_target
 from orchestrator.lab.train import DraftRecipe, TargetRecipe
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -61,12 +61,12 @@ def test_the_qwen3_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) 
 
 def _serves_losslessly(target: Path, draft: Path, wiring: list[int], architecture: str) -> None:
     """What training wrote is a lab: the server's engine loads both and speculative decoding is lossless."""
+    from orchestrator.lab.model_runner import LabModelRunner
     from orchestrator.lab.server_args import build_parser, resolve
-    from orchestrator.lab.server_engine import LabModels
 
-    def models(*flags: str) -> LabModels:
+    def models(*flags: str) -> LabModelRunner:
         ns = build_parser().parse_args(["--model-path", str(target), *flags])
-        return LabModels(resolve(ns, target_architecture=architecture), log=logging.getLogger("t").debug)
+        return LabModelRunner(resolve(ns, target_architecture=architecture), log=logging.getLogger("t").debug)
 
     prompt = json.loads((target / "prompts.json").read_text())[0]
     plain = models()

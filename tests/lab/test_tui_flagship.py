@@ -12,7 +12,7 @@ from orchestrator.lab.build import LabPaths
 from orchestrator.lab.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.recording import build_engine
+from orchestrator.session.recording import build_runner
 from orchestrator.tui.app import OrchestratorApp
 from orchestrator.tui.control import Controller
 from orchestrator.tui.messages import TuiSink
@@ -30,7 +30,7 @@ async def test_flagship_in_the_tui_then_replay(lab: LabPaths, tmp_path: Path) ->
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
     sink = TuiSink()
     # the flagship's own sample sizes: the ones the lab is calibrated for (a smaller sample is rightly inconclusive)
-    engine, directory = build_engine(playbook, inventory, sinks=[sink], sessions_dir=tmp_path / "sessions")
+    engine, directory = build_runner(playbook, inventory, sinks=[sink], sessions_dir=tmp_path / "sessions")
     controller = Controller(engine, start_mode="running")
     app = OrchestratorApp(controller=controller, sink=sink, session_dir=directory)
     async with app.run_test(size=(120, 36)) as pilot:

@@ -16,7 +16,7 @@ from orchestrator.lab.build import LabPaths
 from orchestrator.lab.inventory import ensure_lab, lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.recording import build_engine, run_with_signals, write_reports
+from orchestrator.session.recording import build_runner, run_with_signals, write_reports
 
 TUNE = Path(__file__).resolve().parents[2] / "playbooks" / "tune.yaml"
 
@@ -27,7 +27,7 @@ async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, t
     inventory = lab_inventory("seed-wiring", root=lab.root)
     playbook = load_playbook(TUNE, extra_names=inventory.host_vars("lab"))
     extra = {"tune_candidates": [1, 2, 3, 4], "tune_verify": 1, "bench_n": 6, "bench_tokens": 48}
-    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
+    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
                                      extra_vars=extra)
     outcome = await run_with_signals(engine)
     write_reports(directory)

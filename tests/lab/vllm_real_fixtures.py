@@ -26,7 +26,7 @@ from orchestrator.lab.vllm_host import VllmHost, ensure_vllm_host, host_dir, is_
 from orchestrator.lab.vllm_real import real_vllm_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import LoadedSession, read_session
-from orchestrator.session.recording import build_engine, run_with_signals, write_reports
+from orchestrator.session.recording import build_runner, run_with_signals, write_reports
 from tests import realparts
 
 FLAGSHIP = Path(__file__).resolve().parents[2] / "playbooks" / "eagle3.yaml"
@@ -70,7 +70,7 @@ def real_vllm_flagship(lab: LabPaths, vllm_host: VllmHost,
             base = tmp_path_factory.mktemp(f"real-vllm-{scenario}")
             inventory = real_vllm_inventory(scenario, root=lab.root, host=vllm_host, run_dir=base / "run")
             playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
-            engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=base / "sessions")
+            engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=base / "sessions")
             started = time.monotonic()
             outcome = await run_with_signals(engine)
             seconds = round(time.monotonic() - started, 1)

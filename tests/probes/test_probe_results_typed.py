@@ -48,3 +48,27 @@ def test_the_draft_test_result_is_validated() -> None:
         check_result("draft_test", model, _result(decision="maybe"))
     with pytest.raises(ProbeError, match="bad_result.*wirings"):
         check_result("draft_test", model, {k: v for k, v in _result().items() if k != "wirings"})
+
+
+def test_the_lab_calibration_validates_the_draft_test_it_runs(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """The calibration starts draft_test itself (not through the probe runner): its result is checked against the
+    same model, so a draft test of the wrong shape stops the build with a bad_result, never a KeyError later."""
+    import json
+    import subprocess
+
+    from orchestrator.lab import calibrate
+
+    answers: list[dict[str, Any]] = [_result(), {k: v for k, v in _result().items() if k != "wirings"}]
+
+    def fake_run(argv: list[str], *, env: dict[str, str], **_: Any) -> subprocess.CompletedProcess[str]:
+        assert argv[-1].endswith("remote_probes/draft_test.py")
+        nonce = env["ORCH_PROBE_NONCE"]
+        document = json.dumps({"ok": True, "result": answers.pop(0)})
+        out = f"@@ORCH-RESULT-BEGIN {nonce}@@\n{document}\n@@ORCH-RESULT-END {nonce}@@\n"
+        return subprocess.CompletedProcess(argv, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(calibrate.subprocess, "run", fake_run)
+    sample = calibrate.FlagshipSample()
+    assert calibrate.run_draft_test(tmp_path, tmp_path, sample)["decision"] == "mismatch"
+    with pytest.raises(ProbeError, match="bad_result.*wirings"):
+        calibrate.run_draft_test(tmp_path, tmp_path, sample)

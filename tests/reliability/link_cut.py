@@ -19,12 +19,12 @@ from typing import Any
 
 from netns import NamespacedHost
 
-from orchestrator.engine.runner import EngineOptions
-from orchestrator.engine.sinks import ListSink
 from orchestrator.events import Event
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook_text
-from orchestrator.session.compose import compose_engine
+from orchestrator.runner.playbook_runner import RunnerOptions
+from orchestrator.runner.sinks import ListSink
+from orchestrator.session.compose import compose_runner
 from tests.ssh.conftest import pgrep, wait_until
 
 COUNT_MAX = 3  # the transport's keepalive_count_max: asyncssh gives up at the 4th silent interval
@@ -89,12 +89,12 @@ async def cut_mid_step(cut: NamespacedHost, steady: NamespacedHost, *, keepalive
     inv = inventory({"cut": (cut, cut.address, cut.sshd.port), "steady": (steady, steady.address, steady.sshd.port)},
                     {"cut": {"nap": mark}, "steady": {"nap": short}}, keepalive_interval=keepalive)
     sink = TimedSink()
-    engine = compose_engine(load_playbook_text(
+    engine = compose_runner(load_playbook_text(
         "name: link cut\nhosts: gpus\nvars: {nap: 1}  # each host sets its own\nsteps:\n"
         "  - name: before\n    shell: echo before\n"
         "  - name: long\n    shell: 'echo started; sleep {{ nap }}'\n"
         "  - name: after\n    shell: 'echo after from $(hostname -I)'\n"), inventory=inv, sinks=[sink],
-        options=EngineOptions(session_id=f"cut-{uuid.uuid4().hex[:8]}"))
+        options=RunnerOptions(session_id=f"cut-{uuid.uuid4().hex[:8]}"))
     run = asyncio.ensure_future(engine.run())
     problems = trial.problems
     try:
@@ -153,8 +153,8 @@ async def cut_mid_step(cut: NamespacedHost, steady: NamespacedHost, *, keepalive
     if pgrep(short):
         problems.append(f"left on the steady host: {pgrep(short)}")
 
-    again = compose_engine(load_playbook_text("name: again\nhosts: cut\nsteps:\n  - shell: echo back\n"), inventory=inv,
-                   sinks=[ListSink()], options=EngineOptions(session_id=f"again-{uuid.uuid4().hex[:8]}"))
+    again = compose_runner(load_playbook_text("name: again\nhosts: cut\nsteps:\n  - shell: echo back\n"), inventory=inv,
+                   sinks=[ListSink()], options=RunnerOptions(session_id=f"again-{uuid.uuid4().hex[:8]}"))
     if (await again.run()).status != "ok":
         problems.append("the cut host did not take a new session after the link came back")
     return trial

@@ -21,12 +21,12 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
-from orchestrator.engine import EngineOptions
-from orchestrator.engine.sinks import ListSink
 from orchestrator.errors import OrchestratorError, PlaybookError, PlaybookErrors
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook_text
-from orchestrator.session.compose import compose_engine
+from orchestrator.runner import RunnerOptions
+from orchestrator.runner.sinks import ListSink
+from orchestrator.session.compose import compose_runner
 from orchestrator.session.log import SessionLog
 
 RUN_LIMIT_S = 8.0
@@ -203,8 +203,8 @@ async def judge(text: str, workdir: Path) -> Verdict:
         return Verdict("bad", "loading raised:\n" + traceback.format_exc(limit=-6))
     session_dir = workdir / uuid.uuid4().hex[:12]
     try:
-        engine = compose_engine(playbook, inventory=Inventory(), sinks=[SessionLog(session_dir), ListSink()],
-                        options=EngineOptions(session_id=f"fuzz-{session_dir.name}", session_dir=session_dir,
+        engine = compose_runner(playbook, inventory=Inventory(), sinks=[SessionLog(session_dir), ListSink()],
+                        options=RunnerOptions(session_id=f"fuzz-{session_dir.name}", session_dir=session_dir,
                                               say=lambda _text: None))
         task = asyncio.ensure_future(engine.run())
         done, _ = await asyncio.wait({task}, timeout=RUN_LIMIT_S)

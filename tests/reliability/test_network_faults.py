@@ -30,10 +30,10 @@ if str(TESTS) not in sys.path:
 from netns import NamespacedHost, make_host, netns_missing_reason  # noqa: E402
 from tcp_delay_proxy import start_proxy  # noqa: E402
 
-from orchestrator.engine.runner import EngineOptions  # noqa: E402
-from orchestrator.engine.sinks import ListSink  # noqa: E402
 from orchestrator.playbook.loader import load_playbook_text  # noqa: E402
-from orchestrator.session.compose import compose_engine  # noqa: E402
+from orchestrator.runner.playbook_runner import RunnerOptions  # noqa: E402
+from orchestrator.runner.sinks import ListSink  # noqa: E402
+from orchestrator.session.compose import compose_runner  # noqa: E402
 from tests import realparts  # noqa: E402
 from tests.reliability.link_cut import SLACK, cut_mid_step, inventory, keepalive_bound  # noqa: E402
 from tests.ssh.conftest import wait_until  # noqa: E402
@@ -77,13 +77,13 @@ async def test_playbook_through_30ms_rtt_and_one_percent_loss(namespaced_hosts: 
         address, port = proxy.endpoints[0]
         host.sshd.trust(address, port)
         sink = ListSink()
-        engine = compose_engine(load_playbook_text(
+        engine = compose_runner(load_playbook_text(
             "name: far\nhosts: gpus\nsteps:\n"
             + "".join(f"  - name: s{i}\n    shell: 'echo {i}'\n" for i in range(10))
             + "  - name: env\n    probe: env_info\n    register: env\n"
             "  - name: big\n    shell: 'head -c 2000000 /dev/zero | tr \"\\\\0\" x'\n"),
             inventory=inventory({"far": (host, address, port)}), sinks=[sink],
-            options=EngineOptions(session_id=f"far-{uuid.uuid4().hex[:8]}"))
+            options=RunnerOptions(session_id=f"far-{uuid.uuid4().hex[:8]}"))
         outcome = await asyncio.wait_for(engine.run(), 300)
     finally:
         summary = proxy.stop()
@@ -112,8 +112,8 @@ async def test_link_cut_during_a_push_is_unreachable_and_the_host_recovers(names
         session = f"push-{uuid.uuid4().hex[:8]}"
         files = sshd.directory / "state" / "sessions" / session / "files"
         sink = ListSink()
-        engine = compose_engine(load_playbook_text("name: push cut\nhosts: gpus\nsteps:\n  - name: env\n    probe: env_info\n"),
-                        inventory=inv, sinks=[sink], options=EngineOptions(session_id=session))
+        engine = compose_runner(load_playbook_text("name: push cut\nhosts: gpus\nsteps:\n  - name: env\n    probe: env_info\n"),
+                        inventory=inv, sinks=[sink], options=RunnerOptions(session_id=session))
         run = asyncio.ensure_future(engine.run())
         try:
             pushing = await asyncio.to_thread(wait_until, lambda: any(files.glob("remote_probes-*/*")), 60, 0.005)
@@ -132,8 +132,8 @@ async def test_link_cut_during_a_push_is_unreachable_and_the_host_recovers(names
         assert ended <= keepalive_bound(1.0) + SLACK, ended
         assert await asyncio.to_thread(wait_until, lambda: not sshd.descendants(), 60, 0.2), \
             f"sshd sessions left after the link came back: {sshd.descendants()}"
-        again = compose_engine(load_playbook_text("name: again\nhosts: gpus\nsteps:\n  - probe: env_info\n"), inventory=inv,
-                       sinks=[ListSink()], options=EngineOptions(session_id=f"again-{uuid.uuid4().hex[:8]}"))
+        again = compose_runner(load_playbook_text("name: again\nhosts: gpus\nsteps:\n  - probe: env_info\n"), inventory=inv,
+                       sinks=[ListSink()], options=RunnerOptions(session_id=f"again-{uuid.uuid4().hex[:8]}"))
         assert (await again.run()).status == "ok"
     finally:
         proxy.stop()

@@ -21,12 +21,12 @@ if str(TESTS) not in sys.path:
 
 from sshd_fixture import SshdServer, sshd_missing_reason, start_sshd  # noqa: E402
 
-from orchestrator.engine.runner import EngineOptions  # noqa: E402
-from orchestrator.engine.sinks import ListSink  # noqa: E402
 from orchestrator.inventory import Inventory  # noqa: E402
 from orchestrator.playbook.loader import load_playbook_text  # noqa: E402
 from orchestrator.probes.invoke import probes_dir  # noqa: E402
-from orchestrator.session.compose import compose_engine  # noqa: E402
+from orchestrator.runner.playbook_runner import RunnerOptions  # noqa: E402
+from orchestrator.runner.sinks import ListSink  # noqa: E402
+from orchestrator.session.compose import compose_runner  # noqa: E402
 from tests import realparts  # noqa: E402
 
 PLAYBOOK = """name: remote disk full
@@ -79,8 +79,8 @@ def _inventory(request: pytest.FixtureRequest, kind: str, state: Path) -> Invent
 async def _run(inventory: Inventory) -> tuple[str, ListSink, str]:
     sink = ListSink()
     session = f"df-{uuid.uuid4().hex[:8]}"
-    engine = compose_engine(load_playbook_text(PLAYBOOK), inventory=inventory, sinks=[sink],
-                    options=EngineOptions(session_id=session, keep_remote=True))
+    engine = compose_runner(load_playbook_text(PLAYBOOK), inventory=inventory, sinks=[sink],
+                    options=RunnerOptions(session_id=session, keep_remote=True))
     return (await engine.run()).status, sink, session
 
 

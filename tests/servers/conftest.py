@@ -50,7 +50,7 @@ def lab_models() -> dict[str, str]:
     if all(override):  # models built elsewhere (a CI cache, a developer's lab dir)
         return {"target": str(override[0]), "draft": str(override[1])}
     realparts.importorskip("torch")
-    from orchestrator.lab.build import build_lab
+    from orchestrator.lab.builder import build_lab
     from tests.labdir import test_lab_root
 
     lab = build_lab("seed-wiring", root=test_lab_root())
@@ -83,11 +83,11 @@ def run_playbook(text: str, inventory: Inventory, sessions: Path, sinks: list[An
     import json
 
     from orchestrator.playbook.loader import load_playbook_text
-    from orchestrator.session.recording import build_engine, run_session
+    from orchestrator.session.recording import build_runner, run_session
 
     names = {name for host in inventory.hosts for name in inventory.host_vars(host)}
     playbook = load_playbook_text(text, extra_names=names)
-    engine, directory = build_engine(playbook, inventory, sinks=list(sinks or []), sessions_dir=sessions)
+    engine, directory = build_runner(playbook, inventory, sinks=list(sinks or []), sessions_dir=sessions)
     run = run_session(engine, directory)
     events = [json.loads(line) for line in (directory / "events.jsonl").read_text().splitlines() if line.strip()]
     return Ran(status=run.outcome.status, directory=directory, events=events, engine=engine)

@@ -202,7 +202,7 @@ def test_literal_key_and_extra_var_key_are_masked(inventory: Inventory, tmp_path
     """A key written into the flags or given as ``-e api_key=...`` is masked from the first event (the session's
     recorded argv and vars) on, though no var declares it secret. The server never starts: the lab has no model."""
     from orchestrator.playbook.loader import load_playbook_text
-    from orchestrator.session.recording import build_engine, run_session
+    from orchestrator.session.recording import build_runner, run_session
 
     literal, extra = "literal-key-5a5a5a5a", "extra-var-key-6b6b6b6b"
     playbook = load_playbook_text(f"""
@@ -213,7 +213,7 @@ steps:
   - bench: {{url: "http://127.0.0.1:9", api_key: "{{{{ api_key }}}}", n: 1}}
     ignore_errors: true
 """, extra_names={"api_key"})
-    engine, directory = build_engine(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
+    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
                                      extra_vars={"api_key": extra}, argv=["run", "pb.yaml", "-e", f"api_key={extra}"])
     run_session(engine, directory)
     started = json.loads((directory / "events.jsonl").read_text().splitlines()[0])

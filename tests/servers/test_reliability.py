@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine.shutdown import FINALIZER_GRACE
+from orchestrator.runner.shutdown import FINALIZER_GRACE
 from tests.servers.conftest import REPO, listening, processes_with
 from tests.waiting import wait_until
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from sshd_fixture import SshdServer
 
-from orchestrator.engine.runner import EngineOptions
-from orchestrator.engine.sinks import ListSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook_text
-from orchestrator.session.compose import compose_engine
+from orchestrator.runner.playbook_runner import RunnerOptions
+from orchestrator.runner.sinks import ListSink
+from orchestrator.session.compose import compose_runner
 from tests import realparts
 
 
@@ -40,8 +40,8 @@ steps:
     register: env
 """
     sink = ListSink()
-    engine = compose_engine(load_playbook_text(playbook), inventory=_inventory(sshd_server), sinks=[sink],
-                    options=EngineOptions(session_id=f"p-{uuid.uuid4().hex[:8]}", keep_remote=True))
+    engine = compose_runner(load_playbook_text(playbook), inventory=_inventory(sshd_server), sinks=[sink],
+                    options=RunnerOptions(session_id=f"p-{uuid.uuid4().hex[:8]}", keep_remote=True))
     outcome = await engine.run()
     assert outcome.status == "ok", [e.error for e in sink.of_type("step_finished")]
     src = engine.vars.shared["src"]

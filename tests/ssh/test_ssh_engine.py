@@ -8,11 +8,11 @@ from pathlib import Path
 
 from sshd_fixture import SshdServer, start_sshd
 
-from orchestrator.engine.runner import Engine, EngineOptions
-from orchestrator.engine.sinks import ListSink
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook_text
-from orchestrator.session.compose import compose_engine
+from orchestrator.runner.playbook_runner import PlaybookRunner, RunnerOptions
+from orchestrator.runner.sinks import ListSink
+from orchestrator.session.compose import compose_runner
 from orchestrator.session.log import SessionLog
 from orchestrator.session.reader import read_session
 from tests.ssh.conftest import pgrep, wait_until
@@ -26,10 +26,10 @@ def _inventory(server: SshdServer, hosts: dict[str, str], **extra: object) -> In
     })
 
 
-def _engine(text: str, inventory: Inventory, *sinks: object, session: str | None = None) -> tuple[Engine, ListSink]:
+def _engine(text: str, inventory: Inventory, *sinks: object, session: str | None = None) -> tuple[PlaybookRunner, ListSink]:
     sink = ListSink()
-    engine = compose_engine(load_playbook_text(text), inventory=inventory, sinks=[sink, *sinks],
-                    options=EngineOptions(session_id=session or f"e-{uuid.uuid4().hex[:8]}"))
+    engine = compose_runner(load_playbook_text(text), inventory=inventory, sinks=[sink, *sinks],
+                    options=RunnerOptions(session_id=session or f"e-{uuid.uuid4().hex[:8]}"))
     return engine, sink
 
 

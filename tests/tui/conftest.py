@@ -13,7 +13,7 @@ import pytest
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
-from orchestrator.session.recording import build_engine
+from orchestrator.session.recording import build_runner
 from orchestrator.tui.app import OrchestratorApp
 from orchestrator.tui.control import Controller
 from orchestrator.tui.messages import TuiSink
@@ -56,7 +56,7 @@ class Live:
                  sink: TuiSink | None = None) -> None:
         pb = load_playbook(write_playbook(tmp_path, text))
         self.sink = sink if sink is not None else TuiSink()
-        self.engine, self.directory = build_engine(pb, Inventory(), sinks=[self.sink],
+        self.engine, self.directory = build_runner(pb, Inventory(), sinks=[self.sink],
                                                    sessions_dir=tmp_path / "sessions")
         self.controller = Controller(self.engine, start_mode=start_mode)  # type: ignore[arg-type]
         self.app = OrchestratorApp(controller=self.controller, sink=self.sink, session_dir=self.directory)

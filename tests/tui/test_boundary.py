@@ -6,7 +6,7 @@ import sys
 
 
 def test_core_does_not_import_textual() -> None:
-    code = ("import sys, orchestrator.engine, orchestrator.session.recording, orchestrator.cli.tui; "
+    code = ("import sys, orchestrator.runner, orchestrator.session.recording, orchestrator.cli.tui; "
             "print('textual' in sys.modules, 'orchestrator.tui.app' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]

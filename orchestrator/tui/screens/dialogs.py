@@ -58,7 +58,7 @@ class Dialog(ModalScreen[Any]):
 
 
 class ErrorDialog(Dialog):
-    """The one place failures are shown (engine commands, workers)."""
+    """The one place failures are shown (session commands, workers)."""
 
     def __init__(self, title: str, message: str) -> None:
         super().__init__()

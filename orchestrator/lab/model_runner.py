@@ -131,7 +131,7 @@ def _check_embedding_capture(loop: dict[str, Any] | None = None) -> None:
                        + (f": {where})" if where else ")"), kind="TypeError")
 
 
-class LabModels:
+class LabModelRunner:
     """Target + tokenizer (+ draft) loaded once; ``generate`` serves one request (callers hold a lock)."""
 
     def __init__(self, args: LabServerArgs, log: Callable[[str], None]) -> None:

@@ -1,11 +1,11 @@
 """The command API over one live engine: run all / next / pause / skip / rerun / cancel, and the
 ad-hoc pokes (read source, run a command, note, verdict). Pure asyncio, no Textual: unit-testable, and
-every poke goes through ``AdhocActions`` (the engine) so the SessionLog records it exactly like a playbook
+every poke goes through ``AdhocActions`` (the runner) so the SessionLog records it exactly like a playbook
 step. The TUI and the MCP server are its front ends.
 
 The session stays open after the playbook ends so the engineer can keep poking: ``SessionHold`` is an
-engine finalizer that waits until ``release()`` (quit). Finalizers run in reverse order of adding and
-the servers service adds its own when the engine is built, so the hold runs first and servers keep
+runner finalizer that waits until ``release()`` (quit). Finalizers run in reverse order of adding and
+the servers service adds its own when the runner is built, so the hold runs first and servers keep
 running while it holds; the later finalizers then stop them, before transports close.
 """
 
@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from orchestrator.actions import get_action
-from orchestrator.engine.adhoc import AdhocActions
-from orchestrator.engine.runner import Engine, SessionOutcome, StepGate
+from orchestrator.actions import StepServices, get_action
 from orchestrator.errors import UserInputError
 from orchestrator.events import HypothesisUpdated, NoteAdded, StepFinished
-from orchestrator.playbook.models import Step
+from orchestrator.inventory import Inventory
+from orchestrator.playbook.models import Playbook, Step
+from orchestrator.redact import Redactor
+from orchestrator.runner.adhoc import AdhocActions
+from orchestrator.runner.playbook_runner import PlaybookRunner, SessionOutcome, StepGate
+from orchestrator.runner.problems import Problems
 
 Mode = Literal["paused", "running", "step"]  # what the gate lets through
 ControllerMode = Literal[Mode, "holding", "finished"]  # what the status line says: the gate's, or the session's end
@@ -83,7 +87,7 @@ class ControlGate(StepGate):
 
 
 class SessionHold:
-    """An engine finalizer that keeps the session (transports, log, servers) open until released."""
+    """A runner finalizer that keeps the session (transports, log, servers) open until released."""
 
     def __init__(self, on_change: Callable[[], None] | None = None,
                  should_hold: Callable[[], bool] | None = None) -> None:
@@ -106,6 +110,19 @@ class SessionHold:
         self._released.set()
 
 
+@dataclass(frozen=True)
+class SessionView:
+    """What a front end reads of the live session (``Controller.view``): the runner itself stays the controller's,
+    so no front end reaches into it (tests/core/test_runner_ownership.py checks that none names it)."""
+
+    playbook: Playbook
+    inventory: Inventory
+    redactor: Redactor  # what the front end shows goes through it (MCP's results)
+    problems: Problems  # the session's failures that did not stop it; ``say`` is where they are said
+    services: StepServices  # the composed session's services (its hypothesis board)
+    host_vars: Callable[[str | None], dict[str, Any]]  # every variable a template on that host sees
+
+
 def _takes_server_flags(step: Step) -> bool:
     """The step's kind starts a server from flags a person may edit (its ``takes_server_flags``)."""
     action_cls = get_action(step.action)
@@ -113,17 +130,17 @@ def _takes_server_flags(step: Step) -> bool:
 
 
 class Controller:
-    """Commands the TUI sends to the engine. ``start()`` runs the session; everything else steers it."""
+    """Commands the TUI sends to the runner. ``start()`` runs the session; everything else steers it."""
 
-    def __init__(self, engine: Engine, *, start_mode: Mode = "paused", on_change: Callable[[], None] | None = None,
+    def __init__(self, runner: PlaybookRunner, *, start_mode: Mode = "paused", on_change: Callable[[], None] | None = None,
                  hold_open: bool = True, author: str | None = None) -> None:
-        self.engine = engine
-        self.adhoc = AdhocActions(engine, author=author)  # who pokes: the user's name, or "mcp"
+        self._runner = runner
+        self.adhoc = AdhocActions(runner, author=author)  # who pokes: the user's name, or "mcp"
         self.gate = ControlGate(start_mode, on_change)
-        engine.gate = self.gate
-        self.hold = SessionHold(on_change, should_hold=lambda: not engine.force_cancelled)
+        runner.gate = self.gate
+        self.hold = SessionHold(on_change, should_hold=lambda: not runner.force_cancelled)
         if hold_open:
-            engine.finalizers.append(self.hold)
+            runner.finalizers.append(self.hold)
         self.outcome: SessionOutcome | None = None
         self.edited_flags: dict[str, dict[str, Any]] = {}  # step id -> the flags of its last edited rerun
 
@@ -131,7 +148,7 @@ class Controller:
     async def start(self) -> SessionOutcome:
         """Run the session to its end (which, with the hold, is when ``finish()`` is called)."""
         try:
-            self.outcome = await self.engine.run()
+            self.outcome = await self._runner.run()
         finally:
             self.adhoc.closed = True
         return self.outcome
@@ -140,10 +157,21 @@ class Controller:
     def finished(self) -> bool:
         return self.outcome is not None
 
+    @property
+    def cancelled(self) -> bool:
+        """A cancel was asked for (by ``cancel``, a signal, or the session's own end)."""
+        return self._runner.cancelled
+
+    @property
+    def view(self) -> SessionView:
+        runner = self._runner
+        return SessionView(playbook=runner.playbook, inventory=runner.inventory, redactor=runner.redactor,
+                           problems=runner.problems, services=runner.services, host_vars=runner.vars.for_host)
+
     def finish(self) -> None:
         """End the session: release the steps and the hold, so always:, finalizers and the log close run."""
         if not self.hold.holding and not self.finished:
-            self.engine.cancel()  # steps still to go are not run; `always:` still is
+            self._runner.cancel()  # steps still to go are not run; `always:` still is
         self.gate.set_mode("running")
         self.hold.release()
 
@@ -173,7 +201,7 @@ class Controller:
 
     def cancel(self) -> None:
         """Cancel the running step (``always:`` still runs); pressed twice, ``always:`` too."""
-        self.engine.cancel()
+        self._runner.cancel()
         self.gate.set_mode("running")  # a step held at the gate must not wait forever
 
     @property
@@ -186,7 +214,7 @@ class Controller:
 
     # -- steps by id ----------------------------------------------------------------------------
     def find_step(self, step_id: str) -> Step:
-        for step in self.engine.playbook.all_steps():
+        for step in self._runner.playbook.all_steps():
             if step.step_id == step_id:
                 return step
         raise UserInputError(f"no playbook step with id {step_id!r}")
@@ -202,8 +230,8 @@ class Controller:
             # templated (`flags: "{{ candidate_flags }}"`): show the values this session resolves them to
             from orchestrator.templating import render
 
-            hosts = self.engine.inventory.resolve(step.hosts or self.engine.playbook.hosts)
-            flags = render(flags, self.engine.vars.for_host(hosts[0] if hosts else None))
+            hosts = self._runner.inventory.resolve(step.hosts or self._runner.playbook.hosts)
+            flags = render(flags, self._runner.vars.for_host(hosts[0] if hosts else None))
         if not isinstance(flags, dict):
             raise UserInputError(f"step {step_id}: its flags are not a mapping ({flags!r})")
         return dict(flags)
@@ -222,7 +250,7 @@ class Controller:
             args = {**(args or {}), "flags": dict(flags)}
             self.edited_flags[step_id] = dict(flags)
         label = "with edited flags" if flags is not None else "rerun"
-        step = self.engine.adhoc_step(original.action, args, name=f"{original.display_name} ({label})",
+        step = self._runner.adhoc_step(original.action, args, name=f"{original.display_name} ({label})",
                                       hosts=original.hosts, register=original.register_as, timeout=original.timeout)
         # Evidence rules travel with the rerun: the board judges the new observation like the first.
         step = step.model_copy(update={"evidence": original.evidence, "until": original.until,

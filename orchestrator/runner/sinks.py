@@ -1,4 +1,4 @@
-"""Sinks receive every event. The engine knows them only through this protocol."""
+"""Sinks receive every event. The runner knows them only through this protocol."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Ad-hoc actions on a live session: what a person (the TUI) or an assistant (MCP) asks for outside the
-playbook. Each one is a step made with ``Engine.adhoc_step`` (ids x1, x2, ...) and run by the engine, so the
+playbook. Each one is a step made with ``PlaybookRunner.adhoc_step`` (ids x1, x2, ...) and run by the runner, so the
 session log, replay and the report see it exactly like a playbook step, with who asked for it (``author``).
 
 The TUI's ``Controller`` and the MCP server both go through this class: one seam, so an ad-hoc read or
@@ -16,8 +16,8 @@ from orchestrator.errors import UserInputError
 from orchestrator.events import HypothesisUpdated, NoteAdded, StepFinished
 
 if TYPE_CHECKING:
-    from orchestrator.engine.runner import Engine
     from orchestrator.playbook.models import Step
+    from orchestrator.runner.playbook_runner import PlaybookRunner
 
 
 def current_user() -> str:
@@ -55,10 +55,10 @@ def source_args(*, package: str, file: str | None = None, address: str | None = 
 
 
 class AdhocActions:
-    """Recorded ad-hoc steps, notes and verdicts on one live ``Engine``, all attributed to ``author``."""
+    """Recorded ad-hoc steps, notes and verdicts on one live ``PlaybookRunner``, all attributed to ``author``."""
 
-    def __init__(self, engine: Engine, *, author: str | None = None) -> None:
-        self.engine = engine
+    def __init__(self, runner: PlaybookRunner, *, author: str | None = None) -> None:
+        self.runner = runner
         self.author = author or current_user()
         self.closed = False  # set when the session has ended: nothing more can be recorded
 
@@ -70,11 +70,11 @@ class AdhocActions:
             raise UserInputError(f"step kind {step.action!r} is not available in this installation")
         if self.closed:
             raise UserInputError("the session has ended; start a new one to run more steps")
-        return await self.engine.run_step(step, author=self.author)
+        return await self.runner.run_step(step, author=self.author)
 
     async def step(self, action: str, args: Any, *, name: str, host: str | None = None,
                    timeout: float | None = None) -> StepFinished:
-        return await self.run(self.engine.adhoc_step(action, args, name=name, hosts=host or None, timeout=timeout))
+        return await self.run(self.runner.adhoc_step(action, args, name=name, hosts=host or None, timeout=timeout))
 
     async def read_source(self, *, package: str, file: str | None = None, address: str | None = None,
                           symbol: str | None = None, pattern: str | None = None, host: str | None = None,
@@ -106,12 +106,12 @@ class AdhocActions:
     def note(self, text: str, *, hypothesis_id: str | None = None, step_id: str | None = None) -> NoteAdded:
         if not text.strip():
             raise UserInputError("a note needs some text")
-        board = self.engine.services.board
+        board = self.runner.services.board
         if hypothesis_id and hypothesis_id not in board.entries:
             raise UserInputError(f"unknown hypothesis {hypothesis_id!r} (known: {', '.join(board.entries) or 'none'})")
         event = NoteAdded(text=text.strip(), hypothesis_id=hypothesis_id or None, step_id=step_id or None,
                           author=self.author)
-        self.engine.emit(event)
+        self.runner.emit(event)
         return event
 
     def verdict(self, hypothesis_id: str, state: str, because: str) -> HypothesisUpdated:
@@ -120,5 +120,5 @@ class AdhocActions:
             raise UserInputError("a verdict needs the observation that decides it")
         from orchestrator.hypotheses.board import manual_verdict
 
-        return manual_verdict(self.engine.services.board, self.engine.emit, hypothesis_id, state, because.strip(),
+        return manual_verdict(self.runner.services.board, self.runner.emit, hypothesis_id, state, because.strip(),
                               author=self.author)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 
-from orchestrator.engine.problems import Problems
+from orchestrator.runner.problems import Problems
 from orchestrator.transport.base import Transport
 
 FINALIZER_GRACE = 30.0  # seconds a finalizer gets after an outside cancel (stopping a server takes a few)

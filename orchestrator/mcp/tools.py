@@ -1,4 +1,4 @@
-"""The MCP server: ``McpSession``'s methods as tools (typed inputs; pydantic outputs give the output
+"""The MCP server: ``McpConnection``'s methods as tools (typed inputs; pydantic outputs give the output
 schemas), the session's report, events and the playbook schema as resources, served over stdio with the
 official SDK. ``serve`` owns the connection's life: the session opens before the first request and is closed
 (servers stopped, report written) however the connection ends: EOF on stdin, SIGTERM, SIGINT or SIGHUP.
@@ -21,7 +21,7 @@ from orchestrator import __version__
 from orchestrator.errors import OrchestratorError
 from orchestrator.events import HYPOTHESIS_STATES
 from orchestrator.mcp import models
-from orchestrator.mcp.session import McpSession, McpSettings
+from orchestrator.mcp.connection import McpConnection, McpSettings
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ record verdicts on the hypotheses (hypotheses_list, hypothesis_verdict) and note
 unless the user allowed more. Servers you start are stopped when the connection ends."""
 
 
-async def _tool(session: McpSession, work: Awaitable[T]) -> T:
+async def _tool(session: McpConnection, work: Awaitable[T]) -> T:
     """A user's (or assistant's) mistake becomes a tool error with the message, never a traceback."""
     try:
         return await work
@@ -48,7 +48,7 @@ async def _tool(session: McpSession, work: Awaitable[T]) -> T:
         raise ToolError(session.redact(exc.message)) from None
 
 
-def _call(session: McpSession, work: Callable[[], T]) -> T:
+def _call(session: McpConnection, work: Callable[[], T]) -> T:
     """The same for the tools that do not wait (board, notes, report): called inside the guard."""
     try:
         return work()
@@ -56,7 +56,7 @@ def _call(session: McpSession, work: Callable[[], T]) -> T:
         raise ToolError(session.redact(exc.message)) from None
 
 
-def build_server(session: McpSession) -> MCPServer[Any]:
+def build_server(session: McpConnection) -> MCPServer[Any]:
     server: MCPServer[Any] = MCPServer("orchestrator", version=__version__, instructions=INSTRUCTIONS)
 
     @server.tool(description="Read installed source on the host (e.g. SGLang's eagle_worker.py): by sed address "
@@ -194,9 +194,9 @@ def build_server(session: McpSession) -> MCPServer[Any]:
     return server
 
 
-async def serve(settings: McpSettings) -> McpSession:
+async def serve(settings: McpSettings) -> McpConnection:
     """Serve one MCP connection over stdio; returns the closed session (its directory, its reports)."""
-    session = McpSession(settings)
+    session = McpConnection(settings)
     await session.start()
     server = build_server(session)
     scope = anyio.CancelScope()

@@ -1,13 +1,13 @@
-"""One MCP connection = one recorded session: the engine, its controller, and what each tool does.
+"""One MCP connection = one recorded session: its controller, and what each tool does.
 
 The session's playbook (``--playbook``, default the flagship) gives the hypotheses, vars and hosts; its steps
 wait at the gate until ``run_playbook`` lets them through, so an assistant that only pokes around leaves no
 trace of them. Every tool call is an ad-hoc step (or note, or verdict) through ``AdhocActions`` with author
-``mcp``. Nothing here imports the SDK: ``server`` binds these methods to MCP tools.
+``mcp``. Nothing here imports the SDK: ``tools`` binds these methods to MCP tools.
 
-Safety, in one place: every result goes through the engine's redactor (``clean``) before the assistant sees
+Safety, in one place: every result goes through the session's redactor (``clean``) before the assistant sees
 it; ``exec`` asks the inventory's exec policy first; every step gets a timeout; ``close`` stops the servers
-the session started (the engine's finalizers) whatever way the connection ended.
+the session started (the session's finalizers) whatever way the connection ended.
 """
 
 from __future__ import annotations
@@ -21,18 +21,17 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.engine.control import Controller
 from orchestrator.errors import UserInputError
 from orchestrator.events import Event, StepFinished
 from orchestrator.inventory import Inventory
 from orchestrator.mcp import models
 from orchestrator.playbook.models import Playbook
-from orchestrator.session.recording import ReportsWritten, build_engine, write_reports
+from orchestrator.session.recording import ReportsWritten, open_session, write_reports
 
 AUTHOR = "mcp"
 M = TypeVar("M", bound=BaseModel)
 
-# Seconds a tool's step may take unless the call says otherwise (the engine records a step past it as
+# Seconds a tool's step may take unless the call says otherwise (the runner records a step past it as
 # "timeout"): reads and commands are quick; a draft test runs the target model over every prompt.
 DEFAULT_TIMEOUTS: dict[str, float] = {
     "read_source": 120, "exec": 120, "probe": 600, "server_stop": 180, "server_bench": 3600, "draft_test": 3600,
@@ -70,16 +69,17 @@ def _validation_message(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
 
 
-class McpSession:
+class McpConnection:
     """The live session behind one MCP connection. ``start()`` once, tools, then ``close()`` once."""
 
     def __init__(self, settings: McpSettings) -> None:
         self.settings = settings
         self.progress = ProgressSink()
-        self.engine, self.directory = build_engine(settings.playbook, settings.inventory, sinks=[self.progress],
-                                                   sessions_dir=settings.sessions_dir,
-                                                   extra_vars=settings.extra_vars, argv=settings.argv)
-        self.controller = Controller(self.engine, start_mode="paused", author=AUTHOR)
+        session = open_session(settings.playbook, settings.inventory, sinks=[self.progress],
+                               sessions_dir=settings.sessions_dir, extra_vars=settings.extra_vars, argv=settings.argv)
+        self.directory = session.directory
+        self.controller = session.controller(start_mode="paused", author=AUTHOR)
+        self.view = self.controller.view  # what the tools read: hosts, vars, the board, the redactor
         self.actions = self.controller.adhoc
         self._task: asyncio.Task[Any] | None = None
         self._playbook_started = False
@@ -97,7 +97,7 @@ class McpSession:
             changed.clear()
             await changed.wait()
         if self._task.done():
-            self._task.result()  # an engine that could not even start: say why
+            self._task.result()  # a session that could not even start: say why
 
     async def close(self) -> ReportsWritten:
         """End the session: servers stopped, log closed, reports written. Safe to call twice."""
@@ -111,26 +111,26 @@ class McpSession:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout=CLOSE_TIMEOUT)
             except asyncio.TimeoutError:
-                self.engine.cancel()
-                self.engine.cancel()  # twice: skip ``always:``, finalizers stop the servers bounded
+                self.controller.cancel()
+                self.controller.cancel()  # twice: skip ``always:``, finalizers stop the servers bounded
                 await asyncio.wait_for(asyncio.shield(self._task), timeout=CLOSE_TIMEOUT)
-        self.reports = write_reports(self.directory, say=self.engine.problems.say)
+        self.reports = write_reports(self.directory, say=self.view.problems.say)
         return self.reports
 
     # -- helpers --------------------------------------------------------------------------------
     def clean(self, model: M) -> M:
         """The model with every known secret masked: what the assistant may see."""
-        return type(model).model_validate(self.engine.redactor.deep(model.model_dump(mode="json")))
+        return type(model).model_validate(self.view.redactor.deep(model.model_dump(mode="json")))
 
     def redact(self, text: str) -> str:
-        return self.engine.redactor.text(text)
+        return self.view.redactor.text(text)
 
     def hosts(self, host: str | None) -> list[str]:
         """The hosts a tool call targets (the session's by default). Raises UserInputError if unknown."""
-        return self.engine.inventory.resolve(host or self.engine.playbook.hosts)
+        return self.view.inventory.resolve(host or self.view.playbook.hosts)
 
     def _host_var(self, host: str | None, name: str) -> Any:
-        return self.engine.vars.for_host(self.hosts(host)[0]).get(name)
+        return self.view.host_vars(self.hosts(host)[0]).get(name)
 
     @staticmethod
     def _timeout(given: float | None, tool: str) -> float:
@@ -169,10 +169,10 @@ class McpSession:
             raise UserInputError("exec: give `command` (run by bash -c) or `argv` (no shell), not both")
         words = [command] if command is not None else list(argv or [])
         if any("{{" in w or "{%" in w for w in words):
-            # the engine would expand them; the policy must judge the command that runs, so none are taken
+            # the runner would expand them; the policy must judge the command that runs, so none are taken
             raise UserInputError("exec runs commands as given: template syntax ({{ }} / {% %}) is not expanded here")
         for name in self.hosts(host):
-            refusal = self.engine.inventory.exec_policy_for(name).refusal(
+            refusal = self.view.inventory.exec_policy_for(name).refusal(
                 command=command, argv=argv, allow_exec=self.settings.allow_exec)
             if refusal:
                 # recorded too: whoever reads the session sees what the assistant tried and was not allowed
@@ -276,7 +276,7 @@ class McpSession:
 
     def hypotheses(self) -> models.Hypotheses:
         entries = []
-        for hid, entry in self.engine.services.board.entries.items():
+        for hid, entry in self.view.services.board.entries.items():
             h = entry.hypothesis
             last = entry.history[-1].evidence if entry.history else None
             entries.append(models.Hypothesis(id=hid, title=h.title, state=entry.state, manual=bool(h.manual),
@@ -298,7 +298,7 @@ class McpSession:
                            timeout: float | None) -> models.PlaybookRun:
         """Let the session playbook's steps through the gate (then ``always:``), reporting each finished
         step through ``on_step(done, total, message)``. Once per session: the step ids are the playbook's."""
-        playbook = self.engine.playbook
+        playbook = self.view.playbook
         if not playbook.steps:
             raise UserInputError(f"the session's playbook {playbook.name!r} has no steps to run "
                                  "(start orchestrator mcp with --playbook FILE)")
@@ -315,8 +315,8 @@ class McpSession:
         self.controller.run_all()
         try:
             while not (self.controller.hold.holding or self.controller.finished) or not queue.empty():
-                if deadline is not None and time.monotonic() > deadline and not self.engine.cancelled:
-                    self.engine.cancel()  # the running step is cancelled and recorded; ``always:`` still runs
+                if deadline is not None and time.monotonic() > deadline and not self.controller.cancelled:
+                    self.controller.cancel()  # the running step is cancelled and recorded; ``always:`` still runs
                 try:
                     event = await asyncio.wait_for(queue.get(), timeout=0.2)
                 except asyncio.TimeoutError:
@@ -333,7 +333,7 @@ class McpSession:
 
     def report(self) -> models.Report:
         """Write report.md and report.html now (the log so far) and return the Markdown."""
-        written = write_reports(self.directory, say=self.engine.problems.say)
+        written = write_reports(self.directory, say=self.view.problems.say)
         md = self.directory / "report.md"
         text = md.read_text(encoding="utf-8") if md.is_file() else ""
         return self.clean(models.Report(session_dir=str(self.directory), written=[str(p) for p in written.written],

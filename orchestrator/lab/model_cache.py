@@ -6,13 +6,11 @@ Python's stdlib), the pinned numerics (orchestrator.lab.train_job) and ``RECIPE_
 code changes what it produces). Training runs in a pinned child process (train_job.run_job). Builds go to a
 temporary directory renamed into place, under a file lock, so concurrent test workers build once.
 
-``recipe_hash()`` is the machine-independent hash of the whole recipe (both recipes, the wirings, the calibration's
-retraining policy, ``RECIPE_VERSION``, torch's version and the training code itself, comments and docstrings left
-out): the shipped models (orchestrator.lab.shipped) record it, and tests/lab/test_shipped_lab.py fails when the code
-and the shipped weights drift apart.
+``TRAINING_CODE`` lists the code that decides what training produces; orchestrator.lab.recipe hashes it with the
+rest of the recipe (``recipe_hash()``).
 
 Public API: ``cached_target(...) -> Path``, ``cached_draft(target_dir, *, wiring, ...) -> Path``,
-``cache_root(cache_dir=None) -> Path``, ``recipe_hash() -> str``.
+``cache_root(cache_dir=None) -> Path``.
 """
 
 from __future__ import annotations
@@ -63,26 +61,6 @@ def _code_digest(path: Path) -> str:
                 and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
     return hashlib.sha256(ast.unparse(tree).encode()).hexdigest()
-
-
-def recipe_hash() -> str:
-    """What the lab's models are a function of, on any machine: the recipes, the trained wirings, the calibration's
-    retraining policy (which seeds and steps an attempt takes), RECIPE_VERSION, torch's version and the training code.
-    The machine's part (the Python whose stdlib is the corpus, the CPU's kernels) is recorded beside it, not in it."""
-    import torch
-
-    from orchestrator.lab import build, calibrate
-
-    repo = Path(__file__).resolve().parents[2]
-    n = TargetRecipe().num_layers
-    payload = {"target": asdict(TargetRecipe()), "draft": asdict(DraftRecipe()), "version": RECIPE_VERSION,
-               "torch": torch.__version__.split("+")[0],
-               "wirings": {"seed-wiring": build.seed_wiring(n), "healthy": build.sglang_wiring(n)},
-               "policy": {"draft_attempts": calibrate.DRAFT_ATTEMPTS, "target_attempts": calibrate.TARGET_ATTEMPTS,
-                          "target_seed_stride": calibrate.TARGET_SEED_STRIDE, "clear": calibrate.CLEAR,
-                          "sample": asdict(calibrate.FlagshipSample())},
-               "code": {rel: _code_digest(repo / rel) for rel in TRAINING_CODE}}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _build_once(final: Path, build: Callable[[Path], Path]) -> Path:

@@ -1,9 +1,9 @@
-"""Engine: runs a playbook's steps in order on their hosts, applies when/until/retries/timeout, runs
+"""PlaybookRunner: runs a playbook's steps in order on their hosts, applies when/until/retries/timeout, runs
 ``always:`` even after failure or cancel, and emits typed events. Nothing here prints or knows sinks.
 
-The engine runs steps and nothing else: the session's services (servers, the hypothesis board, Slurm
+The runner runs steps and nothing else: the session's services (servers, the hypothesis board, Slurm
 allocations) are composed around it (``orchestrator.session.compose``) and handed in as ``services`` plus
-hooks (preparers, step hooks, finalizers) that were given ``emit`` and narrow ports, never the engine.
+hooks (preparers, step hooks, finalizers) that were given ``emit`` and narrow ports, never the runner.
 """
 
 from __future__ import annotations
@@ -18,11 +18,6 @@ from typing import Any
 
 from orchestrator import __version__, debuglog
 from orchestrator.actions import StepServices, get_action
-from orchestrator.engine.attempt import CONTROLLER, run_on_host
-from orchestrator.engine.problems import Problems, say_on_stderr
-from orchestrator.engine.shutdown import shut_down
-from orchestrator.engine.sinks import EventSink
-from orchestrator.engine.variables import VariableState
 from orchestrator.errors import OrchestratorError, TemplateError
 from orchestrator.events import (
     Event,
@@ -39,11 +34,16 @@ from orchestrator.events import (
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook, Step
 from orchestrator.redact import Redactor
+from orchestrator.runner.attempt import CONTROLLER, run_on_host
+from orchestrator.runner.problems import Problems, say_on_stderr
+from orchestrator.runner.shutdown import shut_down
+from orchestrator.runner.sinks import EventSink
+from orchestrator.runner.variables import VariableState
 from orchestrator.templating import evaluate, render
 from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import TransportFactory, make_transport
 
-__all__ = ["CONTROLLER", "Engine", "EngineOptions", "SessionOutcome", "StepGate"]
+__all__ = ["CONTROLLER", "PlaybookRunner", "RunnerOptions", "SessionOutcome", "StepGate"]
 
 #: run after each step with (the step, its step_finished, the variables its rules see); made with ``emit`` bound
 StepHook = Callable[[Step, StepFinished, dict[str, Any]], Awaitable[None]]
@@ -51,7 +51,7 @@ StepHook = Callable[[Step, StepFinished, dict[str, Any]], Awaitable[None]]
 
 class StepGate:
     """Decides, before each playbook step, whether it runs. The default runs everything; the TUI
-    installs a gate that pauses, single-steps and skips (see ``orchestrator.engine.control``)."""
+    installs a gate that pauses, single-steps and skips (see ``orchestrator.runner.control``)."""
 
     async def before_step(self, step: Step) -> str:
         """Return "run", "skip", or "stop" (end the section here: the steps left are not run, and not
@@ -61,11 +61,11 @@ class StepGate:
 
 
 class NoServices:
-    """The services of an engine built bare (no session composed around it): a step that needs one says so."""
+    """The services of a runner built bare (no session composed around it): a step that needs one says so."""
 
     def _missing(self, what: str) -> OrchestratorError:
-        return OrchestratorError(f"this engine has no {what}: build the session with "
-                                 "orchestrator.session.compose.compose_engine", title="No session services")
+        return OrchestratorError(f"this runner has no {what}: build the session with "
+                                 "orchestrator.session.compose.compose_runner", title="No session services")
 
     @property
     def servers(self) -> Any:
@@ -83,7 +83,7 @@ def step_secrets(action: str, args: Any) -> list[str]:
 
 
 @dataclass
-class EngineOptions:
+class RunnerOptions:
     extra_vars: dict[str, Any] = field(default_factory=dict)
     forks: int = 16
     keep_remote: bool = False
@@ -107,7 +107,7 @@ class SessionOutcome:
         return {"ok": 0, "failed": 1, "cancelled": 130}.get(self.status, 1)
 
 
-class Engine:
+class PlaybookRunner:
     """One session. ``run()`` once; ``cancel()`` from a signal handler or the TUI."""
 
     def __init__(
@@ -116,14 +116,14 @@ class Engine:
         *,
         inventory: Inventory | None = None,
         sinks: Iterable[EventSink] = (),
-        options: EngineOptions | None = None,
+        options: RunnerOptions | None = None,
         services: StepServices | None = None,
         make_transport: TransportFactory = make_transport,
     ) -> None:
         self.playbook = playbook
         self.inventory = inventory or Inventory()
         self.sinks: list[EventSink] = list(sinks)
-        self.options = options or EngineOptions()
+        self.options = options or RunnerOptions()
         self.redactor = Redactor()
         debuglog.watch(self.redactor)  # --debug lines mask this session's secrets too
         self.problems = Problems(self.options.say)
@@ -138,7 +138,7 @@ class Engine:
         self.step_hooks: list[StepHook] = []  # e.g. the hypothesis board's rule evaluation
         self.finalizers: list[Callable[[], Awaitable[None]]] = []  # run before transports close
         self.preparers: list[Callable[[], Awaitable[None]]] = []  # run before the first step (Slurm allocations)
-        #: what steps use (servers, board): composed outside the engine, passed through to each step untouched
+        #: what steps use (servers, board): composed outside the runner, passed through to each step untouched
         self.services: StepServices = services if services is not None else NoServices()
         self.make_transport = make_transport  # how a host is reached (tests may swap it)
         self.counts: dict[str, int] = {}
@@ -250,7 +250,7 @@ class Engine:
             self._cancelled = self._force = True
         except OrchestratorError as exc:  # a preparer's (no allocation granted): said, no traceback
             status, error = "failed", exc.message
-        except Exception as exc:  # an engine bug must still leave a finished, readable session
+        except Exception as exc:  # a runner bug must still leave a finished, readable session
             status, error = "error", f"{type(exc).__name__}: {exc}"
         finally:
             await self._shutdown(bounded=outer_cancel)
@@ -289,7 +289,7 @@ class Engine:
             self._current = None
 
     async def _shutdown(self, *, bounded: bool = False) -> None:
-        """Finalizers (stop servers...), then workdirs and connections; see ``engine.shutdown``."""
+        """Finalizers (stop servers...), then workdirs and connections; see ``runner.shutdown``."""
         await shut_down(self.finalizers, self.transports, self.problems,
                         keep_remote=self.options.keep_remote, bounded=bounded)
 

@@ -16,24 +16,24 @@ from orchestrator.playbook.models import Step
 from orchestrator.templating import evaluate, render
 
 if TYPE_CHECKING:
-    from orchestrator.engine.runner import Engine
+    from orchestrator.runner.playbook_runner import PlaybookRunner
 
 CONTROLLER = "controller"  # the host name for steps that run once here (`set`, notes)
 
 
-async def run_on_host(engine: Engine, step: Step, action_cls: Any, host: str,
+async def run_on_host(runner: PlaybookRunner, step: Step, action_cls: Any, host: str,
                       step_hosts: list[str] | None = None) -> tuple[HostOutcome, int]:
     max_attempts = 1 + (step.retries if step.retries is not None else (3 if step.until else 0))
     attempt = 0
     outcome = HostOutcome(host=host, status="failed")
     while attempt < max_attempts:
         attempt += 1
-        outcome = await attempt_once(engine, step, action_cls, host, step_hosts)
-        engine.flush_output(step.step_id, host)
+        outcome = await attempt_once(runner, step, action_cls, host, step_hosts)
+        runner.flush_output(step.step_id, host)
         if outcome.status in ("cancelled", "unreachable"):
             break
         if step.until:
-            variables = engine.vars.for_host(host if host != CONTROLLER else None)
+            variables = runner.vars.for_host(host if host != CONTROLLER else None)
             bound = {**outcome.result, "status": outcome.status, "failed": outcome.status != "ok"}
             variables["result"] = bound
             if step.register_as:
@@ -53,32 +53,32 @@ async def run_on_host(engine: Engine, step: Step, action_cls: Any, host: str,
         elif outcome.status == "ok":
             break
         if attempt < max_attempts:
-            engine.emit_output(step.step_id, host, "info", f"retrying ({attempt}/{max_attempts - 1}) in {step.delay:g}s\n")
+            runner.emit_output(step.step_id, host, "info", f"retrying ({attempt}/{max_attempts - 1}) in {step.delay:g}s\n")
             await asyncio.sleep(step.delay)
     return outcome, attempt
 
 
-async def _peer(engine: Engine, name: str) -> tuple[Any, Any]:
+async def _peer(runner: PlaybookRunner, name: str) -> tuple[Any, Any]:
     """Another host of the session, connected (a multi-node server's worker ranks). Raises HostUnreachable."""
-    if name in engine.unreachable:
-        raise HostUnreachable(f"{name}: {engine.unreachable[name]}")
-    return engine.inventory.host(name), await engine.transport(name)
+    if name in runner.unreachable:
+        raise HostUnreachable(f"{name}: {runner.unreachable[name]}")
+    return runner.inventory.host(name), await runner.transport(name)
 
 
-async def attempt_once(engine: Engine, step: Step, action_cls: Any, host: str,
+async def attempt_once(runner: PlaybookRunner, step: Step, action_cls: Any, host: str,
                        step_hosts: list[str] | None = None) -> HostOutcome:
     started = time.monotonic()
     on_controller = host == CONTROLLER
-    variables = engine.vars.for_host(None if on_controller else host)
+    variables = runner.vars.for_host(None if on_controller else host)
 
     def result(status: StepStatus, res: dict[str, Any] | None = None, error: str | None = None) -> HostOutcome:
         return HostOutcome(host=host, status=status, result=res or {}, error=error,
                            duration=round(time.monotonic() - started, 4))
 
     try:
-        rendered = action_cls.render_args(action_cls.normalize(step.args), variables) \
+        rendered = action_cls.render_args(action_cls.normalize(step.args), variables)\
             if isinstance(step.args, dict) else action_cls.normalize(render(step.args, variables))
-        engine.learn_secret_env(rendered, step.action)
+        runner.learn_secret_env(rendered, step.action)
         args = action_cls.Args.model_validate(rendered)
     except TemplateError as exc:
         return result("failed", error=f"{step.location}: {exc.message}")
@@ -91,18 +91,18 @@ async def attempt_once(engine: Engine, step: Step, action_cls: Any, host: str,
     transport = None
     if not on_controller:
         try:
-            transport = await engine.transport(host)
+            transport = await runner.transport(host)
         except HostUnreachable as exc:
-            engine.unreachable[host] = exc.message
+            runner.unreachable[host] = exc.message
             return result("unreachable", error=exc.message)
     ctx = ActionContext(
         step_id=step.step_id, step_name=step.display_name, host=host,
-        host_spec=None if on_controller else engine.inventory.host(host), transport=transport,
-        variables=variables if not on_controller else engine.vars.shared, session_id=engine.options.session_id,
-        session_dir=engine.options.session_dir,
-        emit_output=lambda stream, text: engine.emit_output(step.step_id, host, stream, text),
-        services=engine.services, emit=engine.emit, timeout=step.timeout,
-        step_hosts=list(step_hosts or [host]), peer=lambda name: _peer(engine, name),
+        host_spec=None if on_controller else runner.inventory.host(host), transport=transport,
+        variables=variables if not on_controller else runner.vars.shared, session_id=runner.options.session_id,
+        session_dir=runner.options.session_dir,
+        emit_output=lambda stream, text: runner.emit_output(step.step_id, host, stream, text),
+        services=runner.services, emit=runner.emit, timeout=step.timeout,
+        step_hosts=list(step_hosts or [host]), peer=lambda name: _peer(runner, name),
     )
     action = action_cls()
     try:
@@ -116,11 +116,11 @@ async def attempt_once(engine: Engine, step: Step, action_cls: Any, host: str,
     except asyncio.TimeoutError:
         return result("timeout", error=f"timed out after {step.timeout:g}s")
     except asyncio.CancelledError:
-        if engine.cancelled:
+        if runner.cancelled:
             return result("cancelled", error="cancelled")
         raise
     except HostUnreachable as exc:
-        engine.unreachable[host] = exc.message
+        runner.unreachable[host] = exc.message
         return result("unreachable", error=exc.message)
     except OrchestratorError as exc:
         return result("failed", error=exc.message)
