@@ -113,14 +113,15 @@ async def case_warm_children_see_what_plain_ones_see(transport: Transport, tmp_p
     agent, remote = await start(transport, tmp_path)
     assert agent.info is not None
     for threads in ("1", "2"):
-        warm = await ok(agent, "warm_probe", {}, env={"OMP_NUM_THREADS": threads})
-        again = await ok(agent, "warm_probe", {}, env={"OMP_NUM_THREADS": threads})
-        plain = await ok(agent, "warm_probe", {}, env={"OMP_NUM_THREADS": threads}, isolate=True)
+        env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}  # both: torch's MKL build reads the latter
+        warm = await ok(agent, "warm_probe", {}, env=env)
+        again = await ok(agent, "warm_probe", {}, env=env)
+        plain = await ok(agent, "warm_probe", {}, env=env, isolate=True)
         # Forked by the zygote (one per env), torch already loaded there; the plain fork imported it itself.
         assert warm["ppid"] == again["ppid"] != agent.info.pid and plain["ppid"] == agent.info.pid
         assert warm["preloaded"] and again["preloaded"] and not plain["preloaded"]
         # The call's env was in place before torch loaded: its pool has the threads the call asked for.
-        assert warm["threads"] == plain["threads"] == int(threads) and warm["omp"] == threads
+        assert warm["threads"] == plain["threads"] == int(threads) and warm["omp"] == threads, (warm, plain)
         assert math.isclose(warm["value"], plain["value"], rel_tol=1e-6), (warm["value"], plain["value"])
         assert warm["pgid"] == warm["pid"] and warm["cwd"] == remote and warm["nonce"] != again["nonce"]
     # Without the variable: what a fresh interpreter of this environment gets.
