@@ -121,7 +121,7 @@ def main() -> int:
     ap.add_argument("--replay", help="a saved grid result (--save): print the tuner's part of it (no server)")
     ap.add_argument("--baseline-given", action="store_true", help="with --replay: the baseline counted as given "
                     "to both (the flagship's, as -e tune_after_fix=true reuses it)")
-    ap.add_argument("--ks", type=int, nargs="+", default=list(range(1, 9)))
+    ap.add_argument("--ks", type=int, nargs="+", default=list(range(1, 16)))  # the seed went to 15
     ap.add_argument("--verify", type=int, default=2)
     ap.add_argument("--n", type=int, default=12)
     ap.add_argument("--tokens", type=int, default=64)
