@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from orchestrator.errors import TransportError
+from orchestrator.errors import HostUnreachable, TransportError
 from orchestrator.transport.agent import AgentChannel, AgentPool
 from orchestrator.transport.commands import (
     MAX_CAPTURE,
@@ -169,9 +169,28 @@ class Transport(ABC):
         workdir = await self.workdir()
         remote_dir = f"{workdir}/files/{Path(local_dir).name}-{digest}"
         await self.check(f"mkdir -p {shlex.quote(remote_dir)}")
-        await self.put_files([(path, f"{remote_dir}/{path.name}") for path in files], mode=0o600)
+        try:
+            await self.put_files([(path, f"{remote_dir}/{path.name}") for path in files], mode=0o600)
+        except TransportError as failed:
+            # all or nothing: the files copied before the one that failed would only hold the room a full disk
+            # lacks (the `always:` steps after it need some) and look like a tree a later push could trust. Not
+            # over a link that is gone: nothing reaches the host, and the error says the host is unreachable
+            # (a later push to this content-addressed dir writes every file again: it is not in _pushed)
+            if isinstance(failed, HostUnreachable):
+                raise
+            try:
+                await self.remove_pushed_tree(remote_dir)
+            except (TransportError, OSError) as cleanup:  # said beside the push's error, never instead of it
+                raise TransportError(f"{failed.message}; and {getattr(cleanup, 'message', cleanup)}") from None
+            raise
         self._pushed[key] = remote_dir
         return remote_dir
+
+    async def remove_pushed_tree(self, remote_dir: str) -> None:
+        """Remove a tree ``put_tree`` made and could not finish. :raises TransportError: it could not."""
+        result = await self.run(["rm", "-rf", remote_dir], timeout=60)
+        if result.exit_code != 0:
+            raise TransportError(f"removing the partial copy {remote_dir} failed too: {result.stderr.strip()[:300]}")
 
     async def put_files(self, pairs: Sequence[tuple[Path, str]], *, mode: int = 0o600) -> None:
         """Copy several (local, remote) files; one at a time here, transports with a cheaper batch override it.

@@ -275,7 +275,22 @@ class LocalTransport(Transport):
             if path.parent.is_dir():
                 raise  # the directory is there: the failure is another one, and said
             return None
+        except OSError as exc:  # a full disk: the user's to fix, said as such (not an internal error)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise TransportError(f"{self.host}: cannot record the command's process for `orchestrator cleanup` in "
+                                 f"{path}: {exc.strerror or exc}") from None
         return path
+
+    async def remove_pushed_tree(self, remote_dir: str) -> None:
+        """In-process: no command to start (whose record a full disk could not hold either)."""
+        target = Path(os.path.expandvars(os.path.expanduser(remote_dir)))
+        try:
+            shutil.rmtree(target)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise TransportError(f"removing the partial copy {target} failed too: {exc.strerror or exc}") from None
 
     async def put(self, local_path: Path, remote_path: str, *, mode: int = 0o600) -> None:
         if not Path(local_path).is_file():

@@ -99,11 +99,13 @@ async def test_full_disk_during_a_push_is_a_clear_error(kind: str, request: pyte
         assert "No space left on device" in error, error
     assert tidy.status == "ok"  # always: still ran (a shell needs no room)
 
-    # No half-written file: whatever was pushed is whole (keep_remote kept the session's workdir to look at).
+    # No half-written file: whatever was pushed is whole (keep_remote kept the session's workdir to look at), and
+    # no partial probe tree: the push is all or nothing (its files would hold the room `always:` needs)
     pushed = [p for p in (tiny_state_dir / "sessions" / session / "files").rglob("*") if p.is_file()]
     source = probes_dir()
     for path in pushed:
         assert path.read_bytes() == (source / path.name).read_bytes(), f"{path} is a partial copy"
+    assert not list((tiny_state_dir / "sessions" / session / "files").glob(f"{source.name}-*")), pushed
 
     # Room made on the same mount: the same playbook now runs.
     await asyncio.to_thread(subprocess.run, ["mount", "-o", "remount,size=8m", str(tiny_state_dir)], check=True)
