@@ -25,6 +25,7 @@ Requests: ``{"id": n, "op": ...}`` with op
              concerns (a ``note`` event: the orchestrator counts them, logs the reason once) and its calls take the
              plain fork path.
   ``run``    {"argv" | "script", "cwd", "env", "stdin"}: a command in its own session (process group).
+  ``warm``   {"probes", "env"}: start the zygotes those probes' calls with this environment will use, now (below).
   ``stat``   {"path"}; ``put`` {"path", "data" (base64), "mode"}; ``ping``.
   ``cancel`` {"target": id}: TERM the call's process group, KILL it 2 s later.
 Answers: ``{"hello": {...}}`` once at start; then per call ``{"id", "event": "started", "pgid"}``,
@@ -244,6 +245,8 @@ class Agent:
                 _send({"id": call_id, "event": "result", "result": stat(request["path"])})
             elif op == "put":
                 _send({"id": call_id, "event": "result", "result": put(request)})
+            elif op == "warm":
+                _send({"id": call_id, "event": "result", "result": self.warm(request)})
             elif op == "ping":
                 _send({"id": call_id, "event": "result", "result": {
                     "pid": os.getpid(), "jobs": len(self.jobs), "zygotes": [z.describe() for z in self.zygotes.values()]}})
@@ -264,6 +267,22 @@ class Agent:
             cached = (key, read_script(path, source))
             self.code_cache[path] = cached
         return cached[1]
+
+    def warm(self, request: dict) -> dict:
+        """Start, without waiting, the warm interpreters these probes will want (each probe's preload, the calls'
+        environment): the session asks at its start, so the imports run while nothing is measured yet. A probe
+        with no preload needs none; a zygote that fails is said on the calls it concerns, as always."""
+        env = dict(request.get("env") or {})
+        warming = []
+        for name in request.get("probes") or []:
+            name = str(name)
+            if not name.replace("_", "").isalnum() or name.startswith("_"):
+                raise ValueError("invalid probe name %r" % name)
+            script = self.code_for(os.path.join(HERE, name + ".py"))
+            if script.preload:
+                self.zygote_for(env, script.preload)
+                warming.append(name)
+        return {"warming": warming}
 
     def start_probe(self, call_id: object, request: dict) -> None:
         name = str(request["probe"])

@@ -106,6 +106,9 @@ class Action(ABC, Generic[A]):
     per_host: ClassVar[bool] = True
     #: the step starts a server from ``flags``: the TUI and MCP may show them and rerun it with edited ones
     takes_server_flags: ClassVar[bool] = False
+    #: the probes this kind runs that import torch: a session whose playbook has the step warms their
+    #: interpreter when it starts (session/compose.py), so the import is paid before anything is measured
+    warm_probes: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def secret_values(cls, args: Any) -> list[str]:

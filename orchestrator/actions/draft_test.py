@@ -54,6 +54,7 @@ class DraftTestArgs(ActionArgs):
 class DraftTestAction(Action[DraftTestArgs]):
     kind = "draft_test"
     Args = DraftTestArgs
+    warm_probes = ("draft_test",)
     summary = "Standalone draft test: acceptance (tau) per candidate wiring, the best one vs what the engine feeds."
 
     async def run(self, args: DraftTestArgs, ctx: ActionContext) -> dict[str, Any]:

@@ -192,6 +192,7 @@ def compare(predicted: dict[str, Any], bench: dict[str, Any], confidence: float 
 class ReconcileAction(Action[ReconcileArgs]):
     kind = "reconcile"
     Args = ReconcileArgs
+    warm_probes = ("draft_reconcile",)
     summary = "The draft test's prediction for the served configuration beside the server's measurement."
 
     async def run(self, args: ReconcileArgs, ctx: ActionContext) -> dict[str, Any]:

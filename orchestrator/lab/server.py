@@ -137,4 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from orchestrator.lab.server_warm_start import start_warm_or_cold
+
+    start_warm_or_cold("orchestrator.lab.server")  # warm: runs the server forked, never returns; cold: says why
     sys.exit(main())

@@ -225,4 +225,7 @@ def _fail(exc: StartupError) -> int:
 
 
 if __name__ == "__main__":
+    from orchestrator.lab.server_warm_start import start_warm_or_cold
+
+    start_warm_or_cold("orchestrator.lab.server_vllm")  # warm: runs the server forked, never returns; cold: says why
     sys.exit(main())

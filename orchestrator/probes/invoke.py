@@ -5,12 +5,13 @@ the result against the probe's pydantic model before anyone reads it."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from orchestrator.errors import ProbeError
+from orchestrator.errors import ProbeError, TransportError
 from orchestrator.probes import (
     PROBES,
     PUSH_PATTERN,
@@ -23,9 +24,13 @@ from orchestrator.probes import (
 )
 
 if TYPE_CHECKING:
+    from orchestrator.transport.agent import RemoteAgent
     from orchestrator.transport.base import Transport
 
+log = logging.getLogger(__name__)
 ProgressCallback = Callable[[dict[str, Any]], None]
+#: every probe's environment on its host (the nonce aside): the agent keys its warm interpreters by it
+PROBE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
 
 
 class _StderrSplitter:
@@ -54,6 +59,20 @@ class _StderrSplitter:
                 self.on_progress(progress)
         elif self.on_stderr and line.strip():
             self.on_stderr(line + "\n")
+
+
+async def _ask_warm(agent: RemoteAgent, probes: tuple[str, ...]) -> None:
+    """With an agent's first call: start now the warm interpreters the session's later torch probes will use
+    (the draft test's, the reconcile's), so their import runs while the session starts its first server, not
+    when the draft test is measured. A warm-up that fails costs only time: the call forks plainly (and says so)."""
+    agent.warm_asked = True
+    if not probes:
+        return
+    try:
+        await agent.request("warm", probes=list(probes), env=PROBE_ENV)
+    except TransportError as exc:
+        log.warning("%s: warming the interpreters of %s failed (they start on first use): %s",
+                    agent.transport.host, ", ".join(probes), exc)
 
 
 async def run_probe(
@@ -91,10 +110,12 @@ async def run_probe(
         if stream == "stderr":
             splitter.feed(text)
 
-    env = {"ORCH_PROBE_NONCE": nonce, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+    env = {"ORCH_PROBE_NONCE": nonce, **PROBE_ENV}
     # The per-session agent when the host can run one (a fork on the host, no Python start); else one-shot. Both
     # give the same stdout/stderr/exit status, parsed below the same way.
     agent = await transport.agents.get(python, remote_dir) if use_agent else None
+    if agent is not None and not agent.warm_asked:
+        await _ask_warm(agent, transport.agents.warm_probes)
     if agent is not None:
         result = await agent.run_probe(probe, args, nonce=nonce, env=env, timeout=timeout, on_output=on_output)
     else:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from orchestrator.errors import UserInputError
 from orchestrator.servers.flags import flag_key, requested_vs_effective
+from orchestrator.servers.warm import WarmStart
 
 
 @dataclass
@@ -99,6 +100,11 @@ class EngineAdapter(ABC):
     async def detect_launcher(self, transport: Any, spec: LaunchSpec) -> Launcher | None:
         """What can start on the host when the step names no launcher (a cheap check with the host's python, never a
         full import of the engine); None: the default launcher, unchecked. vLLM: servers/vllm.py."""
+        return None
+
+    def warm_start(self, spec: LaunchSpec) -> WarmStart | None:
+        """A warm interpreter that starts this engine's servers by fork (servers/warm.py); None (the default): each
+        server starts as its own process. Only the lab has one: its start is all import, a real engine's is not."""
         return None
 
     def check_flags(self, flags: Mapping[str, Any]) -> None:

@@ -14,6 +14,24 @@ from orchestrator.servers.base import Launcher, LaunchSpec
 from orchestrator.servers.flags import flag_key
 from orchestrator.servers.sglang import SglangAdapter
 from orchestrator.servers.vllm import VllmAdapter
+from orchestrator.servers.warm import WarmStart
+
+#: what a lab server imports before it reads a weight (~3.5 s cold): the warm interpreter imports it once a
+#: session (orchestrator/lab/server_warm_start.py); optional ones (``?``) are the engine trees' and Qwen3's
+WARM_MODULES = (
+    "torch", "transformers", "transformers.models.llama.modeling_llama",
+    "transformers.models.qwen3.modeling_qwen3?", "transformers.models.auto.tokenization_auto", "transformers.cache_utils",
+    "orchestrator.lab.server_args", "orchestrator.lab.server_vllm_http", "remote_probes.eagle3_checkpoint?",
+    "remote_probes.eagle3_validate?", "remote_probes.eagle3_served?", "remote_probes.target_capture?",
+    "remote_probes.sglang_capture?", "remote_probes.vllm_capture?", "remote_probes.sglang_argparse?",
+)
+
+
+def lab_warm_start(spec: LaunchSpec) -> WarmStart | None:
+    """The lab's servers fork from a warm interpreter on the host's python; a step's own launcher runs as given."""
+    if spec.launcher is not None:
+        return None
+    return WarmStart(program=(spec.python, "-m", "orchestrator.lab.server_warm_start"), modules=WARM_MODULES)
 
 
 class LabAdapter(SglangAdapter):
@@ -25,6 +43,9 @@ class LabAdapter(SglangAdapter):
 
     def default_launcher(self, python: str) -> list[str]:
         return [python, "-m", "orchestrator.lab.server"]
+
+    def warm_start(self, spec: LaunchSpec) -> WarmStart | None:
+        return lab_warm_start(spec)
 
     def is_spec_flag(self, name: str) -> bool:
         # The lab's wiring override only means something with a draft: the baseline drops it too.
@@ -47,6 +68,9 @@ class LabVllmAdapter(VllmAdapter):
 
     def default_launcher(self, python: str) -> list[str]:
         return [python, "-m", "orchestrator.lab.server_vllm", "serve"]
+
+    def warm_start(self, spec: LaunchSpec) -> WarmStart | None:
+        return lab_warm_start(spec)
 
     async def detect_launcher(self, transport: Any, spec: LaunchSpec) -> Launcher | None:
         return None  # the lab's own program, on the orchestrator's python: nothing to detect

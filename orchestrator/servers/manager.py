@@ -10,6 +10,8 @@ finalizer calls ``stop_all`` on success, failure and cancel alike; ``keep: true`
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 import socket
 import time
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.errors import HostUnreachable, ServerError, UserInputError
+from orchestrator.errors import HostUnreachable, ServerError, TransportError, UserInputError
 from orchestrator.events import Output, ServerEvent, ServerEventType
 from orchestrator.servers.base import EngineAdapter, Launcher, LaunchSpec
 from orchestrator.servers.client import ServerClient
@@ -32,6 +34,8 @@ from orchestrator.servers.ranks import (
     worker_states,
 )
 from orchestrator.servers.startlog import StartFailure, analyse_start_failure
+from orchestrator.servers.warm import ENV_VAR as WARM_ENV_VAR
+from orchestrator.servers.warm import said_in_log
 from orchestrator.transport.base import ProcessHandle, Transport
 
 Emit = Callable[[Any], None]
@@ -76,6 +80,9 @@ class ServerRecord:
     dist_host: str = "127.0.0.1"  # rank 0's address as the workers reach it
     launcher: Launcher | None = None  # which program was started and why (detected per start, or the step's)
     decisions: dict[str, Any] | None = None  # the engine's start-up decisions (vLLM: servers/vllm_startup.py)
+    #: how it started when a warm interpreter was offered (servers/warm.py): what its log said, or why none was
+    warm_start: str | None = None
+    warm_key: str | None = None  # the warm interpreter it was offered (kept running while a kept server uses it)
 
     @property
     def nodes(self) -> int:
@@ -96,13 +103,23 @@ class ServerRecord:
             "effective": self.diff.get("effective", {}), "overrides": self.diff.get("overrides", []),
             "adjustments": self.diff.get("adjustments", []), "unverified": self.diff.get("unverified", []),
             "ready_s": self.ready_s, "exit_code": self.exit_code, "log_tail": self.log_tail, "keep": self.keep,
-            "failure": self.failure.as_dict() if self.failure else None,
+            "failure": self.failure.as_dict() if self.failure else None, "warm_start": self.warm_start,
             "preflight": self.preflight.as_dict() if self.preflight else None,
             "nodes": self.nodes, "hosts": [self.host, *(w.host for w in self.workers)],
             "ranks": [r.as_dict() for r in self.ranks],
             "launcher": self.launcher.as_dict() if self.launcher else None,
             "decisions": self.decisions,
         }
+
+
+@dataclass
+class WarmProcess:
+    """A warm interpreter this session started on a host (servers/warm.py): its servers fork from it."""
+
+    host: str
+    transport: Transport
+    handle: ProcessHandle
+    socket: str
 
 
 class ServerManager:
@@ -112,6 +129,9 @@ class ServerManager:
         self.emit = emit
         self.session_id = session_id
         self.servers: dict[str, ServerRecord] = {}
+        self.warm: dict[str, WarmProcess] = {}  # per host, program and environment
+        # ORCHESTRATOR_WARM_STARTS=0: every server starts as its own process (bench/lab_speed.py compares both)
+        self.warm_starts = os.environ.get("ORCHESTRATOR_WARM_STARTS", "1") != "0"
 
     # -- lookup ------------------------------------------------------------------------------
     def get(self, name: str) -> ServerRecord:
@@ -180,7 +200,8 @@ class ServerManager:
                 "controller_host": socket.gethostname(), "controller_pid": os.getpid(), "started_at": time.time()}
         if record.ranks:
             meta.update(server=name, nnodes=len(record.ranks), rank=0)
-        record.handle = await transport.spawn_detached(record.argv, name=f"server-{name}", env=spec.env, meta=meta)
+        env = await self._offer_warm_start(record, launch_spec)
+        record.handle = await transport.spawn_detached(record.argv, name=f"server-{name}", env=env, meta=meta)
         record.status = "starting"
         self.servers[name] = record  # registered before waiting: cancel or failure still stops it
         if record.ranks:
@@ -206,9 +227,44 @@ class ServerManager:
         await self._read_effective(record)
         record.status = "ready"
         said = (record.decisions or {}).get("summary")
-        self._event("server_ready", record, detail=f"ready in {record.ready_s:.1f}s at {record.url}"
+        warm = "" if record.warm_start is None else (
+            " (forked from the session's warm interpreter)" if record.warm_start.startswith("forked")
+            else f" (started cold: {record.warm_start.removeprefix('cold: ')})")
+        self._event("server_ready", record, detail=f"ready in {record.ready_s:.1f}s at {record.url}{warm}"
                     + (f"; vLLM decided: {said}" if said else ""))
         return record
+
+    async def _offer_warm_start(self, record: ServerRecord, spec: LaunchSpec) -> dict[str, str]:
+        """The server's environment, with its warm interpreter's address when its engine has one (servers/warm.py):
+        started here on first use per host, program and environment, then reused. One that cannot be started, or
+        that ended, is said in the record (``warm_start``) and the server starts cold; one that ended is not
+        started again (each start would wait for it to fail again)."""
+        # a kept server outlives the session, and so its warm interpreter: it starts as its own process
+        warm = None if record.ranks or record.keep or not self.warm_starts else record.adapter.warm_start(spec)
+        if warm is None:
+            return spec.env
+        key = json.dumps([record.host, warm.argv(""), sorted(spec.env.items())])
+        process = self.warm.get(key)
+        if process is not None and not await record.transport.is_running(process.handle):
+            status = await record.transport.exit_status(process.handle)
+            tail = (await record.transport.read_file_tail(process.handle.log_path, lines=3)).strip()
+            record.warm_start = (f"cold: the session's warm interpreter ended (exit status {status})"
+                                 + (f": {tail.splitlines()[-1][:300]}" if tail else ""))
+            return spec.env
+        if process is None:
+            digest = hashlib.sha256(f"{self.session_id}\n{os.getpid()}\n{key}".encode()).hexdigest()[:16]
+            name = f"orchestrator-warm-{digest}"
+            meta = {"kind": "warm_interpreter", "engine": record.adapter.name, "socket": name,
+                    "controller_host": socket.gethostname(), "controller_pid": os.getpid(), "started_at": time.time()}
+            try:
+                handle = await record.transport.spawn_detached(warm.argv(name), name=f"warm-{digest[:12]}",
+                                                               env=spec.env, meta=meta)
+            except TransportError as exc:
+                record.warm_start = f"cold: the warm interpreter could not be started: {exc}"
+                return spec.env
+            process = self.warm[key] = WarmProcess(record.host, record.transport, handle, name)
+        record.warm_key = key
+        return {**spec.env, WARM_ENV_VAR: f"{process.socket}:{process.handle.pid}"}
 
     async def _wait_ready(self, record: ServerRecord, timeout: float,
                           on_log: Callable[[str], None] | None) -> dict[str, Any]:
@@ -341,6 +397,7 @@ class ServerManager:
         record.effective = record.adapter.resolved_args(info, log_text)
         record.diff = record.adapter.compare_args(record.spec, record.effective, log_text)
         record.decisions = record.adapter.start_decisions(log_text, record.effective)
+        record.warm_start = said_in_log(log_text) or record.warm_start
         if info is None and record.adapter.info_paths:
             record.diff["unverified"] = sorted(set(record.diff["unverified"]) | {"(no /server_info answer)"})
 
@@ -382,9 +439,29 @@ class ServerManager:
         targets = [r for r in self.running() if include_kept or not r.keep]
         results = await asyncio.gather(*(self.stop(r.name) for r in targets), return_exceptions=True)
         problems = [str(r) for r in results if isinstance(r, BaseException)]
+        problems += await self._stop_warm()
         if problems:
             raise ServerError("; ".join(problems))
         return [r.name for r in targets]
+
+    async def _stop_warm(self) -> list[str]:
+        """Stop the warm interpreters no running server was started from (a kept server's stays with it, for
+        ``orchestrator cleanup``); what could not be stopped, said."""
+        in_use = {r.warm_key for r in self.running()}
+        problems = []
+        for key, process in list(self.warm.items()):
+            if key in in_use:
+                continue
+            del self.warm[key]
+            try:
+                if not await process.transport.kill_group(process.handle, grace=5.0):
+                    problems.append(f"the warm interpreter on {process.host} (group {process.handle.pgid}) "
+                                    "is STILL ALIVE")
+            except HostUnreachable:
+                pass  # its host went away (an allocation ended), and it with it
+            except TransportError as exc:
+                problems.append(f"stopping the warm interpreter on {process.host}: {exc}")
+        return problems
 
     async def restart(self, name: str, *, flags: dict[str, Any] | None = None, replace_flags: bool = False,
                       ready_timeout: float | None = None, step_id: str | None = None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from orchestrator.actions import get_action
 from orchestrator.hypotheses.board import HypothesisBoard, rule_hook
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook
@@ -22,7 +23,9 @@ from orchestrator.runner.playbook_runner import PlaybookRunner, RunnerOptions
 from orchestrator.runner.sinks import EventSink
 from orchestrator.servers.manager import ServerManager
 from orchestrator.slurm.session_allocations import SlurmAllocations, SlurmSessionPort
+from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import TransportFactory, make_transport
+from orchestrator.transport.spec import ConnectionSpec
 
 
 @dataclass
@@ -46,7 +49,8 @@ def compose_runner(
     session end (after success, failure or cancel) unless a step said ``keep: true``; Slurm allocations are
     granted before the first step and released last (finalizers run in reverse), after the servers on their
     nodes were stopped."""
-    runner = PlaybookRunner(playbook, inventory=inventory, sinks=sinks, options=options, make_transport=make_transport)
+    runner = PlaybookRunner(playbook, inventory=inventory, sinks=sinks, options=options,
+                            make_transport=_warming(make_transport, warm_probes(playbook)))
     servers = ServerManager(emit=runner.emit, session_id=runner.options.session_id)
 
     async def stop_servers() -> None:
@@ -65,3 +69,21 @@ def compose_runner(
     runner.step_hooks.append(rule_hook(board, runner.emit))
     runner.services = SessionServices(servers=servers, board=board, slurm=slurm)
     return runner
+
+
+def warm_probes(playbook: Playbook) -> tuple[str, ...]:
+    """The torch probes the playbook's steps run (their kinds' ``warm_probes``), in a stable order."""
+    kinds = [get_action(step.action) for step in playbook.all_steps()]
+    return tuple(sorted({p for kind in kinds if kind is not None for p in kind.warm_probes}))
+
+
+def _warming(make: TransportFactory, probes: tuple[str, ...]) -> TransportFactory:
+    """Each host's transport told which torch probes the session may run there: its agents start their warm
+    interpreters with their first call. A host that never runs them pays one idle interpreter, never a result."""
+
+    def make_warm(spec: ConnectionSpec, session_id: str) -> Transport:
+        transport = make(spec, session_id)
+        transport.agents.warm_probes = probes
+        return transport
+
+    return make_warm

@@ -110,6 +110,7 @@ class RemoteAgent:
         # Calls that ran in a plain fork because their warm interpreter could not be used (the agent's ``note``
         # events): counted here, each distinct reason logged once.
         self.warm_fallbacks = 0
+        self.warm_asked = False  # the session's warm-up request sent (probes/invoke.py, once per agent)
         self._noted: set[str] = set()
 
     @property
@@ -319,6 +320,9 @@ class AgentPool:
         self.agents: dict[tuple[str, str], RemoteAgent] = {}
         self.unavailable: dict[str, str] = {}  # interpreter -> why the agent cannot run there (fallback: one-shot)
         self.restarts = 0
+        # the probes the session will run on this host whose warm interpreters its agents start at once (set by the
+        # session composer from the playbook; probes/invoke.py sends them with an agent's first call)
+        self.warm_probes: tuple[str, ...] = ()
         self._lock = asyncio.Lock()
 
     @property
