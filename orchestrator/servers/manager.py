@@ -35,7 +35,7 @@ from orchestrator.servers.ranks import (
 )
 from orchestrator.servers.startlog import StartFailure, analyse_start_failure
 from orchestrator.servers.warm import ENV_VAR as WARM_ENV_VAR
-from orchestrator.servers.warm import said_in_log
+from orchestrator.servers.warm import said_in_log, warm_starts_enabled
 from orchestrator.transport.base import ProcessHandle, Transport
 
 Emit = Callable[[Any], None]
@@ -130,8 +130,7 @@ class ServerManager:
         self.session_id = session_id
         self.servers: dict[str, ServerRecord] = {}
         self.warm: dict[str, WarmProcess] = {}  # per host, program and environment
-        # ORCHESTRATOR_WARM_STARTS=0: every server starts as its own process (bench/lab_speed.py compares both)
-        self.warm_starts = os.environ.get("ORCHESTRATOR_WARM_STARTS", "1") != "0"
+        self.warm_starts = warm_starts_enabled()
 
     # -- lookup ------------------------------------------------------------------------------
     def get(self, name: str) -> ServerRecord:

@@ -5,6 +5,7 @@ protocol both sides share; the manager (servers/manager.py) starts, reuses and s
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 #: tells a server where its warm interpreter listens: "NAME:PID", NAME a Unix socket in the abstract namespace
@@ -25,6 +26,13 @@ class WarmStart:
 
     def argv(self, socket_name: str) -> list[str]:
         return [*self.program, socket_name, *self.modules]
+
+
+def warm_starts_enabled() -> bool:
+    """``ORCHESTRATOR_WARM_STARTS=0`` turns off both warm starts: the lab's servers start as their own processes,
+    and a session does not warm its torch probes' zygote before their first call (bench/flagship_warm_starts.py
+    compares the two)."""
+    return os.environ.get("ORCHESTRATOR_WARM_STARTS", "1") != "0"
 
 
 def said_in_log(log_text: str) -> str | None:

@@ -22,6 +22,7 @@ from orchestrator.playbook.models import Playbook
 from orchestrator.runner.playbook_runner import PlaybookRunner, RunnerOptions
 from orchestrator.runner.sinks import EventSink
 from orchestrator.servers.manager import ServerManager
+from orchestrator.servers.warm import warm_starts_enabled
 from orchestrator.slurm.session_allocations import SlurmAllocations, SlurmSessionPort
 from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import TransportFactory, make_transport
@@ -50,7 +51,8 @@ def compose_runner(
     granted before the first step and released last (finalizers run in reverse), after the servers on their
     nodes were stopped."""
     runner = PlaybookRunner(playbook, inventory=inventory, sinks=sinks, options=options,
-                            make_transport=_warming(make_transport, warm_probes(playbook)))
+                            make_transport=_warming(make_transport,
+                                                    warm_probes(playbook) if warm_starts_enabled() else ()))
     servers = ServerManager(emit=runner.emit, session_id=runner.options.session_id)
 
     async def stop_servers() -> None:
@@ -79,7 +81,10 @@ def warm_probes(playbook: Playbook) -> tuple[str, ...]:
 
 def _warming(make: TransportFactory, probes: tuple[str, ...]) -> TransportFactory:
     """Each host's transport told which torch probes the session may run there: its agents start their warm
-    interpreters with their first call. A host that never runs them pays one idle interpreter, never a result."""
+    interpreters with their first call. A host that never runs them pays one idle interpreter, never a result.
+    With no such probe (or warm starts turned off) the factory is used as it is."""
+    if not probes:
+        return make
 
     def make_warm(spec: ConnectionSpec, session_id: str) -> Transport:
         transport = make(spec, session_id)

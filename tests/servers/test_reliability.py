@@ -97,9 +97,12 @@ steps:
         dry = CliRunner().invoke(app, ["cleanup", "localhost", "-i", str(inventory), "--dry-run", "--json"])
         assert dry.exit_code == 0, dry.output
         planned = json.loads(dry.output)
-        servers = sorted(r["name"] for r in planned if not r["name"].startswith("run-"))
+        servers = sorted(r["name"] for r in planned if r["name"].startswith("server-"))
         commands = [r for r in planned if r["name"].startswith("run-")]
+        warm = [r for r in planned if r["name"].startswith("warm-")]
         assert servers == ["server-one", "server-three", "server-two"]
+        assert len(warm) == 1  # the lab servers' warm interpreter (servers/warm.py): a process of ours like them
+        assert len(planned) == len(servers) + len(commands) + len(warm)
         assert len(commands) == 1  # the `sleep 120` step: plain commands are recorded too
         assert {r["action"] for r in planned} == {"would stop"} and {r["owner"] for r in planned} == {"gone"}
         assert len(processes_with(marker)) >= 3  # a dry run changes nothing
@@ -111,6 +114,7 @@ steps:
         rows = json.loads(done.output)
         server_rows = [r for r in rows if r["name"].startswith("server-")]
         assert {r["action"] for r in server_rows} == {"stopped"} and {r["port_free"] for r in server_rows} == {True}
+        assert [r["action"] for r in rows if r["name"].startswith("warm-")] == ["stopped"]
         # commands that ended while we were dead leave a stale pidfile, which cleanup removes
         assert {r["action"] for r in rows if r not in server_rows} <= {"stopped", "removed stale pidfile"}
         assert processes_with(marker) == [], "orphaned server processes left"
