@@ -165,7 +165,8 @@ def _exit_like(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if status < 0:
-        signal.signal(-status, signal.SIG_DFL)
+        if -status != signal.SIGKILL:  # SIGKILL's disposition cannot be set, nor needs to be
+            signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
         os._exit(128 - status)
     os._exit(status)

@@ -82,7 +82,7 @@ class ServerRecord:
     decisions: dict[str, Any] | None = None  # the engine's start-up decisions (vLLM: servers/vllm_startup.py)
     #: how it started when a warm interpreter was offered (servers/warm.py): what its log said, or why none was
     warm_start: str | None = None
-    warm_key: str | None = None  # the warm interpreter it was offered (kept running while a kept server uses it)
+    warm_key: str | None = None  # the warm interpreter it was offered (not stopped while a server of it runs)
 
     @property
     def nodes(self) -> int:

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,15 @@ steps:
 
 
 @pytest.fixture
+def reaped(marker: str) -> Iterator[str]:
+    """The marker, and after the test a SIGKILL for anything still carrying it (so a failure leaves nothing)."""
+    yield marker
+    for pid in processes_with(marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
 def transport(tmp_path: Path) -> LocalTransport:
     return LocalTransport("localhost", session_id="warm-start", state_dir=str(tmp_path / "state"),
                           env={"PYTHONPATH": str(REPO)})
@@ -88,88 +98,73 @@ async def _log(transport: LocalTransport, record: ServerRecord) -> str:
 
 
 async def test_whoever_dies_first_the_forked_server_goes_too(transport: LocalTransport, lab_models: dict[str, str],
-                                                             marker: str) -> None:
+                                                         reaped: str) -> None:
     manager = ServerManager()
-    try:
-        first = await _start(manager, transport, "first", _spec(lab_models, marker))
-        child = _forked_pid(await _log(transport, first))
-        assert first.handle is not None and child != first.handle.pid and _alive(child)
+    first = await _start(manager, transport, "first", _spec(lab_models, reaped))
+    child = _forked_pid(await _log(transport, first))
+    assert first.handle is not None and child != first.handle.pid and _alive(child)
 
-        # The stand-in SIGKILLed with its group (as cleanup's last resort does): its server dies with it.
-        os.killpg(first.handle.pgid, signal.SIGKILL)
-        assert wait_until(lambda: not _alive(child), 30), "the forked server outlived its stand-in"
-        assert wait_until(lambda: not listening(first.spec.port), 30)
+    # The stand-in SIGKILLed with its group (as cleanup's last resort does): its server dies with it.
+    os.killpg(first.handle.pgid, signal.SIGKILL)
+    assert wait_until(lambda: not _alive(child), 30), "the forked server outlived its stand-in"
+    assert wait_until(lambda: not listening(first.spec.port), 30)
 
-        # The warm interpreter SIGKILLed: its server dies with it (PR_SET_PDEATHSIG), the stand-in exits 137.
-        second = await _start(manager, transport, "second", _spec(lab_models, marker))
-        assert second.warm_start and second.warm_start.startswith("forked"), second.warm_start
-        grandchild = _forked_pid(await _log(transport, second))
-        (warm,) = manager.warm.values()
-        os.kill(warm.handle.pid, signal.SIGKILL)
-        assert wait_until(lambda: not _alive(grandchild), 30), "the forked server outlived its warm interpreter"
-        assert second.handle is not None
-        assert wait_until(lambda: not _alive(second.handle.pid), 30)
-        assert await transport.exit_status(second.handle) == 137
-        log_text = await _log(transport, second)
-        assert "the warm interpreter (pid" in log_text and "ended before the server" in log_text
+    # The warm interpreter SIGKILLed: its server dies with it (PR_SET_PDEATHSIG), the stand-in exits 137.
+    second = await _start(manager, transport, "second", _spec(lab_models, reaped))
+    assert second.warm_start and second.warm_start.startswith("forked"), second.warm_start
+    grandchild = _forked_pid(await _log(transport, second))
+    (warm,) = manager.warm.values()
+    os.kill(warm.handle.pid, signal.SIGKILL)
+    assert wait_until(lambda: not _alive(grandchild), 30), "the forked server outlived its warm interpreter"
+    assert second.handle is not None
+    assert wait_until(lambda: not _alive(second.handle.pid), 30)
+    assert await transport.exit_status(second.handle) == 137
+    log_text = await _log(transport, second)
+    assert "the warm interpreter (pid" in log_text and "ended before the server" in log_text
 
-        # Once it has ended, a start says so and is cold (not another wait for an interpreter that fails again).
-        third = await _start(manager, transport, "third", _spec(lab_models, marker))
-        assert third.warm_start and third.warm_start.startswith("cold: the session's warm interpreter ended"), \
-            third.warm_start
-        await manager.stop_all()
-        assert processes_with(marker) == []
-    finally:
-        for pid in processes_with(marker):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    # Once it has ended, a start says so and is cold (not another wait for an interpreter that fails again).
+    third = await _start(manager, transport, "third", _spec(lab_models, reaped))
+    assert third.warm_start and third.warm_start.startswith("cold: the session's warm interpreter ended"), \
+        third.warm_start
+    await manager.stop_all()
+    assert processes_with(reaped) == []
 
 
 async def test_another_environment_starts_cold_and_says_why(transport: LocalTransport, lab_models: dict[str, str],
-                                                            marker: str) -> None:
+                                                        reaped: str) -> None:
     manager = ServerManager()
-    try:
-        first = await _start(manager, transport, "first", _spec(lab_models, marker))
-        assert first.warm_start and first.warm_start.startswith("forked")
-        # a second interpreter for the other environment: its variables are read when torch loads
-        other = await _start(manager, transport, "other", _spec(lab_models, marker, OMP_NUM_THREADS="1"))
-        assert other.warm_start and other.warm_start.startswith("forked")
-        assert len(manager.warm) == 2
-        # a stand-in whose environment differs from its warm interpreter's is refused, and starts cold
-        (warm, _) = manager.warm.values()
-        spawned = await transport.spawn_detached(
-            [sys.executable, "-m", "orchestrator.lab.server", "--model-path", lab_models["target"], "--port", "0"],
-            name="server-mismatch", env={"MARK": marker, "OMP_NUM_THREADS": "2",
-                                         "ORCHESTRATOR_LAB_WARM_START": f"{warm.socket}:{warm.handle.pid}"})
+    first = await _start(manager, transport, "first", _spec(lab_models, reaped))
+    assert first.warm_start and first.warm_start.startswith("forked")
+    # a second interpreter for another environment: its variables are read when torch loads
+    other = await _start(manager, transport, "other", _spec(lab_models, reaped, ORCH_WARM_TEST="other"))
+    assert other.warm_start and other.warm_start.startswith("forked")
+    assert len(manager.warm) == 2
+    # a stand-in whose environment differs from its warm interpreter's is refused, and starts cold
+    (warm, _) = manager.warm.values()
+    spawned = await transport.spawn_detached(
+        [sys.executable, "-m", "orchestrator.lab.server", "--model-path", lab_models["target"], "--port", "0"],
+        name="server-mismatch", env={"MARK": reaped, "OMP_NUM_THREADS": "2",
+                                     "ORCHESTRATOR_LAB_WARM_START": f"{warm.socket}:{warm.handle.pid}"})
 
-        async def said() -> bool:
-            return "warm start:" in await transport.read_file_tail(spawned.log_path, lines=50)
+    async def said() -> bool:
+        return "warm start:" in await transport.read_file_tail(spawned.log_path, lines=50)
 
-        assert await wait_until_async(said, 60)
-        text = await transport.read_file_tail(spawned.log_path, lines=50)
-        assert "its environment differs from the warm interpreter's in OMP_NUM_THREADS" in text, text
-        assert "starting cold" in text
-        await transport.kill_group(spawned, grace=5)
-        await manager.stop_all()
-        assert processes_with(marker) == []
-    finally:
-        for pid in processes_with(marker):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    assert await wait_until_async(said, 60)
+    text = await transport.read_file_tail(spawned.log_path, lines=50)
+    assert "its environment differs from the warm interpreter's in OMP_NUM_THREADS" in text, text
+    assert "starting cold" in text
+    await transport.kill_group(spawned, grace=5)
+    await manager.stop_all()
+    assert processes_with(reaped) == []
 
 
 async def test_a_kept_server_starts_as_its_own_process(transport: LocalTransport, lab_models: dict[str, str],
-                                                       marker: str) -> None:
+                                                   reaped: str) -> None:
     """It outlives the session (cleanup keeps it), so it must not hang on the session's warm interpreter."""
     manager = ServerManager()
-    try:
-        record = await manager.start(name="kept", host="localhost", transport=transport, adapter=get_adapter("lab"),
-                                     spec=_spec(lab_models, marker), client_python=sys.executable, auto_port=True,
-                                     ready_timeout=240, keep=True)
-        assert record.warm_start is None and manager.warm == {}
-        assert "warm start:" not in await _log(transport, record)
-        await manager.stop_all()
-    finally:
-        for pid in processes_with(marker):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    record = await manager.start(name="kept", host="localhost", transport=transport, adapter=get_adapter("lab"),
+                                 spec=_spec(lab_models, reaped), client_python=sys.executable, auto_port=True,
+                                 ready_timeout=240, keep=True)
+    assert record.warm_start is None and manager.warm == {}
+    assert "warm start:" not in await _log(transport, record)
+    await manager.stop_all()
