@@ -228,19 +228,21 @@ async def case_zygote_killed_mid_call(transport: Transport, tmp_path: Path) -> N
 
 async def case_warm_request_starts_the_interpreter_before_the_first_call(transport: Transport,
                                                                          tmp_path: Path) -> None:
-    """The session's warm-up (probes/invoke.py, with an agent's first call): the zygote a probe's later calls use
-    starts at once, with no call waiting, and that call then finds it (one interpreter, not two)."""
-    agent, _remote = await start(transport, tmp_path)
-    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    answer = await agent.request("warm", probes=["warm_probe", "echo_probe"], env=env)
-    assert answer == {"warming": ["warm_probe"]}  # a probe with no preload needs no interpreter
-    async def ready() -> bool:
-        return [z["state"] for z in await zygotes(agent)] == ["ready"]
+    """The session's warm-up (probes/invoke.py ``warm_up``, with an agent's first call): the zygote a probe's later
+    calls use starts at once, with no call waiting; a benchmark waits for it (``settle_warm_ups``); the call then
+    finds it (one interpreter, not two)."""
+    from orchestrator.probes.invoke import PROBE_ENV, settle_warm_ups, warm_up
 
-    assert await wait_until(ready, 120)
-    assert (await zygotes(agent))[0]["served"] == 0
-    result = await ok(agent, "warm_probe", {}, env=env)
+    agent, _remote = await start(transport, tmp_path)
+    assert await settle_warm_ups(transport) is None  # nothing asked yet: nothing to wait for
+    await warm_up(agent, ("warm_probe", "echo_probe"))
+    assert agent.warm_asked
     found = await zygotes(agent)
-    assert len(found) == 1 and found[0]["served"] == 1 and result["preloaded"] and result["threads"] == 1, found
+    assert [(z["modules"], z["served"]) for z in found] == [(["torch"], 0)], found  # echo_probe needs none
+    assert await settle_warm_ups(transport) is None
+    assert [z["state"] for z in await zygotes(agent)] == ["ready"]
+    result = await ok(agent, "warm_probe", {}, env=PROBE_ENV)
+    found = await zygotes(agent)
+    assert len(found) == 1 and found[0]["served"] == 1 and result["preloaded"], found
     with pytest.raises(Exception, match="invalid probe name"):
-        await agent.request("warm", probes=["../x"], env=env)
+        await agent.request("warm", probes=["../x"], env=PROBE_ENV)

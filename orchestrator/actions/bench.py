@@ -31,6 +31,7 @@ from pydantic import Field, model_validator
 
 from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
 from orchestrator.errors import OrchestratorError
+from orchestrator.probes.invoke import settle_warm_ups
 from orchestrator.servers.prompts import (
     BUNDLED_PROMPTS as BUNDLED_PROMPTS,  # re-exported: tests and bench/ use it
 )
@@ -101,6 +102,7 @@ def with_intervals(result: dict[str, Any], distinct: int | None = None, confiden
 async def run_bench(client: Any, url: str, settings: BenchSettings) -> dict[str, Any]:
     """One benchmark through a ServerClient; :raises StepFailed: when no request succeeded."""
     prompts = load_prompts(settings.prompts)
+    unsettled = await settle_warm_ups(client.transport)  # the session's warm-up imports end before it measures
     payload = {
         "url": url.rstrip("/"), "prompts": prompts, "n": settings.n,
         "concurrency": settings.concurrency, "max_new_tokens": settings.max_new_tokens,
@@ -111,6 +113,8 @@ async def run_bench(client: Any, url: str, settings: BenchSettings) -> dict[str,
     if not result["completed"]:
         errors = "; ".join(result["errors"][:3]) or "no answer"
         raise StepFailed(f"bench: no request succeeded against {url}: {errors}", result)
+    if unsettled:
+        result = {**result, "measured_during_warm_up": unsettled}
     return with_intervals(result, len(prompts))
 
 
@@ -192,6 +196,9 @@ class BenchAction(Action[BenchArgs]):
         ctx.output(f"bench {label}: n={result['completed']} {result['tok_s']} tok/s {_ci(result['tok_s_ci'])}, "
                    f"accept length {result['accept_length']} {_ci(result['accept_length_ci'])} "
                    f"(server {result['server_accept_length']}), p50 {result['latency_p50']}s\n")
+        if result.get("measured_during_warm_up"):
+            ctx.output(f"bench {label}: measured while a warm-up may still import: "
+                       f"{result['measured_during_warm_up']}\n")
         stats = result.get("spec_decode") or {}
         if stats.get("per_position_request"):
             ctx.output("per-position acceptance: " + ", ".join(

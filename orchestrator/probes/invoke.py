@@ -4,8 +4,10 @@ the result against the probe's pydantic model before anyone reads it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 ProgressCallback = Callable[[dict[str, Any]], None]
 #: every probe's environment on its host (the nonce aside): the agent keys its warm interpreters by it
 PROBE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+#: the longest a benchmark waits for a warm-up's imports to end before it measures anyway (and says so)
+WARM_SETTLE_TIMEOUT = 300.0
 
 
 class _StderrSplitter:
@@ -61,7 +65,7 @@ class _StderrSplitter:
             self.on_stderr(line + "\n")
 
 
-async def _ask_warm(agent: RemoteAgent, probes: tuple[str, ...]) -> None:
+async def warm_up(agent: RemoteAgent, probes: tuple[str, ...]) -> None:
     """With an agent's first call: start now the warm interpreters the session's later torch probes will use
     (the draft test's, the reconcile's), so their import runs while the session starts its first server, not
     when the draft test is measured. A warm-up that fails costs only time: the call forks plainly (and says so)."""
@@ -73,6 +77,25 @@ async def _ask_warm(agent: RemoteAgent, probes: tuple[str, ...]) -> None:
     except TransportError as exc:
         log.warning("%s: warming the interpreters of %s failed (they start on first use): %s",
                     agent.transport.host, ", ".join(probes), exc)
+
+
+async def settle_warm_ups(transport: Transport, *, timeout: float = WARM_SETTLE_TIMEOUT) -> str | None:
+    """Return once no warm interpreter the session's warm-up started on this host is still importing: a benchmark
+    must not measure a server while an import competes for its CPU. A settled host costs one ping per agent.
+    None when settled; else why the benchmark measures anyway (it says so in its result)."""
+    deadline = time.monotonic() + timeout
+    for agent in [a for a in transport.agents.agents.values() if a.warm_asked and a.alive]:
+        while True:
+            try:
+                zygotes = (await agent.request("ping")).get("zygotes") or []
+            except TransportError as exc:
+                return f"could not ask {transport.host}'s agent whether its warm-up is done: {exc}"
+            if not any(isinstance(z, dict) and z.get("state") == "starting" for z in zygotes):
+                break
+            if time.monotonic() > deadline:
+                return f"a warm interpreter on {transport.host} still imported after {timeout:.0f} s"
+            await asyncio.sleep(0.05)  # polling the state (still importing?), bounded by the deadline
+    return None
 
 
 async def run_probe(
@@ -115,7 +138,7 @@ async def run_probe(
     # give the same stdout/stderr/exit status, parsed below the same way.
     agent = await transport.agents.get(python, remote_dir) if use_agent else None
     if agent is not None and not agent.warm_asked:
-        await _ask_warm(agent, transport.agents.warm_probes)
+        await warm_up(agent, transport.agents.warm_probes)
     if agent is not None:
         result = await agent.run_probe(probe, args, nonce=nonce, env=env, timeout=timeout, on_output=on_output)
     else:
