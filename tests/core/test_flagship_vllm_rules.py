@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.hypotheses.board import evaluate_rules
-from orchestrator.templating import evaluate, render
+from orchestrator.templating import evaluate
 from tests.core.test_flagship_server_rules import (
     DT,
     FIXED,
