@@ -117,19 +117,20 @@ def test_a_derived_fix_verifies_only_the_findings_it_addresses() -> None:
     weak = {**_bench(26.0, 1.13), "accept_length_ci": [1.04, 1.23]}
     partial = {"status": "ok", "failed": False, "fix_status": "partial", "flags": FLAGS,
                "blockers": [{"what": "lm_head", "why": "no lm_head.weight", "remedies": ["re-export"]}]}
-    derived = {k: v for k, v in _vars(spec=weak, fixed=_bench(59.0, 2.03), fix=partial).items() if k != "fixed_flags"}
+    served = {**_server(True), "flags": FLAGS}  # the fixed server served the derived fix's flags
+    derived = _vars(spec=weak, fixed=_bench(59.0, 2.03), fix=partial, fixed_srv=served)
     hits = _hits("Weigh the evidence", derived, {"lm_head_missing": "supported"})
     assert hits["lm_head_missing"][0] == "inconclusive", hits
     assert hits["lm_head_missing"][1].startswith("fix not verified: the served fix left lm_head as it was")
     # direct-d2t: the derived fix rewrites d2t as offsets (no blocker left), and the fixed draft serves
     failed = {"status": "failed", "failed": True, "skipped": False, "error": "500"}
     mended = {**partial, "fix_status": "fix", "blockers": []}
-    derived = {k: v for k, v in _vars(spec=failed, fixed=_bench(60.0, 1.56), fix=mended,
-                                      rc=_rc(_one("undecided", "/d"), _one("reconciled", "/d.orchestrator-fix"))
-                                      ).items() if k != "fixed_flags"}
+    derived = _vars(spec=failed, fixed=_bench(60.0, 1.56), fix=mended, fixed_srv=served,
+                    rc=_rc(_one("undecided", "/d"), _one("reconciled", "/d.orchestrator-fix")))
     hits = _hits("Weigh the evidence", derived, {"d2t_mapping": "supported"})
     assert hits["d2t_mapping"][0] == "confirmed", hits
-    # the host's own fixed checkpoint (fixed_flags) addresses every finding it serves
-    hits = _hits("Weigh the evidence", _vars(spec=weak, fixed=_bench(59.0, 2.03), fix=partial),
+    # the host's own fixed checkpoint (fixed_flags, served instead of the derived fix) addresses what it serves
+    hits = _hits("Weigh the evidence", _vars(spec=weak, fixed=_bench(59.0, 2.03), fix=partial,
+                                             fixed_srv={**_server(True), "flags": FIXED}),
                  {"lm_head_missing": "supported"})
     assert hits["lm_head_missing"][0] == "confirmed", hits
