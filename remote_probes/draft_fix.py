@@ -21,7 +21,9 @@ What it derives (each with its reason; research/sglang-eagle3-facts.md):
   ``--speculative-draft-model-path`` pointed at it — when this SGLang can capture every state of that wiring;
 - a base architecture named for an EAGLE-3 checkpoint -> ``LlamaForCausalLMEagle3`` in the corrected config;
 - a served part the counterfactual draft test named (draft_fix_parts.py): the target's RoPE or attention layout in
-  the corrected config; on vLLM a distinct embed_tokens dropped from a filtered copy of the weights.
+  the corrected config; on vLLM a distinct embed_tokens dropped from a filtered copy of the weights;
+- a d2t that holds target ids instead of offsets -> the offsets d2t[i] - i in a rewritten copy of the weights
+  (draft_fix_d2t.py: both engines add arange, so the ids determine the offsets).
 
 What config cannot fix becomes a blocker with the remedies that remain (retrain on a servable wiring, another
 SGLang version, an engine change, a re-export of the weights).
@@ -37,6 +39,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from _probe import ProbeFailure, run_probe
+from draft_fix_d2t import d2t_as_offsets
 from draft_fix_parts import part_fixes, write_without
 from draft_fix_vllm import derive_vllm
 from eagle3_config import flat_config
@@ -116,6 +119,9 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
                     or bool(fixed["drop"]), drop=fixed["drop"])
         part["changes"] += fixed["changes"]
         part["blockers"] += fixed["blockers"]
+        part["replace"] = _mend_d2t(draft, findings, tcfg.get("vocab_size"), part["changes"], part["blockers"],
+                                    "%s's compute_logits" % part["name"])
+        part["config_changed"] = part["config_changed"] or bool(part["replace"])
         return _finish_vllm(args, draft, part)
     root = find_sglang_root(args.get("engine_sys_path"))
     rules = capture_rules(root, target_loop(target, "sglang", root)) if root else {"embedding": None, "final_norm": False, "evidence": [],
@@ -223,9 +229,11 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     config, config_changed = fixed["config"], config_changed or fixed["config_changed"]
     changes += fixed["changes"]
     blockers += fixed["blockers"]
+    replace = _mend_d2t(draft, findings, tcfg.get("vocab_size"), changes, blockers, "%s's hot_token_id" % sglang)
+    config_changed = config_changed or bool(replace)
     written = None
     if config_changed:
-        written = _write_corrected(draft, config, changes, args.get("out_dir"))
+        written = _write_corrected(draft, config, changes, args.get("out_dir"), replace=replace)
         old = flags.get("speculative_draft_model_path")
         changes.append({"what": "speculative-draft-model-path", "from": old, "to": written,
                         "why": "the corrected config lives beside the draft (the draft itself is never changed)"})
@@ -243,7 +251,8 @@ def _finish_vllm(args: Dict[str, Any], draft: str, part: Dict[str, Any]) -> Dict
     changes, spec, flags = part["changes"], part["spec"], part["flags"]
     written = None
     if part["config_changed"]:
-        written = _write_corrected(draft, part["config"], changes, args.get("out_dir"), drop=part.get("drop") or [])
+        written = _write_corrected(draft, part["config"], changes, args.get("out_dir"), drop=part.get("drop") or [],
+                                   replace=part.get("replace"))
         changes.append({"what": "speculative-config model", "from": spec.get("model"), "to": written,
                         "why": "the corrected config lives beside the draft (the draft itself is never changed)"})
         spec["model"] = written
@@ -276,10 +285,33 @@ def summary(status: str, changes: List[Dict[str, Any]], blockers: List[Dict[str,
     return "nothing in the evidence calls for a config or flag change"
 
 
+def _mend_d2t(draft: str, findings: List[Dict[str, Any]], vocab: Any, changes: List[Dict[str, Any]],
+              blockers: List[Dict[str, Any]], adds: str) -> Optional[Dict[str, bytes]]:
+    """A d2t that holds target ids (draft_inspect's ``direct_ids``) rewritten as the offsets the engine adds to
+    arange (draft_fix_d2t.py): its blocker becomes a change and the tensor's new bytes are returned for the
+    corrected copy; any other d2t fault stays a blocker (re-export)."""
+    found = next((f for f in findings if f.get("id") == "d2t" and f.get("severity") == "error"), None)
+    if found is None or (found.get("details") or {}).get("verdict") != "direct_ids":
+        return None
+    blob, why = d2t_as_offsets(draft, vocab if isinstance(vocab, int) else None)
+    if blob is None:
+        for b in blockers:
+            if b.get("what") == "d2t":
+                b["why"] += "; %s" % why
+        return None
+    blockers[:] = [b for b in blockers if b.get("what") != "d2t"]
+    changes.append({"what": "d2t", "from": "target ids", "to": "offsets d2t[i] - i (a rewritten copy of the weights)",
+                    "why": "d2t holds target ids; %s maps draft id i to i + d2t[i], so the offsets are the ids "
+                           "minus i (no training needed)" % adds})
+    return {"d2t": blob}
+
+
 def _write_corrected(draft: str, config: Dict[str, Any], changes: List[Dict[str, Any]],
-                     out_dir: Optional[str], drop: Optional[List[str]] = None) -> str:
+                     out_dir: Optional[str], drop: Optional[List[str]] = None,
+                     replace: Optional[Dict[str, bytes]] = None) -> str:
     """``<draft>.orchestrator-fix/``: the corrected config.json, a marker, the weights files rewritten without the
-    ``drop`` tensors (draft_fix_parts.write_without), and a symlink for every other file."""
+    ``drop`` tensors and with the ``replace`` ones' new bytes (draft_fix_parts.write_without), and a symlink for
+    every other file."""
     dest = os.path.abspath(os.path.expanduser(out_dir)) if out_dir else draft.rstrip(os.sep) + ".orchestrator-fix"
     if os.path.exists(dest) and not os.path.isfile(os.path.join(dest, MARKER)):
         raise ProbeFailure("exists", "%s exists and was not written by orchestrator; refusing to touch it" % dest,
@@ -289,7 +321,7 @@ def _write_corrected(draft: str, config: Dict[str, Any], changes: List[Dict[str,
         for name in os.listdir(dest):  # a filtered file from an earlier fix is rewritten (or linked) below
             if name.endswith(".safetensors") or name == "model.safetensors.index.json":
                 os.unlink(os.path.join(dest, name))
-        rewritten = set(write_without(draft, dest, drop)) if drop else set()
+        rewritten = set(write_without(draft, dest, drop or [], replace)) if drop or replace else set()
         for name in sorted(os.listdir(draft)):
             if name == "config.json" or name in rewritten:
                 continue

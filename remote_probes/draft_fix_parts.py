@@ -9,7 +9,8 @@ _maybe_share_embeddings). The rest are blockers with what remains: SGLang always
 the target's (llama.py set_embed), a head, a final norm or a d2t map is re-exported from training.
 
 Public API: ``part_fixes(parts, config, target_config, engine, name) -> dict`` and
-``write_without(src_dir, dest_dir, drop) -> list[str]`` (safetensors files rewritten without the dropped tensors).
+``write_without(src_dir, dest_dir, drop, replace) -> list[str]`` (safetensors files rewritten without the dropped
+tensors, with the replaced ones' bytes).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
 ATTENTION_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim")
@@ -62,11 +63,14 @@ def _canonical(name: str) -> str:
     return name[len("model."):] if name.startswith("model.") else name
 
 
-def write_without(src_dir: str, dest_dir: str, drop: List[str]) -> List[str]:
-    """Copy each ``*.safetensors`` of ``src_dir`` holding a tensor named in ``drop`` (with or without ``model.``)
-    into ``dest_dir`` without it, streaming tensor by tensor; the shard index, if any, loses the names too. The
-    files it wrote, by name (the caller links the rest)."""
+def write_without(src_dir: str, dest_dir: str, drop: List[str],
+                  replace: Optional[Dict[str, bytes]] = None) -> List[str]:
+    """Copy each ``*.safetensors`` of ``src_dir`` holding a tensor named in ``drop`` or ``replace`` (with or without
+    ``model.``) into ``dest_dir`` without the dropped ones and with the replaced ones' raw bytes (same size: dtype
+    and shape stay), streaming tensor by tensor; the shard index, if any, loses the dropped names. The files it
+    wrote, by name (the caller links the rest)."""
     wanted = set(drop)
+    replace = replace or {}
     written: List[str] = []
     removed: List[str] = []
     for fname in sorted(os.listdir(src_dir)):
@@ -77,8 +81,13 @@ def write_without(src_dir: str, dest_dir: str, drop: List[str]) -> List[str]:
             size = struct.unpack("<Q", fh.read(8))[0]
             header = json.loads(fh.read(size))
             names = [n for n in header if n != "__metadata__" and _canonical(n) in wanted]
-            if not names:
+            swapped = {n: replace[_canonical(n)] for n in header if n != "__metadata__" and _canonical(n) in replace}
+            if not names and not swapped:
                 continue
+            for n, blob in swapped.items():
+                begin, end = header[n]["data_offsets"]
+                if len(blob) != end - begin:
+                    raise ValueError("%s: the replacement has %d bytes, the tensor %d" % (n, len(blob), end - begin))
             removed += names
             keep = [(n, header[n]) for n in header if n != "__metadata__" and n not in names]
             new, offset = {}, 0
@@ -94,7 +103,10 @@ def write_without(src_dir: str, dest_dir: str, drop: List[str]) -> List[str]:
             with open(tmp, "wb") as out:
                 out.write(struct.pack("<Q", len(blob)) + blob)
                 base = 8 + size
-                for _n, meta in keep:
+                for n, meta in keep:
+                    if n in swapped:
+                        out.write(swapped[n])
+                        continue
                     begin, end = meta["data_offsets"]
                     fh.seek(base + begin)
                     left = end - begin

@@ -109,3 +109,28 @@ def test_a_candidate_that_served_nothing_is_recovered_by_a_fix_that_clearly_acce
     assert hits["d2t_mapping"][0] == "confirmed"
     hits = _hits("Weigh the evidence", _vars(spec=failed, fixed=_bench(80, 1.05)), {"d2t_mapping": "supported"})
     assert hits["d2t_mapping"][0] == "inconclusive"
+
+
+def test_a_derived_fix_verifies_only_the_findings_it_addresses() -> None:
+    # no-lm-head on real vLLM 0.32.0: the derived fix corrects the wiring and leaves the head a blocker (re-export
+    # it); it recovers 1.13 -> 2.03, which verifies the wiring, not the missing head
+    weak = {**_bench(26.0, 1.13), "accept_length_ci": [1.04, 1.23]}
+    partial = {"status": "ok", "failed": False, "fix_status": "partial", "flags": FLAGS,
+               "blockers": [{"what": "lm_head", "why": "no lm_head.weight", "remedies": ["re-export"]}]}
+    served = {**_server(True), "flags": FLAGS}  # the fixed server served the derived fix's flags
+    derived = _vars(spec=weak, fixed=_bench(59.0, 2.03), fix=partial, fixed_srv=served)
+    hits = _hits("Weigh the evidence", derived, {"lm_head_missing": "supported"})
+    assert hits["lm_head_missing"][0] == "inconclusive", hits
+    assert hits["lm_head_missing"][1].startswith("fix not verified: the served fix left lm_head as it was")
+    # direct-d2t: the derived fix rewrites d2t as offsets (no blocker left), and the fixed draft serves
+    failed = {"status": "failed", "failed": True, "skipped": False, "error": "500"}
+    mended = {**partial, "fix_status": "fix", "blockers": []}
+    derived = _vars(spec=failed, fixed=_bench(60.0, 1.56), fix=mended, fixed_srv=served,
+                    rc=_rc(_one("undecided", "/d"), _one("reconciled", "/d.orchestrator-fix")))
+    hits = _hits("Weigh the evidence", derived, {"d2t_mapping": "supported"})
+    assert hits["d2t_mapping"][0] == "confirmed", hits
+    # the host's own fixed checkpoint (fixed_flags, served instead of the derived fix) addresses what it serves
+    hits = _hits("Weigh the evidence", _vars(spec=weak, fixed=_bench(59.0, 2.03), fix=partial,
+                                             fixed_srv={**_server(True), "flags": FIXED}),
+                 {"lm_head_missing": "supported"})
+    assert hits["lm_head_missing"][0] == "confirmed", hits

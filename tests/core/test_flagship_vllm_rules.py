@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.hypotheses.board import evaluate_rules
-from orchestrator.templating import evaluate, render
+from orchestrator.templating import evaluate
 from tests.core.test_flagship_server_rules import (
     DT,
     FIXED,
     FLAGS,
     INSPECT,
+    SKIPPED,
     _bench,
     _run_sets,
     _server,
@@ -103,6 +104,24 @@ def test_ids_vllm_cannot_feed_confirm_the_convention_and_a_fix_that_serves_is_ve
                       "fixed": _bench(5.0, 3.6)})
     _run_sets(steps, variables)
     assert variables["weighed"]["fix_verified"] is True
-    because = render(steps["Benchmark the fix"].evidence["wiring"].because, variables)
+    # the candidate accepted nothing: a fix whose accept length clears 1 + margin on its interval recovered it, so
+    # the wiring is the root cause (verified), and the convention whose reading the fix serves with it
+    hits = {h: (v, why) for h, v, _, why in evaluate_rules(steps["Benchmark the fix"], variables)}
+    assert hits["wiring"][0] == "confirmed", hits
+    because = hits["wiring"][1]
     assert because.startswith("the candidate flags never served; the fix serves: accept length 3.6 [3.50, 3.70]")
-    assert "vs baseline 2.0 [1.00, 3.00]" in because
+    assert "vs baseline 2.0 [1.00, 3.00]" in because and "fix verified: above the 1.2" in because
+    weighed = {h: v for h, v, _, _ in evaluate_rules(steps["Weigh the evidence"], {
+        **variables, "hypothesis_state": {"wiring": "confirmed", "layer_id_convention": "supported"}})}
+    assert weighed["layer_id_convention"] == "confirmed"
+    # a fix that serves but accepts no more than a server that accepts nothing verifies nothing
+    for fixed in (_bench(5.0, 1.15), {**_bench(5.0, 1.5), "accept_length_ci": None}):
+        hits = {h: (v, why) for h, v, _, why in evaluate_rules(steps["Benchmark the fix"], {**variables,
+                                                                                           "fixed": fixed})}
+        assert hits["wiring"][0] == "inconclusive", hits
+        if fixed["accept_length_ci"]:
+            assert "fix not verified: not clearly above the 1.2" in hits["wiring"][1]
+    # the speculative server did not start at all (its benchmark skipped): the same bar
+    started = {**variables, "spec_srv": _server(False), "spec": SKIPPED}
+    hits = {h: v for h, v, _, _ in evaluate_rules(steps["Benchmark the fix"], started)}
+    assert hits["wiring"] == "confirmed", hits

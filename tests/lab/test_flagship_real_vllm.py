@@ -149,10 +149,14 @@ async def test_real_vllm_flagship_goes_on_past_a_server_that_fails_every_request
     run = await real_vllm_flagship("direct-d2t")
     states = run.states
     assert run.status == "ok", states
-    # the static finding stands, but no fix recovered a measured acceptance (d2t cannot be fixed by config): a root
-    # cause needs a verified fix, so it stays supported and the verdict says "fix not verified" (issue 26)
-    assert states["d2t_mapping"] == "supported", states
-    assert "fix not verified" in (run.directory / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ")[0]
+    # the static finding stands and the derived fix addresses it: d2t rewritten as offsets in a copy beside the
+    # draft (the ids determine them), which the real server serves where every request of the candidate failed: a
+    # root cause with a verified fix (issue 26)
+    fix = one(run, "Derive the fix this host can serve")
+    assert fix["fix_status"] == "fix" and [c["what"] for c in fix["changes"]][0] == "d2t", fix
+    fixed = one(run, "Benchmark the fix")
+    assert fixed["accept_length_ci"][0] > 1.2, fixed
+    assert states["d2t_mapping"] == "confirmed", states
     for hid in ("lm_head_missing", "wrong_algorithm"):
         assert states[hid] == "refuted", states
     spec = one(run, "Speculative benchmark")

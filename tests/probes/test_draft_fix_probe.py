@@ -167,3 +167,24 @@ def test_a_directory_it_did_not_write_is_never_overwritten(run_probe, sglang_tre
     assert not run.outcome.ok and run.outcome.error is not None
     assert run.outcome.error.kind == "exists" and "not written by orchestrator" in run.outcome.error.message
     assert (theirs / "config.json").read_text() == "{}"
+
+
+def test_a_d2t_of_target_ids_is_rewritten_as_offsets_for_sglang_too(run_probe, sglang_trees, checkpoints,
+                                                                    tmp_path: Path) -> None:
+    """SGLang adds arange to d2t as vLLM does (hot_token_id): the same servable fix, a copy beside the draft."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file, save_file
+
+    good, target = checkpoints
+    weights = load_file(str(good / "model.safetensors"))
+    offsets = weights["d2t"].clone()
+    draft = tmp_path / "models" / "direct-d2t"
+    draft.mkdir()
+    (draft / "config.json").write_bytes((good / "config.json").read_bytes())
+    save_file({**weights, "d2t": offsets + torch.arange(offsets.numel())}, str(draft / "model.safetensors"))
+    found = run_probe("draft_inspect", {"path": str(draft), "target_path": str(target)}).result["findings"]
+    res = run_probe("draft_fix", fix_args(draft, target, sglang_trees("0.5.12.post1"), findings=found)).result
+    assert res["fix_status"] == "fix" and res["changes"][0]["what"] == "d2t", res["summary"]
+    assert "hot_token_id" in res["changes"][0]["why"]
+    fixed = Path(res["flags"]["speculative-draft-model-path"])
+    assert fixed == Path(res["draft"]) and torch.equal(load_file(str(fixed / "model.safetensors"))["d2t"], offsets)

@@ -114,3 +114,45 @@ def test_nothing_to_fix_and_a_bad_config_flag(run_probe, vllm_trees, specforge) 
     run = run_probe("draft_fix", args)
     assert not run.outcome.ok and run.outcome.error is not None and run.outcome.error.kind == "bad_args"
     assert "--speculative-config is not JSON" in run.outcome.error.message
+
+
+def test_a_d2t_of_target_ids_is_rewritten_as_offsets_in_a_copy_beside_the_draft(run_probe, vllm_trees,
+                                                                                 tmp_path: Path) -> None:
+    """The lab's direct-d2t fault on a SpecForge-saved draft: d2t holds the target ids (hot) instead of the offsets
+    hot - i both engines add to arange (vLLM 0.32.0 fails its first draft step on it). The ids determine the
+    offsets, so the fix is servable: a copy beside the draft whose d2t is exactly the offsets SpecForge saved."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file, save_file
+
+    good, target = tmp_path / "models" / "good", tmp_path / "models" / "target"
+    save_specforge_draft(good)
+    save_target_config(target, num_layers=N)
+    weights = load_file(str(good / "model.safetensors"))
+    offsets = weights["d2t"].clone()
+    draft = tmp_path / "models" / "direct-d2t"
+    draft.mkdir()
+    (draft / "config.json").write_bytes((good / "config.json").read_bytes())
+    ids = offsets + torch.arange(offsets.numel())
+    save_file({**weights, "d2t": ids.to(offsets.dtype)}, str(draft / "model.safetensors"))
+    before = (draft / "model.safetensors").read_bytes()
+
+    def findings(path: Path) -> list[dict[str, Any]]:
+        return run_probe("draft_inspect", {"path": str(path), "target_path": str(target)}).result["findings"]
+
+    found = findings(draft)
+    assert [f["details"]["verdict"] for f in found if f["id"] == "d2t"] == ["direct_ids"]
+    res = run_probe("draft_fix", fix_args(draft, target, vllm_trees[NEW], findings=found)).result
+    assert res["fix_status"] == "fix", res["summary"]
+    assert [c["what"] for c in res["changes"]] == ["d2t", "speculative-config model"] and res["blockers"] == []
+    fixed = Path(res["draft"])
+    assert res["flags"]["speculative-config"]["model"] == str(fixed)
+    assert (draft / "model.safetensors").read_bytes() == before  # the draft itself is never changed
+    mended = load_file(str(fixed / "model.safetensors"))
+    assert torch.equal(mended["d2t"], offsets)
+    assert all(torch.equal(mended[k], v) for k, v in weights.items() if k != "d2t")
+    assert [f["severity"] for f in findings(fixed) if f["id"] == "d2t"] == ["info"]
+    # a d2t that is no map of distinct ids stays a blocker, with the reason the offsets cannot be derived
+    save_file({**weights, "d2t": torch.zeros_like(offsets)}, str(draft / "model.safetensors"))
+    wrong = [{"id": "d2t", "severity": "error", "message": "d2t holds target ids", "details": {"verdict": "direct_ids"}}]
+    res = run_probe("draft_fix", fix_args(draft, target, vllm_trees[NEW], findings=wrong)).result
+    assert res["fix_status"] == "blocked" and "offsets cannot be derived" in res["blockers"][0]["why"]

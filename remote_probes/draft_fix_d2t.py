@@ -1,0 +1,57 @@
+"""A d2t map that holds target ids instead of offsets, rewritten as offsets, for draft_fix.py.
+
+Standard library only. Both engines map a draft id i to the target id i + d2t[i] (vLLM 0.32.0
+model_executor/models/llama_eagle3.py compute_logits: ``targets = arange(draft_vocab_size) + draft_id_to_target_id``;
+SGLang's hot_token_id = d2t + arange). A checkpoint whose d2t holds the target ids themselves (draft_findings.py
+classify_d2t: ``direct_ids``, every value distinct and inside the target vocabulary) maps every drafted token to a
+wrong id, or past the vocabulary (vLLM: IndexError at the first draft step, every request HTTP 500). The offsets
+are determined by the ids alone, d2t[i] - i, so the fix needs no training: the corrected draft beside the original
+carries the rewritten tensor (draft_fix_parts.write_without ``replace``), the original is never touched.
+
+Public API: ``d2t_as_offsets(draft_dir, vocab) -> (bytes | None, why)``: the new tensor's raw bytes (same dtype,
+shape and size) or None with the reason it cannot be derived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Optional, Tuple
+
+#: safetensors integer dtypes d2t is stored in, as struct codes (little-endian)
+INT_CODES = {"I64": "q", "I32": "i"}
+
+
+def _read_d2t(draft_dir: str) -> Tuple[Optional[list], Optional[str], str]:
+    """(values, dtype, why) of the draft's ``d2t`` tensor (with or without ``model.``), read without torch."""
+    for fname in sorted(os.listdir(draft_dir)):
+        if not fname.endswith(".safetensors"):
+            continue
+        with open(os.path.join(draft_dir, fname), "rb") as fh:
+            size = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(size))
+            name = next((n for n in ("d2t", "model.d2t") if n in header), None)
+            if name is None:
+                continue
+            meta = header[name]
+            dtype = meta.get("dtype")
+            if dtype not in INT_CODES:
+                return None, dtype, "d2t has dtype %s, not an integer type this probe rewrites" % dtype
+            begin, end = meta["data_offsets"]
+            fh.seek(8 + size + begin)
+            raw = fh.read(end - begin)
+            count = len(raw) // struct.calcsize("<" + INT_CODES[dtype])
+            return list(struct.unpack("<%d%s" % (count, INT_CODES[dtype]), raw)), dtype, ""
+    return None, None, "no d2t tensor in the draft's weights"
+
+
+def d2t_as_offsets(draft_dir: str, vocab: Optional[int]) -> Tuple[Optional[bytes], str]:
+    """The offsets d2t[i] - i of a d2t that holds distinct target ids inside ``vocab``, as the tensor's raw bytes."""
+    values, dtype, why = _read_d2t(draft_dir)
+    if values is None or dtype is None:
+        return None, why
+    if len(set(values)) != len(values) or any(v < 0 for v in values) or (vocab is not None and max(values) >= vocab):
+        return None, "d2t does not hold distinct target ids inside the vocabulary: its offsets cannot be derived"
+    offsets = [v - i for i, v in enumerate(values)]
+    return struct.pack("<%d%s" % (len(offsets), INT_CODES[dtype]), *offsets), ""
