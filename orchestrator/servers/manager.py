@@ -150,7 +150,8 @@ class ServerManager:
         preflight: bool = True, workers: list[RankHost] | None = None, dist_host: str = "127.0.0.1",
     ) -> ServerRecord:
         """Start and wait until ready; with ``preflight`` the installed SGLang's own parser checks the command line
-        first (servers/preflight.py) and a refusal fails the start in seconds, before anything is spawned.
+        first (servers/preflight.py) and a refusal fails the start in seconds, before the server is spawned (the
+        session's warm interpreter for its engine, if it has one, may have been: later starts use it).
 
         ``workers``: a multi-node server (servers/ranks.py): ranks 1.. on these hosts, rank 0 on ``host``, which
         the workers reach at ``dist_host`` on a port picked free there. Readiness is rank 0's; a failed start
@@ -193,13 +194,14 @@ class ServerManager:
                                                                dist_init_addr=dist_init_addr))
                             for i, h in enumerate(hosts)]
             record.argv = record.ranks[0].argv
+        # before the check: the warm interpreter is the session's (not this server's), and its imports overlap it
+        env = await self._offer_warm_start(record, launch_spec)
         if preflight and adapter.preflight:
             await self._preflight(record)
         meta = {"kind": "server", "engine": adapter.name, "port": spec.port, "bind": spec.bind, "keep": keep,
                 "controller_host": socket.gethostname(), "controller_pid": os.getpid(), "started_at": time.time()}
         if record.ranks:
             meta.update(server=name, nnodes=len(record.ranks), rank=0)
-        env = await self._offer_warm_start(record, launch_spec)
         record.handle = await transport.spawn_detached(record.argv, name=f"server-{name}", env=env, meta=meta)
         record.status = "starting"
         self.servers[name] = record  # registered before waiting: cancel or failure still stops it
