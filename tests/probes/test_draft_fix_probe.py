@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests import realparts
 from tests.draft.libraries import save_specforge_draft, save_speculators_draft, save_target_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "remote_probes"))
@@ -172,7 +173,7 @@ def test_a_directory_it_did_not_write_is_never_overwritten(run_probe, sglang_tre
 def test_a_d2t_of_target_ids_is_rewritten_as_offsets_for_sglang_too(run_probe, sglang_trees, checkpoints,
                                                                     tmp_path: Path) -> None:
     """SGLang adds arange to d2t as vLLM does (hot_token_id): the same servable fix, a copy beside the draft."""
-    torch = pytest.importorskip("torch")
+    torch = realparts.importorskip("torch")
     from safetensors.torch import load_file, save_file
 
     good, target = checkpoints

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests import realparts
 from tests.draft.libraries import save_specforge_draft, save_speculators_draft, save_target_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "remote_probes"))
@@ -121,7 +122,7 @@ def test_a_d2t_of_target_ids_is_rewritten_as_offsets_in_a_copy_beside_the_draft(
     """The lab's direct-d2t fault on a SpecForge-saved draft: d2t holds the target ids (hot) instead of the offsets
     hot - i both engines add to arange (vLLM 0.32.0 fails its first draft step on it). The ids determine the
     offsets, so the fix is servable: a copy beside the draft whose d2t is exactly the offsets SpecForge saved."""
-    torch = pytest.importorskip("torch")
+    torch = realparts.importorskip("torch")
     from safetensors.torch import load_file, save_file
 
     good, target = tmp_path / "models" / "good", tmp_path / "models" / "target"
