@@ -34,5 +34,5 @@ PROBES = ("draft_fix", "draft_inspect", "draft_reconcile", "draft_test", "env_in
 LIBRARIES = ("draft_agreement", "draft_counterfactual", "draft_findings", "draft_fix_d2t", "draft_fix_parts",
              "draft_fix_vllm", "draft_runnable", "draft_test_metrics", "eagle3_checkpoint", "eagle3_config", "eagle3_draft",
              "eagle3_served", "eagle3_validate", "eagle3_wiring", "engine_registry", "interval_stats",
-             "sglang_argparse", "sglang_capture", "source_address", "vllm_capture")
+             "sglang_argparse", "sglang_capture", "source_address", "thread_safe_ast", "vllm_capture")
 DATA = ("draft_test_prompts.json",)  # read by draft_test beside it

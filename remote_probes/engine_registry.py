@@ -23,11 +23,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING:  # the checker reads the package
     from .eagle3_config import VARIANT_FLAGS
+    from .thread_safe_ast import parse as parse_python
 else:
     try:  # imported as part of the remote_probes package (the orchestrator, the lab server) ...
         from .eagle3_config import VARIANT_FLAGS
+        from .thread_safe_ast import parse as parse_python
     except ImportError:  # ... or as a sibling script on the remote host
         from eagle3_config import VARIANT_FLAGS
+        from thread_safe_ast import parse as parse_python
 
 _MAX_FILE = 4 * 1024 * 1024
 
@@ -113,7 +116,7 @@ def _module_entries(path: str, pkg_root: str, seen: int = 0) -> Optional[List[st
         text = handle.read()
     if "EntryClass" not in text:
         return None
-    tree = ast.parse(text)
+    tree = parse_python(text)
     bindings = _bindings(tree)
     entry = bindings.get("EntryClass")
     if entry is None:
@@ -215,7 +218,7 @@ def scan_vllm(root: str) -> Optional[Dict[str, Any]]:
     path = os.path.join(root, "model_executor", "models", "registry.py")
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            tree = ast.parse(handle.read())
+            tree = parse_python(handle.read())
     except (OSError, SyntaxError):
         return None
     archs: Dict[str, str] = {}

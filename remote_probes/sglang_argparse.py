@@ -24,7 +24,15 @@ import ast
 import functools
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:  # the checker reads the package
+    from .thread_safe_ast import parse as parse_python
+else:
+    try:  # imported as part of the remote_probes package (the orchestrator, the lab server) ...
+        from .thread_safe_ast import parse as parse_python
+    except ImportError:  # ... or as a sibling script on the remote host
+        from thread_safe_ast import parse as parse_python
 
 PROG = "sglang serve"
 _MISSING = object()
@@ -63,7 +71,7 @@ class _OpaqueAction(argparse.Action):
 def _parse(path: str) -> ast.Module:
     # cached: server_args.py (8,000 lines in 0.5.12.post1) is read for its options, names and custom actions
     with open(path, encoding="utf-8") as handle:
-        return ast.parse(handle.read(), filename=path)
+        return parse_python(handle.read(), filename=path)
 
 
 def _literal(node: Optional[ast.AST], names: Dict[str, ast.AST], depth: int = 0) -> Any:

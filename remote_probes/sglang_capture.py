@@ -32,7 +32,15 @@ import ast
 import importlib.machinery
 import importlib.util
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:  # the checker reads the package
+    from .thread_safe_ast import parse as parse_python
+else:
+    try:  # imported as part of the remote_probes package (the orchestrator, the lab server) ...
+        from .thread_safe_ast import parse as parse_python
+    except ImportError:  # ... or as a sibling script on the remote host
+        from thread_safe_ast import parse as parse_python
 
 LLAMA = os.path.join("srt", "models", "llama.py")
 STAGE = os.path.join("srt", "layers", "layer_boundary", "stage.py")
@@ -90,7 +98,7 @@ def capture_rules(root: str, loop: Optional[Dict[str, Any]] = None) -> Dict[str,
         return out
     lines = text.splitlines()
     try:
-        tree = ast.parse(text)
+        tree = parse_python(text)
     except SyntaxError as exc:
         out["why"] = "%s does not parse (%s)" % (rel, exc)
         return out

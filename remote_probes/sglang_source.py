@@ -31,7 +31,6 @@ says where it looked.
 
 from __future__ import annotations
 
-import ast
 import difflib
 import importlib.machinery
 import importlib.metadata as metadata
@@ -45,6 +44,7 @@ from typing import Any
 
 from _probe import ProbeFailure, progress, run_probe
 from source_address import ReadError, all_qualnames, compile_regex, find_symbols, resolve_range, symbol_index
+from thread_safe_ast import parse as parse_python
 
 DEFAULT_MAX_LINES = 2000
 DEFAULT_MAX_MATCHES = 20
@@ -248,7 +248,7 @@ class FileCache:
             stamp = self._stamp(path)
             index = self._shared.symbols(path, stamp)
             if index is None:
-                index = symbol_index(ast.parse(self.text(path), filename=path))
+                index = symbol_index(parse_python(self.text(path), filename=path))
                 self._shared.keep_symbols(path, stamp, index)
             self._symbols[path] = index
         return self._symbols[path]

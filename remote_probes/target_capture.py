@@ -42,17 +42,20 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 if TYPE_CHECKING:  # the checker reads the package
     from ._probe import ProbeFailure, run_probe
     from .engine_registry import _locate, _module_entries, installed_version, scan_vllm
+    from .thread_safe_ast import parse as parse_python
     from .vllm_capture import find_vllm_root
     from .vllm_capture import installed_version as vllm_version
 else:
     try:  # imported as part of the remote_probes package (the orchestrator, the lab server) ...
         from ._probe import ProbeFailure, run_probe
         from .engine_registry import _locate, _module_entries, installed_version, scan_vllm
+        from .thread_safe_ast import parse as parse_python
         from .vllm_capture import find_vllm_root
         from .vllm_capture import installed_version as vllm_version
     except ImportError:  # ... or as a sibling script on the remote host
         from _probe import ProbeFailure, run_probe
         from engine_registry import _locate, _module_entries, installed_version, scan_vllm
+        from thread_safe_ast import parse as parse_python
         from vllm_capture import find_vllm_root
         from vllm_capture import installed_version as vllm_version
 
@@ -80,7 +83,7 @@ class _Tree:
             if os.path.isfile(path) and os.path.getsize(path) <= _MAX_FILE:
                 try:
                     with open(path, encoding="utf-8", errors="replace") as f:
-                        tree = ast.parse(f.read(), filename=rel)
+                        tree = parse_python(f.read(), filename=rel)
                 except SyntaxError:
                     tree = None
             self._cache[rel] = tree

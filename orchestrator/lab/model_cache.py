@@ -54,7 +54,9 @@ TRAINING_CODE = ("orchestrator/lab/train.py", "orchestrator/lab/train_job.py", "
 
 def _code_digest(path: Path) -> str:
     """The module's code without comments and docstrings (ast.unparse): editing a comment is not a new recipe."""
-    tree = ast.parse(path.read_text())
+    from remote_probes.thread_safe_ast import parse as parse_python
+
+    tree = parse_python(path.read_text())
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)

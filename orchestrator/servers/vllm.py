@@ -33,7 +33,6 @@ tests/servers/test_vllm_source.py):
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections.abc import Mapping
@@ -42,6 +41,7 @@ from typing import Any, ClassVar
 from orchestrator.errors import UserInputError
 from orchestrator.servers.base import EngineAdapter, Launcher, LaunchSpec
 from orchestrator.servers.flags import flag_key, flags_to_argv, requested_vs_effective
+from remote_probes.thread_safe_ast import literal_eval
 
 SPEC_FLAG = "speculative_config"
 #: the counters' names as /metrics exposes them (prometheus_client adds ``_total`` to a Counter's name)
@@ -295,7 +295,7 @@ def _split_top(text: str) -> list[str]:
 
 def _value(text: str) -> Any:
     try:
-        return ast.literal_eval(text)
+        return literal_eval(text)
     except (ValueError, SyntaxError):
         return text  # torch.bfloat16, auto, a config object's repr: kept as written
 

@@ -20,11 +20,12 @@ A server restarted with the same log file logs them again; the last occurrence w
 
 from __future__ import annotations
 
-import ast
 import re
 from typing import Any, Literal
 
 from pydantic import BaseModel
+
+from remote_probes.thread_safe_ast import literal_eval
 
 Sharing = Literal["shared", "own"]
 
@@ -83,7 +84,7 @@ class StartDecisions(BaseModel):
 
 def _layers(text: str) -> list[int] | None:
     try:
-        value = ast.literal_eval(text)
+        value = literal_eval(text)
     except (ValueError, SyntaxError):
         return None
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
