@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import TransportError
-from orchestrator.probes import new_nonce, outcome_from_document, parse_probe_output, probes_dir
+from orchestrator.probes import PUSH_PATTERN, new_nonce, outcome_from_document, parse_probe_output, probes_dir
 from orchestrator.transport.agent import AgentLost, RemoteAgent
 from orchestrator.transport.base import Transport
 from tests.waiting import wait_until_async
@@ -123,8 +123,8 @@ if __name__ == "__main__":
 def probe_dir(tmp_path: Path) -> Path:
     target = tmp_path / f"agent-probes-{uuid.uuid4().hex[:6]}"
     target.mkdir()
-    for name in ("_agent.py", "_probe.py", "sglang_source.py", "source_address.py"):
-        shutil.copy(probes_dir() / name, target / name)
+    for path in probes_dir().glob(PUSH_PATTERN):  # the tree the product pushes: a probe's siblings are there
+        shutil.copy(path, target / path.name)
     for name, text in PROBES.items():
         (target / name).write_text(text)
     return target
