@@ -26,11 +26,13 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 
 def _alive(pid: int) -> bool:
+    """Running: not gone and not a zombie. A process reaped between the open and the read of its stat file raises
+    ESRCH (ProcessLookupError) from the read, not FileNotFoundError from the open: both mean gone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    return not Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _forked_pid(log_text: str) -> int:
