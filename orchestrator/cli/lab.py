@@ -33,6 +33,9 @@ def build_cmd(
                                           "Qwen3ForCausalLM and its drafts, shipped too; give it its own --dir)."),
     ship: bool = typer.Option(False, "--ship", hidden=True,
                               help="(developers) write the calibrated lab as the package's shipped models."),
+    ship_cpu: bool = typer.Option(False, "--ship-cpu", hidden=True,
+                                  help="(developers) record this CPU's bits and its full calibration of the shipped "
+                                       "models in the package's manifest (after `lab build --scenario all` here)."),
 ) -> None:
     """Build what the scenario needs and is missing: the shipped models, confirmed on this CPU in seconds (or, with
     --from-scratch, trained and calibrated here)."""
@@ -44,6 +47,14 @@ def build_cmd(
 
     names = list(SCENARIO_NAMES) if scenario == "all" else [check_scenario(scenario)]
     check_target_class(target_class)
+    if ship_cpu:
+        from orchestrator.lab.shipped import SHIPPED_DIR, add_this_cpu
+
+        root = lab_dir(directory)
+        entry = add_this_cpu(root, read_state(root))
+        Console(stderr=True).print(f"recorded {entry.cpu} ({entry.built.get('capability')}) and its calibration in "
+                                   f"{SHIPPED_DIR / 'manifest.json'}")
+        return
     if ship and not (from_scratch and (scenario == "all" or target_class == "qwen3")):
         raise UserInputError("--ship writes the package's models: use it with --from-scratch --scenario all (the "
                              "Qwen3 lab: --target-class qwen3 --from-scratch)")
@@ -169,7 +180,9 @@ def describe_origin(origin: dict[str, Any]) -> str:
                 f"{origin.get('installed_at')})")
         confirmed = origin.get("confirmed")
         if confirmed:
-            line += ("; confirmed on this CPU" if confirmed.get("passed") else
+            like = ("the calibrating machine" if not confirmed.get("matched") else
+                    f"a recorded {confirmed.get('matched_cpu')}, whose own calibration it adopts")
+            line += (f"; confirmed on this CPU (the same bits as {like})" if confirmed.get("passed") else
                      "; decoded differently on this CPU (" + ", ".join(confirmed.get("differs") or []) +
                      "), so calibrated here in full") + f" in {confirmed.get('seconds')} s at {confirmed.get('at')}"
         else:

@@ -264,7 +264,8 @@ def origin_summary(state: dict[str, Any]) -> dict[str, Any] | None:
     if built:
         out["built"] = {k: built.get(k) for k in ("at", "python", "torch", "cpu")}
     if origin.get("confirmed"):
-        out["confirmed"] = {k: origin["confirmed"].get(k) for k in ("passed", "differs", "at", "cpu", "seconds")}
+        out["confirmed"] = {k: origin["confirmed"].get(k) for k in ("passed", "differs", "at", "cpu", "seconds")
+                            + (("matched", "matched_cpu") if origin["confirmed"].get("passed") else ())}
     return out
 
 

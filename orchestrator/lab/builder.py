@@ -169,7 +169,7 @@ def _now() -> str:
 
 
 def confirm_shipped(base: Path, state: dict[str, Any], report: BuildProgress, timings: dict[str, float]) -> None:
-    """The short calibration of shipped models: the same outcomes as on the calibrating machine adopt its records
+    """The short calibration of shipped models: the same bits as on a calibrated machine adopt its records
     (so calibrate_lab has nothing left to check); otherwise calibrate_lab checks everything on this CPU."""
     manifest = shipped.read_manifest()
     if manifest is None:  # installed from it moments ago: the package's data went missing since
@@ -178,8 +178,9 @@ def confirm_shipped(base: Path, state: dict[str, Any], report: BuildProgress, ti
     t0 = time.monotonic()
     record = shipped.confirm(base, manifest, report)
     state["origin"]["confirmed"] = record
-    if record["passed"]:
-        state["calibration"] = copy.deepcopy(manifest.calibration)
+    adopted = shipped.calibration_confirmed(manifest, record)  # the matched machine's records
+    if adopted is not None:
+        state["calibration"] = copy.deepcopy(adopted)
     timings["confirm"] = round(time.monotonic() - t0, 1)
     write_state(base, state)
 

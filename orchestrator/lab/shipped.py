@@ -16,11 +16,13 @@ here, the build's retraining: a build from scratch), and says so.
 
 Public API: ``SHIPPED_DIR``, ``Manifest``, ``read_manifest(root=SHIPPED_DIR) -> Manifest | None``,
 ``install_shipped(base, manifest, report) -> dict`` (the lab's origin record), ``fingerprint(base) -> dict``,
-``confirm(base, manifest, report) -> dict``, ``write_shipped(base, dest, state) -> Manifest``.
+``confirm(base, manifest, report) -> dict``, ``calibration_confirmed(manifest, record) -> dict | None``,
+``write_shipped(base, dest, state) -> Manifest``, ``add_this_cpu(base, state, dest) -> OtherCpu``.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import platform
@@ -31,7 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab.build import (
@@ -48,6 +50,17 @@ MANIFEST_FORMAT = 1
 NOT_SHIPPED = ("lab_tokens.pt", ".complete")
 
 
+class OtherCpu(BaseModel):
+    """A CPU that computes the shipped models otherwise than the calibrating machine, with its own calibration."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpu: str                               # /proc/cpuinfo's model name
+    at: str                                # when its calibration was recorded
+    built: dict[str, Any]                  # python, torch, platform, capability of that machine
+    fingerprint: dict[str, Any]            # its bits (see fingerprint())
+    calibration: dict[str, Any]            # kind -> its full calibration record of the shipped models
+
+
 class Manifest(BaseModel):
     """``orchestrator/data/lab/manifest.json``."""
 
@@ -60,6 +73,7 @@ class Manifest(BaseModel):
     files: dict[str, str]                  # path under SHIPPED_DIR -> sha256
     calibration: dict[str, Any]            # kind -> the build's calibration record (lab.json's)
     fingerprint: dict[str, Any]            # the calibrating machine's bits (see fingerprint())
+    other_cpus: list[OtherCpu] = Field(default_factory=list)  # CPUs of other bits, each calibrated on itself
 
 
 def sha256_of(path: Path) -> str:
@@ -179,16 +193,40 @@ def _differences(want: Any, here: Any, where: str = "") -> list[str]:
 
 
 def confirm(base: Path, manifest: Manifest, report: BuildProgress) -> dict[str, Any]:
-    """Compute the fingerprint on this CPU and compare it with the calibrating machine's; the confirmation record
-    (``passed``: the same bits; else ``differs`` names what came out otherwise)."""
-    report("confirm", "checking that this CPU computes the shipped models as the calibrating machine did", 0.0)
+    """Compute the fingerprint on this CPU and compare it with the calibrating machine's, then with each other CPU's
+    of the manifest; the confirmation record (``passed``: the same bits as one of them, ``matched``: which one,
+    0 the calibrating machine, i the manifest's ``other_cpus[i - 1]``; else ``differs`` names what came out
+    otherwise than on the calibrating machine)."""
+    report("confirm", "checking that this CPU computes the shipped models as a calibrated machine did", 0.0)
     t0 = time.monotonic()
-    differs = _differences(manifest.fingerprint, fingerprint(base))
-    record = {"passed": not differs, "differs": differs[:8], "at": _now(), "cpu": cpu_name(),
-              "seconds": round(time.monotonic() - t0, 1)}
-    report("confirm", "the same bits as the calibrating machine: its margins hold on this CPU" if not differs
-           else f"this CPU computes differently ({', '.join(differs[:3])}): calibrating here in full", 1.0)
+    here = fingerprint(base)
+    differs = _differences(manifest.fingerprint, here)
+    matched = 0 if not differs else next(
+        (i for i, other in enumerate(manifest.other_cpus, 1) if not _differences(other.fingerprint, here)), None)
+    record: dict[str, Any] = {"passed": matched is not None, "differs": differs[:8], "at": _now(), "cpu": cpu_name(),
+                              "seconds": round(time.monotonic() - t0, 1)}
+    if matched is not None:
+        record["matched"] = matched
+        record["matched_cpu"] = manifest.built.get("cpu") if matched == 0 else manifest.other_cpus[matched - 1].cpu
+    report("confirm", f"the same bits as {_which(manifest, matched)}: its margins hold on this CPU"
+           if matched is not None else
+           f"this CPU computes differently ({', '.join(differs[:3])}): calibrating here in full", 1.0)
     return record
+
+
+def _which(manifest: Manifest, matched: int | None) -> str:
+    if not matched:
+        return "the calibrating machine"
+    other = manifest.other_cpus[matched - 1]
+    return f"the {other.cpu} calibrated {other.at}"
+
+
+def calibration_confirmed(manifest: Manifest, record: dict[str, Any]) -> dict[str, Any] | None:
+    """The calibration records a passed confirmation adopts (the matched machine's); None when it did not pass."""
+    if not record.get("passed"):
+        return None
+    matched = int(record.get("matched") or 0)
+    return manifest.calibration if matched == 0 else manifest.other_cpus[matched - 1].calibration
 
 
 def cpu_name() -> str:
@@ -242,3 +280,61 @@ def write_shipped(base: Path, dest: Path, state: dict[str, Any]) -> Manifest:
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     return manifest
+
+
+def add_this_cpu(base: Path, state: dict[str, Any], dest: Path = SHIPPED_DIR) -> OtherCpu:
+    """Record this CPU in the shipped manifest under ``dest``: its fingerprint and the full calibration the lab at
+    ``base`` ran here on the shipped models, so that the next machine computing these bits confirms in seconds.
+
+    :raises OrchestratorError: the lab is not the shipped models calibrated in full here (it confirmed, it
+        retrained, or a check was not clear), or this CPU's bits are recorded already."""
+    manifest = read_manifest(dest)
+    if manifest is None:
+        raise OrchestratorError(f"no shipped lab models under {dest}", title="cannot record this CPU")
+    why = _not_recordable(base, state, manifest, dest)
+    if why is not None:
+        raise OrchestratorError(why, title="cannot record this CPU")
+    import torch
+
+    here = fingerprint(base)
+    if not _differences(manifest.fingerprint, here) or any(
+            not _differences(o.fingerprint, here) for o in manifest.other_cpus):
+        raise OrchestratorError("this CPU's bits are recorded already", title="cannot record this CPU")
+    entry = OtherCpu(cpu=cpu_name(), at=_now(), fingerprint=here, calibration=copy.deepcopy(state["calibration"]),
+                     built={"python": sys.version.split()[0], "torch": torch.__version__,
+                            "platform": platform.platform(), "capability": here.get("capability")})
+    updated = manifest.model_copy(update={"other_cpus": [*manifest.other_cpus, entry]})
+    tmp = dest / "manifest.json.tmp"
+    tmp.write_text(updated.model_dump_json(indent=1) + "\n")
+    tmp.replace(dest / "manifest.json")
+    return entry
+
+
+def _not_recordable(base: Path, state: dict[str, Any], manifest: Manifest, dest: Path) -> str | None:
+    """Why the lab at ``base`` cannot stand for this CPU in the manifest (None: it can)."""
+    from orchestrator.lab.calibrate import FlagshipSample
+
+    origin = state.get("origin") or {}
+    calibration = state.get("calibration") or {}
+    if origin.get("kind") != "shipped" or origin.get("recipe_hash") != manifest.recipe_hash:
+        return f"the lab at {base} is not the shipped models (origin: {origin.get('kind')})"
+    if (origin.get("confirmed") or {}).get("passed"):
+        return f"the lab at {base} confirmed recorded bits: this CPU is recorded already"
+    for kind in TRAINED_DRAFTS:
+        if any(_lab_recipe(base / part) != _lab_recipe(dest / part) for part in ("target", f"drafts/{kind}")):
+            return f"the lab at {base} retrained the {kind} draft here: its models are no longer the shipped ones"
+        record = calibration.get(kind) or {}
+        if not record.get("passed") or set(record.get("scenarios") or []) != set(
+                manifest.calibration[kind].get("scenarios") or []):
+            return (f"the lab at {base} has no clear calibration of the {kind} draft over every scenario here: build "
+                    "it with `orchestrator lab build --scenario all` first")
+        if record.get("sample") != asdict(FlagshipSample()):
+            return "the lab's calibration used another sample than the flagship's"
+    return None
+
+
+def _lab_recipe(model: Path) -> str | None:
+    try:
+        return (model / "lab_recipe.json").read_text()
+    except OSError:
+        return None

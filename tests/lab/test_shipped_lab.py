@@ -38,6 +38,14 @@ def test_the_shipped_models_are_made_by_the_recipe_in_the_code() -> None:
                      if p.is_file()} - {"manifest.json"}
     assert shipped_files == set(manifest.files)  # nothing unrecorded ships
     assert set(TRAINED_DRAFTS) <= set(manifest.fingerprint) and manifest.fingerprint["threads"] == 1
+    for other in manifest.other_cpus:  # each recorded CPU: its own bits, its own clear calibration of every check
+        assert set(TRAINED_DRAFTS) <= set(other.fingerprint) and other.fingerprint["threads"] == 1
+        assert other.fingerprint != manifest.fingerprint
+        assert set(other.calibration) == set(TRAINED_DRAFTS)
+        for kind, record in other.calibration.items():
+            assert record["passed"] and record["sample"] == manifest.calibration[kind]["sample"]
+            assert record["scenarios"] == manifest.calibration[kind]["scenarios"]
+            assert record["identity"] == manifest.calibration[kind]["identity"]  # the shipped training, not a new one
 
 
 def test_a_recipe_change_changes_the_hash(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,8 +61,8 @@ def test_the_test_lab_is_the_shipped_one_confirmed_on_this_cpu(lab: LabPaths) ->
     assert origin["kind"] == "shipped" and origin["recipe_hash"] == _manifest().recipe_hash
     confirmed = origin["confirmed"]
     assert confirmed["cpu"] and confirmed["seconds"] >= 0
-    if confirmed["passed"]:  # this CPU decodes as the calibrating one: its records are the lab's
-        assert state["calibration"] == _manifest().calibration
+    if confirmed["passed"]:  # this CPU decodes as a calibrated one: that one's records are the lab's
+        assert state["calibration"] == shipped.calibration_confirmed(_manifest(), confirmed)
     else:  # calibrated here in full: records of its own, every check clear
         assert all(r["passed"] for r in state["calibration"].values())
     from orchestrator.cli.lab import lab_app
@@ -119,8 +127,11 @@ def test_the_fingerprint_is_the_same_twice_and_matches_the_shipped_one_here(lab:
     """Deterministic here; equal to the calibrating machine's exactly when the lab's confirmation passed."""
     here = shipped.fingerprint(lab.root)
     assert here == shipped.fingerprint(lab.root)
-    passed = read_state(lab.root)["origin"]["confirmed"]["passed"]
-    assert (here == _manifest().fingerprint) == passed
+    confirmed = read_state(lab.root)["origin"]["confirmed"]
+    recorded = [_manifest().fingerprint, *(o.fingerprint for o in _manifest().other_cpus)]
+    assert (here in recorded) == confirmed["passed"]
+    if confirmed["passed"]:
+        assert recorded.index(here) == confirmed["matched"]
 
 
 def test_from_scratch_and_ship_say_what_they_need(tmp_path: Path) -> None:
@@ -131,3 +142,84 @@ def test_from_scratch_and_ship_say_what_they_need(tmp_path: Path) -> None:
     build.write_state(tmp_path, {"format": 1, "origin": {"kind": "shipped"}})
     out = CliRunner().invoke(lab_app, ["build", "--from-scratch", "--dir", str(tmp_path)], env={"COLUMNS": "300"})
     assert out.exit_code == 2 and "holds the shipped models" in out.output
+
+
+def _other_cpu(manifest: shipped.Manifest, fingerprint: dict[str, Any]) -> shipped.OtherCpu:
+    calibration = json.loads(json.dumps(manifest.calibration))
+    calibration["healthy"]["attempts"][0]["checks"][0]["margin"] = 1.234  # its own figures, told apart
+    return shipped.OtherCpu(cpu="Other CPU", at="2026-12-02T00:00:00Z", built={"capability": "AVX512"},
+                            fingerprint=fingerprint, calibration=calibration)
+
+
+def test_a_cpu_with_the_bits_of_a_recorded_other_cpu_adopts_that_cpus_calibration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = _manifest()
+    other_bits = json.loads(json.dumps(manifest.fingerprint))
+    other_bits["capability"] = "AVX512"
+    with_other = manifest.model_copy(update={"other_cpus": [_other_cpu(manifest, other_bits)]})
+    monkeypatch.setattr(shipped, "fingerprint", lambda _base: other_bits)
+    record = shipped.confirm(tmp_path, with_other, lambda *_: None)
+    assert record["passed"] and record["matched"] == 1 and record["matched_cpu"] == "Other CPU"
+    assert record["differs"] == ["capability"]  # against the calibrating machine's bits, still said
+    adopted = shipped.calibration_confirmed(with_other, record)
+    assert adopted == with_other.other_cpus[0].calibration and adopted != manifest.calibration
+    # bits that match neither: nothing adopted, the full calibration runs
+    neither = json.loads(json.dumps(other_bits))
+    neither["healthy"]["decode"]["accepted"] += 1
+    monkeypatch.setattr(shipped, "fingerprint", lambda _base: neither)
+    record = shipped.confirm(tmp_path, with_other, lambda *_: None)
+    assert not record["passed"] and shipped.calibration_confirmed(with_other, record) is None
+    from orchestrator.cli.lab import describe_origin
+
+    line = describe_origin({"kind": "shipped", "confirmed": {"passed": True, "matched": 1, "matched_cpu": "Other CPU",
+                                                             "seconds": 2.0, "at": "now"}})
+    assert "the same bits as a recorded Other CPU, whose own calibration it adopts" in line
+
+
+def _calibrated_here(base: Path, manifest: shipped.Manifest) -> dict[str, Any]:
+    """A shipped install whose confirmation failed and whose full calibration here passed (records copied)."""
+    origin = shipped.install_shipped(base, manifest, lambda *_: None)
+    origin["confirmed"] = {"passed": False, "differs": ["capability"], "at": "now", "cpu": "here", "seconds": 1.0}
+    return {"format": 1, "origin": origin, "target_seed": manifest.target_seed,
+            "calibration": json.loads(json.dumps(manifest.calibration))}
+
+
+def test_recording_this_cpu_needs_the_shipped_models_calibrated_in_full_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = _manifest()
+    dest = tmp_path / "shipped"
+    shutil.copytree(shipped.SHIPPED_DIR, dest)
+    base = tmp_path / "lab"
+    state = _calibrated_here(base, manifest)
+    here = json.loads(json.dumps(manifest.fingerprint))
+    here["capability"] = "AVX512"
+    monkeypatch.setattr(shipped, "fingerprint", lambda _base: here)
+
+    refusals = {
+        "confirmed": (lambda st: st["origin"]["confirmed"].update(passed=True), "recorded already"),
+        "built": (lambda st: st["origin"].update(kind="built"), "not the shipped models"),
+        "unclear": (lambda st: st["calibration"]["healthy"].update(passed=False), "no clear calibration"),
+        "few scenarios": (lambda st: st["calibration"]["seed-wiring"].update(scenarios=["seed-wiring"]),
+                          "over every scenario"),
+    }
+    for name, (spoil, said) in refusals.items():
+        spoilt = json.loads(json.dumps(state))
+        spoil(spoilt)
+        with pytest.raises(OrchestratorError, match=said):
+            shipped.add_this_cpu(base, spoilt, dest)
+        assert shipped.read_manifest(dest) == manifest, name  # nothing written
+    retrained = base / "drafts" / "healthy" / "lab_recipe.json"
+    kept = retrained.read_text()
+    retrained.write_text(kept.replace('"seed": 0', '"seed": 1'))
+    with pytest.raises(OrchestratorError, match="retrained the healthy draft"):
+        shipped.add_this_cpu(base, state, dest)
+    retrained.write_text(kept)
+
+    entry = shipped.add_this_cpu(base, state, dest)
+    written = shipped.read_manifest(dest)
+    assert written is not None and written.other_cpus[-1] == entry and entry.fingerprint == here
+    assert entry.calibration == state["calibration"] and written.files == manifest.files
+    assert shipped.check_files(written, root=dest) == []
+    assert shipped.confirm(base, written, lambda *_: None)["matched"] == len(written.other_cpus)
+    with pytest.raises(OrchestratorError, match="recorded already"):
+        shipped.add_this_cpu(base, state, dest)
