@@ -120,7 +120,7 @@ ISSUE26_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                         "head_dim / 4 (the same projection shapes)", ("served_part",)),
     "rope-theta": ("the config's rope_theta is not the one the draft was trained with (SpecForge #265, "
                    "vllm-ascend #6612)", "rope_theta 100 in the config; trained at the target's 10000",
-                   ("served_part",)),
+                   ("served_part", "rope_mismatch")),
 }
 
 

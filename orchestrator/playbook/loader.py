@@ -125,6 +125,15 @@ class _Loader:
                 message = describe_pydantic_error({**err, "loc": loc})
                 self.errors.append(PlaybookError(message, self.locate(target, err.get("type") == "extra_forbidden")))
 
+    def check_hypotheses(self, playbook: Playbook) -> None:
+        """``case_of`` names another declared hypothesis."""
+        ids = [h.id for h in playbook.hypotheses]
+        for index, hypothesis in enumerate(playbook.hypotheses):
+            if hypothesis.case_of is not None and (hypothesis.case_of not in ids or hypothesis.case_of == hypothesis.id):
+                what = "itself" if hypothesis.case_of == hypothesis.id else \
+                    f"unknown hypothesis {hypothesis.case_of!r}{_suggest(hypothesis.case_of, ids)}"
+                self.error(f"case_of names {what}", ("hypotheses", index, "case_of"))
+
     def check_templates(self, playbook: Playbook, raw_steps: dict[str, list[Any]]) -> None:
         known = set(playbook.vars) | set(playbook.secret_vars) | RUNTIME_NAMES | self.extra_names
         for step in playbook.all_steps():
@@ -221,6 +230,7 @@ def _finish(data: Any, locate: Locator, file: str, extra_names: Iterable[str]) -
         name=header.name, description=header.description, hosts=header.hosts, vars=plain_vars,
         secret_vars=secret_vars, hypotheses=header.hypotheses, steps=steps, always=always, path=file,
     )
+    loader.check_hypotheses(playbook)
     loader.check_templates(playbook, {"steps": header.steps, "always": header.always})
     if loader.errors:
         loader.errors.sort(key=lambda e: (e.location.line, e.location.col) if e.location else (0, 0))

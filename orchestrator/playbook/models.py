@@ -24,6 +24,9 @@ class Hypothesis(BaseModel):
     test: str | None = Field(default=None, description="how to test it (the check that decides it)")
     prediction: str | None = Field(default=None, description="what we expect to observe if it is true")
     manual: bool = Field(default=False, description="no automatic check can decide it; needs a person")
+    case_of: str | None = Field(default=None, description="the id of a broader hypothesis this one is a specific "
+                                "case of (rope_mismatch of served_part): confirmed together, the verdict tells them "
+                                "as one root cause, the specific one first")
     tags: list[str] = []
 
     @field_validator("id")

@@ -45,17 +45,35 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     fix_steps = {step.step_id for step, r in _results(session, "probe")
                  if isinstance(r.result, dict) and "fix_status" in r.result}
     if confirmed:
+        # a confirmed specific case of a confirmed broader hypothesis (rope_mismatch of served_part) is one root
+        # cause: told once, the specific one named first, the broader one's evidence with it
+        ids = {entry.hypothesis.id for entry in confirmed}
+        cases = {e.hypothesis.case_of: e for e in confirmed if e.hypothesis.case_of in ids}
+        told_with = {e.hypothesis.id for e in cases.values()}
         for entry in confirmed:
-            blocks.append(Para(f"**Root cause: {entry.hypothesis.title}** [`{entry.hypothesis.id}`]"))
+            if entry.hypothesis.id in told_with:
+                continue
+            case = cases.get(entry.hypothesis.id)
+            if case is None:
+                blocks.append(Para(f"**Root cause: {entry.hypothesis.title}** [`{entry.hypothesis.id}`]"))
+                history = entry.history
+            else:
+                blocks.append(Para(f"**Root cause: {case.hypothesis.title}** [`{case.hypothesis.id}`] — a case of: "
+                                   f"{entry.hypothesis.title} [`{entry.hypothesis.id}`]"))
+                history = sorted([*case.history, *entry.history], key=lambda h: h.seq)
             # One story, each observation once, in order: the experiments that supported it, the fix that confirmed
             # it (a root cause needs a verified fix), what came after; the derived fix has its own paragraph below.
+            # Told together, a case and its broader hypothesis confirmed by the same measurement show it once.
             seen: set[str] = set()
-            for event in (h for h in entry.history if h.state in ("supported", "confirmed")):
+            decided: set[str | None] = set()
+            for event in (h for h in history if h.state in ("supported", "confirmed")):
                 text = event.evidence or event.rule or ""
                 decisive = event.state == "confirmed" and event.previous != "confirmed"
-                if (event.step_id in fix_steps and not decisive) or text in seen:
+                if (event.step_id in fix_steps and not decisive) or text in seen or (decisive and event.step_id in decided):
                     continue
                 seen.add(text)
+                if decisive:
+                    decided.add(event.step_id)
                 where = "manual verdict" if event.source == "manual" else "rule"
                 if event.step_id in steps:
                     where = f"step {event.step_id} · {steps[event.step_id].name}"

@@ -60,6 +60,34 @@ def test_a_fix_that_did_not_recover_is_not_verified_and_a_draft_nothing_helps_ge
     assert "**Supported, not confirmed: Wiring** [`wiring`] (step s2 · step s2): fix not verified: 1.0 -> 1.0" in paras
 
 
+def test_a_confirmed_case_and_its_confirmed_broader_hypothesis_are_one_root_cause(tmp_path: Path) -> None:
+    """rope_mismatch (case_of: served_part) and served_part confirmed by the same fix: one root cause, the specific
+    one named first, each observation once and one decisive measurement; a case confirmed alone is told alone."""
+    hypotheses = [{"id": "served_part", "title": "The engine serves another part"},
+                  {"id": "rope_mismatch", "title": "The RoPE differs", "case_of": "served_part"}]
+    events = [_step("s1", "probe", {}), _step("s2", "draft_test", {}), _step("s3", "bench", {}),
+              _update("rope_mismatch", "supported", "open", "s1", "rope_theta 100 vs the target's 10000"),
+              _update("served_part", "supported", "open", "s2", "rope swap recovers 2.1 -> 3.3"),
+              _update("served_part", "confirmed", "supported", "s3", "fix verified 2.6 -> 3.8"),
+              _update("rope_mismatch", "confirmed", "supported", "s3", "the fix serves the target's RoPE: verified")]
+    events = [e.model_copy(update={"seq": i}) for i, e in enumerate(events, 2)]  # as the runner numbers them
+    session = LoadedSession(directory=tmp_path, events=[SessionStarted(session_id="t", playbook="eagle3",
+                                                                       hypotheses=hypotheses), *events])
+    paras = [b.text for b in verdict_section(session) if isinstance(b, Para)]
+    assert paras[:4] == [
+        "**Root cause: The RoPE differs** [`rope_mismatch`] — a case of: The engine serves another part [`served_part`]",
+        "Evidence (step s1 · step s1): rope_theta 100 vs the target's 10000",
+        "Evidence (step s2 · step s2): rope swap recovers 2.1 -> 3.3",
+        "Decisive evidence (step s3 · step s3): fix verified 2.6 -> 3.8"]
+    assert sum("Root cause" in p for p in paras) == 1
+    # the broader hypothesis confirmed without its case: told as itself
+    alone = LoadedSession(directory=tmp_path, events=[SessionStarted(session_id="t", playbook="eagle3",
+                                                                     hypotheses=hypotheses), *events[:-1]])
+    paras = [b.text for b in verdict_section(alone) if isinstance(b, Para)]
+    assert paras[0] == "**Root cause: The engine serves another part** [`served_part`]"
+    assert any(p.startswith("**Supported, not confirmed: The RoPE differs**") for p in paras)
+
+
 def _rc(server: str, predicted: float, measured: float, decision: str) -> dict[str, Any]:
     return {"name": server, "wiring": [2, 6, 9], "steps": 3, "algorithm": "EAGLE3", "decision": decision,
             "predicted": {"accept_length": predicted, "accept_length_ci": [predicted - 0.2, predicted + 0.2]},
