@@ -65,7 +65,7 @@ def test_a_confirmed_case_and_its_confirmed_broader_hypothesis_are_one_root_caus
     one named first, each observation once and one decisive measurement; a case confirmed alone is told alone."""
     hypotheses = [{"id": "served_part", "title": "The engine serves another part"},
                   {"id": "rope_mismatch", "title": "The RoPE differs", "case_of": "served_part"}]
-    events = [_step("s1", "probe", {}), _step("s2", "draft_test", {}), _step("s3", "bench", {}),
+    events: list[Any] = [_step("s1", "probe", {}), _step("s2", "draft_test", {}), _step("s3", "bench", {}),
               _update("rope_mismatch", "supported", "open", "s1", "rope_theta 100 vs the target's 10000"),
               _update("served_part", "supported", "open", "s2", "rope swap recovers 2.1 -> 3.3"),
               _update("served_part", "confirmed", "supported", "s3", "fix verified 2.6 -> 3.8"),
