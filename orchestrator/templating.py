@@ -52,11 +52,18 @@ def _accept_units(row: dict[str, Any]) -> tuple[float, float] | None:
     return None
 
 
-def _paired_gain(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any] | None:
-    """``after`` vs ``before`` (two bench results that sent the same prompts in the same order): the ratio of their
-    accept lengths paired by request, ``{"ratio", "ci", "n"}``, where each request's prompt difficulty cancels out
-    (the draft test pairs wirings on prompts the same way). None when the requests do not pair (counts or prompt
-    lengths differ, a request failed) or fewer than two do."""
+def _speed_units(row: dict[str, Any]) -> tuple[float, float] | None:
+    """(tokens, seconds) of one request: its tok/s as a ratio, so that a benchmark's rate is sum / sum."""
+    tokens, seconds = row.get("completion_tokens"), row.get("latency")
+    if isinstance(tokens, (int, float)) and isinstance(seconds, (int, float)) and tokens > 0 and seconds > 0:
+        return float(tokens), float(seconds)
+    return None
+
+
+def _paired(after: Any, before: Any, units_of: Any, confidence: float) -> dict[str, Any] | None:
+    """The ratio of two benchmarks' rates (``units_of``: a request's numerator and denominator) paired by request,
+    ``{"ratio", "ci", "n"}``; None when the requests do not pair (counts or prompt lengths differ, a request has no
+    units) or fewer than two do."""
     from remote_probes.interval_stats import paired_ratio_interval
 
     mine = after.get("per_request") if isinstance(after, dict) else None
@@ -67,12 +74,48 @@ def _paired_gain(after: Any, before: Any, confidence: float = 0.95) -> dict[str,
     if any(not isinstance(a, dict) or not isinstance(b, dict) or a.get("prompt_tokens") != b.get("prompt_tokens")
            for a, b in pairs):
         return None
-    units = [(_accept_units(a), _accept_units(b)) for a, b in pairs]
+    units = [(units_of(a), units_of(b)) for a, b in pairs]
     if any(a is None or b is None for a, b in units):
         return None
-    iv = paired_ratio_interval([a[0] for a, _ in units], [a[1] for a, _ in units],  # type: ignore[index]
-                               [b[0] for _, b in units], [b[1] for _, b in units], confidence)  # type: ignore[index]
+    iv = paired_ratio_interval([a[0] for a, _ in units], [a[1] for a, _ in units],
+                               [b[0] for _, b in units], [b[1] for _, b in units], confidence)
     return None if iv is None else {"ratio": round(iv.estimate, 4), "ci": iv.as_list(), "n": len(pairs)}
+
+
+def _paired_gain(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any] | None:
+    """``after`` vs ``before`` (two bench results that sent the same prompts in the same order): the ratio of their
+    accept lengths paired by request, where each request's prompt difficulty cancels out (the draft test pairs
+    wirings on prompts the same way)."""
+    return _paired(after, before, _accept_units, confidence)
+
+
+def _paired_speedup(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any] | None:
+    """The same pairing for speed: ``after``'s tok/s over ``before``'s, request by request (a benchmark with and one
+    without speculation, on the same prompts in the same order: each prompt's length and difficulty cancel)."""
+    return _paired(after, before, _speed_units, confidence)
+
+
+def _speed_against(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any]:
+    """``after``'s speed against ``before``'s (a fix's benchmark against the baseline's): ``decision`` slower | faster
+    (the interval excludes no change) | undecided (it includes it) | None (nothing to weigh: a benchmark has no
+    interval); paired by request where the two pair (``how`` paired: ``ratio``, ``ci``, ``n``), else the two
+    marginal tok/s intervals (``how`` marginal)."""
+    a = after if isinstance(after, dict) else {}
+    b = before if isinstance(before, dict) else {}
+    out: dict[str, Any] = {"decision": None, "how": None, "tok_s": a.get("tok_s"), "tok_s_ci": a.get("tok_s_ci"),
+                           "base_tok_s": b.get("tok_s"), "base_tok_s_ci": b.get("tok_s_ci")}
+    paired = _paired_speedup(a, b, confidence)
+    ci = (paired or {}).get("ci")
+    if isinstance(ci, list) and len(ci) == 2 and None not in ci:
+        out.update(paired or {}, how="paired",
+                   decision="slower" if ci[1] < 1 else "faster" if ci[0] > 1 else "undecided")
+        return out
+    mine, theirs = a.get("tok_s_ci"), b.get("tok_s_ci")
+    if isinstance(mine, list) and isinstance(theirs, list) and len(mine) == len(theirs) == 2 \
+            and None not in mine and None not in theirs:
+        out.update(how="marginal", decision="slower" if mine[1] < theirs[0] else "faster" if mine[0] > theirs[1]
+                   else "undecided")
+    return out
 
 
 def _make_env(finalize: Any = None) -> SandboxedEnvironment:
@@ -80,6 +123,8 @@ def _make_env(finalize: Any = None) -> SandboxedEnvironment:
     env.filters["to_json"] = _to_json
     env.filters["interval"] = _interval
     env.filters["paired_gain"] = _paired_gain
+    env.filters["paired_speedup"] = _paired_speedup
+    env.filters["speed_against"] = _speed_against
     env.filters["quote"] = lambda v: shlex.quote(str(v))
     env.globals.update(
         min=min, max=max, abs=abs, round=round, len=len, sum=sum, sorted=sorted, zip=zip, any=any, all=all,

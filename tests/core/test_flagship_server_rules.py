@@ -68,9 +68,16 @@ def test_a_server_that_serves_refutes_server_start() -> None:
     assert [(h, v) for h, v, _, _ in hits] == [("server_start", "refuted")]
     assert hits[0][3] == "the speculative server started in 3.2s"
     wiring = evaluate_rules(steps["Benchmark the fix"], variables)
-    assert [(h, v) for h, v, _, _ in wiring] == [("wiring", "confirmed")]
+    assert [(h, v) for h, v, _, _ in wiring] == [("wiring", "confirmed"), ("residual_symptom", "refuted")]
     assert wiring[0][3].startswith("fix verified: accept length 1.9 [1.80, 2.00] -> 3.5 [3.40, 3.60]")
     assert "(baseline 100.0 [99.00, 101.00])" in wiring[0][3]
+    assert wiring[1][3].endswith("faster than no speculation: the fix removes the symptom"), wiring[1][3]
+    # the same fix still slower than no speculation (one fault hid another): another cause remains, said so;
+    # overlapping intervals cannot say
+    for fixed, state, said in ((_bench(60, 3.5), "supported", "still slower than no speculation"),
+                               (_bench(100.5, 3.5), "inconclusive", "the interval includes no change")):
+        hits = {h: (v, why) for h, v, _, why in evaluate_rules(steps["Benchmark the fix"], {**variables, "fixed": fixed})}
+        assert hits["residual_symptom"][0] == state and said in hits["residual_symptom"][1], hits["residual_symptom"]
 
 
 def test_a_server_that_cannot_start_confirms_server_start_and_skips_what_needs_it() -> None:
@@ -89,7 +96,9 @@ def test_a_server_that_cannot_start_confirms_server_start_and_skips_what_needs_i
     assert [(h, v) for h, v, _, _ in hits] == [("server_start", "confirmed")]
     assert hits[0][3] == ("the speculative server did not start (exited, exit code 2): unknown flag — the server "
                           "does not accept a flag (unrecognized arguments: --cuda-graph-max-bs-decode 8)")
-    assert evaluate_rules(steps["Benchmark the fix"], variables) == []
+    # no wiring to verify against a candidate that never served; the fix's own speed against the baseline is said
+    assert [(h, v) for h, v, _, _ in evaluate_rules(steps["Benchmark the fix"], variables)] == [
+        ("residual_symptom", "refuted")]
     assert evaluate_rules(steps["Weigh the evidence"], variables) == []
 
     # the same flags again would fail again: no second start
@@ -110,8 +119,27 @@ def test_a_fix_that_only_the_lab_can_serve_is_said_to_be_simulated() -> None:
                  "spec": _bench(80.0, 1.9), "fixed_srv": _server(True), "fixed": _bench(150, 3.5)}
     _run_sets(steps, variables)
     wiring = evaluate_rules(steps["Benchmark the fix"], variables)
-    assert [(h, v) for h, v, _, _ in wiring] == [("wiring", "confirmed")]
+    assert [(h, v) for h, v, _, _ in wiring] == [("wiring", "confirmed"), ("residual_symptom", "refuted")]
     because = wiring[0][3]
     assert because.startswith("root cause verified with an engine change the lab simulates (lab-capture-layers "
                               "0,6,11: no engine flag does this; not a servable fix): accept length 1.9"), because
     assert "fix verified" not in because
+
+
+def test_the_fix_is_weighed_against_the_baseline_paired_by_request_where_the_requests_pair() -> None:
+    """Each prompt's length cancels when the two benchmarks sent the same prompts: the fix at 0.9x the baseline on
+    every request is slower, though the marginal intervals (prompts of very different lengths) overlap."""
+    from orchestrator.templating import _speed_against
+
+    rows = [{"prompt_tokens": p, "completion_tokens": 64, "latency": s} for p, s in ((20, 0.5), (400, 2.0), (90, 1.0))]
+    base = {"tok_s": 64.0, "tok_s_ci": [20.0, 140.0], "per_request": rows}
+    fixed = {"tok_s": 58.0, "tok_s_ci": [18.0, 126.0],
+             "per_request": [dict(r, latency=r["latency"] / 0.9) for r in rows]}
+    paired = _speed_against(fixed, base)
+    assert paired["how"] == "paired" and paired["decision"] == "slower" and paired["n"] == 3
+    assert abs(paired["ratio"] - 0.9) < 1e-3 and paired["ci"][1] < 1
+    # requests that do not pair (another prompt order): the marginal intervals, which overlap here
+    other = dict(fixed, per_request=list(reversed(fixed["per_request"])))
+    marginal = _speed_against(other, base)
+    assert marginal["how"] == "marginal" and marginal["decision"] == "undecided", marginal
+    assert _speed_against({"tok_s": 1.0, "tok_s_ci": None}, base)["decision"] is None  # nothing to weigh
