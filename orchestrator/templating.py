@@ -95,6 +95,20 @@ def _paired_speedup(after: Any, before: Any, confidence: float = 0.95) -> dict[s
     return _paired(after, before, _speed_units, confidence)
 
 
+def _accept_recovers(after: Any, before: Any, confidence: float = 0.95) -> bool:
+    """A fix's benchmark (``after``) recovered the accept length over the candidate's (``before``, which served):
+    the two marginal intervals are disjoint upwards, or the ratio paired by request clears 1."""
+    a = after if isinstance(after, dict) else {}
+    b = before if isinstance(before, dict) else {}
+    mine, theirs = a.get("accept_length_ci"), b.get("accept_length_ci")
+    if b.get("status") != "ok" or not mine or not theirs:
+        return False
+    if mine[0] > theirs[1]:
+        return True
+    ci = (_paired_gain(a, b, confidence) or {}).get("ci")
+    return isinstance(ci, list) and bool(ci) and ci[0] is not None and ci[0] > 1
+
+
 def _speed_against(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any]:
     """``after``'s speed against ``before``'s (a fix's benchmark against the baseline's): ``decision`` slower | faster
     (the interval excludes no change) | undecided (it includes it) | None (nothing to weigh: a benchmark has no
@@ -125,6 +139,7 @@ def _make_env(finalize: Any = None) -> SandboxedEnvironment:
     env.filters["paired_gain"] = _paired_gain
     env.filters["paired_speedup"] = _paired_speedup
     env.filters["speed_against"] = _speed_against
+    env.filters["accept_recovers"] = _accept_recovers
     env.filters["quote"] = lambda v: shlex.quote(str(v))
     env.globals.update(
         min=min, max=max, abs=abs, round=round, len=len, sum=sum, sorted=sorted, zip=zip, any=any, all=all,

@@ -187,10 +187,5 @@ def confirm_shipped(base: Path, state: dict[str, Any], report: BuildProgress, ti
 
 def still_shipped(base: Path) -> bool:
     """True while the lab's target and trained drafts are the shipped ones (the same training records)."""
-    root = shipped.SHIPPED_DIR
-    parts = ["target", *(f"drafts/{k}" for k in TRAINED_DRAFTS)]
-    try:
-        return all((base / p / "lab_recipe.json").read_text() == (root / p / "lab_recipe.json").read_text()
-                   for p in parts)
-    except OSError:
-        return False
+    return all(shipped.same_training(base, shipped.SHIPPED_DIR, part)
+               for part in ["target", *(f"drafts/{k}" for k in TRAINED_DRAFTS)])

@@ -14,10 +14,18 @@ lab's. A calibration re-run would only repeat them; the bits are the cheapest pr
 ISA, another library build) sends the lab through the full calibration on this CPU (and, should a draft not be clear
 here, the build's retraining: a build from scratch), and says so.
 
+**Other CPUs.** The bits depend on the CPU's kernels: an AVX-512 Intel Xeon computes the shipped models otherwise than
+the AVX2 AMD EPYC that calibrated them (every digest differs), and so paid the full calibration (about 40 s) on every
+first use. The manifest's ``other_cpus`` holds, per such CPU, its fingerprint and its own full calibration of the
+same shipped models (``add_this_cpu``: ``orchestrator lab build --scenario all`` there, then ``orchestrator lab
+build --ship-cpu``); a CPU whose bits equal one of them adopts that one's records. Nothing is tuned: the records are
+the calibration that CPU ran, and equal bits are again the proof that it would run the same here.
+
 Public API: ``SHIPPED_DIR``, ``Manifest``, ``read_manifest(root=SHIPPED_DIR) -> Manifest | None``,
 ``install_shipped(base, manifest, report) -> dict`` (the lab's origin record), ``fingerprint(base) -> dict``,
 ``confirm(base, manifest, report) -> dict``, ``calibration_confirmed(manifest, record) -> dict | None``,
-``write_shipped(base, dest, state) -> Manifest``, ``add_this_cpu(base, state, dest) -> OtherCpu``.
+``write_shipped(base, dest, state) -> Manifest``, ``add_this_cpu(base, state, dest) -> OtherCpu``,
+``same_training(base, root, part) -> bool``.
 """
 
 from __future__ import annotations
@@ -321,7 +329,7 @@ def _not_recordable(base: Path, state: dict[str, Any], manifest: Manifest, dest:
     if (origin.get("confirmed") or {}).get("passed"):
         return f"the lab at {base} confirmed recorded bits: this CPU is recorded already"
     for kind in TRAINED_DRAFTS:
-        if any(_lab_recipe(base / part) != _lab_recipe(dest / part) for part in ("target", f"drafts/{kind}")):
+        if not all(same_training(base, dest, part) for part in ("target", f"drafts/{kind}")):
             return f"the lab at {base} retrained the {kind} draft here: its models are no longer the shipped ones"
         record = calibration.get(kind) or {}
         if not record.get("passed") or set(record.get("scenarios") or []) != set(
@@ -333,8 +341,10 @@ def _not_recordable(base: Path, state: dict[str, Any], manifest: Manifest, dest:
     return None
 
 
-def _lab_recipe(model: Path) -> str | None:
+def same_training(base: Path, root: Path, part: str) -> bool:
+    """True when the model ``part`` (``target``, ``drafts/<kind>``) of the lab at ``base`` has the training record of
+    the one under ``root`` (the shipped set): the same recipe, seed and steps, so the same weights."""
     try:
-        return (model / "lab_recipe.json").read_text()
+        return (base / part / "lab_recipe.json").read_text() == (root / part / "lab_recipe.json").read_text()
     except OSError:
-        return None
+        return False
