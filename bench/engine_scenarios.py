@@ -59,8 +59,9 @@ REAL_VLLM_CONFIRMS: dict[str, tuple[str, ...]] = {
     "healthy": (),
     "off-by-one": (),
     "sglang-ids": ("layer_id_convention", "wiring"),
-    # d2t holds target ids: the derived fix rewrites it as offsets in a copy beside the draft, which serves
-    "direct-d2t": ("d2t_mapping",),
+    # d2t holds target ids: the derived fix rewrites it as offsets in a copy beside the draft, with the top-level
+    # ids the draft test finds through those offsets (the seed's wiring fault under it), and that copy serves
+    "direct-d2t": ("d2t_mapping", "wiring"),
     # the derived fix corrects the wiring; the missing head is a blocker (re-export it), so no served fix addresses
     # it: lm_head_missing stays supported, "fix not verified" (a root cause needs a verified fix, issue 26)
     "no-lm-head": ("wiring",),

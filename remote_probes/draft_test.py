@@ -27,7 +27,11 @@ Parts (eagle3_served): every figure is scored with the parts the engine SERVES (
 whether d2t maps ids, whether fc runs; ``parts`` says which and why). Where those differ from the draft's own
 (``parts.swapped`` non-empty), each row also carries ``as_trained`` (tau_serving, its interval, tau, acc) scored
 with the checkpoint's own parts; the decision always uses the served figures. A draft the engine would fail to
-load (``parts.fails``) is refused with kind ``engine_load``.
+load (``parts.fails``) is refused with kind ``engine_load``. A d2t that holds target ids instead of offsets
+(draft_findings.classify_d2t ``direct_ids``; served as it is, both engines map drafted tokens past the vocabulary)
+is read through the offsets d2t[i] - i that the derived fix writes (``parts.d2t_derived`` and the verdict say so),
+so that a fault under it (the wiring) is measured in the same run; the counterfactual, which swaps d2t itself, and
+the reconcile, which predicts what is served, read the checkpoint as it is.
 
 Statistics (interval_stats): every figure carries a confidence interval over prompts (``*_ci``). Wirings whose
 tau_serving intervals overlap share a ``tier`` (1 = tied with the best): they are reported as tied, not ranked.
@@ -386,16 +390,45 @@ def prompts_to_decide(best: Dict[str, Any], server: Dict[str, Any], gain: Option
     return max(n for n in need if n is not None)
 
 
-def load_drafts(a: Dict[str, Any], model: Any, hidden: int, device: str) -> Tuple[Any, Optional[Any], Dict[str, Any]]:
+def derived_d2t(torch: Any, state: Dict[str, Any], vocab: int) -> Optional[Dict[str, Any]]:
+    """A d2t that holds target ids (draft_findings.classify_d2t: ``direct_ids``) read through the offsets
+    d2t[i] - i that draft_fix writes (draft_fix_d2t.py), or None when d2t is absent or not that fault. Both engines
+    map draft id i to i + d2t[i], so served as it is the map sends drafted tokens outside the target's vocabulary
+    and nothing about the wiring can be measured; through the offsets the draft is scored as its fix serves it, so
+    a second fault (the wiring) shows in the same run instead of after the fix is served."""
+    from draft_findings import classify_d2t
+
+    d2t, t2d = state.get("d2t"), state.get("t2d")
+    if d2t is None or d2t.dim() != 1:
+        return None
+    ids = [int(v) for v in d2t.long().tolist()]
+    hot = None if t2d is None or t2d.dim() != 1 else {int(i) for i in torch.nonzero(t2d.bool()).flatten().tolist()}
+    verdict, reason = classify_d2t(ids, vocab, hot)
+    if verdict != "direct_ids":
+        return None
+    return {"offsets": d2t.long() - torch.arange(d2t.shape[0]), "reason": reason,
+            "note": "d2t holds target ids (%s): scored through its offsets d2t[i] - i, as the derived fix serves "
+                    "it; served as it is, the engine maps drafted tokens outside the target vocabulary" % reason}
+
+
+def load_drafts(a: Dict[str, Any], model: Any, hidden: int, device: str,
+                derive_d2t: bool = False) -> Tuple[Any, Optional[Any], Dict[str, Any]]:
     """(the draft with the parts the engine serves, the draft with its own parts or None when they are the same,
-    the resolution). Raises ProbeFailure ``engine_load`` when the engine would fail to load it."""
+    the resolution). Raises ProbeFailure ``engine_load`` when the engine would fail to load it. ``derive_d2t``: a
+    d2t of target ids is read through its derived offsets (``derived_d2t``; ``parts["d2t_derived"]`` says so),
+    else it is refused as the engine would mis-serve it (the reconcile predicts what is served, not the fix)."""
     try:
+        import torch
         from eagle3_checkpoint import read_state_dict
         from eagle3_config import flat_config
         from eagle3_validate import build_from_state
     except ImportError as exc:
         raise ProbeFailure("missing_dependency", "cannot import the draft model: %s" % exc) from None
     config, state, notes = read_state_dict(a["draft"])
+    derived = derived_d2t(torch, state, int(model.get_input_embeddings().weight.shape[0])) if derive_d2t else None
+    if derived is not None:
+        state = dict(state, d2t=derived["offsets"])
+        notes.append(derived["note"])
     parts = served_parts(flat_config(config), state, a["algorithm"], a["engine"], target_hidden_size=hidden)
     if parts["fails"]:
         raise ProbeFailure("engine_load", describe(parts), field="draft", parts=parts)
@@ -410,6 +443,8 @@ def load_drafts(a: Dict[str, Any], model: Any, hidden: int, device: str) -> Tupl
 
     served = build(parts["served"])
     trained = build(parts["trained"]) if parts["swapped"] else None
+    if derived is not None:
+        parts = dict(parts, d2t_derived={"reason": derived["reason"], "note": derived["note"]})
     return served, trained, parts
 
 
@@ -515,7 +550,8 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     n_layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
     embed = model.get_input_embeddings().weight
-    draft, trained, parts = load_drafts(a, model, hidden, device)
+    # the counterfactual swaps d2t itself (draft_counterfactual), so it scores the checkpoint as it is
+    draft, trained, parts = load_drafts(a, model, hidden, device, derive_d2t=not a["counterfactual"])
     dcfg = draft.cfg.raw
     cands = candidate_wirings(a["wirings"], dcfg, n_layers, draft.num_aux)
     srv = server_wiring(dcfg, n_layers, a["engine"])
@@ -554,6 +590,8 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
         decision["verdict"] += ("; scored as served (%s)%s" % (
             describe(parts), "; as trained the best wiring reaches tau %.2f" % own["tau_serving"]
             if own.get("tau_serving") is not None else ""))
+    if parts.get("d2t_derived"):
+        decision["verdict"] += "; " + parts["d2t_derived"]["note"]
     counterfactual = (score_counterfactuals(torch, a, model, cfg, runs, server, n_layers, hidden, device)
                       if a["counterfactual"] and server is not None else None)
     for row in results:

@@ -13,7 +13,7 @@ Where the engines part (lab target: 12 layers; vllm 0.33.0, Model Runner V2; SGL
 | healthy     | nested [1, 5, 8]                          | [2, 6, 9]  | [2, 6, 9]   | [2, 6, 9]    | none            |
 | off-by-one  | top-level [0, 6, 11] (vLLM's convention)  | [0, 6, 11] | [0, 6, 11]  | [2, 6, 9]    | none (SGLang: wiring) |
 | sglang-ids  | nested [-1, 5, 10] (SGLang's convention)  | [0, 6, 11] | [2, 6, 9]   | [0, 6, 11]   | wiring, layer ids |
-| direct-d2t  | none; d2t stored as target ids            | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | d2t (+ wiring, fixed by the fixed draft) |
+| direct-d2t  | none; d2t stored as target ids            | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | d2t, wiring     |
 | no-lm-head  | none; lm_head.weight dropped              | [0, 6, 11] | [2, 6, 9]   | [2, 6, 9]    | lm_head missing, wiring |
 
 The issue-26 faults are copies of the healthy draft (nested [1, 5, 8], trained on [2, 6, 9], fed [2, 6, 9] by both):
@@ -94,7 +94,8 @@ def vllm_scenarios(base: Path, num_layers: int) -> dict[str, Scenario]:
                  "ignores", "sglang-ids", flags("sglang-ids"), {**flags("sglang-ids"), **capture},
                  "eagle_config ids [-1, N//2-1, N-2] read by SGLang only", confirms=("wiring", "layer_id_convention")),
         Scenario("direct-d2t", "d2t stored as target ids instead of offsets", "direct-d2t", flags("direct-d2t"),
-                 fixed_seed, "d2t = target ids", "seed-wiring", confirms=("d2t_mapping",)),
+                 fixed_seed, "d2t = target ids (and, as in seed-wiring, no ids)", "seed-wiring",
+                 confirms=("d2t_mapping", "wiring")),
         Scenario("no-lm-head", "draft_vocab_size declared, lm_head.weight missing", "no-lm-head",
                  flags("no-lm-head"), fixed_seed, "lm_head.weight dropped (and, as in seed-wiring, no ids)",
                  "seed-wiring", confirms=("lm_head_missing", "wiring")),

@@ -125,3 +125,38 @@ def test_ids_vllm_cannot_feed_confirm_the_convention_and_a_fix_that_serves_is_ve
     started = {**variables, "spec_srv": _server(False), "spec": SKIPPED}
     hits = {h: v for h, v, _, _ in evaluate_rules(steps["Benchmark the fix"], started)}
     assert hits["wiring"] == "confirmed", hits
+
+
+def test_a_d2t_of_target_ids_read_through_its_offsets_lets_the_fix_verify_the_wiring_under_it() -> None:
+    """direct-d2t on real vLLM: every request of the candidate fails (its d2t sends drafted tokens past the
+    vocabulary), and the draft test, which read the map through its derived offsets (``parts.d2t_derived``),
+    finds the seed's wiring fault under it. The derived fix serves both; clearing 1 + margin verifies the wiring,
+    and the reason shows the offline split. Without the derived reading, a candidate that served nothing for a
+    reason the draft test does not account for verifies no wiring."""
+    steps = _steps()
+    best = {"wiring": [0, 6, 11], "tau_serving": 3.42, "tau_serving_ci": [2.90, 3.94], "beats_server": True}
+    server = {"wiring": [2, 6, 9], "tau_serving": 1.76, "tau_serving_ci": [1.50, 2.03]}
+    derived = {"reason": "distinct values that are not offsets", "note": "d2t holds target ids"}
+    dt = {"failed": False, "decision": "mismatch", "server_wiring": [2, 6, 9], "server": server,
+          "wirings": [best, server], "best": best, "verdict": "draft scores best on [0, 6, 11]",
+          "parts": {"d2t_derived": derived}}
+    failed_bench = {"status": "failed", "failed": True, "skipped": False, "tok_s": None, "completed": 0,
+                    "server_error": SERVER_ERROR}
+    variables = {"engine": "vllm", "vllm_engines": ["vllm", "lab-vllm"], "candidate_flags": FLAGS,
+                 "inspect": INSPECT, "dt": dt, "fixed_flags": FIXED, "base_srv": _server(True),
+                 "base": _bench(2.0, 1.0), "spec_srv": _vllm_server(None), "spec": failed_bench,
+                 "fixed_srv": _server(True), "fixed": _bench(5.0, 4.19)}
+    _run_sets(steps, variables)
+    hits = {h: (v, why) for h, v, _, why in evaluate_rules(steps["Benchmark the fix"], variables)}
+    assert hits["wiring"][0] == "confirmed", hits
+    assert "fix verified: above the 1.2" in hits["wiring"][1]
+    assert "with the d2t mended, the served wiring accepts 1.76 [1.50, 2.03] against 3.42 [2.90, 3.94]" \
+        in hits["wiring"][1]
+    # the fix that does not clear the bar leaves the wiring inconclusive, said so
+    low = {h: (v, why) for h, v, _, why in evaluate_rules(steps["Benchmark the fix"],
+                                                          {**variables, "fixed": _bench(5.0, 1.15)})}
+    assert low["wiring"][0] == "inconclusive" and "fix not verified" in low["wiring"][1], low
+    # the same draft test without the derived reading: the candidate's failure is not the wiring's doing
+    plain = {**variables, "dt": {**dt, "parts": {}}}
+    hits = {h: v for h, v, _, _ in evaluate_rules(steps["Benchmark the fix"], plain)}
+    assert "wiring" not in hits, hits

@@ -39,10 +39,10 @@ def lab_pair():
     return lab.target, lab.drafts["seed-wiring"], seed_wiring(lab.num_layers), lab.num_layers
 
 
-def run_draft_test(tmp_path, args: dict) -> dict:
+def run_draft_test(tmp_path, args: dict, probe: str = "draft_test") -> dict:
     (tmp_path / "args.json").write_text(json.dumps(args))
     env = dict(os.environ, ORCH_PROBE_NONCE="e2e")
-    proc = subprocess.run([sys.executable, "draft_test.py", str(tmp_path / "args.json")], cwd=str(PROBES),
+    proc = subprocess.run([sys.executable, f"{probe}.py", str(tmp_path / "args.json")], cwd=str(PROBES),
                           capture_output=True, text=True, timeout=600, env=env)
     out = proc.stdout
     begin, end = "@@ORCH-RESULT-BEGIN e2e@@", "@@ORCH-RESULT-END e2e@@"
@@ -53,7 +53,7 @@ def run_draft_test(tmp_path, args: dict) -> dict:
     from orchestrator.probes import PROBES as TYPED
     from orchestrator.probes import check_result
 
-    check_result("draft_test", TYPED["draft_test"][1], doc["result"])  # the result the orchestrator validates
+    check_result(probe, TYPED[probe][1], doc["result"])  # the result the orchestrator validates
     return doc["result"]
 
 
@@ -95,3 +95,49 @@ def test_draft_test_on_explicit_wirings_and_vllm(tmp_path, lab_pair):
     by_name = {w["name"]: w for w in result["wirings"]}
     assert by_name["trained"]["tier"] == 1 and "server(vllm)" in by_name  # the engine's wiring is always measured
     assert result["server"]["wiring"] == [2, n // 2, n - 3]
+
+
+def test_a_d2t_of_target_ids_is_scored_through_its_derived_offsets(tmp_path, lab_pair):
+    """The lab's direct-d2t fault on the seed draft: d2t holds the target ids i + d2t[i] instead of the offsets.
+    Served as it is, both engines map drafted tokens past the vocabulary; the draft test reads the map through
+    d2t[i] - i (what draft_fix writes), so the wiring fault under it is measured in the same run, with exactly the
+    figures of the draft as exported right. The reconcile predicts what is SERVED, so it still refuses the map."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    target, draft, wiring, n = lab_pair
+    direct = tmp_path / "direct-d2t"
+    shutil.copytree(draft, direct)
+    state = load_file(str(draft / "model.safetensors"))
+    state["d2t"] = state["d2t"] + torch.arange(state["d2t"].shape[0], dtype=state["d2t"].dtype)
+    save_file(state, str(direct / "model.safetensors"))
+    args = {"target": str(target), "engine": "vllm", "wirings": {"trained": wiring},
+            "prompts_file": str(target / "prompts.json"), "num_prompts": 4, "max_new_tokens": 32, "steps": 3}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    as_exported = run_draft_test(tmp_path / "a", {**args, "draft": str(draft)})
+    derived = run_draft_test(tmp_path / "b", {**args, "draft": str(direct)})
+    assert "d2t_derived" not in as_exported["parts"]
+    assert "direct_ids" not in str(as_exported["verdict"]) and "scored through its offsets" not in \
+        as_exported["verdict"]
+    assert "not offsets" in derived["parts"]["d2t_derived"]["reason"], derived["parts"]
+    assert "scored through its offsets d2t[i] - i" in derived["verdict"]
+
+    def figures(result: dict) -> dict:
+        return {tuple(w["wiring"]): (w["tau_serving"], w["tau_serving_ci"]) for w in result["wirings"]}
+
+    assert figures(derived) == figures(as_exported) and derived["decision"] == as_exported["decision"]
+    prompts = json.loads((target / "prompts.json").read_text())
+    prompts = [p if isinstance(p, str) else p["text"] for p in (prompts.get("prompts", prompts)
+                                                                 if isinstance(prompts, dict) else prompts)][:2]
+    (tmp_path / "c").mkdir()
+    rc = run_draft_test(tmp_path / "c", {"target": str(target), "engine": "vllm", "prompts": prompts,
+                                         "num_prompts": 2, "max_new_tokens": 16,
+                                         "configs": [{"draft": str(direct), "algorithm": "EAGLE3", "steps": 3},
+                                                     {"draft": str(draft), "algorithm": "EAGLE3", "steps": 3}]},
+                        probe="draft_reconcile")
+    refused, served = rc["configs"]
+    assert "direct target ids" in refused["error"] and "row" not in refused, refused
+    assert served["row"]["tau_serving"] is not None
