@@ -3,7 +3,9 @@
 
 Args (JSON): {"target": dir, "engine": "sglang" | "vllm", "prompts": [str, ..] (the benchmark's), "max_new_tokens": 64,
 "configs": [{"draft": dir, "algorithm": "EAGLE3" | "EAGLE", "steps": K, "wiring": "served" | [HF indices],
-"count_first_token": bool}, ..], "device"?, "dtype"?, "confidence"?: 0.95, "batch_size"?: 16}.
+"count_first_token": bool, "ladder"?: bool}, ..], "extra_prompts"?: [str, ..] (the benchmarks' context ladders,
+scored into ``by_length`` only, for the configurations with ``ladder``), "extra_max_new_tokens"?: their new tokens
+(default max_new_tokens), "device"?, "dtype"?, "confidence"?: 0.95, "batch_size"?: 16}.
 
 The benchmarks of one investigation send the same prompts to the same target, so the target generates and is
 captured ONCE (the hidden states every configuration's wiring needs), and each configuration's draft is scored on
@@ -30,7 +32,7 @@ def parse(args: Dict[str, Any]) -> Dict[str, Any]:
         raise ProbeFailure("bad_args", "configs must be a non-empty list", field="configs")
     first = configs[0] if isinstance(configs[0], dict) else {}
     # the shared arguments are checked by draft_test's own parser (one configuration stands in for the draft)
-    common = {k: v for k, v in args.items() if k != "configs"}
+    common = {k: v for k, v in args.items() if k not in ("configs", "extra_prompts", "extra_max_new_tokens")}
     a = parse_args(dict(common, draft=first.get("draft"), chat_template=False))
     out = []
     for i, c in enumerate(configs):
@@ -42,8 +44,17 @@ def parse(args: Dict[str, Any]) -> Dict[str, Any]:
         if wiring != "served" and not (isinstance(wiring, list) and all(isinstance(x, int) for x in wiring)):
             raise ProbeFailure("bad_args", "configs[%d].wiring must be \"served\" or a list of indices" % i,
                                field="configs")
-        out.append(dict(one, wiring=wiring, count_first_token=bool(c.get("count_first_token", False))))
+        out.append(dict(one, wiring=wiring, count_first_token=bool(c.get("count_first_token", False)),
+                        ladder=bool(c.get("ladder", False))))
     a["configs"] = out
+    extra = args.get("extra_prompts") or []
+    if not isinstance(extra, list) or not all(isinstance(x, str) and x for x in extra):
+        raise ProbeFailure("bad_args", "extra_prompts must be a list of non-empty strings", field="extra_prompts")
+    a["extra_prompts"] = extra
+    tokens = args.get("extra_max_new_tokens", a["max_new_tokens"])
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ProbeFailure("bad_args", "extra_max_new_tokens must be a positive integer", field="extra_max_new_tokens")
+    a["extra_max_new_tokens"] = tokens
     return a
 
 
@@ -83,20 +94,26 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     if not prompts:
         raise ProbeFailure("bad_args", "prompts (the benchmark's) are required", field="prompts")
     runs = _capture(torch, tokenizer, model, prompts, a, needed)
+    # the benchmarks' context ladders (bench_ladder.py): captured apart (one batch would pad every short prompt to
+    # the longest), scored only into by_length; the headline figures stay the benchmark's own prompts'
+    ladder = (_capture(torch, tokenizer, model, a["extra_prompts"], dict(a, max_new_tokens=a["extra_max_new_tokens"]),
+                       needed) if a["extra_prompts"] else [])
     rows: Dict[int, Dict[str, Any]] = {}
     for i, why in unloadable.items():
         c = a["configs"][i]
         rows[i] = {"draft": c["draft"], "algorithm": c["algorithm"], "steps": c["steps"], "error": why}
     for item in loaded:
         c = item["config"]
+        mine = ladder if c["ladder"] else []
         stats = score_wiring(torch, item["draft"], runs, item["wiring"], c["steps"], a["confidence"],
-                             c["count_first_token"])
+                             c["count_first_token"], length_runs=mine)
         stats.pop("_units", None)
+        stats["ladder_prompts"] = len(mine)
         progress("%s %s: tau %s" % (c["draft"], item["wiring"], stats["tau_serving"]))
         rows[item["index"]] = {"draft": c["draft"], "algorithm": c["algorithm"], "steps": c["steps"],
                                "wiring": item["wiring"], "parts": item["parts"], "row": dict(stats, wiring=item["wiring"])}
     out = [rows[i] for i in range(len(a["configs"]))]  # the configs' order, one row each
-    return {"configs": out, "prompts": len(runs), "engine": a["engine"],
+    return {"configs": out, "prompts": len(runs), "ladder_prompts": len(ladder), "engine": a["engine"],
             "seconds": round(time.monotonic() - started, 2)}
 
 

@@ -247,13 +247,16 @@ def _capture(torch: Any, tokenizer: Any, model: Any, prompts: List[str], a: Dict
 
 
 def score_wiring(torch: Any, draft: Any, runs: List[Tuple[Any, int, Dict[int, Any]]], wiring: List[int], steps: int,
-                 confidence: float, count_first_token: bool = False) -> Dict[str, Any]:
+                 confidence: float, count_first_token: bool = False,
+                 length_runs: Optional[List[Tuple[Any, int, Dict[int, Any]]]] = None) -> Dict[str, Any]:
     """Figures of one wiring with intervals over prompts; ``_units`` keeps (tokens, cycles) per prompt for the
     paired comparisons (removed before the result is returned). ``count_first_token``: tau_serving counts the token
-    the prefill produced, as SGLang's accept length does (completion tokens / verify forwards)."""
+    the prefill produced, as SGLang's accept length does (completion tokens / verify forwards). ``length_runs``
+    (a benchmark's context ladder) count in ``by_length`` only."""
     tallies = []
     dtype = next(draft.parameters()).dtype
-    for seq, prompt_len, hs in runs:
+    every = runs + (length_runs or [])
+    for seq, prompt_len, hs in every:
         length = seq.shape[1]
         aux = torch.cat([hs[j] for j in wiring], dim=-1)[:, :length - 1].to(dtype)
         nxt = torch.cat([seq[:, 1:], seq.new_zeros(1, steps)], dim=1)
@@ -268,9 +271,9 @@ def score_wiring(torch: Any, draft: Any, runs: List[Tuple[Any, int, Dict[int, An
         if count_first_token and tally.cycles:
             tally.tokens += 1
         tallies.append(tally)
-    out = summarize(tallies, confidence)
-    out["by_length"] = by_length(tallies, [prompt_len for _seq, prompt_len, _hs in runs], confidence)
-    out["_units"] = ([t.tokens for t in tallies], [t.cycles for t in tallies])
+    out = summarize(tallies[:len(runs)], confidence)
+    out["by_length"] = by_length(tallies, [prompt_len for _seq, prompt_len, _hs in every], confidence)
+    out["_units"] = ([t.tokens for t in tallies[:len(runs)]], [t.cycles for t in tallies[:len(runs)]])
     return out
 
 

@@ -6,6 +6,8 @@
                 # b.server_accept_length, b.verify_ct, b.completed, b.errors, b.per_request
 - bench: {url: "http://127.0.0.1:30000", prompts: my_prompts.json}   # a server started elsewhere
 - bench: {url: "http://127.0.0.1:30000", api_key: "{{ api_key }}"}   # ... with --api-key (a secret var)
+- bench: {server: spec, n: 12, ladder: 3, ladder_tokens: 32}   # then 3 prompts growing to the serving context:
+  register: b                   # b.ladder (context, context_from, per_request, ...), apart from the figures above
 ```
 A server this session started with ``api-key`` among its flags gets its key sent without ``api_key:``.
 A server that wants a key and got none (or a wrong one) fails the step with
@@ -30,6 +32,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
+from orchestrator.actions.bench_ladder import ladder_line, run_ladder
 from orchestrator.errors import OrchestratorError
 from orchestrator.probes.invoke import settle_warm_ups
 from orchestrator.servers.prompts import (
@@ -57,6 +60,11 @@ class BenchArgs(BenchSettings):
     url: str | None = Field(default=None, description="or the URL of a server reachable from the host")
     api_key: str | None = Field(default=None, description="the server's --api-key (use a secret var); a server "
                                 "started in this session with api-key in its flags needs none")
+    ladder: int = Field(default=0, ge=0, le=16, description="then this many prompts growing towards the serving "
+                        "context, reported apart as b.ladder (acceptance by prompt length: bench_ladder.py); a server "
+                        "started in this session only")
+    ladder_tokens: int | None = Field(default=None, ge=1, description="new tokens per ladder prompt (default: "
+                                      "max_new_tokens)")
 
     @classmethod
     def secret_values(cls, args: Any) -> list[str]:
@@ -193,12 +201,17 @@ class BenchAction(Action[BenchArgs]):
                 raise StepFailed(f"bench {label}: {len(result['errors'])} of {result['n']} request(s) failed "
                                  f"({result['errors'][0]}); the server's own error: {said['summary']}\n"
                                  + "\n".join(f"  {line}" for line in said["error_lines"]), result)
+        if args.ladder and record is not None:
+            result["ladder"] = await run_ladder(client, url, record, args, load_prompts(args.prompts), result,
+                                                args.ladder)
         ctx.output(f"bench {label}: n={result['completed']} {result['tok_s']} tok/s {_ci(result['tok_s_ci'])}, "
                    f"accept length {result['accept_length']} {_ci(result['accept_length_ci'])} "
                    f"(server {result['server_accept_length']}), p50 {result['latency_p50']}s\n")
         if result.get("measured_during_warm_up"):
             ctx.output(f"bench {label}: measured while a warm-up may still import: "
                        f"{result['measured_during_warm_up']}\n")
+        if result.get("ladder"):
+            ctx.output(ladder_line(label, result["ladder"]))
         stats = result.get("spec_decode") or {}
         if stats.get("per_position_request"):
             ctx.output("per-position acceptance: " + ", ".join(

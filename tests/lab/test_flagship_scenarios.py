@@ -95,6 +95,9 @@ async def test_flagship_names_the_planted_fault(scenario: str, lab: LabPaths, tm
     assert "## Acceptance" in report and "acceptance-predicted-vs-measured.svg" in report
     if first.state == "refuted":  # the candidate was predicted (not so where its draft cannot be built)
         assert "| spec | k=0 |" in report
+        # the context ladder took the profile past the bundled prompts to the lab's 1024-token context, predicted
+        # and measured in the same buckets
+        assert "| spec | 512-2047 tok |" in report and "acceptance-by-length.svg" in report
     if board.entries["wiring"].state != "open":  # the draft test ran (a draft it cannot load leaves it open)
         assert "| tier |" in report and "95% intervals over prompts" in report
     for hid in must_confirm & {"wiring", "flags_override", "wrong_algorithm"}:
