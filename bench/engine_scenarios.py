@@ -68,6 +68,8 @@ REAL_VLLM_CONFIRMS: dict[str, tuple[str, ...]] = {
     # method eagle for an EAGLE-3 draft: no EagleLlamaForCausalLMEagle3 is registered, so vLLM refuses to start
     # (server_start, outside FAULTS; the fix is method eagle3), where SGLang serves it with fc skipped
     "eagle-not-eagle3": (),
+    # the seed draft's weights shuffled: nothing to confirm; the verdict is about the draft (draft_quality)
+    "shuffled-draft": (),
 }
 #: cases of the real-vLLM matrix that are no lab draft of their own: name -> (the vLLM scenario whose draft is
 #: served, the speculative-config change). The method: vLLM's counterpart of SGLang's eagle-not-eagle3 is

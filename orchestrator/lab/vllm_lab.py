@@ -46,7 +46,8 @@ VLLM_VERSION = build.VLLM_VERSIONS[0]
 #: vLLM scenario -> the SGLang lab scenario whose build provides its drafts
 BASE = {"seed-wiring": "seed-wiring", "healthy": "healthy", "off-by-one": "off-by-one", "sglang-ids": "seed-wiring",
         "direct-d2t": "direct-d2t", "no-lm-head": "no-lm-head", "own-embedding": "own-embedding",
-        "trained-embedding": "trained-embedding", "attention-heads": "attention-heads", "rope-theta": "rope-theta"}
+        "trained-embedding": "trained-embedding", "attention-heads": "attention-heads", "rope-theta": "rope-theta",
+        "shuffled-draft": "shuffled-draft"}
 VLLM_SCENARIO_NAMES = tuple(BASE)
 #: drafts written here (config-only copies), keyed by name -> (source draft, the config change)
 VLLM_DRAFTS = ("sglang-ids",)
@@ -102,6 +103,11 @@ def vllm_scenarios(base: Path, num_layers: int) -> dict[str, Scenario]:
         # issue 26 (build.ISSUE26_FAULTS): the same fault copies, with vLLM's answers
         *[Scenario(name, title, name, flags(name), flags("healthy"), fault, "healthy", confirms=confirms)
           for name, (title, fault, confirms) in VLLM_ISSUE26_FAULTS.items()],
+        # a draft that predicts nothing about this target: no wiring, no part, no flag helps, and the server
+        # measures what the offline test predicts: the verdict is about the draft (issue 26), on either engine
+        Scenario("shuffled-draft", "the draft's trained weights shuffled: it predicts nothing about this target",
+                 "shuffled-draft", flags("shuffled-draft"), {**flags("shuffled-draft"), **capture},
+                 "every weight matrix's entries permuted", "seed-wiring"),
     ]}
 
 

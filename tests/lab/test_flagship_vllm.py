@@ -35,7 +35,7 @@ MUST_REFUTE = {
     # it (the other new faults: bench/issue26_faults.py)
     "own-embedding": {"d2t_mapping", "lm_head_missing", "wrong_algorithm"},
 }
-BENCH_ONLY = {"trained-embedding", "attention-heads", "rope-theta"}
+BENCH_ONLY = {"trained-embedding", "attention-heads", "rope-theta", "shuffled-draft"}
 
 
 async def run_flagship(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:
