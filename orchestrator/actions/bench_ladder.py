@@ -57,7 +57,10 @@ async def serving_context(record: Any) -> tuple[int | None, str]:
         config = json.loads(text)
     except ValueError:
         return None, f"no context in the server's args or flags, and {path} is not readable JSON"
-    text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    if not isinstance(config, dict):
+        return None, f"no context in the server's args or flags, and {path} is not a JSON object"
+    nested = config.get("text_config")  # a multimodal target nests its text config
+    text_config: dict[str, Any] = nested if isinstance(nested, dict) else config
     found = _positive_int(text_config.get("max_position_embeddings"))
     if found:
         return found, f"max_position_embeddings in {path}"
@@ -94,7 +97,8 @@ def ladder_prompts(prompts: list[str], *, context: int, max_new_tokens: int, run
 
 async def run_ladder(client: Any, url: str, record: Any, settings: Any, prompts: list[str], result: dict[str, Any],
                      rungs: int) -> dict[str, Any]:
-    """Send the rungs (greedy, one at a time, the benchmark's max_new_tokens) and say what they measured."""
+    """Send the rungs (one at a time, the benchmark's sampling, ``ladder_tokens`` new tokens each, else its
+    max_new_tokens) and say what they measured."""
     context, where = await serving_context(record)
     if context is None:
         return {"skipped": where}
@@ -103,8 +107,8 @@ async def run_ladder(client: Any, url: str, record: Any, settings: Any, prompts:
     if cpt is None:
         return {"context": context, "context_from": where,
                 "skipped": "the server counted no prompt tokens, so no rung length can be estimated"}
-    longest = max(int(r["prompt_tokens"]) for r in rows if _positive_int(r.get("prompt_tokens")))
-    tokens = getattr(settings, "ladder_tokens", None) or settings.max_new_tokens
+    longest = max(_positive_int(r.get("prompt_tokens")) or 0 for r in rows)
+    tokens = settings.ladder_tokens or settings.max_new_tokens
     planned = ladder_prompts(prompts, context=context, max_new_tokens=tokens, rungs=rungs, cpt=cpt, longest=longest)
     if not planned:
         return {"context": context, "context_from": where,

@@ -44,7 +44,7 @@ async def test_the_serving_context_is_what_the_server_resolved_then_its_flags_th
     assert found == 4096 and where.startswith("max_position_embeddings in ") and where.endswith("config.json")
     nested = {"text_config": {"max_position_embeddings": 8192}}  # a multimodal target nests its text config
     assert (await serving_context(_record(tmp_path, {}, {}, nested)))[0] == 8192
-    for bad in ("{not json", {"hidden_size": 8}, None):
+    for bad in ("{not json", "[1024]", {"hidden_size": 8}, None):
         (tmp_path / str(id(bad))).mkdir()
         found, why = await serving_context(_record(tmp_path / str(id(bad)), {}, {}, bad))
         assert found is None and "no context in the server's args or flags" in why, why
