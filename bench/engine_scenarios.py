@@ -162,7 +162,7 @@ def describe(session: Path, n: int) -> dict[str, Any]:
     else:
         fed = f"logged {logged}; predicted {predicted}" + ("" if predicted == logged else " MISMATCH")
     fix = results.get("Derive the fix this host can serve") or {}
-    weighed = results.get("Weigh the evidence") or {}
+    weighed = (results.get("Weigh the evidence") or {}).get("weighed") or {}
     verdict = ""
     report = session / "report.md"
     if report.is_file():

@@ -18,6 +18,13 @@ import jinja2
 from jinja2 import meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
 
+from orchestrator.bench_compare import (
+    accept_recovers,
+    interval_text,
+    paired_gain,
+    paired_speedup,
+    speed_against,
+)
 from orchestrator.errors import TemplateError
 
 SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>.*?)\}\}\s*$", re.DOTALL)
@@ -33,113 +40,14 @@ def _to_json(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
-def _interval(value: Any, digits: int = 2) -> str:
-    """``[lo, hi]`` as "[1.74, 1.90]"; anything else (no interval: fewer than two units) says so."""
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value):
-        return f"[{value[0]:.{digits}f}, {value[1]:.{digits}f}]"
-    return "[no interval]"
-
-
-def _accept_units(row: dict[str, Any]) -> tuple[float, float] | None:
-    """(tokens, verify cycles) of one request: SGLang's verify_ct, or vLLM's per-request spec counters (each draft is
-    a cycle that yields 1 + its accepted tokens)."""
-    if row.get("verify_ct"):
-        return float(row["completion_tokens"]), float(row["verify_ct"])
-    counts = row.get("spec_counts") or {}
-    drafts, accepted = counts.get("drafts"), counts.get("accepted")
-    if isinstance(drafts, int) and drafts > 0 and isinstance(accepted, list):
-        return float(drafts + sum(accepted)), float(drafts)
-    return None
-
-
-def _speed_units(row: dict[str, Any]) -> tuple[float, float] | None:
-    """(tokens, seconds) of one request: its tok/s as a ratio, so that a benchmark's rate is sum / sum."""
-    tokens, seconds = row.get("completion_tokens"), row.get("latency")
-    if isinstance(tokens, (int, float)) and isinstance(seconds, (int, float)) and tokens > 0 and seconds > 0:
-        return float(tokens), float(seconds)
-    return None
-
-
-def _paired(after: Any, before: Any, units_of: Any, confidence: float) -> dict[str, Any] | None:
-    """The ratio of two benchmarks' rates (``units_of``: a request's numerator and denominator) paired by request,
-    ``{"ratio", "ci", "n"}``; None when the requests do not pair (counts or prompt lengths differ, a request has no
-    units) or fewer than two do."""
-    from remote_probes.interval_stats import paired_ratio_interval
-
-    mine = after.get("per_request") if isinstance(after, dict) else None
-    theirs = before.get("per_request") if isinstance(before, dict) else None
-    if not isinstance(mine, list) or not isinstance(theirs, list) or len(mine) != len(theirs) or len(mine) < 2:
-        return None
-    pairs = list(zip(mine, theirs, strict=True))
-    if any(not isinstance(a, dict) or not isinstance(b, dict) or a.get("prompt_tokens") != b.get("prompt_tokens")
-           for a, b in pairs):
-        return None
-    units = [(units_of(a), units_of(b)) for a, b in pairs]
-    if any(a is None or b is None for a, b in units):
-        return None
-    iv = paired_ratio_interval([a[0] for a, _ in units], [a[1] for a, _ in units],
-                               [b[0] for _, b in units], [b[1] for _, b in units], confidence)
-    return None if iv is None else {"ratio": round(iv.estimate, 4), "ci": iv.as_list(), "n": len(pairs)}
-
-
-def _paired_gain(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any] | None:
-    """``after`` vs ``before`` (two bench results that sent the same prompts in the same order): the ratio of their
-    accept lengths paired by request, where each request's prompt difficulty cancels out (the draft test pairs
-    wirings on prompts the same way)."""
-    return _paired(after, before, _accept_units, confidence)
-
-
-def _paired_speedup(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any] | None:
-    """The same pairing for speed: ``after``'s tok/s over ``before``'s, request by request (a benchmark with and one
-    without speculation, on the same prompts in the same order: each prompt's length and difficulty cancel)."""
-    return _paired(after, before, _speed_units, confidence)
-
-
-def _accept_recovers(after: Any, before: Any, confidence: float = 0.95) -> bool:
-    """A fix's benchmark (``after``) recovered the accept length over the candidate's (``before``, which served):
-    the two marginal intervals are disjoint upwards, or the ratio paired by request clears 1."""
-    a = after if isinstance(after, dict) else {}
-    b = before if isinstance(before, dict) else {}
-    mine, theirs = a.get("accept_length_ci"), b.get("accept_length_ci")
-    if b.get("status") != "ok" or not mine or not theirs:
-        return False
-    if mine[0] > theirs[1]:
-        return True
-    ci = (_paired_gain(a, b, confidence) or {}).get("ci")
-    return isinstance(ci, list) and bool(ci) and ci[0] is not None and ci[0] > 1
-
-
-def _speed_against(after: Any, before: Any, confidence: float = 0.95) -> dict[str, Any]:
-    """``after``'s speed against ``before``'s (a fix's benchmark against the baseline's): ``decision`` slower | faster
-    (the interval excludes no change) | undecided (it includes it) | None (nothing to weigh: a benchmark has no
-    interval); paired by request where the two pair (``how`` paired: ``ratio``, ``ci``, ``n``), else the two
-    marginal tok/s intervals (``how`` marginal)."""
-    a = after if isinstance(after, dict) else {}
-    b = before if isinstance(before, dict) else {}
-    out: dict[str, Any] = {"decision": None, "how": None, "tok_s": a.get("tok_s"), "tok_s_ci": a.get("tok_s_ci"),
-                           "base_tok_s": b.get("tok_s"), "base_tok_s_ci": b.get("tok_s_ci")}
-    paired = _paired_speedup(a, b, confidence)
-    ci = (paired or {}).get("ci")
-    if isinstance(ci, list) and len(ci) == 2 and None not in ci:
-        out.update(paired or {}, how="paired",
-                   decision="slower" if ci[1] < 1 else "faster" if ci[0] > 1 else "undecided")
-        return out
-    mine, theirs = a.get("tok_s_ci"), b.get("tok_s_ci")
-    if isinstance(mine, list) and isinstance(theirs, list) and len(mine) == len(theirs) == 2 \
-            and None not in mine and None not in theirs:
-        out.update(how="marginal", decision="slower" if mine[1] < theirs[0] else "faster" if mine[0] > theirs[1]
-                   else "undecided")
-    return out
-
-
 def _make_env(finalize: Any = None) -> SandboxedEnvironment:
     env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, finalize=finalize, keep_trailing_newline=True)
     env.filters["to_json"] = _to_json
-    env.filters["interval"] = _interval
-    env.filters["paired_gain"] = _paired_gain
-    env.filters["paired_speedup"] = _paired_speedup
-    env.filters["speed_against"] = _speed_against
-    env.filters["accept_recovers"] = _accept_recovers
+    env.filters["interval"] = interval_text
+    env.filters["paired_gain"] = paired_gain
+    env.filters["paired_speedup"] = paired_speedup
+    env.filters["speed_against"] = speed_against
+    env.filters["accept_recovers"] = accept_recovers
     env.filters["quote"] = lambda v: shlex.quote(str(v))
     env.globals.update(
         min=min, max=max, abs=abs, round=round, len=len, sum=sum, sorted=sorted, zip=zip, any=any, all=all,
@@ -197,6 +105,17 @@ def referenced_names(value: str, *, expression: bool = False) -> set[str]:
     # `x | default(...)` is the documented way to make a variable optional.
     guarded |= {n.node.name for n in ast.find_all(nodes.Filter) if isinstance(n.node, nodes.Name) and n.name in ("default", "d")}
     return names - guarded - BUILTIN_NAMES
+
+
+def called_facts(value: str, *, expression: bool = False) -> set[str]:
+    """The names ``fact('NAME')`` calls with a literal name (checked against the registry when a playbook loads)."""
+    try:
+        ast = _ENV.parse("{{ " + value + " }}" if expression else value)
+    except jinja2.TemplateSyntaxError:
+        return set()
+    return {call.args[0].value for call in ast.find_all(nodes.Call)
+            if isinstance(call.node, nodes.Name) and call.node.name == "fact" and call.args
+            and isinstance(call.args[0], nodes.Const) and isinstance(call.args[0].value, str)}
 
 
 def render(value: Any, variables: dict[str, Any]) -> Any:

@@ -13,6 +13,7 @@ from orchestrator.cli import lab as _lab
 from orchestrator.cli import mcp as _mcp
 from orchestrator.cli import notes as _notes
 from orchestrator.cli import read as _read
+from orchestrator.cli import rules as _rules
 from orchestrator.cli import run as _run
 from orchestrator.cli import sessions as _sessions
 from orchestrator.cli import tui as _tui
@@ -52,6 +53,7 @@ _run.register(app)
 _sessions.register(app)
 _notes.register(app)
 _read.register(app)
+_rules.register(app)
 app.add_typer(_hosts.hosts_app, name="hosts")
 _cleanup.register(app)
 app.add_typer(_lab.lab_app, name="lab")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 from orchestrator.errors import OrchestratorError, UserInputError
 from orchestrator.events import (
@@ -22,8 +22,9 @@ from orchestrator.events import (
     NoteAdded,
     SessionStarted,
 )
-from orchestrator.playbook.models import VERDICT_KEYS, Hypothesis, Step, VerdictKey
+from orchestrator.playbook.models import VERDICT_KEYS, EvidenceRule, Hypothesis, Step, VerdictKey
 from orchestrator.templating import evaluate, render
+from orchestrator.verdicts import RuleContext, Verdict, rule_named
 
 if TYPE_CHECKING:
     from orchestrator.events import StepFinished
@@ -120,24 +121,77 @@ class _States(dict[str, str]):
         return "open"
 
 
-def evaluate_rules(step: Step, variables: dict[str, Any]) -> list[tuple[str, HypothesisState, str, str | None]]:
-    """(hypothesis id, verdict, rule text, because) for every rule on ``step`` that holds."""
-    hits: list[tuple[str, HypothesisState, str, str | None]] = []
+class RuleHit(NamedTuple):
+    """A rule that holds: the hypothesis it decides, the verdict, the rule (a registered name or the expression),
+    and the observation."""
+
+    hypothesis_id: str
+    state: HypothesisState
+    rule: str
+    because: str | None
+
+
+@dataclass
+class RuleFailure:
+    """A rule that could not be judged (a template error, a rule that raised): said, never silently dropped."""
+
+    hypothesis_id: str
+    rule: str
+    message: str
+
+
+@dataclass
+class Judgement:
+    hits: list[RuleHit] = field(default_factory=list)
+    failures: list[RuleFailure] = field(default_factory=list)
+
+
+def _judge_registered(name: str, hid: str, variables: dict[str, Any], states: _States,
+                      register: str | None) -> RuleHit | None:
+    verdict = rule_named(name).function(RuleContext(variables=variables, hypothesis_id=hid, states=states,
+                                                    step_register=register))
+    if verdict is None:
+        return None
+    if not isinstance(verdict, Verdict) or verdict.state not in RULE_STATE.values():
+        raise TypeError(f"returned {verdict!r}, not a Verdict(state, because)")
+    return RuleHit(hid, verdict.state, name, verdict.because)
+
+
+def _judge_expressions(rule: EvidenceRule, hid: str, variables: dict[str, Any],
+                       states: _States) -> list[RuleHit]:
+    # ``hypothesis``: the one this rule decides, as the board has it (one rule block can serve several)
+    scope = {**variables, "hypothesis_state": states, "hypothesis": {"id": hid, "state": states[hid]}}
+    matched = [(key, expr) for key in VERDICT_KEYS if (expr := getattr(rule, key)) and bool(evaluate(expr, scope))]
+    because = str(render(rule.because, scope)) if rule.because and matched else None
+    return [RuleHit(hid, RULE_STATE[key], expr, because) for key, expr in matched]
+
+
+def judge_step(step: Step, variables: dict[str, Any]) -> Judgement:
+    """Every rule on ``step``, one at a time: the hits, and each rule that failed (the others are judged anyway)."""
+    judgement = Judgement()
     states = _States(variables.get("hypothesis_state") or {})
     for hid, rule in step.evidence.items():
-        # ``hypothesis``: the one this rule decides, as the board has it (one rule block can serve several)
-        scope = {**variables, "hypothesis_state": states, "hypothesis": {"id": hid, "state": states[hid]}}
-        matched = []
-        for key in VERDICT_KEYS:
-            expr = getattr(rule, key)
-            if expr and bool(evaluate(expr, scope)):
-                matched.append((key, expr))
-        because = None
-        if rule.because:
-            because = str(render(rule.because, scope))
-        for key, expr in matched:
-            hits.append((hid, RULE_STATE[key], expr, because))
-    return hits
+        name = rule.rule or "expressions"
+        try:
+            if rule.rule:
+                hit = _judge_registered(rule.rule, hid, variables, states, step.register_as)
+                judgement.hits.extend([hit] if hit else [])
+            else:
+                judgement.hits.extend(_judge_expressions(rule, hid, variables, states))
+        except OrchestratorError as exc:
+            judgement.failures.append(RuleFailure(hid, name, exc.message))
+        except Exception as exc:  # a rule's own defect: counted and said, the step's other rules still judged
+            judgement.failures.append(RuleFailure(hid, name, f"{type(exc).__name__}: {exc}"))
+    return judgement
+
+
+def evaluate_rules(step: Step, variables: dict[str, Any]) -> list[RuleHit]:
+    """(hypothesis id, verdict, rule, because) for every rule on ``step`` that holds; raises the first rule failure
+    (the board's hook judges them one by one instead: ``judge_step``)."""
+    judgement = judge_step(step, variables)
+    if judgement.failures:
+        raise OrchestratorError(judgement.failures[0].message)
+    return judgement.hits
 
 
 def rule_hook(board: HypothesisBoard, emit: Emit) -> Callable[[Step, StepFinished, dict[str, Any]], Awaitable[None]]:
@@ -154,15 +208,14 @@ def rule_hook(board: HypothesisBoard, emit: Emit) -> Callable[[Step, StepFinishe
         # rules may read the board as it stands (``hypothesis_state.wiring == 'supported'``): a later experiment
         # confirms what an earlier one supported only when both hold (a root cause needs a verified fix)
         variables = {**variables, "hypothesis_state": {hid: e.state for hid, e in board.entries.items()}}
-        try:
-            hits = evaluate_rules(step, variables)
-        except OrchestratorError as exc:
-            emit(NoteAdded(text=f"evidence rule failed at {step.location}: {exc.message}",
-                                  step_id=step.step_id, author="engine"))
-            return
-        for hid, verdict, expr, because in hits:
-            event = board.decide(hid, verdict, source="rule", step_id=step.step_id, rule=expr,
-                                 evidence=because or f"{expr} held after '{step.display_name}'")
+        judgement = judge_step(step, variables)
+        for failure in judgement.failures:
+            emit(NoteAdded(text=f"evidence rule {failure.rule} for {failure.hypothesis_id} failed at {step.location}: "
+                                f"{failure.message}", step_id=step.step_id, hypothesis_id=failure.hypothesis_id,
+                           author="engine"))
+        for hid, verdict, rule, because in judgement.hits:
+            event = board.decide(hid, verdict, source="rule", step_id=step.step_id, rule=rule,
+                                 evidence=because or f"{rule} held after '{step.display_name}'")
             board.apply(event)
             emit(event)
 

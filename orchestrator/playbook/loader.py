@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.actions import get_action, registry
-from orchestrator.errors import PlaybookError, PlaybookErrors
+from orchestrator.errors import PlaybookError, PlaybookErrors, UserInputError
 from orchestrator.events import StepSection
 from orchestrator.playbook.models import (
     VERDICT_KEYS,
@@ -22,12 +22,13 @@ from orchestrator.playbook.models import (
     StepOptions,
 )
 from orchestrator.playbook.yamlio import Locator, load_yaml, load_yaml_text, validation_errors
-from orchestrator.templating import check_syntax, has_template, iter_strings, referenced_names
+from orchestrator.templating import called_facts, check_syntax, has_template, iter_strings, referenced_names
+from orchestrator.verdicts.registry import fact_named, rule_named
 
 OPTION_KEYS = tuple(f.alias or name for name, f in StepOptions.model_fields.items())
 # Names every template may use without declaring them.
 RUNTIME_NAMES = frozenset(
-    {"inventory_hostname", "host", "hostvars", "env", "session", "playbook", "result", "vars", "hosts"}
+    {"inventory_hostname", "host", "hostvars", "env", "session", "playbook", "result", "vars", "hosts", "fact"}
 )
 #: names only evidence rules see (hypotheses/board.py): the board's states, and the hypothesis a rule decides
 EVIDENCE_NAMES = frozenset({"hypothesis_state", "hypothesis"})
@@ -159,8 +160,12 @@ class _Loader:
                         continue
                     if not isinstance(rule, dict):
                         continue
+                    if rule.get("rule") is not None:
+                        self._check_rule_name(rule, str(hid), (*base, "evidence", hid))
+                        continue
                     if not any(rule.get(k) for k in VERDICT_KEYS):
-                        self.error(f"evidence for {hid!r} needs one of: {', '.join(VERDICT_KEYS)}", (*base, "evidence", hid))
+                        self.error(f"evidence for {hid!r} needs a registered 'rule' or one of: "
+                                   f"{', '.join(VERDICT_KEYS)}", (*base, "evidence", hid))
                     for key in (*VERDICT_KEYS, "because"):
                         if isinstance(rule.get(key), str):
                             self._check_one(rule[key], (*base, "evidence", hid, key), known | EVIDENCE_NAMES,
@@ -168,6 +173,23 @@ class _Loader:
                 name = raw.get("name")
                 if isinstance(name, str):
                     self._check_one(name, (*base, "name"), known, expression=False)
+
+    def _check_rule_name(self, rule: dict[str, Any], hid: str, path: tuple[Any, ...]) -> None:
+        """``{rule: NAME}``: a registered rule that may decide ``hid``, and no expressions beside it."""
+        others = [k for k in (*VERDICT_KEYS, "because") if rule.get(k) is not None]
+        if others:
+            self.error(f"evidence for {hid!r}: give a registered 'rule' or expressions, not both ({', '.join(others)})",
+                       (*path, others[0]))
+        name = rule["rule"]
+        if not isinstance(name, str):
+            return  # the model's own validation says what it should be
+        try:
+            registered = rule_named(name)
+        except UserInputError as exc:
+            self.error(exc.message, (*path, "rule"))
+            return
+        if registered.decides and hid not in registered.decides:
+            self.error(f"verdict rule {name!r} decides {', '.join(registered.decides)}, not {hid!r}", (*path, "rule"))
 
     def _check_one(self, text: str, path: tuple[Any, ...], known: set[str], *, expression: bool) -> None:
         if not expression and not has_template(text):
@@ -181,6 +203,11 @@ class _Loader:
             source = source[2:-2]
         for name in sorted(referenced_names(source, expression=expression) - known):
             self.error(f"undefined variable {name!r}{_suggest(name, known)}", path)
+        for name in sorted(called_facts(source, expression=expression)):
+            try:
+                fact_named(name)
+            except UserInputError as exc:
+                self.error(exc.message, path)
 
 
 def _finish(data: Any, locate: Locator, file: str, extra_names: Iterable[str]) -> Playbook:

@@ -38,10 +38,13 @@ class Hypothesis(BaseModel):
 
 
 class EvidenceRule(BaseModel):
-    """`evidence: {hyp_id: {confirm_if: EXPR, refute_if: EXPR, ...}}` on a step."""
+    """`evidence: {hyp_id: {rule: NAME}}` on a step: a verdict rule registered in code (orchestrator/verdicts/), or
+    a rule written here as expressions, `{hyp_id: {confirm_if: EXPR, refute_if: EXPR, ..., because: TEMPLATE}}`."""
 
     model_config = ConfigDict(extra="forbid")
 
+    rule: str | None = Field(default=None, description="a registered verdict rule (`orchestrator rules` lists "
+                             "them); instead of the *_if expressions")
     confirm_if: str | None = None
     support_if: str | None = None
     refute_if: str | None = None

@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestrator.inventory import Inventory
 from orchestrator.playbook.models import Playbook
+from orchestrator.verdicts.in_templates import TEMPLATE_FUNCTIONS
 
 
 @dataclass
@@ -55,6 +56,7 @@ class VariableState:
             session=self.session,
             playbook={"name": self.playbook.name, "path": self.playbook.path},
             hostvars={h: dict(v) for h, v in inventory_vars.items()},
+            **TEMPLATE_FUNCTIONS,
         )
         return merged
 

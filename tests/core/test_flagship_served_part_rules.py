@@ -11,6 +11,7 @@ from typing import Any
 from orchestrator.hypotheses.board import evaluate_rules
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.templating import evaluate
+from orchestrator.verdicts.in_templates import TEMPLATE_FUNCTIONS
 
 FLAGSHIP = Path(__file__).resolve().parents[2] / "playbooks" / "eagle3.yaml"
 STEP = "Counterfactual served parts"
@@ -35,7 +36,7 @@ def _vars(**over: Any) -> dict[str, Any]:
     base = {"dt": {"failed": False, "decision": "fine"}, "base": _bench(24.0, [(64, 64)] * 4, [1.0, 1.0]),
             "spec": _bench(20.0, [(64, 37), (64, 44), (64, 11), (64, 19)], [1.6, 3.4]), "cf": CF,
             "engine": "lab", "vllm_engines": ["vllm", "lab-vllm"], "fix": {"summary": "config fix", "flags": {}},
-            "fixed_flags": {"speculative-algorithm": "EAGLE3"}}
+            "fixed_flags": {"speculative-algorithm": "EAGLE3"}, **TEMPLATE_FUNCTIONS}
     return {**base, **over}
 
 
@@ -73,7 +74,7 @@ def test_a_recovering_swap_supports_and_only_a_recovered_fix_confirms() -> None:
 
 
 def test_requests_that_do_not_pair_give_no_paired_gain() -> None:
-    from orchestrator.templating import _paired_gain
+    from orchestrator.bench_compare import paired_gain as _paired_gain
 
     a = _bench(1.0, [(64, 20), (64, 30)], [1, 2])
     b = _bench(1.0, [(64, 20), (64, 40)], [1, 2])
@@ -85,7 +86,7 @@ def test_requests_that_do_not_pair_give_no_paired_gain() -> None:
 
 
 def test_vllm_requests_pair_by_their_spec_counters() -> None:
-    from orchestrator.templating import _paired_gain
+    from orchestrator.bench_compare import paired_gain as _paired_gain
 
     def bench(per: list[tuple[int, list[int]]]) -> dict[str, Any]:
         return {"per_request": [{"completion_tokens": 64, "prompt_tokens": 26 + i, "verify_ct": None,

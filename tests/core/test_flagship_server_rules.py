@@ -12,6 +12,7 @@ from typing import Any
 from orchestrator.hypotheses.board import evaluate_rules
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.templating import evaluate, render
+from orchestrator.verdicts.in_templates import TEMPLATE_FUNCTIONS
 
 FLAGSHIP = Path(__file__).resolve().parents[2] / "playbooks" / "eagle3.yaml"
 FLAGS = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 7}
@@ -46,17 +47,15 @@ def _steps() -> dict[str, Any]:
 def _run_sets(steps: dict[str, Any], variables: dict[str, Any]) -> dict[str, Any]:
     for key, value in _playbook().vars.items():
         variables.setdefault(key, value)  # the playbook's own vars (wiring_margin, ...)
-    for name, register in (("The symptom", None), ("Weigh the evidence", "weighed")):
-        values = render(steps[name].args, variables)
-        variables.update(values)
-        if register:
-            variables[register] = values
+    variables.update(TEMPLATE_FUNCTIONS)  # fact(...), as the runner binds it
+    for name in ("The symptom", "Weigh the evidence"):
+        variables.update(render(steps[name].args, variables))
     return variables
 
 
 def test_a_server_that_serves_refutes_server_start() -> None:
     steps = _steps()
-    variables = {"candidate_flags": FLAGS, "fixed_flags": FIXED, "inspect": INSPECT, "dt": DT,
+    variables = {**TEMPLATE_FUNCTIONS, "candidate_flags": FLAGS, "fixed_flags": FIXED, "inspect": INSPECT, "dt": DT,
                  "base_srv": _server(True), "base": _bench(100.0, 1.0), "spec_srv": _server(True),
                  "spec": _bench(80.0, 1.9), "fixed_srv": _server(True), "fixed": _bench(150, 3.5)}
     for name in ("Baseline benchmark", "Speculative benchmark", "Restart with the fix", "Benchmark the fix"):
@@ -84,7 +83,7 @@ def test_a_server_that_cannot_start_confirms_server_start_and_skips_what_needs_i
     steps = _steps()
     failure = {"cause": "unknown_flag", "label": "unknown flag", "reason": "exited", "exit_code": 2,
                "summary": "the server does not accept a flag (unrecognized arguments: --cuda-graph-max-bs-decode 8)"}
-    variables = {"candidate_flags": FLAGS, "fixed_flags": FIXED, "inspect": INSPECT, "dt": DT,
+    variables = {**TEMPLATE_FUNCTIONS, "candidate_flags": FLAGS, "fixed_flags": FIXED, "inspect": INSPECT, "dt": DT,
                  "base_srv": _server(True), "base": _bench(100.0, 1.0), "spec_srv": _server(False, failure)}
     assert evaluate(steps["Speculative benchmark"].when, variables) is False
     assert evaluate(steps["Restart with the fix"].when, variables) is True  # the fixed flags differ
@@ -114,7 +113,7 @@ def test_a_fix_that_only_the_lab_can_serve_is_said_to_be_simulated() -> None:
     verifies the root cause, and the verdict says the fix is simulated, not servable."""
     steps = _steps()
     simulated = {**FIXED, "lab-capture-layers": "0,6,11"}
-    variables = {"candidate_flags": FLAGS, "fixed_flags": simulated, "inspect": INSPECT, "dt": DT,
+    variables = {**TEMPLATE_FUNCTIONS, "candidate_flags": FLAGS, "fixed_flags": simulated, "inspect": INSPECT, "dt": DT,
                  "base_srv": _server(True), "base": _bench(100.0, 1.0), "spec_srv": _server(True),
                  "spec": _bench(80.0, 1.9), "fixed_srv": _server(True), "fixed": _bench(150, 3.5)}
     _run_sets(steps, variables)
@@ -129,7 +128,7 @@ def test_a_fix_that_only_the_lab_can_serve_is_said_to_be_simulated() -> None:
 def test_the_fix_is_weighed_against_the_baseline_paired_by_request_where_the_requests_pair() -> None:
     """Each prompt's length cancels when the two benchmarks sent the same prompts: the fix at 0.9x the baseline on
     every request is slower, though the marginal intervals (prompts of very different lengths) overlap."""
-    from orchestrator.templating import _speed_against
+    from orchestrator.bench_compare import speed_against as _speed_against
 
     rows = [{"prompt_tokens": p, "completion_tokens": 64, "latency": s} for p, s in ((20, 0.5), (400, 2.0), (90, 1.0))]
     base = {"tok_s": 64.0, "tok_s_ci": [20.0, 140.0], "per_request": rows}

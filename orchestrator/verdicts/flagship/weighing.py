@@ -1,0 +1,144 @@
+"""Rules of the final weighing: a static finding is a root cause only when the fix that addresses it recovers, the
+draft is blamed only when nothing else stands, and a flag override or an algorithm is confirmed by its fix
+(the weighing itself is the fact ``weighing``, orchestrator/verdicts/flagship/facts.py)."""
+
+from __future__ import annotations
+
+import json
+
+from orchestrator.verdicts.context import RuleContext
+from orchestrator.verdicts.flagship.text import ci, num
+from orchestrator.verdicts.registry import Verdict, verdict_rule
+
+#: the part of the checkpoint each finding is about, as draft_fix names its blockers
+CHECKPOINT_PARTS = {"lm_head_missing": "lm_head", "d2t_mapping": "d2t", "architecture": "architecture"}
+#: the checkpoint findings that, standing, leave something other than the draft's training to blame
+CHECKPOINT_FAULTS = ("lm_head_missing", "d2t_mapping", "architecture")
+POSITIVE = ("supported", "confirmed")
+
+
+@verdict_rule("checkpoint_finding_fix_recovers", decides=tuple(CHECKPOINT_PARTS),
+              reads=("spec", "fixed", "dt", "rc", "fix", "fixed_srv"))
+def checkpoint_finding_fix_recovers(ctx: RuleContext) -> Verdict | None:
+    """A supported checkpoint finding (random head, wrong d2t, base architecture) leaves a draft that accepts almost
+    nothing: refuted when the server clearly accepts more; confirmed by a served fix that addresses it (its part is
+    not among the fix's blockers) and recovers; otherwise inconclusive, the reason says what the fix did."""
+    if ctx.own_state != "supported":
+        return None
+    w = ctx.fact("weighing")
+    part = CHECKPOINT_PARTS[ctx.hypothesis_id]
+    spec, fixed, dt, rc = ctx.bench("spec"), ctx.bench("fixed"), ctx.draft_test("dt"), ctx.reconcile()
+    if w["served_accepts"]:
+        because = (f"contradicted by the server's measurement: served accept length {num(spec.accept_length)} "
+                   f"{ci(spec.accept_length_ci)} is clearly above the {1 + ctx.margin} of a draft that accepts almost "
+                   "nothing")
+        if dt.registered and dt.server is not None:
+            because += (f" (the draft test on the served wiring: {num(dt.server.tau_serving)} "
+                        f"{ci(dt.server.tau_serving_ci)})")
+        return Verdict("refuted", because)
+    if w["draft_fix_recovered"] and part in w["fix_left"]:
+        because = (f"fix not verified: the served fix left {part} as it was (a blocker no config or flag of this engine "
+                   f"mends) and recovered the accept length {num(spec.accept_length, missing='of nothing')} -> "
+                   f"{num(fixed.accept_length)} {ci(fixed.accept_length_ci)} by what it did change")
+        return Verdict("inconclusive", because)
+    if w["draft_fix_recovered"]:
+        fixed_rc = rc.by_name.get("fixed")
+        before = num(spec.accept_length, missing="nothing (the candidate failed while serving)")
+        return Verdict("confirmed", f"fix verified: the fixed draft {fixed_rc.draft if fixed_rc else None} recovered "
+                                    f"the accept length {before} {ci(spec.accept_length_ci)} -> "
+                                    f"{num(fixed.accept_length)} {ci(fixed.accept_length_ci)}")
+    if fixed.accept_length is not None:
+        spec_rc, fixed_rc = rc.by_name.get("spec"), rc.by_name.get("fixed")
+        same = fixed_rc is not None and fixed_rc.draft == (spec_rc.draft if spec_rc else None)
+        because = (f"fix not verified: the fix served {'the same draft' if same else 'a draft'} and measured "
+                   f"{num(fixed.accept_length)} {ci(fixed.accept_length_ci)} against {spec.accept_length} "
+                   f"{ci(spec.accept_length_ci)}")
+    else:
+        because = "fix not verified: no fix was served and measured"
+    return Verdict("inconclusive", because)
+
+
+@verdict_rule("layer_ids_fix_verified", decides=("layer_id_convention",), reads=("spec", "fixed"))
+def layer_ids_fix_verified(ctx: RuleContext) -> Verdict | None:
+    """The other engine's reading is the wiring the fix serves: confirmed when that fix verified wiring."""
+    if ctx.own_state != "supported":
+        return None
+    spec, fixed = ctx.bench("spec"), ctx.bench("fixed")
+    if ctx.state("wiring") != "confirmed":
+        return Verdict("inconclusive", "fix not verified: the wiring fix did not recover the accept length")
+    before = (f"{num(spec.accept_length)} {ci(spec.accept_length_ci)}" if spec.accept_length is not None
+              else "of a candidate that served nothing")
+    return Verdict("confirmed", f"the fix feeds the other engine's reading and recovered the accept length {before} -> "
+                                f"{num(fixed.accept_length)} {ci(fixed.accept_length_ci)}")
+
+
+@verdict_rule("draft_quality_last_resort", decides=("draft_quality",), reads=("dt", "rc", "spec", "fixed"))
+def draft_quality_last_resort(ctx: RuleContext) -> Verdict | None:
+    """Nothing left to blame but the draft: it accepts almost nothing on every wiring, no checkpoint finding stands,
+    the server measures what the offline test predicts, and no fix recovered it. Refuted when the draft test's best
+    wiring clearly accepts more than 1 + margin. The reason names what to check."""
+    dt, rc = ctx.draft_test("dt"), ctx.reconcile()
+    spec_rc = rc.by_name.get("spec")
+    no_signal = dt.usable and dt.decision == "no_signal"
+    if (no_signal and spec_rc is not None and spec_rc.decision == "reconciled"
+            and all(ctx.state(h) not in POSITIVE for h in CHECKPOINT_FAULTS)
+            and not ctx.fact("weighing")["accept_recovered"]):
+        state = "supported"
+    elif dt.usable and dt.best is not None and dt.best.tau_serving_ci and dt.best.tau_serving_ci[0] is not None \
+            and dt.best.tau_serving_ci[0] > 1 + ctx.margin:
+        state = "refuted"
+    else:
+        return None
+    if no_signal:
+        records = (dt.draft or {}).get("records")
+        target = (dt.target or {}).get("path") or "the target"
+        because = (f"the draft does not predict this target: {dt.verdict}; the server agrees "
+                   f"({spec_rc.verdict if spec_rc is not None else 'not reconciled'}); no checkpoint fault stands and no "
+                   f"fix recovered it. Check: was the training data generated by this target ({target}), the target "
+                   "revision or verifier the draft records"
+                   + (f" ({json.dumps(records, sort_keys=True)})" if records else " (it records none)")
+                   + ", the chat template used in training against the served one, and the training context length "
+                   "against the prompts served")
+    elif dt.usable and dt.best is not None:
+        because = (f"the draft predicts this target on some wiring: best {dt.best.wiring} tau "
+                   f"{num(dt.best.tau_serving)} {ci(dt.best.tau_serving_ci)}")
+    else:
+        because = "the draft test did not run"
+    return Verdict(state, because)  # type: ignore[arg-type]
+
+
+@verdict_rule("flags_override_fix_recovers", decides=("flags_override",), reads=("spec_srv", "spec", "fixed", "dt"))
+def flags_override_fix_recovers(ctx: RuleContext) -> Verdict | None:
+    """An override is the root cause only if the draft itself is fine and correcting the flags recovers the accept
+    length (the seed's red herring: the override was real, and not the cause)."""
+    srv = ctx.server("spec_srv")
+    if not srv.overrides:
+        return None
+    w = ctx.fact("weighing")
+    state = "confirmed" if w["draft_ok"] and w["accept_recovered"] else "inconclusive"
+    spec, fixed, dt = ctx.bench("spec"), ctx.bench("fixed"), ctx.draft_test("dt")
+    if spec.ok and fixed.ok:
+        because = (f"the server changed {', '.join(o.flag for o in srv.overrides)}; the draft offline: "
+                   f"{dt.decision or 'not tested'}; with the fixed flags accept length {num(spec.accept_length)} "
+                   f"{ci(spec.accept_length_ci)} -> {num(fixed.accept_length)} {ci(fixed.accept_length_ci)} "
+                   f"({'recovered' if w['accept_recovered'] else 'not clearly recovered'}, 95% CIs)")
+    else:
+        because = "not measured: a server did not serve"
+    return Verdict(state, because)  # type: ignore[arg-type]
+
+
+@verdict_rule("wrong_algorithm_fix_recovers", decides=("wrong_algorithm",), reads=("spec_srv", "inspect", "spec", "fixed"))
+def wrong_algorithm_fix_recovers(ctx: RuleContext) -> Verdict | None:
+    """--speculative-algorithm EAGLE with an EAGLE-3 draft (fc skipped): confirmed when serving it as EAGLE3
+    recovers the accept length."""
+    algorithm = str(ctx.server("spec_srv").effective.get("speculative_algorithm", "")).upper()
+    if algorithm != "EAGLE" or ctx.inspect().severity.get("architecture") != "info" \
+            or not ctx.fact("weighing")["accept_recovered"]:
+        return None
+    spec, fixed = ctx.bench("spec"), ctx.bench("fixed")
+    if spec.ok and fixed.ok:
+        because = (f"speculative_algorithm EAGLE with an EAGLE-3 draft: fc skipped, accept length {spec.accept_length} "
+                   f"{ci(spec.accept_length_ci)}; with EAGLE3 {num(fixed.accept_length)} {ci(fixed.accept_length_ci)}")
+    else:
+        because = "not measured: a server did not serve"
+    return Verdict("confirmed", because)
