@@ -132,6 +132,14 @@ class Action(ABC, Generic[A]):
         return raw if raw is not None else {}
 
     @classmethod
+    def render_step_args(cls, raw: Any, variables: dict[str, Any]) -> Any:
+        """A step's arguments as written, expanded from their shorthand and rendered by this kind's rules: what the
+        step executes, and what its StepStarted records (one function, so the two cannot differ). Raises
+        TemplateError."""
+        normalized = cls.normalize(raw)
+        return cls.render_args(normalized, variables) if isinstance(normalized, dict) else render(normalized, variables)
+
+    @classmethod
     def render_args(cls, raw: dict[str, Any], variables: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in raw.items():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -127,10 +126,6 @@ def default_inventory() -> Any:
     from orchestrator.lab.inventory import lab_inventory
 
     return lab_inventory()
-
-
-def stderr_is_tty() -> bool:
-    return sys.stderr.isatty()
 
 
 def is_embedded_lab(inv: Any) -> bool:

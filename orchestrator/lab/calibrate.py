@@ -226,12 +226,6 @@ TARGET_ATTEMPTS = 3
 TARGET_SEED_STRIDE = 1000
 
 
-def trained_drafts_of(sc: Scenario) -> list[str]:
-    """The trained drafts (seed-wiring, healthy) a scenario's candidate and fix depend on."""
-    return sorted({d if d in TRAINED_DRAFTS else VARIANT_BASE.get(d, "seed-wiring")
-                   for d in (sc.draft, sc.fixed_draft or sc.draft)})
-
-
 @dataclass(frozen=True)
 class CalibrationSteps:
     """The two expensive steps of the loop (tests put cheap ones in to exercise the escalation)."""

@@ -6,8 +6,9 @@ Python's stdlib), the pinned numerics (orchestrator.lab.train_job) and ``RECIPE_
 code changes what it produces). Training runs in a pinned child process (train_job.run_job). Builds go to a
 temporary directory renamed into place, under a file lock, so concurrent test workers build once.
 
-``TRAINING_CODE`` lists the code that decides what training produces; orchestrator.lab.recipe hashes it with the
-rest of the recipe (``recipe_hash()``).
+``RECIPE_VERSION`` is the training code's version: bump it when a change alters what training produces
+(tests/lab/test_training_recipe.py catches a forgotten bump by training at a reduced size); orchestrator.lab.recipe
+hashes it with the rest of the recipe (``recipe_hash()``). No source text or file path is in any key.
 
 Public API: ``cached_target(...) -> Path``, ``cached_draft(target_dir, *, wiring, ...) -> Path``,
 ``cache_root(cache_dir=None) -> Path``.
@@ -15,7 +16,6 @@ Public API: ``cached_target(...) -> Path``, ``cached_draft(target_dir, *, wiring
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -38,31 +38,27 @@ def cache_root(cache_dir: Path | str | None = None) -> Path:
     return Path(base) / "lab-models"
 
 
-def _digest(payload: dict) -> str:
-    import torch
+#: the libraries whose code trains the lab's models or writes them (the tokenizer, the weights, the configs)
+TRAINING_LIBRARIES = ("torch", "transformers", "tokenizers", "safetensors")
 
-    payload = dict(payload, python=sys.version.split()[0], torch=torch.__version__, version=RECIPE_VERSION,
+
+def training_libraries() -> dict[str, str]:
+    """Each training library's version, without a local build tag (torch 2.13.0+cpu is torch 2.13.0)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in TRAINING_LIBRARIES:
+        try:
+            out[name] = version(name).split("+")[0]
+        except PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def _digest(payload: dict) -> str:
+    payload = dict(payload, python=sys.version.split()[0], libraries=training_libraries(), version=RECIPE_VERSION,
                    numerics={k: v for k, v in pinned_env(1).items() if "THREADS" not in k})
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=list).encode()).hexdigest()[:16]
-
-
-#: the code that decides what training produces (orchestrator/ and remote_probes/ relative to the repository root)
-TRAINING_CODE = ("orchestrator/lab/train.py", "orchestrator/lab/train_job.py", "orchestrator/lab/corpus.py",
-                 "orchestrator/lab/tokenizer_build.py", "orchestrator/lab/draft_io.py",
-                 "remote_probes/eagle3_draft.py")
-
-
-def _code_digest(path: Path) -> str:
-    """The module's code without comments and docstrings (ast.unparse): editing a comment is not a new recipe."""
-    from remote_probes.thread_safe_ast import parse as parse_python
-
-    tree = parse_python(path.read_text())
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
-    return hashlib.sha256(ast.unparse(tree).encode()).hexdigest()
 
 
 def _build_once(final: Path, build: Callable[[Path], Path]) -> Path:

@@ -43,12 +43,12 @@ _NO_MANIFEST = Qwen3Manifest(format=0, built={}, models={})
 
 
 # -- cache and lab directory ---------------------------------------------------------------------------------------
-def _code_hash() -> str:
-    from orchestrator.lab.model_cache import TRAINING_CODE, _code_digest
+def _training_key() -> dict[str, Any]:
+    """What the Qwen3 models' cache keys add to the default lab's (model_cache._digest: RECIPE_VERSION, the training
+    libraries, Python, the pinned numerics): the Qwen3 training code's own version. No source text or path."""
+    from orchestrator.lab.qwen3_train import QWEN3_TRAINING_VERSION
 
-    repo = Path(__file__).resolve().parents[2]
-    return json.dumps({rel: _code_digest(repo / rel) for rel in (*TRAINING_CODE, "orchestrator/lab/qwen3_train.py")},
-                      sort_keys=True)
+    return {"qwen3_training": QWEN3_TRAINING_VERSION}
 
 
 def _shipped_or_trained(final: Path, job: dict[str, Any], progress: ProgressFn | None, from_scratch: bool) -> Path:
@@ -84,7 +84,7 @@ def qwen3_target_entry(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe()) ->
     """Where the Qwen3 target of this recipe, seed and training code lives in the cache (made or not)."""
     from orchestrator.lab.model_cache import _digest, cache_root
 
-    return cache_root() / f"qwen3-{_digest({'qwen3': asdict(recipe), 'seed': seed, 'code': _code_hash()})}" / "target"
+    return cache_root() / f"qwen3-{_digest({'qwen3': asdict(recipe), 'seed': seed, **_training_key()})}" / "target"
 
 
 def qwen3_draft_entry(target_dir: Path, *, wiring: list[int], seed: int = 0,
@@ -93,7 +93,7 @@ def qwen3_draft_entry(target_dir: Path, *, wiring: list[int], seed: int = 0,
     from orchestrator.lab.model_cache import _digest
 
     key = _digest({"wiring": list(wiring), "seed": seed, "recipe": asdict(recipe),
-                   "target": target_dir.parent.name, "code": _code_hash()})
+                   "target": target_dir.parent.name, **_training_key()})
     return target_dir.parent / f"draft-{key}"
 
 

@@ -1,11 +1,10 @@
 """Training of the lab's Qwen3 target and its EAGLE-3 drafts (orchestrator/lab/qwen3_lab.py says why and builds the
 lab from them), in the pinned child process protocol of orchestrator/lab/train_job.py.
 
-Why a module of its own instead of a flag on orchestrator/lab/train.py: train.py, train_job.py and their helpers are
-hashed into the shipped lab's recipe (orchestrator.lab.recipe.recipe_hash); any edit there is a new recipe, so the
-shipped models would no longer match their manifest. This module reuses train.py's pieces (corpus, tokenizer,
-schedule, prompts, aux dataset, the EAGLE-3 draft and its SpecForge layout) and repeats only the two loops, with the
-model class as the one difference; its own code (this file) is hashed into the Qwen3 models' cache key.
+This module reuses train.py's pieces (corpus, tokenizer, schedule, prompts, aux dataset, the EAGLE-3 draft and its
+SpecForge layout) and repeats only the two loops, with the model class as the one difference. Its own version,
+``QWEN3_TRAINING_VERSION``, is in the Qwen3 models' cache keys beside the default lab's RECIPE_VERSION: bump it when
+a change here alters what training produces (tests/lab/test_training_recipe.py catches a forgotten bump).
 
 Public API: ``Qwen3Recipe``, ``QWEN3_DRAFT``, ``train_qwen3_target(...)``, ``train_qwen3_draft(...)``,
 ``run_job(job, progress) -> Path``.
@@ -25,6 +24,9 @@ from typing import Any
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab.train import DraftRecipe, ProgressFn
+
+#: the version of this module's training (the loops): in the Qwen3 models' cache keys
+QWEN3_TRAINING_VERSION = 1
 
 
 @dataclass(frozen=True)

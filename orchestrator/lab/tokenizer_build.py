@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 EOS = "<|endoftext|>"
 
 
@@ -20,7 +18,3 @@ def train_tokenizer(texts: list[str], *, vocab_size: int = 1024):
     tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, unk_token=None,
                                    pad_token=EOS, model_max_length=1 << 30)
-
-
-def save_tokenizer(tokenizer, out_dir: Path) -> None:
-    tokenizer.save_pretrained(str(out_dir))

@@ -13,7 +13,7 @@ from orchestrator.actions import ActionContext, StepFailed
 from orchestrator.errors import HostUnreachable, OrchestratorError, TemplateError
 from orchestrator.events import HostOutcome, StepStatus
 from orchestrator.playbook.models import Step
-from orchestrator.templating import evaluate, render
+from orchestrator.templating import evaluate
 
 if TYPE_CHECKING:
     from orchestrator.runner.playbook_runner import PlaybookRunner
@@ -76,8 +76,7 @@ async def attempt_once(runner: PlaybookRunner, step: Step, action_cls: Any, host
                            duration=round(time.monotonic() - started, 4))
 
     try:
-        rendered = action_cls.render_args(action_cls.normalize(step.args), variables)\
-            if isinstance(step.args, dict) else action_cls.normalize(render(step.args, variables))
+        rendered = action_cls.render_step_args(step.args, variables)
         runner.learn_secret_env(rendered, step.action)
         args = action_cls.Args.model_validate(rendered)
     except TemplateError as exc:

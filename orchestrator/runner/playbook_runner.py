@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import __version__, debuglog
-from orchestrator.actions import StepServices, get_action
+from orchestrator.actions import Action, StepServices, get_action
 from orchestrator.errors import OrchestratorError, TemplateError
 from orchestrator.events import (
     Event,
@@ -39,7 +39,7 @@ from orchestrator.runner.problems import Problems, say_on_stderr
 from orchestrator.runner.shutdown import shut_down
 from orchestrator.runner.sinks import EventSink
 from orchestrator.runner.variables import VariableState
-from orchestrator.templating import evaluate, render
+from orchestrator.templating import evaluate
 from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import TransportFactory, make_transport
 
@@ -348,7 +348,7 @@ class PlaybookRunner:
             # one run over several hosts (a multi-node server): on the first, which uses the rest itself
             hosts = run_hosts = run_hosts[:1]
         self.emit(StepStarted(step_id=step.step_id, name=step.display_name, action=step.action, section=step.section,
-                              hosts=hosts, args=self._safe_args(step, hosts[0]),
+                              hosts=hosts, args=self._safe_args(step, action_cls, hosts[0]),
                               location=str(step.location) if step.location else None, author=author))
         if not run_hosts:
             return self._record(step, "skipped", [HostOutcome(host=h, status="skipped") for h in hosts], started, None, 1)
@@ -408,9 +408,12 @@ class PlaybookRunner:
             "step_id": f"x{self._adhoc_count}", "section": "adhoc",
         })
 
-    def _safe_args(self, step: Step, host: str) -> dict[str, Any]:
+    def _safe_args(self, step: Step, action_cls: type[Action[Any]], host: str) -> dict[str, Any]:
+        """The arguments as ``host`` will run them (the same rendering as the attempt's), or as written when they do
+        not render (the attempt then fails with the template's error)."""
         try:
-            rendered = render(step.args, self.vars.for_host(host if host != CONTROLLER else None))
+            rendered = action_cls.render_step_args(
+                step.args, self.vars.for_host(host if host != CONTROLLER else None))
         except OrchestratorError:
             rendered = step.args
         self.learn_secret_env(rendered, step.action)

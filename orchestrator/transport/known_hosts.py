@@ -241,11 +241,6 @@ def known_hosts_files(spec: ConnectionSpec, configured: Any = None) -> list[Path
     return [Path(DEFAULT_KNOWN_HOSTS).expanduser()]
 
 
-def known_hosts_file(spec: ConnectionSpec, configured: Any = None) -> Path:
-    """The file to record into."""
-    return known_hosts_files(spec, configured)[0]
-
-
 def _hashed_host_is(field: str, pattern: str) -> bool:
     """Whether a hashed host field ``|1|salt|hmac`` hashes ``pattern`` (used to replace our own entries)."""
     try:

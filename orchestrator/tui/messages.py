@@ -8,7 +8,7 @@ one repaint, and events stay in order (an output line never overtakes its step's
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from textual.message import Message
@@ -33,15 +33,6 @@ class StepSelected(Message):
 @dataclass
 class HypothesisSelected(Message):
     hypothesis_id: str
-
-
-@dataclass
-class ActionFailed(Message):
-    """A session command failed: shown in the one error modal."""
-
-    title: str
-    message: str
-    detail: list[Any] = field(default_factory=list)
 
 
 class TuiSink:

@@ -4,6 +4,7 @@ and the sandbox refuses Python internals. Shell steps really run through LocalTr
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,9 @@ async def test_var_arrives_literally_through_the_engine(run_playbook, tmp_path: 
     assert run.engine.vars.shared["out"]["stdout"] == value
     assert run.stdout("s2") == f"[{value}][{value}]"
     assert not canary.exists()
+    # the session records the command that ran, rendered by the same rules (quoted), not another rendering of it
+    started = {e.step_id: e.args for e in run.of_type("step_started")}
+    assert started["s1"]["command"] == "printf '%s' " + shlex.quote(value)
 
 
 async def test_playbook_var_with_newline_and_subshell(run_playbook, tmp_path: Path) -> None:

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.lab import model_cache
 from orchestrator.lab.build import seed_wiring
 from orchestrator.lab.model_cache import cached_draft, cached_target
 from orchestrator.lab.train import DraftRecipe, TargetRecipe
+from tests import training_fingerprint
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -35,6 +37,9 @@ def test_the_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) -> Non
     dfacts = json.loads((draft / "lab_recipe.json").read_text())
     assert dfacts["loss_last"] < dfacts["loss_first"], dfacts
     assert json.loads((draft / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]
+    # the recipe key holds no code: what training produces is held to the fingerprint of this RECIPE_VERSION
+    print(training_fingerprint.check("llama", {"recipe": model_cache.RECIPE_VERSION},
+                                     {"target": target, "draft": draft}))
 
     _serves_losslessly(target, draft, seed_wiring(n), "LlamaForCausalLM")
 
@@ -44,7 +49,7 @@ def test_the_qwen3_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) 
     (tests/lab/test_qwen3_shipped.py) mean CI would otherwise never train it."""
     from dataclasses import asdict
 
-    from orchestrator.lab.qwen3_train import Qwen3Recipe, run_job
+    from orchestrator.lab.qwen3_train import QWEN3_TRAINING_VERSION, Qwen3Recipe, run_job
 
     small = Qwen3Recipe(num_layers=4, corpus_bytes=300_000, steps=30)
     target = run_job({"kind": "target", "seed": 0, "recipe": asdict(small), "out": str(tmp_path / "target")}, None)
@@ -56,6 +61,8 @@ def test_the_qwen3_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) 
                      "recipe": asdict(SMALL_DRAFT), "out": str(tmp_path / "draft")}, None)
     dfacts = json.loads((draft / "lab_recipe.json").read_text())
     assert dfacts["loss_last"] < dfacts["loss_first"], dfacts
+    print(training_fingerprint.check("qwen3", {"recipe": model_cache.RECIPE_VERSION, "qwen3": QWEN3_TRAINING_VERSION},
+                                     {"target": target, "draft": draft}))
     _serves_losslessly(target, draft, wiring, "Qwen3ForCausalLM")
 
 
