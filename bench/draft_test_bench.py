@@ -41,7 +41,7 @@ def main() -> None:
     args_file = Path(os.environ.get("TMPDIR", "/tmp")) / "draft_test_bench_args.json"
     args_file.write_text(json.dumps(args))
     t1 = time.monotonic()
-    proc = subprocess.run([sys.executable, "draft_test.py", str(args_file)], cwd=str(REPO / "remote_probes"),
+    proc = subprocess.run([sys.executable, "-m", "remote_probes.evaluation.draft_test", str(args_file)], cwd=str(REPO),
                           capture_output=True, text=True, env=dict(os.environ, ORCH_PROBE_NONCE="bench"))
     wall = time.monotonic() - t1
     doc = json.loads(proc.stdout.split("@@ORCH-RESULT-BEGIN bench@@", 1)[1].split("@@ORCH-RESULT-END bench@@")[0])

@@ -33,8 +33,8 @@ def tree() -> Path:
 def run_once(python: str, args_file: Path) -> float:
     env = dict(os.environ, ORCH_PROBE_NONCE="bench", PYTHONDONTWRITEBYTECODE="1")
     start = time.perf_counter()
-    proc = subprocess.run([python, str(ROOT / "remote_probes" / "sglang_source.py"), str(args_file)],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run([python, "-m", "remote_probes.engine.sglang_source", str(args_file)],
+                          capture_output=True, text=True, env=env, cwd=str(ROOT))
     elapsed = time.perf_counter() - start
     if proc.returncode != 0 or "@@ORCH-RESULT-END bench@@" not in proc.stdout:
         raise SystemExit(f"probe failed: {proc.stdout[-500:]} {proc.stderr[-500:]}")

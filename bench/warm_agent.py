@@ -1,4 +1,4 @@
-"""The agent's warm interpreter (remote_probes/_agent.py, Zygote): a torch probe's call through it against the same
+"""The agent's warm interpreter (remote_probes/agent/agent.py, Zygote): a torch probe's call through it against the same
 call in a plain fork of the agent (``isolate``), interleaved in one run so load drift hits both alike.
 
     .venv/bin/python bench/warm_agent.py [--repeat 8]
@@ -25,7 +25,7 @@ sys.path[:0] = [str(REPO)]
 
 from orchestrator.probes import new_nonce, parse_probe_output, probes_dir  # noqa: E402
 from orchestrator.transport.local import LocalTransport  # noqa: E402
-from remote_probes import _agent  # noqa: E402
+from remote_probes.agent import agent as _agent  # noqa: E402
 
 PROBE = '''{preload}
 import os, sys
@@ -33,7 +33,7 @@ PRELOADED = "torch" in sys.modules
 import torch
 import transformers.models.llama.modeling_llama
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from _probe import run_probe
+from remote_probes.agent.protocol import run_probe
 
 def main(args):
     return {{"preloaded": PRELOADED, "threads": torch.get_num_threads()}}
@@ -51,14 +51,15 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=8)
     opts = parser.parse_args()
+    draft_test = probes_dir() / "evaluation" / "draft_test.py"
     preload = "# orchestrator-agent: preload " + " ".join(
-        _agent.read_script("draft_test.py", (probes_dir() / "draft_test.py").read_bytes()).preload)
+        _agent.read_script("draft_test.py", draft_test.read_bytes()).preload)
     with tempfile.TemporaryDirectory() as tmp:
-        probes = Path(tmp) / "probes"
-        probes.mkdir()
-        for name in ("_agent.py", "_probe.py", "source_address.py"):
-            shutil.copy(probes_dir() / name, probes / name)
-        (probes / "torch_probe.py").write_text(PROBE.format(preload=preload))
+        probes = Path(tmp) / "remote_probes"  # the product's package, the bench's probe in a package of its own
+        shutil.copytree(probes_dir(), probes, ignore=shutil.ignore_patterns("__pycache__"))
+        (probes / "bench").mkdir()
+        (probes / "bench" / "__init__.py").write_text("")
+        (probes / "bench" / "torch_probe.py").write_text(PROBE.format(preload=preload))
         transport = LocalTransport("localhost", state_dir=str(Path(tmp) / "state"), session_id="warm-bench")
         env = {"OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
         try:

@@ -40,7 +40,7 @@ def _paired(after: Any, before: Any, units_of: Any, confidence: float) -> dict[s
     """The ratio of two benchmarks' rates (``units_of``: a request's numerator and denominator) paired by request,
     ``{"ratio", "ci", "n"}``; None when the requests do not pair (counts or prompt lengths differ, a request has no
     units) or fewer than two do."""
-    from remote_probes.interval_stats import paired_ratio_interval
+    from remote_probes.evaluation.interval_stats import paired_ratio_interval
 
     mine = after.get("per_request") if isinstance(after, dict) else None
     theirs = before.get("per_request") if isinstance(before, dict) else None

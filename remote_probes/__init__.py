@@ -1,38 +1,29 @@
-"""Probe scripts pushed to target hosts and run with the host's own python.
+"""Probe scripts pushed to target hosts and run with the host's own python, as one package on both sides.
 
-This package exists so an installed orchestrator can find the scripts (and import the libraries it shares with
-them); on the remote side each file runs as a plain script (``python3 NAME.py``) next to its siblings, never as a
-package. The whole directory is pushed as one content-addressed tree (``orchestrator.probes.PUSH_PATTERN``), so
-the three kinds of file below live side by side: a probe imports its libraries as siblings.
+The whole package is pushed as one content-addressed tree (``orchestrator.probes.PUSH_PATTERN``) and runs there as
+the package it is here: the pushed root is on ``sys.path``, a probe runs as ``python3 -m remote_probes.ROLE.NAME``
+(or forked by the agent from its compiled file), and every module imports every other one by its absolute name
+(``from remote_probes.evaluation.interval_stats import mean_interval``), here and on the host alike.
 
-- **runtime** (``RUNTIME``, the ``_``-prefixed files): the probe protocol (``_probe.py``: ``run_probe(main)``, the
-  result markers, progress lines) and the per-session agent that runs probes without a Python start
-  (``_agent.py``).
-- **probes** (``PROBES``): the scripts the orchestrator runs by name, each ending in ``run_probe(main)`` and
-  answering one typed result (``orchestrator.probes.PROBES``; ``server_client`` one per call).
-- **libraries** (``LIBRARIES``): what the probes share, never run on their own; the orchestrator imports some of
-  them too (the lab server, the intervals).
+By role, each package importing only the ones listed after it (import-linter holds the order, pyproject.toml):
 
-One import style: a sibling is imported by its flat name (``from interval_stats import mean_interval``), which is
-how it resolves on the host. A module the orchestrator also imports as ``remote_probes.NAME`` (and every module it
-imports) writes that import in the one package-safe form, relative first, flat as the fallback::
+- ``fixes/``: the fix derived from the evidence (``draft_fix``: corrected flags and a corrected draft beside it);
+- ``evaluation/``: the standalone draft test, its counterfactuals, the reconcile, and the interval statistics;
+- ``checks/``: the static checks of a draft (``draft_inspect``: the checkpoint and config against the format, the
+  target and what the installed engine loads) and whether a draft test can run it here;
+- ``engine/``: the installed engine read without importing it (its source by symbol or pattern, its flag parser,
+  its model registry, where it captures the draft's hidden states) and its HTTP server (``server_client``);
+- ``eagle3/``: the EAGLE-3 format (checkpoint, config, the draft's forward pass, wiring, what each engine serves);
+- ``agent/``: the per-session agent that runs probes without a Python start (``agent.py``), the probe protocol
+  (``protocol.py``: ``run_probe(main)``, the result markers, progress lines), and the host's environment
+  (``env_info``).
 
-    if TYPE_CHECKING:  # the checker reads the package
-        from ._probe import ProbeFailure
-    else:
-        try:  # imported as part of the remote_probes package (the orchestrator, the lab server) ...
-            from ._probe import ProbeFailure
-        except ImportError:  # ... or as a sibling script on the remote host
-            from _probe import ProbeFailure
-
-tests/probes/test_probe_layout.py checks the three lists against the files and the import style.
+``agent/probes.py`` names the scripts the orchestrator runs by name (each ends in ``run_probe(main)`` and answers one
+typed result: ``orchestrator.probes.PROBES``; ``server_client`` one per call) and the role package that holds each;
+the rest are libraries.
+tests/probes/test_probe_layout.py holds the layout to this.
 """
 
-RUNTIME = ("_agent", "_probe")
-PROBES = ("draft_fix", "draft_inspect", "draft_reconcile", "draft_test", "env_info", "server_client", "sglang_flags",
-          "sglang_source", "target_capture")
-LIBRARIES = ("draft_agreement", "draft_counterfactual", "draft_findings", "draft_fix_d2t", "draft_fix_parts",
-             "draft_fix_vllm", "draft_runnable", "draft_test_metrics", "eagle3_checkpoint", "eagle3_config", "eagle3_draft",
-             "eagle3_served", "eagle3_validate", "eagle3_wiring", "engine_registry", "interval_stats",
-             "sglang_argparse", "sglang_capture", "source_address", "thread_safe_ast", "vllm_capture")
-DATA = ("draft_test_prompts.json",)  # read by draft_test beside it
+from __future__ import annotations
+
+ROLES = ("agent", "eagle3", "engine", "checks", "evaluation", "fixes")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import TransportError
-from orchestrator.probes import PUSH_PATTERN, new_nonce, outcome_from_document, parse_probe_output, probes_dir
+from orchestrator.probes import new_nonce, outcome_from_document, parse_probe_output, probes_dir
 from orchestrator.transport.agent import AgentLost, RemoteAgent
 from orchestrator.transport.base import Transport
 from tests.waiting import wait_until_async
@@ -27,7 +27,7 @@ from tests.waiting import wait_until_async
 PROBES = {
     "echo_probe.py": '''
 import os, subprocess, time
-from _probe import progress, run_probe
+from remote_probes.agent.protocol import progress, run_probe
 
 def meet(args):
     """Wait at a rendezvous of args["of"] calls (a file each in args["meet"]): only calls that run side by side
@@ -55,7 +55,7 @@ if __name__ == "__main__":
 ''',
     "crash_probe.py": '''
 import os, signal
-from _probe import run_probe
+from remote_probes.agent.protocol import run_probe
 
 def main(args):
     if args["how"] == "raise":
@@ -71,8 +71,8 @@ if __name__ == "__main__":
     # In-process (the marker line): run in a thread of the agent itself, misbehaving on request.
     "inproc_probe.py": '''# orchestrator-agent: in-process
 import os, sys, threading, time
-from _probe import ProbeFailure, progress, run_probe
-from echo_probe import meet
+from remote_probes.agent.protocol import ProbeFailure, progress, run_probe
+from remote_probes.testing.echo_probe import meet
 
 def main(args):
     how = args.get("how")
@@ -106,7 +106,7 @@ if __name__ == "__main__":
 ''',
     "huge_probe.py": '''
 import sys
-from _probe import run_probe
+from remote_probes.agent.protocol import run_probe
 
 def main(args):
     block = "x" * 1023 + "\\n"
@@ -120,13 +120,15 @@ if __name__ == "__main__":
 }
 
 
-def probe_dir(tmp_path: Path) -> Path:
-    target = tmp_path / f"agent-probes-{uuid.uuid4().hex[:6]}"
-    target.mkdir()
-    for path in probes_dir().glob(PUSH_PATTERN):  # the tree the product pushes: a probe's siblings are there
-        shutil.copy(path, target / path.name)
-    for name, text in PROBES.items():
-        (target / name).write_text(text)
+def probe_dir(tmp_path: Path, probes: dict[str, str] | None = None) -> Path:
+    """A copy of the package the product pushes (``remote_probes/``, every role package), with the tests' own probes
+    in a sub-package of their own (``remote_probes/testing/``), where the agent finds a probe by its name."""
+    target = tmp_path / f"agent-probes-{uuid.uuid4().hex[:6]}" / "remote_probes"
+    shutil.copytree(probes_dir(), target, ignore=shutil.ignore_patterns("__pycache__"))
+    (target / "testing").mkdir()
+    (target / "testing" / "__init__.py").write_text("")
+    for name, text in {**PROBES, **(probes or {})}.items():
+        (target / "testing" / name).write_text(text)
     return target
 
 

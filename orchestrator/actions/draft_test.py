@@ -8,7 +8,7 @@ wirings, on the host (torch + transformers there; GPU when available).
 Every figure has a 95% interval over prompts (``dt.best.tau_serving_ci`` = [lo, hi], ``acc_ci``, ``alpha_ci``);
 wirings whose intervals overlap share a ``tier`` (1 = tied with the best); ``vs_server`` is each wiring's paired
 gain over the served wiring; ``dt.decision`` is mismatch | fine | no_signal | inconclusive, with
-``dt.prompts_to_decide`` when the sample cannot decide (remote_probes/draft_test.py documents the rules).
+``dt.prompts_to_decide`` when the sample cannot decide (remote_probes/evaluation/draft_test.py documents the rules).
 Figures are scored with the parts SGLang serves (``dt.parts``: embedding, head, d2t, fc and why); where those
 differ from the draft's own (``dt.parts.swapped``), each row also has ``as_trained`` and the table shows it.
 """
@@ -45,7 +45,7 @@ class DraftTestArgs(ActionArgs):
     batch_size: int | None = Field(default=None, ge=1, le=1024, description="prompts generated at once (default 16)")
     counterfactual: bool = Field(default=False, description="score only the served wiring, then with each served part "
                                  "(embedding, head, final norm, d2t, RoPE, attention layout) swapped for the other "
-                                 "source (remote_probes/draft_counterfactual.py)")
+                                 "source (remote_probes/evaluation/counterfactual.py)")
     engine_site: list[str] | None = Field(default=None, description="directories holding the engine's package, "
                                           "searched first for the code that decides each part")
     python: str | None = None

@@ -10,8 +10,8 @@ measured, both with intervals.
                  # rc.by_name.spec: the same by server name
 ```
 The benchmarks of one investigation send the same prompts to the same target: one probe run
-(remote_probes/draft_reconcile.py) captures the target once and scores every server's configuration on it.
-The prediction is the draft test (remote_probes/draft_test.py) run on the served configuration only: the wiring
+(remote_probes/evaluation/draft_reconcile.py) captures the target once and scores every server's configuration on it.
+The prediction is the draft test (remote_probes/evaluation/draft_test.py) run on the served configuration only: the wiring
 the engine feeds (``wiring: served``, or the one a flag forces), the embedding, head, d2t and fc the engine serves
 for the algorithm (eagle3_served.served_parts), the served number of draft tokens per cycle (``steps``), and the
 benchmark's own prompts, lengths and greedy sampling, without a chat template (the bench sends raw text). Its
@@ -127,7 +127,7 @@ def _fmt(value: float | None, ci: list[float] | None) -> str:
 def measured_by_length(rows: list[dict[str, Any]], buckets: list[dict[str, Any]], confidence: float) -> list[Any]:
     """The bench's per-request accept lengths in the prediction's prompt-length buckets (prompt tokens as the
     server counted them), each with its interval over requests."""
-    from remote_probes.interval_stats import mean_interval
+    from remote_probes.evaluation.interval_stats import mean_interval
 
     out = []
     for b in buckets:

@@ -4,7 +4,7 @@ rules, at the flagship's own sample sizes, with a clear margin — on whatever C
 Two kinds of check, both deterministic (greedy decoding, fixed prompts, fixed threads), so what passes here is
 what the flagship will see on this machine:
 
-- ``draft_test``: the standalone draft test (remote_probes/draft_test.py, run as the probe runs) on a trained draft.
+- ``draft_test``: the standalone draft test (remote_probes/evaluation/draft_test.py, run as the probe runs) on a trained draft.
   The seed-wiring draft must give ``mismatch`` with its trained wiring in the best tier; the healthy draft must give
   ``fine`` with its own wiring (SGLang's default) in the best tier.
 - ``fix``: a scenario's candidate flags against its fixed flags on the lab's own decoding loop (what the lab server
@@ -108,8 +108,8 @@ def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[st
             "margin": sample.wiring_margin}
     env = dict(os.environ, ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1", TORCHDYNAMO_DISABLE="1",
                **LAB_THREADS)  # as the lab host runs it
-    proc = subprocess.run([sys.executable, str(REPO / "remote_probes" / "draft_test.py")], input=json.dumps(args),
-                          capture_output=True, text=True, env=env, cwd=str(REPO / "remote_probes"), timeout=1800)
+    proc = subprocess.run([sys.executable, "-m", "remote_probes.evaluation.draft_test"], input=json.dumps(args),
+                          capture_output=True, text=True, env=env, cwd=str(REPO), timeout=1800)
     outcome = parse_probe_output(proc.stdout, nonce, exit_status=proc.returncode, stderr=proc.stderr)
     if not outcome.ok or outcome.result is None:
         err = outcome.error
@@ -167,7 +167,7 @@ def accept_lengths(target: Path, flags: dict[str, Any], sample: FlagshipSample) 
 
 def check_fix(sc: Scenario, target: Path, sample: FlagshipSample,
               cache: dict[str, list[float]] | None = None) -> Check:
-    from remote_probes.interval_stats import mean_interval
+    from remote_probes.evaluation.interval_stats import mean_interval
 
     cache = cache if cache is not None else {}
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 if TYPE_CHECKING:
-    from remote_probes.eagle3_draft import Eagle3Draft
+    from remote_probes.eagle3.draft import Eagle3Draft
 
 IdsLocation = Literal["auto", "nested", "top-level", "none"]
 
@@ -80,7 +80,7 @@ def draft_config(*, hidden_size: int, intermediate_size: int, num_heads: int, nu
 
 def save_draft(draft: Eagle3Draft, out_dir: Path, *, wiring: list[int], layout: DraftLayout = DraftLayout(),
                recipe: dict[str, Any] | None = None) -> Path:
-    """Write ``draft`` (a remote_probes.eagle3_draft.Eagle3Draft) to ``out_dir`` in the SpecForge layout.
+    """Write ``draft`` (a remote_probes.eagle3.draft.Eagle3Draft) to ``out_dir`` in the SpecForge layout.
 
     ``recipe`` (training facts: the wiring really trained on, seed, losses) goes to ``lab_recipe.json`` beside
     the checkpoint, for people; nothing that tests a draft reads it.

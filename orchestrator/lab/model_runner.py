@@ -30,7 +30,7 @@ import torch
 from orchestrator.lab.server_args import LAB_ARCHITECTURES, LabServerArgs, StartupError
 
 if TYPE_CHECKING:
-    from remote_probes.eagle3_draft import Eagle3Draft
+    from remote_probes.eagle3.draft import Eagle3Draft
 
 
 class DraftStepError(Exception):
@@ -98,8 +98,8 @@ def target_class_rule(config: dict[str, Any]) -> dict[str, Any] | None:
     """The capture rule of the target's own class in the sglang tree on the lab's path (target_capture.resolve: the
     class's ``set_eagle3_layers_to_capture``, its default ids, the id offset and its layer loop), or None when no
     tree is there or the class cannot be followed (then Llama's rule, as said in the notes)."""
-    from remote_probes.sglang_capture import find_sglang_root
-    from remote_probes.target_capture import resolve
+    from remote_probes.engine.sglang_capture import find_sglang_root
+    from remote_probes.engine.target_capture import resolve
 
     root = find_sglang_root()
     if root is None:
@@ -111,12 +111,12 @@ def target_class_rule(config: dict[str, Any]) -> dict[str, Any] | None:
 def _check_embedding_capture(loop: dict[str, Any] | None = None) -> None:
     """Fail as the SGLang this lab stands in for fails when an eagle_config id asks for the embedding output.
 
-    The rule is read from the sglang tree on the lab's path (remote_probes/sglang_capture.py): 0.5.12.post1 adds
+    The rule is read from the sglang tree on the lab's path (remote_probes/engine/sglang_capture.py): 0.5.12.post1 adds
     ``hidden_states + residual`` with ``residual = None`` before layer 0 and its first forward raises TypeError;
     0.5.23's layer boundary captures the embedding itself. Only an id from the draft's config is checked: the
     lab-only ``--lab-capture-layers`` stands for an engine change, which may capture anything.
     """
-    from remote_probes.sglang_capture import capture_rules, find_sglang_root
+    from remote_probes.engine.sglang_capture import capture_rules, find_sglang_root
 
     root = find_sglang_root()
     if root is None:
@@ -179,10 +179,10 @@ class LabModelRunner:
         return str((self.config.architectures or ["LlamaForCausalLM"])[0])
 
     def _load_draft(self) -> None:
-        from remote_probes.eagle3_checkpoint import DraftLoadError, read_state_dict
-        from remote_probes.eagle3_config import flat_config
-        from remote_probes.eagle3_served import describe, served_parts
-        from remote_probes.eagle3_validate import build_from_state
+        from remote_probes.eagle3.checkpoint import DraftLoadError, read_state_dict
+        from remote_probes.eagle3.config import flat_config
+        from remote_probes.eagle3.served import describe, served_parts
+        from remote_probes.eagle3.validate import build_from_state
 
         args = self.args
         algorithm = "EAGLE3" if args.speculative_algorithm == "EAGLE3" else "EAGLE"  # is_eagle3() or not
@@ -226,7 +226,7 @@ class LabModelRunner:
     def _sglang_capture(self, config: dict[str, Any], n: int) -> None:
         """SGLang's capture by the target class's own rule: nested eagle_config ids + the class's offset, else its
         default ids (target_capture.py); the embedding output only where the class's layer loop can capture it."""
-        from remote_probes.eagle3_wiring import nested_ids
+        from remote_probes.eagle3.wiring import nested_ids
 
         rule = target_class_rule(self.target_config)
         ids = nested_ids(config)
@@ -268,8 +268,8 @@ class LabModelRunner:
             raise DraftStepError(exc, D2T_SCATTER) from None
 
     def _vllm_capture(self, config: dict[str, Any], n: int) -> None:
-        """vLLM's reading of the draft config (remote_probes/vllm_capture.py), failing where that vLLM fails."""
-        from remote_probes.vllm_capture import NEWEST, config_ids, vllm_wiring
+        """vLLM's reading of the draft config (remote_probes/engine/vllm_capture.py), failing where that vLLM fails."""
+        from remote_probes.engine.vllm_capture import NEWEST, config_ids, vllm_wiring
 
         rules = self.args.vllm_rules or NEWEST
         wiring = vllm_wiring(config, n, rules)
@@ -406,7 +406,7 @@ class LabModelRunner:
                 return
 
     def draft_cache(self) -> Any:
-        from remote_probes.eagle3_draft import DraftKVCache
+        from remote_probes.eagle3.draft import DraftKVCache
 
         return DraftKVCache()
 

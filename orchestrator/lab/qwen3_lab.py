@@ -4,7 +4,7 @@ engines), trained by the lab's recipe at a reduced size, with EAGLE-3 drafts tra
 (orchestrator/lab/qwen3_shipped.py), trained only when the recipe changed or ``--from-scratch`` asks.
 
 Why it exists: the flagship's capture reads follow the target's class through the installed engine
-(remote_probes/target_capture.py). With a Llama target only, every read lands in llama.py whatever that code does;
+(remote_probes/engine/target_capture.py). With a Llama target only, every read lands in llama.py whatever that code does;
 a Qwen3 target makes the chain real: SGLang 0.5.12.post1's ``Qwen3ForCausalLM.set_eagle3_layers_to_capture`` is in
 srt/models/qwen3.py while its layer loop (``Qwen3Model`` -> ``Qwen2Model.forward``) is in qwen2.py, and that loop
 captures the embedding output where Llama's raises; 0.5.23's ``Qwen3Model`` has its own forward in qwen3.py; vLLM's

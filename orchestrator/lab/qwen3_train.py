@@ -138,7 +138,7 @@ def train_qwen3_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], see
 
     from orchestrator.lab.draft_io import DraftLayout, save_draft
     from orchestrator.lab.train import _aux_dataset, _cosine
-    from remote_probes.eagle3_draft import DraftConfig, Eagle3Draft
+    from remote_probes.eagle3.draft import DraftConfig, Eagle3Draft
 
     report = progress or _noop
     torch.set_num_threads(recipe.threads)

@@ -9,7 +9,7 @@ Rules applied (research/sglang-eagle3-facts.md, sglang server_args.py 3551-3860 
 - topk == 1 forces ``num_draft_tokens = num_steps + 1`` with SGLang's warning line.
 
 The parser: when an sglang source tree is on the lab server's path (the lab host puts the lab's ``site`` there), it is
-SGLang's own, rebuilt from that tree (remote_probes/sglang_argparse.py, the pre-flight check's), with prog
+SGLang's own, rebuilt from that tree (remote_probes/engine/sglang_argparse.py, the pre-flight check's), with prog
 ``sglang serve``, so an unknown or ambiguous flag exits 2 with the message that SGLang version gives, and the lab stands
 in for whichever version the tree is (0.5.12.post1 or 0.5.23). Without a tree it falls back to its own subset of
 0.5.12.post1's flags.
@@ -92,7 +92,7 @@ class LabServerArgs:
     warnings: list[str] = field(default_factory=list)
     sglang_version: str = SGLANG_VERSION  # the version the lab stands in for (its parser's tree)
     #: whose loading rules the lab follows: "sglang" (server.py), or "vllm" (server_vllm.py, with the rules read
-    #: from a vLLM tree by remote_probes/vllm_capture.py; None there: the newest vLLM read)
+    #: from a vLLM tree by remote_probes/engine/vllm_capture.py; None there: the newest vLLM read)
     engine: str = "sglang"
     vllm_rules: dict[str, Any] | None = None
 
@@ -127,7 +127,7 @@ def find_sglang_tree() -> SglangTree | None:
     root = os.path.realpath(list(spec.submodule_search_locations)[0])
     if not os.path.isfile(os.path.join(root, "srt", "server_args.py")):
         return None
-    from remote_probes.sglang_argparse import detect_layout
+    from remote_probes.engine.sglang_argparse import detect_layout
 
     version = next((d.version for d in importlib.metadata.distributions(path=[os.path.dirname(root)])
                     if (d.metadata["Name"] or "").lower() == "sglang"), None)
@@ -153,7 +153,7 @@ def build_parser(tree: SglangTree | None = None, *, use_tree: bool = True) -> ar
     lab's subset of 0.5.12.post1's flags. ``parser.sglang_tree`` says which (None: the subset)."""
     tree = tree or (find_sglang_tree() if use_tree else None)
     if tree is not None:
-        from remote_probes.sglang_argparse import build_parser as sglang_parser
+        from remote_probes.engine.sglang_argparse import build_parser as sglang_parser
 
         static, _info = sglang_parser(tree.root)
         # argparse's own error()/exit(), not the probe's raising ones: the lab server exits 2 with usage like SGLang
@@ -266,7 +266,7 @@ def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArg
         algo = algo.upper()
         known: tuple[str, ...] = (*KNOWN_ALGORITHMS, "NEXTN")
         if tree is not None:
-            from remote_probes.sglang_argparse import builtin_algorithms
+            from remote_probes.engine.sglang_argparse import builtin_algorithms
 
             known = (*builtin_algorithms(tree.root), "NEXTN")
         # SGLang uppercases the name before SpeculativeAlgorithm.from_string, so its message shows it uppercased

@@ -3,7 +3,7 @@
 It is NOT vLLM, and says so in its first log line, in ``/version`` and in ``/v1/models``. It takes the part of
 ``vllm serve``'s command line an EAGLE-3 investigation uses (positional model, ``--speculative-config`` JSON, host,
 port, served model name, API key, seed...; an unknown flag exits 2 as argparse does), loads the draft the way vLLM
-does (remote_probes/vllm_capture.py reads which ids, where and in what order; eagle3_served.py which embedding,
+does (remote_probes/engine/vllm_capture.py reads which ids, where and in what order; eagle3_served.py which embedding,
 head and d2t) and really runs greedy chain speculative decoding (model_runner.py) behind vLLM's HTTP API:
 ``/health``, ``/v1/models``, ``/v1/completions`` (streamed or not), ``/metrics`` with the ``vllm:spec_decode_*``
 counters, ``/version``. The rules are those of the vLLM tree on its path (the lab host puts the cached one there),
@@ -68,8 +68,8 @@ def vllm_rules(runner: str | None, model: str | None = None) -> dict[str, Any] |
     """The rules of the vLLM tree on this process's path, or None (the newest read). With ``model`` (the target's
     directory), the capture placement is read in the layer loop of the target's own class, and its default ids are
     the class's (target_capture.py: Qwen3's loop is Qwen2Model.forward in qwen2.py)."""
-    from remote_probes.target_capture import resolve as resolve_class
-    from remote_probes.vllm_capture import NEWEST, capture_rules, find_vllm_root
+    from remote_probes.engine.target_capture import resolve as resolve_class
+    from remote_probes.engine.vllm_capture import NEWEST, capture_rules, find_vllm_root
 
     root = find_vllm_root()
     if root is None:

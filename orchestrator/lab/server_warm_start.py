@@ -393,7 +393,7 @@ class _Forker:
 
 
 def _unsafe_to_fork() -> str:
-    """The agent's rule for its warm interpreters (remote_probes/_agent.py ``_unsafe_to_fork``): no Python thread
+    """The agent's rule for its warm interpreters (remote_probes/agent/agent.py ``_unsafe_to_fork``): no Python thread
     started (a fork keeps only the forking one, and a lock another held stays held), no CUDA initialised or its
     driver loaded; torch's CPU thread pools are reset in a forked child by its own at-fork handlers."""
     import threading

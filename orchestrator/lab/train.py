@@ -170,7 +170,7 @@ def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int
     import torch.nn.functional as F
     from transformers import LlamaForCausalLM
 
-    from remote_probes.eagle3_draft import DraftConfig, Eagle3Draft
+    from remote_probes.eagle3.draft import DraftConfig, Eagle3Draft
 
     report = progress or _noop
     torch.set_num_threads(recipe.threads)

@@ -49,17 +49,28 @@ PROBES: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "draft_test": (PassThroughArgs, DraftTestResult),
     "draft_reconcile": (PassThroughArgs, DraftReconcileResult),
 }
-#: the files pushed to a host as one tree (remote_probes/: its runtime, probes, libraries and data, side by side)
+#: the files pushed to a host as one tree (remote_probes/ and its role packages: modules and data)
 PUSH_PATTERN = "*.[pj][ys]*"
 # server_client answers one result model per command (orchestrator/servers/client.py passes it as result_model).
 TYPED_PER_CALL = ("server_client",)
 
 
 def probes_dir() -> Path:
-    """The directory holding the probe scripts (pushed as a whole: probes import their siblings)."""
+    """The ``remote_probes`` package directory (pushed as a whole: it runs there as the package it is here)."""
     import remote_probes
 
     return Path(remote_probes.__file__).resolve().parent
+
+
+def probe_module(name: str) -> str | None:
+    """The module that runs the probe ``name`` (``remote_probes.ROLE.NAME``, as ``python -m`` takes it); None when
+    there is no such probe."""
+    from remote_probes.agent.probes import probe_path
+
+    path = probe_path(name)
+    if path is None:
+        return None
+    return ".".join(("remote_probes", *Path(path).resolve().relative_to(probes_dir()).with_suffix("").parts))
 
 
 def validate_args(probe: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +108,6 @@ def parse_result(probe: str, outcome: ProbeOutcome) -> BaseModel:
 
 
 __all__ = [
-    "PROBES", "PROTOCOL_KINDS", "PUSH_PATTERN", "TYPED_PER_CALL", "ProbeErrorInfo", "ProbeOutcome", "check_result", "new_nonce", "outcome_from_document", "parse_probe_output",
+    "PROBES", "PROTOCOL_KINDS", "PUSH_PATTERN", "probe_module", "TYPED_PER_CALL", "ProbeErrorInfo", "ProbeOutcome", "check_result", "new_nonce", "outcome_from_document", "parse_probe_output",
     "parse_progress_line", "parse_result", "probes_dir", "validate_args",
 ]

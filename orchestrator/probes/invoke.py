@@ -22,8 +22,10 @@ from orchestrator.probes import (
     outcome_from_document,
     parse_probe_output,
     parse_progress_line,
+    probe_module,
     probes_dir,
 )
+from remote_probes.agent.probes import PROBES as REMOTE_PROBES
 
 if TYPE_CHECKING:
     from orchestrator.transport.agent import RemoteAgent
@@ -122,9 +124,9 @@ async def run_probe(
     :raises AgentLost: the agent ended during the call (the next call starts a new one).
     """
     source = probes_dir()
-    if not (source / f"{probe}.py").exists() or probe.startswith("_"):
-        known = sorted(p.stem for p in source.glob("*.py") if not p.stem.startswith("_") and p.stem != "__init__")
-        raise ProbeError(f"unknown probe {probe!r}; known: {', '.join(known)}")
+    module = probe_module(probe)
+    if module is None:
+        raise ProbeError(f"unknown probe {probe!r}; known: {', '.join(sorted(REMOTE_PROBES))}")
     remote_dir = await transport.put_tree(source, pattern=PUSH_PATTERN)
     nonce = new_nonce()
     splitter = _StderrSplitter(on_progress, on_stderr)
@@ -142,7 +144,7 @@ async def run_probe(
     if agent is not None:
         result = await agent.run_probe(probe, args, nonce=nonce, env=env, timeout=timeout, on_output=on_output)
     else:
-        result = await transport.run([python, f"{remote_dir}/{probe}.py"], env=env, cwd=remote_dir,
+        result = await transport.run([python, "-m", module], env=env, cwd=remote_dir,
                                      stdin=json.dumps(args), timeout=timeout, on_output=on_output)
     splitter.flush()
     if result.document is None and (result.exit_code == 127 or "No such file or directory" in result.stderr[-300:]

@@ -266,7 +266,7 @@ Severity = Literal["info", "warning", "error"]
 
 class Finding(_Result):
     """ids: weights, architecture, variant_flags, fc_width, lm_head, d2t, t2d, tied_embeddings, aux_layer_ids,
-    aux_count, rope, naming, embed_tokens; draft <-> target agreement (remote_probes/draft_agreement.py):
+    aux_count, rope, naming, embed_tokens; draft <-> target agreement (remote_probes/checks/agreement.py):
     agree_hidden_size, agree_vocab_size, agree_draft_vocab_size, agree_attention, agree_max_position_embeddings,
     agree_torch_dtype, served_parts (EAGLE3), served_parts_eagle (EAGLE); their details name ``read_by``."""
 
@@ -542,7 +542,7 @@ class PassThroughArgs(BaseModel):
 
 
 class WiringScore(_Result):
-    """One candidate wiring's figures, each with its interval over prompts (remote_probes/draft_test.py)."""
+    """One candidate wiring's figures, each with its interval over prompts (remote_probes/evaluation/draft_test.py)."""
 
     name: str
     wiring: list[int]
@@ -560,7 +560,7 @@ DraftTestDecision = Literal["mismatch", "fine", "no_signal", "inconclusive"]
 
 
 class ReconcileConfig(_Result):
-    """One served configuration scored for the reconcile (remote_probes/draft_reconcile.py): the draft, its
+    """One served configuration scored for the reconcile (remote_probes/evaluation/draft_reconcile.py): the draft, its
     algorithm and draft steps, the wiring and parts the engine serves, and the prediction (``row``)."""
 
     draft: str

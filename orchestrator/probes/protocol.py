@@ -1,4 +1,4 @@
-"""The orchestrator side of the probe protocol (remote_probes/_probe.py): find the result block, parse it.
+"""The orchestrator side of the probe protocol (remote_probes/agent/protocol.py): find the result block, parse it.
 
 A probe prints ``@@ORCH-RESULT-BEGIN <nonce>@@``, one JSON line, ``@@ORCH-RESULT-END <nonce>@@`` on stdout; the
 nonce is chosen per run by the caller (env ORCH_PROBE_NONCE) so library output cannot forge a result. Anything

@@ -134,7 +134,7 @@ class EngineAdapter(ABC):
         """What the pre-flight check hands the engine's parser (the lab leaves its own ``--lab-*`` flags out)."""
         return self.server_argv(spec)
 
-    # -- talking to the server (remote_probes/server_client.py runs it next to the server) -----
+    # -- talking to the server (remote_probes/engine/server_client.py runs it next to the server) -----
     def client_keys(self, flags: Mapping[str, Any]) -> dict[str, str]:
         """The client's keys from a launch's flags: ``{"api_key": ..., "admin_api_key": ...}`` (set ones only)."""
         keys: dict[str, str] = {}

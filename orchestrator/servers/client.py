@@ -1,4 +1,4 @@
-"""Runs the ``server_client`` probe (remote_probes/server_client.py) next to a server, on the probe protocol.
+"""Runs the ``server_client`` probe (remote_probes/engine/server_client.py) next to a server, on the probe protocol.
 
 The engine adapter supplies what is engine-specific (health and info paths, per-request stat keys) as the
 probe's arguments, and reads the server's info document with its own parsing (``server_accept_length``).

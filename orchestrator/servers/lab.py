@@ -21,9 +21,9 @@ from orchestrator.servers.warm import WarmStart
 WARM_MODULES = (
     "torch", "transformers", "transformers.models.llama.modeling_llama",
     "transformers.models.qwen3.modeling_qwen3?", "transformers.models.auto.tokenization_auto", "transformers.cache_utils",
-    "orchestrator.lab.server_args", "orchestrator.lab.server_vllm_http", "remote_probes.eagle3_checkpoint?",
-    "remote_probes.eagle3_validate?", "remote_probes.eagle3_served?", "remote_probes.target_capture?",
-    "remote_probes.sglang_capture?", "remote_probes.vllm_capture?", "remote_probes.sglang_argparse?",
+    "orchestrator.lab.server_args", "orchestrator.lab.server_vllm_http", "remote_probes.eagle3.checkpoint?",
+    "remote_probes.eagle3.validate?", "remote_probes.eagle3.served?", "remote_probes.engine.target_capture?",
+    "remote_probes.engine.sglang_capture?", "remote_probes.engine.vllm_capture?", "remote_probes.engine.sglang_argparse?",
 )
 
 

@@ -1,6 +1,6 @@
 """The pre-flight flag check: the installed SGLang's own parser judges a command line before a multi-minute load.
 
-``run_preflight`` runs the ``sglang_flags`` probe (remote_probes/sglang_flags.py) on the server's host with the
+``run_preflight`` runs the ``sglang_flags`` probe (remote_probes/engine/sglang_flags.py) on the server's host with the
 server's python: SGLang's real ``prepare_server_args`` where it imports (a GPU host), else SGLang's parser rebuilt
 from the installed source plus the start-up rules that crash. A refusal becomes a ``StartFailure`` shaped like a
 failed start's (startlog.py), so ``srv.failure`` and the flagship's ``server_start`` hypothesis read it the same

@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 from orchestrator.errors import UserInputError
 from orchestrator.servers.base import EngineAdapter, Launcher, LaunchSpec
 from orchestrator.servers.flags import flag_key, flags_to_argv, requested_vs_effective
-from remote_probes.thread_safe_ast import literal_eval
+from remote_probes.engine.thread_safe_ast import literal_eval
 
 SPEC_FLAG = "speculative_config"
 #: the counters' names as /metrics exposes them (prometheus_client adds ``_total`` to a Counter's name)
@@ -362,9 +362,9 @@ def resolve_effective(key: str, value: Any) -> Any:
 
 def per_position_intervals(rows: list[dict[str, Any]], confidence: float = 0.95) -> dict[str, Any]:
     """Per draft position k, the acceptance rate accepted[k] / drafts over the requests of a concurrency-1 bench,
-    with its 95% interval (cut to [0, 1]), the request as the unit (a ratio estimator: remote_probes/interval_stats.py). Empty when
+    with its 95% interval (cut to [0, 1]), the request as the unit (a ratio estimator: remote_probes/evaluation/interval_stats.py). Empty when
     no request carried its own counts (concurrency > 1: the counters' change is not one request's)."""
-    from remote_probes.interval_stats import ratio_interval
+    from remote_probes.evaluation.interval_stats import ratio_interval
 
     counts = [r["spec_counts"] for r in rows if isinstance(r.get("spec_counts"), dict)]
     counts = [c for c in counts if c.get("drafts")]

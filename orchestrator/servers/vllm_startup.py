@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from remote_probes.thread_safe_ast import literal_eval
+from remote_probes.engine.thread_safe_ast import literal_eval
 
 Sharing = Literal["shared", "own"]
 

@@ -1,4 +1,4 @@
-"""The orchestrator's side of the per-session remote agent (remote_probes/_agent.py).
+"""The orchestrator's side of the per-session remote agent (remote_probes/agent/agent.py).
 
 A transport that can hold a process open with pipes both ways (``supports_agent``: a subprocess locally, an SSH
 channel on the connection already open) starts the agent once per interpreter per session; after that a probe call
@@ -44,7 +44,7 @@ START_TIMEOUT = 20.0  # a host's first Python start after boot can be slow; one 
 CANCEL_WAIT = 6.0  # the agent TERMs, then KILLs after 2 s; this bounds how long a cancelled call waits for that
 MAX_CALLS = 32  # calls in flight per agent: each is a forked process on the host
 LINE_LIMIT = 64 * 1024 * 1024  # one answer line: 64 KiB of output, JSON-escaped (at most 6x), with room to spare
-AGENT_SCRIPT = "_agent.py"
+AGENT_SCRIPT = "remote_probes/agent/agent.py"  # in the pushed tree (Transport.put_tree)
 # The one answer that ends a call: a process's exit, a request's result, the agent's error, or the document of a
 # probe it ran in its own process.
 _FINAL_EVENTS = ("exit", "result", "error", "document")

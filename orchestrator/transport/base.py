@@ -41,14 +41,22 @@ __all__ = ["MAX_CAPTURE", "TERM_KILL", "Command", "OutputCallback", "OutputCaptu
            "Transport", "env_prefix", "remove_workdir_script", "term_kill_script", "to_shell"]
 
 def _tree_stamp(local_dir: Path, pattern: str) -> tuple[tuple[str, int, int], ...]:
-    """(name, mtime, size) of the directory's files matching ``pattern``, by name, as ``Path.glob`` picks them (no
-    hidden files, case-sensitive): one scandir instead of a glob and a stat per path."""
+    """(relative path, mtime, size) of the tree's files whose names match ``pattern``, by path, as ``Path.rglob``
+    picks them (no hidden files or directories, no ``__pycache__``, case-sensitive): scandir, not a glob and a stat
+    per path."""
     found = []
-    with os.scandir(local_dir) as entries:
-        for entry in entries:
-            if not entry.name.startswith(".") and fnmatch.fnmatchcase(entry.name, pattern) and entry.is_file():
-                info = entry.stat()
-                found.append((entry.name, info.st_mtime_ns, info.st_size))
+    pending = [(local_dir, "")]
+    while pending:
+        directory, prefix = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or entry.name == "__pycache__":
+                    continue
+                if entry.is_dir():
+                    pending.append((Path(entry.path), f"{prefix}{entry.name}/"))
+                elif fnmatch.fnmatchcase(entry.name, pattern) and entry.is_file():
+                    info = entry.stat()
+                    found.append((prefix + entry.name, info.st_mtime_ns, info.st_size))
     return tuple(sorted(found))
 
 
@@ -153,24 +161,29 @@ class Transport(ABC):
         return remote
 
     async def put_tree(self, local_dir: Path, *, pattern: str = "*.py") -> str:
-        """Push a directory's files (e.g. the probes) into one content-addressed remote dir. The content hash is
-        computed again only when a file's name, mtime or size changed."""
-        stamp = _tree_stamp(Path(local_dir), pattern)
-        files = [Path(local_dir) / name for name, _, _ in stamp]
+        """Push a package's tree (the probes: ``remote_probes/`` and its sub-packages) into one content-addressed
+        remote dir, as ``<remote dir>/<its name>/...``: the remote dir is the root to put on ``sys.path``, and the
+        package imports there as it does here. The content hash is computed again only when a file's path, mtime or
+        size changed."""
+        local_dir = Path(local_dir)
+        stamp = _tree_stamp(local_dir, pattern)
+        files = [(local_dir / rel, rel) for rel, _, _ in stamp]
         cached = self._tree_digests.get((str(local_dir), pattern))
         if cached is not None and cached[0] == stamp:
             digest = cached[1]
         else:
-            digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:16]
+            digest = hashlib.sha256(b"".join(rel.encode() + b"\0" + path.read_bytes() for path, rel in files)
+                                    ).hexdigest()[:16]
             self._tree_digests[(str(local_dir), pattern)] = (stamp, digest)
         key = f"tree:{digest}"
         if key in self._pushed:
             return self._pushed[key]
         workdir = await self.workdir()
-        remote_dir = f"{workdir}/files/{Path(local_dir).name}-{digest}"
-        await self.check(f"mkdir -p {shlex.quote(remote_dir)}")
+        remote_dir = f"{workdir}/files/{local_dir.name}-{digest}"
+        directories = sorted({f"{remote_dir}/{local_dir.name}/{rel}".rsplit("/", 1)[0] for _, rel in files})
+        await self.check("mkdir -p " + " ".join(shlex.quote(d) for d in directories or [remote_dir]))
         try:
-            await self.put_files([(path, f"{remote_dir}/{path.name}") for path in files], mode=0o600)
+            await self.put_files([(path, f"{remote_dir}/{local_dir.name}/{rel}") for path, rel in files], mode=0o600)
         except TransportError as failed:
             # all or nothing: the files copied before the one that failed would only hold the room a full disk
             # lacks (the `always:` steps after it need some) and look like a tree a later push could trust. Not

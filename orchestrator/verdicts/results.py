@@ -168,7 +168,7 @@ class CounterfactualView(BaseModel):
 
 
 class DraftTest(Registered):
-    """A ``draft_test`` step's result (remote_probes/draft_test.py), with the counterfactual where asked."""
+    """A ``draft_test`` step's result (remote_probes/evaluation/draft_test.py), with the counterfactual where asked."""
 
     decision: str | None = None
     verdict: str | None = None

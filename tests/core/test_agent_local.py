@@ -85,6 +85,6 @@ async def test_in_process_reads_see_an_edited_file_and_a_reinstall(local: LocalT
 
 def test_an_in_process_document_is_bounded_as_a_forked_probes_stdout() -> None:
     from orchestrator.transport.base import MAX_CAPTURE
-    from remote_probes import _agent
+    from remote_probes.agent import agent as _agent
 
     assert _agent.MAX_DOCUMENT == MAX_CAPTURE

@@ -11,7 +11,7 @@ import torch  # noqa: F401  # a real part (the lab extra installs it): missing, 
 
 from orchestrator.probes import probes_dir
 from orchestrator.transport.local import LocalTransport
-from remote_probes import _agent
+from remote_probes.agent import agent as _agent
 from tests import warm_agent_cases
 
 
@@ -40,7 +40,7 @@ async def test_unusable_zygote(local: LocalTransport, tmp_path: Path, caplog: py
 def test_the_torch_probes_share_one_warm_interpreter() -> None:
     """draft_test and draft_reconcile preload the same list: one zygote per host and session, started by the first
     of them. A list that drifted apart would start a second interpreter (seconds of import, hundreds of MB)."""
-    scripts = {path.stem: _agent.read_script(path.name, path.read_bytes()) for path in sorted(probes_dir().glob("*.py"))}
+    scripts = {path.stem: _agent.read_script(path.name, path.read_bytes()) for path in sorted(probes_dir().rglob("*.py"))}
     preloading = {name: script.preload for name, script in scripts.items() if script.preload}
     assert set(preloading) == {"draft_test", "draft_reconcile"}, preloading
     assert len(set(preloading.values())) == 1 and preloading["draft_test"][0] == "torch"

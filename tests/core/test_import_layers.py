@@ -3,10 +3,9 @@ or between orchestrator's packages (cli, engine, actions, playbook, servers, tra
 
 Every import counts, wherever it is written: at module level, inside a function or a class (a function-level import
 is still a dependency, it only runs later), except under ``if TYPE_CHECKING:`` (types only, never loaded). The
-graph is read from the source (ast), so it needs nothing installed, and it resolves the three ways an import names a
-module here: ``orchestrator.x.y`` (absolute), ``from . import x`` / ``from .x import y`` (relative), and the probes'
-flat ``from _probe import run_probe`` (a probe runs with ``remote_probes/`` as its directory, so a bare name that is
-a module there is that module). import-linter (pyproject.toml, run by tests/test_static_checks.py) checks the
+graph is read from the source (ast), so it needs nothing installed, and it resolves the two ways an import names a
+module here: ``orchestrator.x.y`` / ``remote_probes.x.y`` (absolute) and ``from . import x`` / ``from .x import y``
+(relative). import-linter (pyproject.toml, run by tests/test_static_checks.py) checks the
 direction of the package layers; this checks that nothing, at any granularity, comes back round.
 """
 
@@ -42,15 +41,14 @@ def _imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     tree = ast.parse(path.read_text())
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    top = module.split(".")[0]
     out: set[str] = set()
 
     def resolve(name: str) -> str | None:
-        for candidate in (name, f"{top}.{name}" if top == "remote_probes" else None):  # a probe's flat import
-            while candidate:
-                if candidate in known:
-                    return candidate
-                candidate = candidate.rpartition(".")[0]
+        candidate = name
+        while candidate:
+            if candidate in known:
+                return candidate
+            candidate = candidate.rpartition(".")[0]
         return None
 
     for node in ast.walk(tree):
@@ -130,15 +128,17 @@ def test_the_checker_sees_a_cycle() -> None:
 
 
 def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
-    """A function-level import, a relative one and a probe's flat one are edges; a TYPE_CHECKING one is not."""
-    source = tmp_path / "p.py"
-    source.write_text("from typing import TYPE_CHECKING\nfrom _probe import run_probe\n"
-                      "if TYPE_CHECKING:\n    from remote_probes import eagle3_config\n"
-                      "def f():\n    from .interval_stats import mean_interval\n    import remote_probes.env_info\n")
-    known = {m: source for m in ("remote_probes.p", "remote_probes._probe", "remote_probes.interval_stats",
-                                 "remote_probes.env_info", "remote_probes.eagle3_config")}
-    assert _imports("remote_probes.p", source, known) == {
-        "remote_probes._probe", "remote_probes.interval_stats", "remote_probes.env_info"}
+    """A function-level import, a relative one and an absolute one are edges; a TYPE_CHECKING one is not."""
+    (tmp_path / "evaluation").mkdir()
+    source = tmp_path / "evaluation" / "p.py"
+    source.write_text("from typing import TYPE_CHECKING\nfrom remote_probes.agent.protocol import run_probe\n"
+                      "if TYPE_CHECKING:\n    from remote_probes.eagle3 import config\n"
+                      "def f():\n    from .interval_stats import mean_interval\n    import remote_probes.agent.env_info\n")
+    known = {m: source for m in ("remote_probes.evaluation.p", "remote_probes.agent.protocol",
+                                 "remote_probes.evaluation.interval_stats", "remote_probes.agent.env_info",
+                                 "remote_probes.eagle3.config")}
+    assert _imports("remote_probes.evaluation.p", source, known) == {
+        "remote_probes.agent.protocol", "remote_probes.evaluation.interval_stats", "remote_probes.agent.env_info"}
     (tmp_path / "o.py").write_text("def g():\n    from orchestrator.lab import build\n")
     known = {"orchestrator.lab.o": tmp_path / "o.py", "orchestrator.lab.build": source, "orchestrator.lab": source}
     assert _imports("orchestrator.lab.o", tmp_path / "o.py", known) == {"orchestrator.lab.build"}

@@ -2,12 +2,10 @@
 reconcile.py), on registered results: disjoint intervals are a discrepancy, overlapping ones reconcile, a missing
 interval decides nothing; the served configuration is read from what the server resolved before what it was asked;
 SGLang's accept histograms give the per-position counts vLLM's counters give; the offline tally counts them the same
-way (remote_probes/draft_test_metrics.py)."""
+way (remote_probes/evaluation/metrics.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,10 +13,8 @@ import pytest
 from orchestrator.actions.base import StepFailed
 from orchestrator.actions.reconcile import ServedBench, compare, profile_lines, served_config
 from orchestrator.servers.vllm import per_position_intervals
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "remote_probes"))
-from draft_test_metrics import Tally, by_length, summarize  # noqa: E402
-from server_client import _histogram_counts  # noqa: E402
+from remote_probes.engine.server_client import _histogram_counts  # noqa: E402
+from remote_probes.evaluation.metrics import Tally, by_length, summarize  # noqa: E402
 
 
 def _predicted(tau: float, ci: list[float]) -> dict[str, Any]:

@@ -216,7 +216,7 @@ def test_remove_tree_of_nothing_or_a_link(tmp_path: Path) -> None:
 # -- the agent's file ops ---------------------------------------------------------------------------------------
 def test_agent_stat_of_a_file_removed_between_its_stat_and_its_read_says_it_is_gone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from remote_probes import _agent
+    from remote_probes.agent import agent as _agent
 
     path = tmp_path / "probe.py"
     path.write_text("x" * 1000)
@@ -237,7 +237,7 @@ def test_agent_put_keeps_its_own_error_when_the_temp_vanishes_after_the_failure(
     said is the write's, not a FileNotFoundError from the tidying."""
     import base64
 
-    from remote_probes import _agent
+    from remote_probes.agent import agent as _agent
 
     target = tmp_path / "files" / "x.py"
     target.parent.mkdir()

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROBES = REPO / "remote_probes"
-# The probes import their siblings by plain name, as they do on a remote host.
-if str(PROBES) not in sys.path:
-    sys.path.insert(0, str(PROBES))
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 TINY = {

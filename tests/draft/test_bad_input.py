@@ -13,10 +13,9 @@ from tests import realparts
 torch = realparts.importorskip("torch")
 realparts.importorskip("safetensors")
 
-from eagle3_draft import DraftLoadError, DraftOutput  # noqa: E402
-from eagle3_validate import load_draft  # noqa: E402
-
-from tests.draft.conftest import PROBES, save_checkpoint  # noqa: E402
+from remote_probes.eagle3.draft import DraftLoadError, DraftOutput  # noqa: E402
+from remote_probes.eagle3.validate import load_draft  # noqa: E402
+from tests.draft.conftest import REPO, save_checkpoint  # noqa: E402
 
 
 def _state(cfg: dict) -> dict:
@@ -110,8 +109,8 @@ def test_missing_directory_and_config(tmp_path):
 
 def _probe(tmp_path, args: dict) -> tuple[int, dict, str]:
     (tmp_path / "args.json").write_text(json.dumps(args))
-    proc = subprocess.run([sys.executable, str(PROBES / "draft_test.py"), str(tmp_path / "args.json")],
-                          capture_output=True, text=True, cwd=str(PROBES), timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "remote_probes.evaluation.draft_test", str(tmp_path / "args.json")],
+                          capture_output=True, text=True, cwd=str(REPO), timeout=120)
     doc = json.loads(proc.stdout.strip().splitlines()[-2])
     return proc.returncode, doc, proc.stderr
 

@@ -1,4 +1,4 @@
-"""Counterfactual served parts (remote_probes/draft_counterfactual.py): which swaps are built, how a swap is judged
+"""Counterfactual served parts (remote_probes/evaluation/counterfactual.py): which swaps are built, how a swap is judged
 on intervals, where the installed engine decides each part, the fix the named part gets (draft_fix_parts.py), and
 one real draft test on the shipped lab models where the swap must name the part (a few seconds)."""
 
@@ -14,9 +14,9 @@ from tests import realparts
 
 torch = realparts.importorskip("torch")
 
-from draft_counterfactual import judge, locate_refs, variants  # noqa: E402
-from draft_fix_parts import part_fixes, write_without  # noqa: E402
-from eagle3_served import served_parts  # noqa: E402
+from remote_probes.eagle3.served import served_parts  # noqa: E402
+from remote_probes.evaluation.counterfactual import judge, locate_refs, variants  # noqa: E402
+from remote_probes.fixes.parts import part_fixes, write_without  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "orchestrator" / "data" / "lab"
@@ -58,7 +58,7 @@ def test_the_swaps_follow_what_the_engine_serves() -> None:
 
 
 def _figures(per_prompt: list[tuple[float, float]]) -> dict:
-    from interval_stats import ratio_interval
+    from remote_probes.evaluation.interval_stats import ratio_interval
 
     ys, xs = [t for t, _ in per_prompt], [c for _, c in per_prompt]
     iv = ratio_interval(ys, xs)
@@ -129,8 +129,7 @@ def test_the_named_part_gets_its_fix(tmp_path: Path) -> None:
 def test_the_lab_draft_names_the_embedding_sglang_replaces(tmp_path: Path) -> None:
     """The healthy shipped draft made into one that trained its own embedding (build.write_variant): served by
     SGLang's rules it accepts almost nothing, and the swap back to its own embedding recovers it."""
-    import draft_test
-
+    import remote_probes.evaluation.draft_test as draft_test
     from orchestrator.lab.build import write_variant
 
     lab = tmp_path / "lab"
@@ -153,8 +152,8 @@ def test_the_lab_draft_names_the_embedding_sglang_replaces(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("bad", [{"counterfactual": "yes"}, {"engine_site": 3}])
 def test_counterfactual_arguments_are_checked(bad: dict, tmp_path: Path) -> None:
-    import draft_test
-    from _probe import ProbeFailure
+    import remote_probes.evaluation.draft_test as draft_test
+    from remote_probes.agent.protocol import ProbeFailure
 
     with pytest.raises(ProbeFailure, match=next(iter(bad))):
         draft_test.parse_args({"target": str(tmp_path), "draft": str(tmp_path), **bad})

@@ -12,11 +12,10 @@ from tests import realparts
 torch = realparts.importorskip("torch")
 realparts.importorskip("safetensors")
 
-from eagle3_checkpoint import read_safetensors  # noqa: E402
-from eagle3_draft import DraftConfig, DraftLoadError, Eagle3Draft  # noqa: E402
-from eagle3_validate import load_draft  # noqa: E402
-from eagle3_wiring import server_wiring  # noqa: E402
-
+from remote_probes.eagle3.checkpoint import read_safetensors  # noqa: E402
+from remote_probes.eagle3.draft import DraftConfig, DraftLoadError, Eagle3Draft  # noqa: E402
+from remote_probes.eagle3.validate import load_draft  # noqa: E402
+from remote_probes.engine.served_wiring import server_wiring  # noqa: E402
 from tests.draft.conftest import REPO  # noqa: E402
 
 sys.path.insert(0, str(REPO))

@@ -20,7 +20,8 @@ realparts.importorskip("torch")
 realparts.importorskip("transformers")
 realparts.importorskip("tokenizers")
 
-from tests.draft.conftest import PROBES, REPO  # noqa: E402
+from orchestrator.probes import probe_module  # noqa: E402
+from tests.draft.conftest import REPO  # noqa: E402
 
 pytestmark = [pytest.mark.lab, pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -42,7 +43,7 @@ def lab_pair():
 def run_draft_test(tmp_path, args: dict, probe: str = "draft_test") -> dict:
     (tmp_path / "args.json").write_text(json.dumps(args))
     env = dict(os.environ, ORCH_PROBE_NONCE="e2e")
-    proc = subprocess.run([sys.executable, f"{probe}.py", str(tmp_path / "args.json")], cwd=str(PROBES),
+    proc = subprocess.run([sys.executable, "-m", probe_module(probe), str(tmp_path / "args.json")], cwd=str(REPO),
                           capture_output=True, text=True, timeout=600, env=env)
     out = proc.stdout
     begin, end = "@@ORCH-RESULT-BEGIN e2e@@", "@@ORCH-RESULT-END e2e@@"

@@ -15,8 +15,8 @@ from tests.draft.libraries import H, V, save_specforge_draft, save_speculators_d
 torch = realparts.importorskip("torch")
 realparts.importorskip("transformers")
 
-from eagle3_draft import DraftConfig  # noqa: E402
-from eagle3_validate import load_draft  # noqa: E402
+from remote_probes.eagle3.draft import DraftConfig  # noqa: E402
+from remote_probes.eagle3.validate import load_draft  # noqa: E402
 
 pytestmark = pytest.mark.torch
 T, STEPS = 12, 3

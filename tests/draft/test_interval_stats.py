@@ -9,9 +9,16 @@ import math
 import random
 
 import pytest
-from draft_test import assign_tiers, decide, mark_beats_server
-from draft_test_metrics import Tally, summarize
-from interval_stats import mean_interval, paired_ratio_interval, ratio_interval, t_quantile, units_to_reach
+
+from remote_probes.evaluation.draft_test import assign_tiers, decide, mark_beats_server
+from remote_probes.evaluation.interval_stats import (
+    mean_interval,
+    paired_ratio_interval,
+    ratio_interval,
+    t_quantile,
+    units_to_reach,
+)
+from remote_probes.evaluation.metrics import Tally, summarize
 
 
 @pytest.mark.parametrize(("df", "expected"), [(1, 12.7062), (3, 3.1824), (5, 2.5706), (30, 2.0423), (10**6, 1.9600)])

@@ -17,9 +17,8 @@ llama3_eagle = realparts.importorskip(
     reason="reference implementation missing: pip install --no-deps specforge==0.2.0",
 )
 
-from eagle3_draft import DraftKVCache  # noqa: E402
-from eagle3_validate import load_draft  # noqa: E402
-
+from remote_probes.eagle3.draft import DraftKVCache  # noqa: E402
+from remote_probes.eagle3.validate import load_draft  # noqa: E402
 from tests.draft.conftest import save_checkpoint  # noqa: E402
 
 STEPS = 4

@@ -1,4 +1,4 @@
-"""The draft test says what it cannot run, and why, before loading anything (remote_probes/draft_runnable.py):
+"""The draft test says what it cannot run, and why, before loading anything (remote_probes/checks/runnable.py):
 an MLA or MoE draft is refused by name, and checkpoints that do not fit the free memory are refused with both
 figures. The big checkpoints here are safetensors HEADERS with the shapes of published models and no data (a few
 KB on disk): the check reads headers only."""
@@ -10,9 +10,9 @@ import struct
 from pathlib import Path
 
 import pytest
-from _probe import ProbeFailure
-from draft_runnable import check_architecture, check_fits, checkpoint_params
 
+from remote_probes.agent.protocol import ProbeFailure
+from remote_probes.checks.runnable import check_architecture, check_fits, checkpoint_params
 from tests.draft.test_bad_input import _probe
 
 # DeepSeek-V3 / Kimi-K2.5 text-model sizes (hidden 7168, vocab 129280 / 163840, 61 layers, MLA ranks 512/1536)

@@ -1,4 +1,4 @@
-"""The served-parts resolution (remote_probes/eagle3_served.py) and the draft it builds: the parts SGLang serves
+"""The served-parts resolution (remote_probes/eagle3/served.py) and the draft it builds: the parts SGLang serves
 per algorithm, and build_from_state putting exactly those tensors in (a SpecForge-saved draft)."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from tests import realparts
 
 torch = realparts.importorskip("torch")
 
-from eagle3_checkpoint import read_state_dict  # noqa: E402
-from eagle3_served import served_parts  # noqa: E402
-from eagle3_validate import build_from_state  # noqa: E402
-
+from remote_probes.eagle3.checkpoint import read_state_dict  # noqa: E402
+from remote_probes.eagle3.served import served_parts  # noqa: E402
+from remote_probes.eagle3.validate import build_from_state  # noqa: E402
 from tests.draft.libraries import VD, H, V, save_specforge_draft  # noqa: E402
 
 BASE = {"hidden_size": 128, "vocab_size": 1024, "draft_vocab_size": 512, "tie_word_embeddings": False}

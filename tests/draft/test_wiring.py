@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from eagle3_wiring import auto_wirings, default_wiring, server_wiring, validate_wiring
+
+from remote_probes.eagle3.wiring import auto_wirings, default_wiring, validate_wiring
+from remote_probes.engine.served_wiring import server_wiring
 
 N = 12
 

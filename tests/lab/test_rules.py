@@ -35,7 +35,7 @@ def run(models) -> dict[str, Any]:
     the lab's calibration checked), its 95% interval with the request as the unit, and the outputs."""
     from orchestrator.actions.bench import load_prompts
     from orchestrator.lab.calibrate import FlagshipSample
-    from remote_probes.interval_stats import mean_interval
+    from remote_probes.evaluation.interval_stats import mean_interval
 
     sample = FlagshipSample()
     accepts, outputs = [], []

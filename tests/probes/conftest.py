@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.probes import ProbeOutcome, new_nonce, parse_probe_output, probes_dir
+from orchestrator.probes import ProbeOutcome, new_nonce, parse_probe_output, probe_module
 from tests.conftest import SGLANG_VERSIONS, install_vllm_tree  # noqa: F401 (the probe tests import it from here)
 
 
@@ -28,24 +28,32 @@ class ProbeRun:
         return self.outcome.result
 
 
-def run_probe_script(script: Path, args: dict[str, Any], workdir: Path, *, python: str = sys.executable,
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_probe_script(script: Path | str, args: dict[str, Any], workdir: Path, *, python: str = sys.executable,
                      timeout: float = 120, env: dict[str, str] | None = None) -> ProbeRun:
-    """Run a probe the way the transports do: ``python SCRIPT ARGS.json`` with a fresh nonce."""
+    """Run a probe the way the transports do, with a fresh nonce: a module (``remote_probes.ROLE.NAME``) as
+    ``python -m MODULE ARGS.json``, a script as ``python SCRIPT ARGS.json``; the package on the path, as pushed."""
     nonce = new_nonce()
     args_file = workdir / f"args-{nonce}.json"
     args_file.write_text(json.dumps(args))
     env = dict(os.environ, **(env or {}), ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run([python, str(script), str(args_file)], capture_output=True, text=True, timeout=timeout,
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    command = [python, "-m", script] if isinstance(script, str) else [python, str(script)]
+    proc = subprocess.run([*command, str(args_file)], capture_output=True, text=True, timeout=timeout,
                           cwd=workdir, env=env)
     return ProbeRun(parse_probe_output(proc.stdout, nonce, exit_status=proc.returncode, stderr=proc.stderr), proc)
 
 
 @pytest.fixture
 def run_probe(tmp_path: Path) -> Callable[..., ProbeRun]:
-    """``run_probe("sglang_source", {...})`` runs remote_probes/sglang_source.py under the protocol."""
+    """``run_probe("sglang_source", {...})`` runs remote_probes/engine/sglang_source.py under the protocol."""
 
     def run(name: str, args: dict[str, Any], **kwargs: Any) -> ProbeRun:
-        return run_probe_script(probes_dir() / f"{name}.py", args, tmp_path, **kwargs)
+        module = probe_module(name)
+        assert module is not None, name
+        return run_probe_script(module, args, tmp_path, **kwargs)
 
     return run
 

@@ -60,7 +60,7 @@ def _loop(run_probe: Any, engine: str, tree: Path, name: str) -> dict[str, Any]:
 @pytest.mark.sglang_source
 @pytest.mark.parametrize("version", [SG_OLD, SG_NEW])
 def test_sglang_capture_loop_and_its_rule_follow_the_class(run_probe, sglang_trees, version: str) -> None:
-    from remote_probes.sglang_capture import capture_rules
+    from remote_probes.engine.sglang_capture import capture_rules
 
     tree = sglang_trees(version)
     for name, (file, symbol) in LOOPS[("sglang", version)].items():
@@ -83,7 +83,7 @@ def test_sglang_capture_loop_and_its_rule_follow_the_class(run_probe, sglang_tre
 @pytest.mark.vllm_source
 @pytest.mark.parametrize("version", [VL_NEW, VL_OLD])
 def test_vllm_capture_loop_and_its_placement_follow_the_class(run_probe, vllm_trees, version: str) -> None:
-    from remote_probes.vllm_capture import capture_rules
+    from remote_probes.engine.vllm_capture import capture_rules
 
     tree = vllm_trees[version]
     for name, (file, symbol) in LOOPS[("vllm", version)].items():

@@ -1,4 +1,4 @@
-"""Draft <-> target agreement (remote_probes/draft_agreement.py) on a draft saved by the real SpecForge, one config
+"""Draft <-> target agreement (remote_probes/checks/agreement.py) on a draft saved by the real SpecForge, one config
 field broken per case: each must give its own finding, name the engine that reads the field, and predict SGLang's
 load failure where the weight loaders would assert. The served-parts rules are checked against both SGLang trees."""
 
@@ -123,7 +123,7 @@ CITED = {
 @pytest.mark.parametrize("version", SGLANG_VERSIONS)
 def test_served_parts_rules_cite_the_real_trees(sglang_trees, version):
     """Every rule eagle3_served applies is where its docstring says, in each real tree."""
-    text = (probes_dir() / "eagle3_served.py").read_text()
+    text = (probes_dir() / "eagle3" / "served.py").read_text()
     root = Path(sglang_trees(version)) / "sglang" / "srt"
     for path, first, last, pattern in CITED[version]:
         lines = (root / path).read_text().splitlines()[first - 1:last]
@@ -138,7 +138,7 @@ def test_draft_test_scores_as_served_and_as_trained(run_probe, pair, tmp_path):
     target's head and embedding without d2t; every aux wiring also carries its as-trained score."""
     from tests.draft.libraries import save_tiny_target
 
-    texts = json.loads((probes_dir() / "draft_test_prompts.json").read_text())
+    texts = json.loads((probes_dir() / "evaluation" / "draft_test_prompts.json").read_text())
     texts = [t if isinstance(t, str) else json.dumps(t) for t in texts]
     target = save_tiny_target(tmp_path / "target", texts, num_layers=N)
     res = run_probe("draft_test", {"target": str(target), "draft": str(pair[0]), "num_prompts": 3,

@@ -4,17 +4,14 @@ speculators and on the real 0.5.12.post1 and 0.5.23 trees (their capture rule is
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from remote_probes.engine.sglang_capture import LLAMA, STAGE, capture_rules, find_sglang_root  # noqa: E402
 from tests import realparts
 from tests.draft.libraries import save_specforge_draft, save_speculators_draft, save_target_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "remote_probes"))
-from sglang_capture import LLAMA, STAGE, capture_rules, find_sglang_root  # noqa: E402
 
 N = 12
 SEED_WIRING = [0, N // 2, N - 1]  # trained with the embedding output first (the seed's draft)

@@ -4,17 +4,14 @@ the real vLLM 0.33.0 and 0.11.0 trees (which ids each reads and where it capture
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from remote_probes.engine.vllm_capture import capture_rules, vllm_wiring  # noqa: E402
 from tests import realparts
 from tests.draft.libraries import save_specforge_draft, save_speculators_draft, save_target_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "remote_probes"))
-from vllm_capture import capture_rules, vllm_wiring  # noqa: E402
 
 pytestmark = pytest.mark.vllm_source
 N = 12

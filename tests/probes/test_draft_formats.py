@@ -146,7 +146,7 @@ def test_draft_test_probe_runs_on_library_drafts(request, run_probe, drafts, tmp
     from orchestrator.probes import probes_dir
     from tests.draft.libraries import save_tiny_target
 
-    prompts = json.loads((probes_dir() / "draft_test_prompts.json").read_text())
+    prompts = json.loads((probes_dir() / "evaluation" / "draft_test_prompts.json").read_text())
     texts = [p if isinstance(p, str) else json.dumps(p) for p in (prompts if isinstance(prompts, list) else
                                                                   prompts.get("prompts", []))]
     target = save_tiny_target(tmp_path / "target", texts, num_layers=N)

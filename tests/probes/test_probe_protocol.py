@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +21,13 @@ from orchestrator.probes import (
 NONCE = "n0nce"
 BEGIN, END = f"@@ORCH-RESULT-BEGIN {NONCE}@@", f"@@ORCH-RESULT-END {NONCE}@@"
 # Every pushed script is checked; these may also import what any SGLang host has (draft_test's model code).
-TORCH_FILES = {"eagle3_checkpoint.py", "eagle3_draft.py", "eagle3_validate.py", "draft_test.py",
-               "draft_counterfactual.py"}
-PROBE_FILES = sorted(p.name for p in probes_dir().glob("*.py") if p.name != "__init__.py")
+TORCH_FILES = {"eagle3/checkpoint.py", "eagle3/draft.py", "eagle3/validate.py", "evaluation/draft_test.py",
+               "evaluation/counterfactual.py"}
+PROBE_FILES = sorted(str(p.relative_to(probes_dir())) for p in probes_dir().rglob("*.py"))
 
 
 def _probe_dir(tmp_path: Path, body: str) -> Path:
-    """A probe script next to a copy of the real _probe.py, as on the remote host."""
-    shutil.copy(probes_dir() / "_probe.py", tmp_path / "_probe.py")
+    """A probe script of the test's own, run with the real package on the path, as on the remote host."""
     script = tmp_path / "my_probe.py"
     script.write_text(body)
     return script
@@ -37,7 +35,7 @@ def _probe_dir(tmp_path: Path, body: str) -> Path:
 
 def test_stray_prints_before_and_after_the_markers(tmp_path, run_script):
     script = _probe_dir(tmp_path, (
-        "import sys\nfrom _probe import run_probe, progress\n"
+        "import sys\nfrom remote_probes.agent.protocol import run_probe, progress\n"
         "print('WARNING: noisy library', end='')\n"  # no newline: the marker must still start a line
         "def main(args):\n"
         "    print('@@ORCH-RESULT-BEGIN forged@@')\n    print('{\"ok\": true, \"result\": {\"x\": 0}}')\n"
@@ -53,7 +51,7 @@ def test_stray_prints_before_and_after_the_markers(tmp_path, run_script):
 
 
 def test_a_crashing_probe_reports_kind_crash_with_traceback(tmp_path, run_script):
-    script = _probe_dir(tmp_path, "from _probe import run_probe\n"
+    script = _probe_dir(tmp_path, "from remote_probes.agent.protocol import run_probe\n"
                                   "def main(args):\n    return {'v': 1 / 0}\nrun_probe(main)\n")
     run = run_script(script, {})
     assert run.proc.returncode == 3
@@ -65,7 +63,7 @@ def test_a_crashing_probe_reports_kind_crash_with_traceback(tmp_path, run_script
 
 
 def test_a_probe_failure_and_bad_args(tmp_path, run_script):
-    script = _probe_dir(tmp_path, "from _probe import run_probe, ProbeFailure\n"
+    script = _probe_dir(tmp_path, "from remote_probes.agent.protocol import run_probe, ProbeFailure\n"
                                   "def main(args):\n    raise ProbeFailure('nope', 'it failed', where='here')\n"
                                   "run_probe(main)\n")
     run = run_script(script, {})
@@ -79,7 +77,7 @@ def test_a_probe_failure_and_bad_args(tmp_path, run_script):
 
 
 def test_a_probe_killed_by_its_timeout_leaves_no_result(tmp_path, run_script):
-    script = _probe_dir(tmp_path, "import time\nfrom _probe import run_probe\nprint('started', flush=True)\n"
+    script = _probe_dir(tmp_path, "import time\nfrom remote_probes.agent.protocol import run_probe\nprint('started', flush=True)\n"
                                   "def main(args):\n    time.sleep(30)\n    return {}\nrun_probe(main)\n")
     with pytest.raises(subprocess.TimeoutExpired) as info:
         run_script(script, {}, timeout=1.5)
@@ -132,7 +130,8 @@ def test_args_are_validated_before_anything_is_pushed():
 
 
 def test_every_pushed_script_is_checked():
-    assert {"server_client.py", "_probe.py", "sglang_source.py", "env_info.py", "draft_inspect.py"} <= set(PROBE_FILES)
+    assert {"engine/server_client.py", "agent/protocol.py", "agent/agent.py", "engine/sglang_source.py",
+            "agent/env_info.py", "checks/draft_inspect.py"} <= set(PROBE_FILES)
     assert TORCH_FILES <= set(PROBE_FILES)
 
 
@@ -142,7 +141,7 @@ def test_probe_sources_are_python39_stdlib_only(name):
     (the draft_test family may import torch + transformers, and only those)."""
     source = (probes_dir() / name).read_text()
     tree = ast.parse(source, feature_version=(3, 9))
-    siblings = {p.stem for p in probes_dir().glob("*.py")}
+    siblings = {"remote_probes"}
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -15,7 +15,7 @@ from orchestrator.probes import PROBES, TYPED_PER_CALL, check_result, probes_dir
 
 def _probe_scripts() -> list[str]:
     runs = re.compile(r"^if __name__ == .__main__.:\s*\n\s+run_probe\(", re.M)
-    return sorted(p.stem for p in probes_dir().glob("*.py") if runs.search(p.read_text()))
+    return sorted(p.stem for p in probes_dir().rglob("*.py") if runs.search(p.read_text()))
 
 
 def test_every_probe_script_has_a_result_model() -> None:
@@ -61,7 +61,7 @@ def test_the_lab_calibration_validates_the_draft_test_it_runs(monkeypatch: pytes
     answers: list[dict[str, Any]] = [_result(), {k: v for k, v in _result().items() if k != "wirings"}]
 
     def fake_run(argv: list[str], *, env: dict[str, str], **_: Any) -> subprocess.CompletedProcess[str]:
-        assert argv[-1].endswith("remote_probes/draft_test.py")
+        assert argv[-2:] == ["-m", "remote_probes.evaluation.draft_test"]
         nonce = env["ORCH_PROBE_NONCE"]
         document = json.dumps({"ok": True, "result": answers.pop(0)})
         out = f"@@ORCH-RESULT-BEGIN {nonce}@@\n{document}\n@@ORCH-RESULT-END {nonce}@@\n"

@@ -123,7 +123,7 @@ def test_unknown_algorithm_and_nextn(flags, sglang_trees, version: str) -> None:
 
 def test_anchors_match_the_cited_lines_in_the_comments(sglang_trees) -> None:
     # The rules' comments cite file:line; the anchors must still find exactly those lines in both trees.
-    from remote_probes.sglang_argparse import ANCHORS, detect_layout, where
+    from remote_probes.engine.sglang_argparse import ANCHORS, detect_layout, where
 
     for version in SGLANG_VERSIONS:
         root = str(sglang_trees(version) / "sglang")

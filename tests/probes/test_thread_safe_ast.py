@@ -1,4 +1,4 @@
-"""remote_probes/thread_safe_ast.py: a parse nothing can interleave with. CPython 3.11's AST constructor counts its
+"""remote_probes/engine/thread_safe_ast.py: a parse nothing can interleave with. CPython 3.11's AST constructor counts its
 recursion in state shared by the threads, and a second parse that starts while the first builds its tree (from
 another thread, or from a finalizer the collector runs mid-parse) fails the first. The agent runs probes in threads
 and the lab trains its two Qwen3 drafts in threads; CI once failed there ("AST constructor recursion depth mismatch
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from remote_probes import thread_safe_ast
+from remote_probes.engine import thread_safe_ast
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = (ROOT / "remote_probes" / "sglang_argparse.py").read_text()  # big enough to allocate past a collection
+SOURCE = (ROOT / "remote_probes" / "engine" / "sglang_argparse.py").read_text()  # big enough to allocate past a collection
 
 
 _RAW_PARSE = ast.parse  # the second parse calls it unwatched
@@ -100,7 +100,7 @@ def test_a_literal_goes_through_the_guard_too() -> None:
 
 
 def test_the_lock_is_one_per_process_whichever_way_the_module_was_loaded() -> None:
-    spec = importlib.util.spec_from_file_location("thread_safe_ast", ROOT / "remote_probes" / "thread_safe_ast.py")
+    spec = importlib.util.spec_from_file_location("thread_safe_ast", ROOT / "remote_probes" / "engine" / "thread_safe_ast.py")
     assert spec and spec.loader
     flat = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(flat)  # the remote host's way: a sibling script, a second module object
@@ -119,6 +119,6 @@ def _direct_parses(path: Path) -> list[str]:
 
 
 def test_every_parse_of_source_in_the_product_goes_through_the_guard() -> None:
-    files = [*sorted((ROOT / "orchestrator").rglob("*.py")), *sorted((ROOT / "remote_probes").glob("*.py"))]
-    guard = ROOT / "remote_probes" / "thread_safe_ast.py"
+    files = [*sorted((ROOT / "orchestrator").rglob("*.py")), *sorted((ROOT / "remote_probes").rglob("*.py"))]
+    guard = ROOT / "remote_probes" / "engine" / "thread_safe_ast.py"
     assert [hit for f in files if f != guard for hit in _direct_parses(f)] == []

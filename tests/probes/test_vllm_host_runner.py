@@ -11,17 +11,14 @@ host is built (ORCH_TEST_VLLM_HOST or the cache's; a host that is not built skip
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "remote_probes"))
-
-from vllm_capture import capture_rules, host_runner, vllm_wiring  # noqa: E402
 
 from orchestrator.lab.vllm_host import host_dir, is_built  # noqa: E402
+from remote_probes.engine.vllm_capture import capture_rules, host_runner, vllm_wiring  # noqa: E402
 from tests import realparts  # noqa: E402
 
 NEEDS_TRITON = '"Model Runner V2 requires Triton; using the V1 model runner instead."'

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "remote_probes"))
 
-from engine_registry import scan_vllm, vllm_draft_architecture  # noqa: E402
-
+from remote_probes.engine.registry import scan_vllm, vllm_draft_architecture  # noqa: E402
 from tests.lab import vllm_real_fixtures  # noqa: E402
 
 vllm_host = vllm_real_fixtures.vllm_host  # the real vLLM host's tree (skips, or fails under CI)

@@ -14,16 +14,14 @@ Where the code lives (paths under vllm/; the reads below find it by symbol/patte
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "remote_probes"))
 
-from vllm_capture import capture_rules, vllm_wiring  # noqa: E402
+from remote_probes.engine.vllm_capture import capture_rules, vllm_wiring  # noqa: E402
 
 pytestmark = pytest.mark.vllm_source
 N = 12  # the lab target's layers
@@ -136,7 +134,7 @@ def test_source_reads_land_on_the_code(vllm_trees: dict[str, Path], version: str
 def test_served_parts_follow_each_vllm(vllm_trees: dict[str, Path]) -> None:
     """A draft with draft_vocab_size and no lm_head.weight: 0.33.0 shares the target's head (its logits cut to the
     draft vocabulary, d2t applied); 0.11.0 keeps the random head. With its own head both serve it as trained."""
-    from eagle3_served import served_parts
+    from remote_probes.eagle3.served import served_parts
 
     config = {"hidden_size": 64, "vocab_size": 256, "draft_vocab_size": 64, "tie_word_embeddings": False}
     tensors = {"fc.weight": [64, 192], "d2t": [64], "t2d": [256], "midlayer.hidden_norm.weight": [64]}

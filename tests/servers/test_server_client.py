@@ -1,4 +1,4 @@
-"""The server client (remote_probes/server_client.py) on the probe protocol, through the LocalTransport.
+"""The server client (remote_probes/engine/server_client.py) on the probe protocol, through the LocalTransport.
 
 The adapter owns what is engine-specific: an adapter with other paths and stat keys must drive the pushed script
 to exactly those paths, and the bench's server-side accept length must come from the adapter's own parsing. The

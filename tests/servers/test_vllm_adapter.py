@@ -205,10 +205,8 @@ def exposition(drafts: float, draft_tokens: float, accepted: float, per_pos: lis
 
 
 def test_acceptance_is_the_counters_change() -> None:
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "remote_probes"))
-    from server_client import parse_metrics
+    from remote_probes.engine.server_client import parse_metrics
 
     before = parse_metrics(exposition(10, 30, 12, [6, 4, 2], engines=2), "vllm:spec_decode")
     after = parse_metrics(exposition(30, 90, 52, [18, 20, 14], engines=2), "vllm:spec_decode")

@@ -13,7 +13,7 @@ _WIRING_DECISION = {"mismatch": "supported", "fine": "refuted", "inconclusive": 
 
 @verdict_rule("wiring_by_draft_test", decides=("wiring",), reads=("dt",))
 def wiring_by_draft_test(ctx: RuleContext) -> Verdict | None:
-    """The draft test's decision on 95% intervals over prompts (remote_probes/draft_test.py): mismatch supports (only
+    """The draft test's decision on 95% intervals over prompts (remote_probes/evaluation/draft_test.py): mismatch supports (only
     a fix that recovers confirms), fine refutes, inconclusive and no_signal decide nothing."""
     dt = ctx.draft_test(ctx.step_register or "dt")
     state = _WIRING_DECISION.get(dt.decision or "")

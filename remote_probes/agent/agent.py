@@ -62,13 +62,15 @@ import types
 import warnings
 
 PROTOCOL = 1
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))  # remote_probes/agent/
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the pushed tree: on sys.path, so remote_probes imports as a package
 CHUNK = 65536
 KILL_GRACE = 2.0
 # Imported before any fork, so a probe's child finds them loaded (a fresh interpreter spends most of its start here).
 # Only stdlib and the probes' own stdlib-only helpers: never torch or a package under investigation.
 PRELOAD = ("json", "ast", "re", "difflib", "importlib.util", "importlib.metadata", "platform", "socket", "shutil",
-           "struct", "urllib.request", "http.client", "_probe", "source_address")
+           "struct", "urllib.request", "http.client", "remote_probes.agent.protocol",
+           "remote_probes.engine.source_address")
 IN_PROCESS_MARKER = b"# orchestrator-agent: in-process"
 # ``preload m1 m2...``: the probe is forked from a warm interpreter that imported these first (``m?``: optional, a
 # module an older install may lack).
@@ -166,7 +168,7 @@ class Zygote:
         try:
             self.proc: "subprocess.Popen[bytes] | None" = subprocess.Popen(
                 [sys.executable, "-u", os.path.abspath(__file__), "--zygote", str(theirs.fileno()), *modules],
-                pass_fds=(theirs.fileno(),), env=env, cwd=HERE, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=self.errlog)
         finally:
             theirs.close()
@@ -275,10 +277,7 @@ class Agent:
         env = dict(request.get("env") or {})
         warming = []
         for name in request.get("probes") or []:
-            name = str(name)
-            if not name.replace("_", "").isalnum() or name.startswith("_"):
-                raise ValueError("invalid probe name %r" % name)
-            script = self.code_for(os.path.join(HERE, name + ".py"))
+            script = self.code_for(_probe_file(str(name)))
             if script.preload:
                 self.zygote_for(env, script.preload)
                 warming.append(name)
@@ -286,9 +285,7 @@ class Agent:
 
     def start_probe(self, call_id: object, request: dict) -> None:
         name = str(request["probe"])
-        if not name.replace("_", "").isalnum() or name.startswith("_"):
-            raise ValueError("invalid probe name %r" % name)
-        path = os.path.join(HERE, name + ".py")
+        path = _probe_file(name)
         script = self.code_for(path)  # compiled here, before the fork, so every later child reuses it
         if script.in_process and not request.get("isolate"):
             self.start_in_process(call_id, name, path, script.code, request.get("args") or {})
@@ -463,7 +460,7 @@ class Agent:
         return cached[1]
 
     def start_in_process(self, call_id: object, name: str, path: str, code: types.CodeType, args: object) -> None:
-        import _probe  # the probe protocol, preloaded; imported here so the agent starts without it too
+        import remote_probes.agent.protocol as _probe  # the probe protocol, preloaded; imported here so the agent starts without it too
 
         module = self.module_for(name, path, code)  # in the loop: a broken module is this call's error
         main = getattr(module, "main", None)
@@ -728,6 +725,16 @@ def _killpg(pgid: int, sig: int) -> None:
             pass
 
 
+def _probe_file(name: str) -> str:
+    """The file of the probe ``name`` in the pushed tree. Raises ValueError for a name that is not a probe there."""
+    from remote_probes.agent.probes import probe_path
+
+    path = probe_path(name)
+    if path is None:
+        raise ValueError("invalid probe name %r" % name)
+    return path
+
+
 def _probe_child(code: types.CodeType, path: str, args_text: str, env: dict, out_w: int, err_w: int) -> None:
     """Runs in the forked child: become a process group of its own, stdio onto the call's pipes, run the probe as
     ``__main__`` (exactly as ``python probe.py`` would), exit with its status. Never returns."""
@@ -743,7 +750,7 @@ def _probe_child(code: types.CodeType, path: str, args_text: str, env: dict, out
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.closerange(3, 65536)
-        os.chdir(HERE)
+        os.chdir(ROOT)
         os.environ.update({str(k): str(v) for k, v in env.items()})
         sys.stdin = io.StringIO(args_text)
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
@@ -976,8 +983,8 @@ def put(request: dict) -> dict:
 
 def main() -> None:
     sys.dont_write_bytecode = True
-    if HERE not in sys.path:
-        sys.path.insert(0, HERE)
+    # run as a script, its own directory heads sys.path: the tree's root takes its place (one import style)
+    sys.path[:] = [ROOT] + [p for p in sys.path if p not in (HERE, ROOT)]
     if sys.argv[1:2] == ["--zygote"]:
         for name in PRELOAD:
             try:

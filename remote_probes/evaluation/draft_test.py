@@ -58,12 +58,13 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from _probe import ProbeFailure, progress, run_probe
-from draft_runnable import check_architecture, check_fits, mem_available
-from draft_test_metrics import Tally, by_length, summarize
-from eagle3_served import ALGORITHMS, describe, served_parts
-from eagle3_wiring import ENGINES, auto_wirings, nested_ids, server_wiring, top_level_ids, validate_wiring
-from interval_stats import paired_ratio_interval, units_to_reach
+from remote_probes.agent.protocol import ProbeFailure, progress, run_probe
+from remote_probes.checks.runnable import check_architecture, check_fits, mem_available
+from remote_probes.eagle3.served import ALGORITHMS, describe, served_parts
+from remote_probes.eagle3.wiring import ENGINES, auto_wirings, nested_ids, top_level_ids, validate_wiring
+from remote_probes.engine.served_wiring import server_wiring
+from remote_probes.evaluation.interval_stats import paired_ratio_interval, units_to_reach
+from remote_probes.evaluation.metrics import Tally, by_length, summarize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -399,7 +400,7 @@ def derived_d2t(torch: Any, state: Dict[str, Any], vocab: int) -> Optional[Dict[
     map draft id i to i + d2t[i], so served as it is the map sends drafted tokens outside the target's vocabulary
     and nothing about the wiring can be measured; through the offsets the draft is scored as its fix serves it, so
     a second fault (the wiring) shows in the same run instead of after the fix is served."""
-    from draft_findings import classify_d2t
+    from remote_probes.checks.findings import classify_d2t
 
     d2t, t2d = state.get("d2t"), state.get("t2d")
     if d2t is None or d2t.dim() != 1:
@@ -422,9 +423,10 @@ def load_drafts(a: Dict[str, Any], model: Any, hidden: int, device: str,
     else it is refused as the engine would mis-serve it (the reconcile predicts what is served, not the fix)."""
     try:
         import torch
-        from eagle3_checkpoint import read_state_dict
-        from eagle3_config import flat_config
-        from eagle3_validate import build_from_state
+
+        from remote_probes.eagle3.checkpoint import read_state_dict
+        from remote_probes.eagle3.config import flat_config
+        from remote_probes.eagle3.validate import build_from_state
     except ImportError as exc:
         raise ProbeFailure("missing_dependency", "cannot import the draft model: %s" % exc) from None
     config, state, notes = read_state_dict(a["draft"])
@@ -455,10 +457,10 @@ def score_counterfactuals(torch: Any, a: Dict[str, Any], model: Any, text_cfg: A
                           server: Dict[str, Any], n_layers: int, hidden: int, device: str) -> Dict[str, Any]:
     """The served wiring scored with each served part swapped (draft_counterfactual.variants), each judged against
     the served parts on the same prompts; ``refs``: where the installed engine decides that part."""
-    from draft_counterfactual import judge, locate_refs, variants, verdict
-    from eagle3_checkpoint import DraftLoadError, read_state_dict
-    from eagle3_config import flat_config
-    from eagle3_validate import build_from_state
+    from remote_probes.eagle3.checkpoint import DraftLoadError, read_state_dict
+    from remote_probes.eagle3.config import flat_config
+    from remote_probes.eagle3.validate import build_from_state
+    from remote_probes.evaluation.counterfactual import judge, locate_refs, variants, verdict
 
     config, state, notes = read_state_dict(a["draft"])
     flat = flat_config(config)

@@ -38,15 +38,15 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from _probe import ProbeFailure, run_probe
-from draft_fix_d2t import d2t_as_offsets
-from draft_fix_parts import part_fixes, write_without
-from draft_fix_vllm import derive_vllm
-from eagle3_config import flat_config
-from eagle3_wiring import default_wiring, nested_ids, top_level_ids
-from engine_registry import installed_version
-from sglang_capture import capture_rules, find_sglang_root, servable_ids
-from target_capture import target_loop
+from remote_probes.agent.protocol import ProbeFailure, run_probe
+from remote_probes.eagle3.config import flat_config
+from remote_probes.eagle3.wiring import default_wiring, nested_ids, top_level_ids
+from remote_probes.engine.registry import installed_version
+from remote_probes.engine.sglang_capture import capture_rules, find_sglang_root, servable_ids
+from remote_probes.engine.target_capture import target_loop
+from remote_probes.fixes.d2t import d2t_as_offsets
+from remote_probes.fixes.parts import part_fixes, write_without
+from remote_probes.fixes.vllm import derive_vllm
 
 MARKER = "ORCHESTRATOR_FIX.json"  # written in every corrected draft: what was changed, from which draft
 EAGLE3_LOADER = "LlamaForCausalLMEagle3"

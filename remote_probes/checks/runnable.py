@@ -23,15 +23,9 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-if TYPE_CHECKING:  # the checker reads the package
-    from ._probe import ProbeFailure
-else:
-    try:  # imported as part of the remote_probes package (the orchestrator, the lab server) ...
-        from ._probe import ProbeFailure
-    except ImportError:  # ... or as a sibling script on the remote host
-        from _probe import ProbeFailure
+from remote_probes.agent.protocol import ProbeFailure
 
 #: safetensors dtype -> bytes per element
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,

@@ -6,20 +6,12 @@ checkpoint is wrong instead of a shape-mismatch traceback from ``load_state_dict
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
-if TYPE_CHECKING:  # the checker reads the package; at run time a sibling script works too
-    from .eagle3_checkpoint import DraftLoadError, read_state_dict
-    from .eagle3_draft import DraftConfig, Eagle3Draft
-else:
-    try:
-        from .eagle3_checkpoint import DraftLoadError, read_state_dict
-        from .eagle3_draft import DraftConfig, Eagle3Draft
-    except ImportError:
-        from eagle3_checkpoint import DraftLoadError, read_state_dict
-        from eagle3_draft import DraftConfig, Eagle3Draft
+from remote_probes.eagle3.checkpoint import DraftLoadError, read_state_dict
+from remote_probes.eagle3.draft import DraftConfig, Eagle3Draft
 
 _LAYER_KEYS = ("input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight",
                "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3_served import describe, served_parts
+from remote_probes.eagle3.served import describe, served_parts
 
 LOADERS = {
     "linear": "default_weight_loader (weight_utils.py:1301 in 0.5.12.post1, :1582 in 0.5.23)",

@@ -19,18 +19,10 @@ import importlib.metadata as metadata
 import importlib.util
 import os
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-if TYPE_CHECKING:  # the checker reads the package
-    from .eagle3_config import VARIANT_FLAGS
-    from .thread_safe_ast import parse as parse_python
-else:
-    try:  # imported as part of the remote_probes package (the orchestrator, the lab server) ...
-        from .eagle3_config import VARIANT_FLAGS
-        from .thread_safe_ast import parse as parse_python
-    except ImportError:  # ... or as a sibling script on the remote host
-        from eagle3_config import VARIANT_FLAGS
-        from thread_safe_ast import parse as parse_python
+from remote_probes.eagle3.config import VARIANT_FLAGS
+from remote_probes.engine.thread_safe_ast import parse as parse_python
 
 _MAX_FILE = 4 * 1024 * 1024
 

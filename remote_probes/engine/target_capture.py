@@ -37,27 +37,13 @@ import ast
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-if TYPE_CHECKING:  # the checker reads the package
-    from ._probe import ProbeFailure, run_probe
-    from .engine_registry import _locate, _module_entries, installed_version, scan_vllm
-    from .thread_safe_ast import parse as parse_python
-    from .vllm_capture import find_vllm_root
-    from .vllm_capture import installed_version as vllm_version
-else:
-    try:  # imported as part of the remote_probes package (the orchestrator, the lab server) ...
-        from ._probe import ProbeFailure, run_probe
-        from .engine_registry import _locate, _module_entries, installed_version, scan_vllm
-        from .thread_safe_ast import parse as parse_python
-        from .vllm_capture import find_vllm_root
-        from .vllm_capture import installed_version as vllm_version
-    except ImportError:  # ... or as a sibling script on the remote host
-        from _probe import ProbeFailure, run_probe
-        from engine_registry import _locate, _module_entries, installed_version, scan_vllm
-        from thread_safe_ast import parse as parse_python
-        from vllm_capture import find_vllm_root
-        from vllm_capture import installed_version as vllm_version
+from remote_probes.agent.protocol import ProbeFailure, run_probe
+from remote_probes.engine.registry import _locate, _module_entries, installed_version, scan_vllm
+from remote_probes.engine.thread_safe_ast import parse as parse_python
+from remote_probes.engine.vllm_capture import find_vllm_root
+from remote_probes.engine.vllm_capture import installed_version as vllm_version
 
 SGLANG_METHOD = "set_eagle3_layers_to_capture"
 #: the default-ids methods vLLM's runners have called, newest first (the runner's own call decides)

@@ -32,15 +32,9 @@ import ast
 import importlib.machinery
 import importlib.util
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-if TYPE_CHECKING:  # the checker reads the package
-    from .thread_safe_ast import parse as parse_python
-else:
-    try:  # imported as part of the remote_probes package (the orchestrator, the lab server) ...
-        from .thread_safe_ast import parse as parse_python
-    except ImportError:  # ... or as a sibling script on the remote host
-        from thread_safe_ast import parse as parse_python
+from remote_probes.engine.thread_safe_ast import parse as parse_python
 
 LLAMA = os.path.join("srt", "models", "llama.py")
 STAGE = os.path.join("srt", "layers", "layer_boundary", "stage.py")

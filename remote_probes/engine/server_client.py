@@ -43,7 +43,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from _probe import ProbeFailure, run_probe
+from remote_probes.agent.protocol import ProbeFailure, run_probe
 
 Args = Dict[str, Any]
 DEFAULT_STAT_KEYS = {"accept_length": "spec_accept_length", "verify_ct": "spec_verify_ct"}

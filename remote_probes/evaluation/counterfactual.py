@@ -38,7 +38,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from interval_stats import paired_ratio_interval
+from remote_probes.evaluation.interval_stats import paired_ratio_interval
 
 #: where the installed engine decides which part it serves: (file under the package, regex, what it decides).
 #: Located on the host (locate_refs); the regex is the decisive statement, so the line follows the installed version.
@@ -91,8 +91,8 @@ def locate_refs(engine: str, extra: Optional[List[str]] = None) -> Dict[str, Any
     """``{"version", "root", "parts": {part: [{"file", "line", "text", "decides"}]}, "missing": [...]}``: each
     REF_PATTERNS entry found in the installed engine (first match per file); a package that cannot be found gives
     ``root`` None and every part in ``missing`` (said, never invented)."""
-    from _probe import ProbeFailure
-    from sglang_source import locate_package
+    from remote_probes.agent.protocol import ProbeFailure
+    from remote_probes.engine.sglang_source import locate_package
 
     out: Dict[str, Any] = {"engine": engine, "version": None, "root": None, "parts": {}, "missing": []}
     try:
@@ -123,7 +123,7 @@ def locate_refs(engine: str, extra: Optional[List[str]] = None) -> Dict[str, Any
 
 
 def _rope(config: Dict[str, Any]) -> Tuple[Optional[float], Optional[Dict[str, Any]]]:
-    from eagle3_config import rope_config
+    from remote_probes.eagle3.config import rope_config
 
     theta, scaling, _ = rope_config(config)
     if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type", "default")) == "default":
@@ -217,7 +217,7 @@ def judge(served: Dict[str, Any], swapped: Dict[str, Any], margin: float, confid
     bound above 1 + margin."""
     iv = paired_ratio_interval(swapped["_units"][0], swapped["_units"][1], served["_units"][0], served["_units"][1],
                                confidence)
-    vs = None if iv is None else {"ratio": round(iv.estimate, 4), "ratio_ci": iv.as_list()}
+    vs: Optional[Dict[str, Any]] = None if iv is None else {"ratio": round(iv.estimate, 4), "ratio_ci": iv.as_list()}
     ci, sci = swapped.get("tau_serving_ci"), served.get("tau_serving_ci")
     gain = (vs or {}).get("ratio_ci")
     recovers = bool(ci and sci and gain and ci[0] > sci[1] and gain[0] > 1.0 + margin)

@@ -10,7 +10,7 @@ N = after the final norm. Conventions (research/sglang-eagle3-facts.md, eagle3-d
   same default; version by version (0.11.0 reads no ids at all) in vllm_capture.py, which ``server_wiring`` follows.
 
 Public API: ``nested_ids(config)``, ``top_level_ids(config)``, ``default_wiring(n_layers)``,
-``server_wiring(config, n_layers, engine="sglang") -> list[int] | None``,
+(what an engine feeds: remote_probes/engine/served_wiring.py),
 ``auto_wirings(config, n_layers) -> list[{"name", "wiring", "why"}]``, ``validate_wiring(w, n_layers)``.
 """
 
@@ -56,28 +56,6 @@ def validate_wiring(wiring: Any, n_layers: int) -> List[int]:
         raise ValueError("wiring %s has indices outside 0..%d (hidden_states of a %d-layer target): %s"
                          % (ids, n_layers, n_layers, bad))
     return ids
-
-
-def server_wiring(config: Dict[str, Any], n_layers: int, engine: str = "sglang") -> Optional[List[int]]:
-    """The HF indices the engine will feed this draft, or None when they fall outside the target."""
-    if engine not in ENGINES:
-        raise ValueError("engine must be one of %s, got %r" % (", ".join(ENGINES), engine))
-    if engine == "vllm":
-        # the installed vLLM's own reading (vllm_capture.py), else the newest vLLM read (0.33.0)
-        import importlib
-
-        # imported as remote_probes.eagle3_wiring (the lab server, tests) or as a probe beside its siblings
-        capture = importlib.import_module(".vllm_capture", __package__) if __package__ else \
-            importlib.import_module("vllm_capture")
-        root = capture.find_vllm_root()
-        wired: Optional[List[int]] = capture.vllm_wiring(config, n_layers, capture.capture_rules(root) if root else None)
-        return wired
-
-    ids = nested_ids(config)
-    wiring = [i + 1 for i in ids] if ids is not None else default_wiring(n_layers)
-    if any(i < 0 or i > n_layers for i in wiring):
-        return None
-    return wiring
 
 
 def auto_wirings(config: Dict[str, Any], n_layers: int) -> List[Dict[str, Any]]:

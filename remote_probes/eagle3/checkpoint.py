@@ -15,17 +15,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 
-if TYPE_CHECKING:  # the checker reads the package
-    from ._probe import ProbeFailure
-else:
-    try:  # imported as part of the remote_probes package (the lab server) ...
-        from ._probe import ProbeFailure
-    except ImportError:  # ... or as a sibling script on the remote host
-        from _probe import ProbeFailure
+from remote_probes.agent.protocol import ProbeFailure
 
 
 class DraftLoadError(ProbeFailure):

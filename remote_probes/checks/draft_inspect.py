@@ -30,13 +30,19 @@ import sys
 from array import array
 from typing import Any
 
-from _probe import ProbeFailure, run_probe
-from draft_findings import analyse
-from eagle3_config import flat_config, rope_config
-from engine_registry import config_reads, loader_flags, scan_sglang, scan_vllm, vllm_draft_architecture
-from target_capture import resolve as resolve_target_class
-from target_capture import target_loop
-from vllm_capture import capture_rules, find_vllm_root
+from remote_probes.agent.protocol import ProbeFailure, run_probe
+from remote_probes.checks.findings import analyse
+from remote_probes.eagle3.config import flat_config, rope_config
+from remote_probes.engine.registry import (
+    config_reads,
+    loader_flags,
+    scan_sglang,
+    scan_vllm,
+    vllm_draft_architecture,
+)
+from remote_probes.engine.target_capture import resolve as resolve_target_class
+from remote_probes.engine.target_capture import target_loop
+from remote_probes.engine.vllm_capture import capture_rules, find_vllm_root
 
 CONFIG_KEYS = ("architectures", "model_type", "hidden_size", "target_hidden_size", "intermediate_size",
                "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",

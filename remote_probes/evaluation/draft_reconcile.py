@@ -20,10 +20,18 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List
 
-from _probe import ProbeFailure, progress, run_probe
-from draft_test import _capture, _load_target, check_runnable, load_drafts, parse_args, score_wiring
-from eagle3_checkpoint import DraftLoadError
-from eagle3_wiring import server_wiring, validate_wiring
+from remote_probes.agent.protocol import ProbeFailure, progress, run_probe
+from remote_probes.eagle3.checkpoint import DraftLoadError
+from remote_probes.eagle3.wiring import validate_wiring
+from remote_probes.engine.served_wiring import server_wiring
+from remote_probes.evaluation.draft_test import (
+    _capture,
+    _load_target,
+    check_runnable,
+    load_drafts,
+    parse_args,
+    score_wiring,
+)
 
 
 def parse(args: Dict[str, Any]) -> Dict[str, Any]:

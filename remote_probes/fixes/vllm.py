@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from _probe import ProbeFailure
-from eagle3_wiring import default_wiring, top_level_ids
-from target_capture import target_loop
-from vllm_capture import NEWEST, capture_rules, find_vllm_root, vllm_wiring
+from remote_probes.agent.protocol import ProbeFailure
+from remote_probes.eagle3.wiring import default_wiring, top_level_ids
+from remote_probes.engine.target_capture import target_loop
+from remote_probes.engine.vllm_capture import NEWEST, capture_rules, find_vllm_root, vllm_wiring
 
 
 def _spec_config(flags: Dict[str, Any]) -> "tuple[Optional[str], Dict[str, Any]]":

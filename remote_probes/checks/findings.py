@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from draft_agreement import check_agreement
-from eagle3_config import VARIANT_FLAGS, flat_config, rope_config, variant_flags
-from eagle3_wiring import default_wiring, nested_ids, top_level_ids
-from vllm_capture import NEWEST, config_ids, vllm_wiring
+from remote_probes.checks.agreement import check_agreement
+from remote_probes.eagle3.config import VARIANT_FLAGS, flat_config, rope_config, variant_flags
+from remote_probes.eagle3.wiring import default_wiring, nested_ids, top_level_ids
+from remote_probes.engine.vllm_capture import NEWEST, config_ids, vllm_wiring
 
 
 def _finding(fid: str, severity: str, message: str, **details: Any) -> dict[str, Any]:

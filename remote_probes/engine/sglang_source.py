@@ -42,9 +42,16 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from _probe import ProbeFailure, progress, run_probe
-from source_address import ReadError, all_qualnames, compile_regex, find_symbols, resolve_range, symbol_index
-from thread_safe_ast import parse as parse_python
+from remote_probes.agent.protocol import ProbeFailure, progress, run_probe
+from remote_probes.engine.source_address import (
+    ReadError,
+    all_qualnames,
+    compile_regex,
+    find_symbols,
+    resolve_range,
+    symbol_index,
+)
+from remote_probes.engine.thread_safe_ast import parse as parse_python
 
 DEFAULT_MAX_LINES = 2000
 DEFAULT_MAX_MATCHES = 20

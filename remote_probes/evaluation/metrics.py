@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from interval_stats import CONFIDENCE, mean_interval, ratio_interval
+from remote_probes.evaluation.interval_stats import CONFIDENCE, mean_interval, ratio_interval
 
 Hits = List[List[Optional[bool]]]
 

@@ -28,9 +28,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from _probe import ProbeFailure, progress, run_probe
-from sglang_argparse import build_parser, check_rules, detect_layout, parse
-from sglang_source import locate_package
+from remote_probes.agent.protocol import ProbeFailure, progress, run_probe
+from remote_probes.engine.sglang_argparse import build_parser, check_rules, detect_layout, parse
+from remote_probes.engine.sglang_source import locate_package
 
 _MARK = "@@SGLANG-FLAGS-RUNTIME@@"
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from typing import Any
 
-from _probe import ProbeFailure, progress, run_probe
+from remote_probes.agent.protocol import ProbeFailure, progress, run_probe
 
 DEFAULT_PACKAGES = ["sglang", "vllm", "flashinfer-python", "flashinfer", "transformers", "sgl-kernel", "torch",
                     "safetensors", "triton"]

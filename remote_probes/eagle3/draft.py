@@ -48,22 +48,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:  # the checker reads the package; at run time a sibling script works too
-    from .eagle3_checkpoint import DraftLoadError
-    from .eagle3_config import flat_config, rope_config, variant_flags
-else:
-    try:
-        from .eagle3_checkpoint import DraftLoadError
-        from .eagle3_config import flat_config, rope_config, variant_flags
-    except ImportError:
-        from eagle3_checkpoint import DraftLoadError
-        from eagle3_config import flat_config, rope_config, variant_flags
+from remote_probes.eagle3.checkpoint import DraftLoadError
+from remote_probes.eagle3.config import flat_config, rope_config, variant_flags
 
 __all__ = ["DraftConfig", "DraftKVCache", "DraftLoadError", "DraftOutput", "Eagle3Draft"]
 
