@@ -1,7 +1,7 @@
 """The remote agent's cases, run over each transport (tests/core/test_agent_local.py, tests/ssh/test_agent_over_ssh.py):
 the same code serves both, so the same cases must hold on both.
 
-The cases push a probe directory of their own: the real _agent.py and _probe.py beside small probes that misbehave
+The cases push a probe directory of their own: a copy of the real package (its agent and protocol) with small probes that misbehave
 on request (crash, hang with a child, print a lot), which remote_probes/ rightly does not ship.
 """
 
@@ -262,7 +262,7 @@ async def case_close_leaves_nothing(transport: Transport, tmp_path: Path) -> Non
     (ended,) = await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 15)
     # Either the agent's last answer (the call's group died of the TERM) or, had it gone first, AgentLost.
     assert isinstance(ended, AgentLost) or ended[1].exit_code == -signal.SIGTERM, ended
-    assert await wait_until(lambda: not pgrep(f"sleep 8{mark}") and not pgrep(f"{remote}/_agent.py"), 10), \
+    assert await wait_until(lambda: not pgrep(f"sleep 8{mark}") and not pgrep(f"{remote}/remote_probes/agent/agent.py"), 10), \
         (pgrep(mark), pgrep(remote))
 
 

@@ -4,7 +4,7 @@ A probe that declares ``# orchestrator-agent: preload torch`` is forked from an 
 once; these cases check that its children see what a plain fork's see (torch ops, torch.get_num_threads() under the
 call's OMP_NUM_THREADS, the call's env, its own process group), that nothing outlives the agent however it ends, and
 that an interpreter that cannot be used is said and counted while its calls run in a plain fork. Real torch, real
-forks; the probes are small ones of the tests' own, beside the real _agent.py and _probe.py.
+forks; the probes are small ones of the tests' own, in a copy of the real package (tests/agent_cases.py probe_dir).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ async def case_warm_close_mid_call_leaves_nothing(transport: Transport, tmp_path
     (ended,) = await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 15)
     assert isinstance(ended, AgentLost) or ended[1].exit_code == -signal.SIGTERM, ended
     assert await wait_until(lambda: not pgrep(f"sleep 8{mark}") and not alive(zygote_pid)
-                            and not pgrep(f"{remote}/_agent.py"), 15), (pgrep(mark), pgrep(remote))
+                            and not pgrep(f"{remote}/remote_probes/agent/agent.py"), 15), (pgrep(mark), pgrep(remote))
 
 
 async def case_unusable_zygote_is_said_counted_and_forks_plainly(transport: Transport, tmp_path: Path,

@@ -44,7 +44,7 @@ def test_tables_cover_every_value() -> None:
     assert set(HYP_STYLE) == set(STATE_STYLE) == set(STATE_MARK) == set(HYPOTHESIS_STATES)
     assert set(STATUS_GLYPH) == set(get_args(RowStatus))
     assert set(SERVER_STYLE) == set(get_args(ServerState))
-    assert set(RULE_STATE) == set(VERDICT_KEYS) == set(EvidenceRule.model_fields) - {"because"}
+    assert set(RULE_STATE) == set(VERDICT_KEYS) == set(EvidenceRule.model_fields) - {"because", "rule"}
 
 
 def test_every_known_type_has_a_class_and_a_server_state() -> None:

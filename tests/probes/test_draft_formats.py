@@ -165,16 +165,9 @@ def test_draft_test_probe_runs_on_library_drafts(request, run_probe, drafts, tmp
 def test_fallback_names_are_the_real_eagle3_loaders(sglang_trees, version):
     """Without an installed SGLang the architecture check falls back to KNOWN_SGLANG_EAGLE3: it must be exactly
     what each real tree registers from its *eagle3* modules; and Eagle3DraftModel is registered by neither."""
-    import sys
+    from remote_probes.checks.findings import KNOWN_SGLANG_EAGLE3
+    from remote_probes.engine.registry import scan_sglang
 
-    from orchestrator.probes import probes_dir
-
-    sys.path.insert(0, str(probes_dir()))
-    try:
-        from draft_findings import KNOWN_SGLANG_EAGLE3
-        from engine_registry import scan_sglang
-    finally:
-        sys.path.remove(str(probes_dir()))
     reg = scan_sglang([str(sglang_trees(version))])
     assert reg is not None and reg["version"] == version and not reg["unresolved"]
     eagle3 = {a for a, m in reg["architectures"].items() if "eagle3" in m.rsplit("/", 1)[-1]}

@@ -189,7 +189,7 @@ steps:
     leaks = [str(p) for p in files if KEY.encode() in p.read_bytes()]
     assert leaks == []
     assert KEY not in screen.getvalue()
-    probe_calls = [c for c in commands if "server_client.py" in c]
+    probe_calls = [c for c in commands if "remote_probes.engine.server_client" in c]
     assert len(probe_calls) >= 8 and not [c for c in probe_calls if KEY in c]
     # The only command lines that hold it: the server's own launch and its pidfile in the 0700 remote workdir
     # (SGLang takes the key as --api-key and no other way), and the shell step that echoes it on purpose.

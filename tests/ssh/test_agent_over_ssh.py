@@ -51,7 +51,7 @@ async def test_connection_cut_mid_warm_call_leaves_no_process(private_sshd: Sshd
         await asyncio.wait_for(task, 30)
     assert await agent_cases.wait_until(
         lambda: not agent_cases.pgrep(f"sleep 9{mark}") and not warm_agent_cases.alive(zygote_pid)
-        and not agent_cases.pgrep(f"{remote}/_agent.py"), 15), (agent_cases.pgrep(mark), agent_cases.pgrep(remote))
+        and not agent_cases.pgrep(f"{remote}/remote_probes/agent/agent.py"), 15), (agent_cases.pgrep(mark), agent_cases.pgrep(remote))
     await t.close()
 
 
@@ -66,7 +66,7 @@ async def test_connection_cut_leaves_no_process(private_sshd: SshdServer, tmp_pa
         await asyncio.wait_for(task, 30)
     # The agent read EOF and the guardian read EOF: neither the agent nor its call's process may be left.
     assert await agent_cases.wait_until(
-        lambda: not agent_cases.pgrep(f"sleep 9{mark}") and not agent_cases.pgrep(f"{remote}/_agent.py"), 15), \
+        lambda: not agent_cases.pgrep(f"sleep 9{mark}") and not agent_cases.pgrep(f"{remote}/remote_probes/agent/agent.py"), 15), \
         (agent_cases.pgrep(mark), agent_cases.pgrep(remote))
     with pytest.raises(HostUnreachable):
         await t.agents.get(sys.executable, remote)  # a new agent needs the host back
@@ -94,7 +94,7 @@ async def test_fallback_when_the_hosts_python_cannot_start_the_agent(sshd_server
     """A host whose interpreter runs probes but not the agent (here: a wrapper that refuses it, as a Python too old
     for it would fail): probes run one-shot, the reason is kept, and the agent is not retried on every call."""
     wrapper = tmp_path / "python-no-agent"
-    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *_agent.py*) echo "this python cannot run the agent" >&2; exit 1;; '
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *agent/agent.py*) echo "this python cannot run the agent" >&2; exit 1;; '
                        f'esac\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     t = SshTransport(HostSpec(**sshd_server.host_spec("h2")), session_id=f"fb-{uuid.uuid4().hex[:6]}")
