@@ -32,7 +32,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from sshd_fixture import start_sshd  # noqa: E402
 
 from orchestrator.inventory import HostSpec, Inventory  # noqa: E402
-from orchestrator.lab.build import cached_sglang_tree  # noqa: E402
+from orchestrator.lab.building.build import cached_sglang_tree  # noqa: E402
 from orchestrator.playbook.loader import load_playbook_text  # noqa: E402
 from orchestrator.probes.invoke import run_probe  # noqa: E402
 from orchestrator.runner.playbook_runner import RunnerOptions  # noqa: E402

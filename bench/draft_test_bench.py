@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=96)
     opts = parser.parse_args()
-    from orchestrator.lab.model_cache import cached_draft, cached_target
+    from orchestrator.lab.training.model_cache import cached_draft, cached_target
 
     t0 = time.monotonic()
     target = cached_target(progress=lambda m, f: print("  [target] " + m, flush=True))

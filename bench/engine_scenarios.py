@@ -41,8 +41,8 @@ sys.path.insert(0, str(REPO))
 from lab_seeds import FAULTS  # noqa: E402
 
 from orchestrator.hypotheses.board import HypothesisBoard  # noqa: E402
-from orchestrator.lab.build import SCENARIO_NAMES, scenarios  # noqa: E402
-from orchestrator.lab.vllm_lab import VLLM_SCENARIO_NAMES, vllm_scenarios  # noqa: E402
+from orchestrator.lab.building.build import SCENARIO_NAMES, scenarios  # noqa: E402
+from orchestrator.lab.building.vllm_lab import VLLM_SCENARIO_NAMES, vllm_scenarios  # noqa: E402
 from orchestrator.session.reader import read_session  # noqa: E402
 
 CROSS = ("off-by-one", "sglang-ids", "seed-wiring")
@@ -79,9 +79,9 @@ REAL_VLLM_CASES: dict[str, tuple[str, dict[str, Any]]] = {"eagle-not-eagle3": ("
 
 def write_real_inventory(scenario: str, lab: Path, host_dir: str | None, work: Path) -> Path:
     """The inventory a user writes for the real vLLM host, as a file for ``orchestrator run -i``."""
-    from orchestrator.lab.inventory import ensure_lab
-    from orchestrator.lab.vllm_host import ensure_vllm_host, is_built
-    from orchestrator.lab.vllm_real import real_vllm_inventory
+    from orchestrator.lab.building.inventory import ensure_lab
+    from orchestrator.lab.vllm_host.host import ensure_vllm_host, is_built
+    from orchestrator.lab.vllm_host.inventory import real_vllm_inventory
 
     if not is_built(host_dir):
         raise SystemExit(f"no real vLLM host is built at {host_dir or 'the default'}: run `orchestrator lab vllm-host`")

@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from orchestrator.hypotheses.board import HypothesisBoard  # noqa: E402
-from orchestrator.lab.build import ISSUE26_FAULTS, lab_dir, num_layers_of, scenarios  # noqa: E402
-from orchestrator.lab.inventory import ensure_lab, lab_inventory  # noqa: E402
-from orchestrator.lab.vllm_lab import vllm_scenarios  # noqa: E402
+from orchestrator.lab.building.build import ISSUE26_FAULTS, lab_dir, num_layers_of, scenarios  # noqa: E402
+from orchestrator.lab.building.inventory import ensure_lab, lab_inventory  # noqa: E402
+from orchestrator.lab.building.vllm_lab import vllm_scenarios  # noqa: E402
 from orchestrator.playbook.loader import load_playbook  # noqa: E402
 from orchestrator.session.reader import read_session  # noqa: E402
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports  # noqa: E402
@@ -42,8 +42,8 @@ REAL_VLLM_CONFIRMS: dict[str, tuple[str, ...]] = {"attention-heads": ()}
 
 def _inventory(engine: str, scenario: str, root: Path, host_dir: str | None, run_dir: Path) -> Any:
     if engine == "vllm":
-        from orchestrator.lab.vllm_host import ensure_vllm_host
-        from orchestrator.lab.vllm_real import real_vllm_inventory
+        from orchestrator.lab.vllm_host.host import ensure_vllm_host
+        from orchestrator.lab.vllm_host.inventory import real_vllm_inventory
 
         ensure_lab(scenario, root=root, engine="vllm")
         return real_vllm_inventory(scenario, root=root, host=ensure_vllm_host(host_dir), run_dir=run_dir)

@@ -1,7 +1,7 @@
 """How reproducible is lab training across CPUs? Train the same (shortened) target recipe in the pinned child
 process under several numeric settings and compare the weights bit for bit.
 
-- ``pinned`` twice: the lab's own settings (orchestrator.lab.train_job.pinned_env) — run-to-run identity;
+- ``pinned`` twice: the lab's own settings (orchestrator.lab.training.train_job.pinned_env) — run-to-run identity;
 - ``isa=default``: ATen's portable kernels, MKL's COMPATIBLE path, oneDNN capped at SSE4.1 — what another CPU
   family's kernels do to the same recipe (the effect the pins remove);
 - ``no deterministic flag`` / ``MKL/oneDNN native``: one pin lifted at a time.
@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.lab.train import TargetRecipe  # noqa: E402
-from orchestrator.lab.train_job import pinned_env, run_job  # noqa: E402
+from orchestrator.lab.training.train import TargetRecipe  # noqa: E402
+from orchestrator.lab.training.train_job import pinned_env, run_job  # noqa: E402
 
 SETTINGS = {
     "pinned": {},

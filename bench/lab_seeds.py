@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.lab.build import SCENARIO_NAMES, read_state, scenarios  # noqa: E402
-from orchestrator.lab.builder import build_lab  # noqa: E402
+from orchestrator.lab.building.build import SCENARIO_NAMES, read_state, scenarios  # noqa: E402
+from orchestrator.lab.building.builder import build_lab  # noqa: E402
 
 FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
           "lm_head_missing", "architecture", "rope_mismatch"}

@@ -5,7 +5,7 @@
 2. wiring fixed: the healthy draft (trained on SGLang's wiring) and the seed draft with --lab-capture-layers set to
    the trained layers -> accept length >= 1.5x the seed-wiring one and tok/s ABOVE the baseline.
 
-Every server is a real ``python -m orchestrator.lab.server`` on a free loopback port, stopped afterwards.
+Every server is a real ``python -m orchestrator.lab.stand_in.server`` on a free loopback port, stopped afterwards.
 Usage: python bench/lab_speed.py [--dir LAB] [--prompts 8] [--tokens 96] [--steps 7]
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.lab.build import seed_wiring  # noqa: E402
-from orchestrator.lab.builder import build_lab  # noqa: E402
-from orchestrator.lab.server_process import start_server  # noqa: E402
+from orchestrator.lab.building.build import seed_wiring  # noqa: E402
+from orchestrator.lab.building.builder import build_lab  # noqa: E402
+from orchestrator.lab.stand_in.process import start_server  # noqa: E402
 
 
 def measure(target: Path, site: Path, flags: dict, prompts: list[str], tokens: int, log_dir: Path, name: str) -> dict:

@@ -29,8 +29,13 @@ from tests import vllm_differential as vd  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     from orchestrator.actions.bench import load_prompts
-    from orchestrator.lab import build
-    from orchestrator.lab.vllm_lab import VLLM_SCENARIO_NAMES, ensure_vllm_lab, vllm_scenarios, vllm_site
+    from orchestrator.lab.building import build
+    from orchestrator.lab.building.vllm_lab import (
+        VLLM_SCENARIO_NAMES,
+        ensure_vllm_lab,
+        vllm_scenarios,
+        vllm_site,
+    )
 
     vd.stop_servers_on_sigterm()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

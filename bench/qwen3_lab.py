@@ -34,16 +34,16 @@ ENGINES = ("lab-sglang", "lab-vllm", "real-vllm")
 
 
 def _inventory(engine: str, root: Path, work: Path, vllm_host: str | None) -> Any:
-    from orchestrator.lab.inventory import lab_inventory
-    from orchestrator.lab.vllm_lab import ensure_vllm_lab
+    from orchestrator.lab.building.inventory import lab_inventory
+    from orchestrator.lab.building.vllm_lab import ensure_vllm_lab
 
     if engine == "lab-sglang":
         return lab_inventory("seed-wiring", root=root, engine="sglang", real_host=True)
     ensure_vllm_lab("seed-wiring", root=root)
     if engine == "lab-vllm":
         return lab_inventory("seed-wiring", root=root, engine="vllm", real_host=True)
-    from orchestrator.lab.vllm_host import ensure_vllm_host, is_built
-    from orchestrator.lab.vllm_real import real_vllm_inventory
+    from orchestrator.lab.vllm_host.host import ensure_vllm_host, is_built
+    from orchestrator.lab.vllm_host.inventory import real_vllm_inventory
 
     if not is_built(vllm_host):
         raise SystemExit(f"no real vLLM host is built at {vllm_host or 'the default place'}: run "
@@ -88,7 +88,7 @@ async def _flagship(engine: str, root: Path, work: Path, vllm_host: str | None) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orchestrator.lab import build, builder
+    from orchestrator.lab.building import build, builder
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engine", action="append", choices=ENGINES, help="repeatable; default: all three")

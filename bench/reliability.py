@@ -62,7 +62,7 @@ def fuzz(count: int) -> int:
 
 def real_vllm_host() -> object:
     """The vLLM host ``orchestrator lab vllm-host`` built (``$ORCH_TEST_VLLM_HOST`` or the default dir)."""
-    from orchestrator.lab.vllm_host import ensure_vllm_host, host_dir, is_built
+    from orchestrator.lab.vllm_host.host import ensure_vllm_host, host_dir, is_built
 
     where = os.environ.get("ORCH_TEST_VLLM_HOST") or None
     if not is_built(where):
@@ -71,8 +71,8 @@ def real_vllm_host() -> object:
 
 
 def engine_kill(runs: int, process: str, lab_root: Path | None) -> int:
-    from orchestrator.lab.build import lab_dir
-    from orchestrator.lab.inventory import ensure_lab
+    from orchestrator.lab.building.build import lab_dir
+    from orchestrator.lab.building.inventory import ensure_lab
     from tests.reliability.engine_kill import kill_engine_mid_bench
 
     host = real_vllm_host()
@@ -107,8 +107,8 @@ def crash(runs: int, seed: int, lab_playbook: str | None = None, scenario: str =
     lab = None
     earliest, latest = 0.2, 4.5
     if lab_playbook:
-        from orchestrator.lab.build import lab_dir
-        from orchestrator.lab.inventory import ensure_lab
+        from orchestrator.lab.building.build import lab_dir
+        from orchestrator.lab.building.inventory import ensure_lab
 
         root = lab_dir(lab_root)
         ensure_lab(scenario, root=root, engine="vllm" if real_vllm else None)  # built once, before any timing

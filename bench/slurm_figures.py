@@ -72,7 +72,7 @@ steps:
 
 
 def server_run(directory: Path, nodes: int, env: dict[str, str], lab_root: Path) -> dict[str, float]:
-    from orchestrator.lab.inventory import lab_env, lab_host_vars
+    from orchestrator.lab.building.inventory import lab_env, lab_host_vars
 
     entry = {"nodes": 2, "time": "10", "state_dir": f"{directory}/state", "python": sys.executable,
              "env": lab_env(lab_root, "sglang"), "vars": lab_host_vars("healthy", root=lab_root, engine="sglang")}
@@ -91,8 +91,8 @@ def server_run(directory: Path, nodes: int, env: dict[str, str], lab_root: Path)
 
 def server_figures(cluster: object, env: dict[str, str], runs: int) -> None:
     try:
-        from orchestrator.lab.build import cache_dir
-        from orchestrator.lab.builder import build_lab
+        from orchestrator.lab.building.build import cache_dir
+        from orchestrator.lab.building.builder import build_lab
     except ImportError as exc:
         print(f"server figures skipped: {exc}")
         return

@@ -57,10 +57,10 @@ def fmt(ci: list[float] | None) -> str:
 
 
 def real_vllm_inventory_file(scenario: str, where: str | None, directory: Path) -> Path:
-    """The lab's models served by the real vLLM host (orchestrator/lab/vllm_real.py), as an inventory file."""
-    from orchestrator.lab.inventory import ensure_lab
-    from orchestrator.lab.vllm_host import ensure_vllm_host, is_built
-    from orchestrator.lab.vllm_real import real_vllm_inventory
+    """The lab's models served by the real vLLM host (orchestrator/lab/vllm_host/inventory.py), as an inventory file."""
+    from orchestrator.lab.building.inventory import ensure_lab
+    from orchestrator.lab.vllm_host.host import ensure_vllm_host, is_built
+    from orchestrator.lab.vllm_host.inventory import real_vllm_inventory
 
     if not is_built(where):
         raise SystemExit("no real vLLM host is built: `orchestrator lab vllm-host` (or --vllm-host DIR)")

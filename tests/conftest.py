@@ -12,7 +12,7 @@ from tests import realparts
 
 # One OpenMP thread per process the suite starts, unless the caller chose. The suite runs two xdist workers on two
 # cores (the README's `-n 2`), and a process's second thread then spins against the other worker: the lab's draft
-# test took 32 s at one thread and 339 s at two at load 8.8 (orchestrator/lab/inventory.py LAB_THREADS, which the
+# test took 32 s at one thread and 339 s at two at load 8.8 (orchestrator/lab/building/inventory.py LAB_THREADS, which the
 # lab host sets itself). This gives the same to what the lab host's environment does not reach: the real-vLLM host's
 # probes (its draft test took 102.8 s and its reconcile 64.2 s in CI at two threads), the probes the tests run as
 # subprocesses, torch in the test processes. vLLM's own workers already serve at one thread ("Reducing Torch threads
@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def install_sglang_tree(version: str) -> Path:
     """The product's cached install of one sglang version; skips (fails under CI) with pip's reason, e.g. offline."""
-    from orchestrator.lab.build import cached_sglang_tree
+    from orchestrator.lab.building.build import cached_sglang_tree
 
     return install_tree(lambda: cached_sglang_tree(version, timeout=600))
 
@@ -56,7 +56,7 @@ def install_sglang_tree(version: str) -> Path:
 def install_vllm_tree(version: str) -> Path:
     """The product's cached install of one vllm source tree (read, never imported); skips (fails under CI) with
     pip's reason."""
-    from orchestrator.lab.build import cached_vllm_tree
+    from orchestrator.lab.building.build import cached_vllm_tree
 
     return install_tree(lambda: cached_vllm_tree(version))
 
@@ -96,9 +96,9 @@ def sglang_trees() -> Callable[[str], Path]:
 @pytest.fixture(scope="session", autouse=True)
 def socket_dirs_removed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Real vLLM servers of this session got short IPC socket directories under /tmp (a pytest tmp_path is too deep
-    for a socket path: orchestrator.lab.vllm_host.socket_tmpdir); they go with the session's own temp tree."""
+    for a socket path: orchestrator.lab.vllm_host.host.socket_tmpdir); they go with the session's own temp tree."""
     yield
-    from orchestrator.lab.vllm_host import remove_socket_tmpdirs
+    from orchestrator.lab.vllm_host.host import remove_socket_tmpdirs
 
     remove_socket_tmpdirs(tmp_path_factory.getbasetemp())
 

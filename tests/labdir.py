@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def test_lab_root() -> Path:
-    from orchestrator.lab.build import cache_dir
+    from orchestrator.lab.building.build import cache_dir
 
     return cache_dir() / f"lab-test-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 

@@ -1,11 +1,11 @@
-"""The behavioural check behind the lab's recipe key (orchestrator/lab/recipe.py): what training at a reduced size
+"""The behavioural check behind the lab's recipe key (orchestrator/lab/building/recipe.py): what training at a reduced size
 produces, recorded per training version in tests/lab/training_fingerprints.json and compared on every run. The key
 holds no source text, so a change to the training code that alters what it produces without bumping
 RECIPE_VERSION (or QWEN3_TRAINING_VERSION) would ship stale models under a matching key: this check fails instead.
 
 A fingerprint is a model's structure (its config, its tokenizer, its safetensors header: names, dtypes, shapes),
 compared exactly, and its first and last training loss, compared within RELATIVE_LOSS_TOLERANCE: training runs with
-pinned numerics (orchestrator/lab/train_job.py), and the tolerance absorbs the last bits a CPU's kernels may still
+pinned numerics (orchestrator/lab/training/train_job.py), and the tolerance absorbs the last bits a CPU's kernels may still
 differ in. It is compared only where the corpus (the running Python's stdlib) and the training libraries are the
 recorded ones: elsewhere both are in the cache key anyway, and the check says it did not compare.
 
@@ -47,7 +47,7 @@ def fingerprint(model: Path) -> dict[str, Any]:
 
 
 def _environment(versions: dict[str, int]) -> dict[str, Any]:
-    from orchestrator.lab.model_cache import training_libraries
+    from orchestrator.lab.training.model_cache import training_libraries
 
     return {"versions": versions, "python": sys.version.split()[0], "libraries": training_libraries()}
 
@@ -79,7 +79,7 @@ def check(kind: str, versions: dict[str, int], models: dict[str, Path]) -> str:
         assert not drift, (
             f"training the {kind} {name} at the reduced size produced other models than {versions} recorded "
             f"({', '.join(drift)}: {got} vs {want}): a change alters what training produces. Bump the version "
-            "(RECIPE_VERSION in orchestrator/lab/model_cache.py; QWEN3_TRAINING_VERSION in "
-            "orchestrator/lab/qwen3_train.py), rebuild and ship the models, and record the fingerprint again "
+            "(RECIPE_VERSION in orchestrator/lab/training/model_cache.py; QWEN3_TRAINING_VERSION in "
+            "orchestrator/lab/training/qwen3_train.py), rebuild and ship the models, and record the fingerprint again "
             "(ORCH_RECORD_TRAINING_FINGERPRINT=1)")
     return "matches the recorded fingerprint"

@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from orchestrator.lab.vllm_host import make_socket_tmpdir  # noqa: E402
-from orchestrator.lab.vllm_real import CPU_FLAGS  # noqa: E402
+from orchestrator.lab.vllm_host.host import make_socket_tmpdir  # noqa: E402
+from orchestrator.lab.vllm_host.inventory import CPU_FLAGS  # noqa: E402
 from remote_probes.engine.server_client import parse_metrics  # noqa: E402
 from remote_probes.evaluation.interval_stats import Interval, mean_interval, ratio_interval  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
@@ -62,7 +62,7 @@ _NOISE = re.compile(r'"GET /health HTTP|ulimit|DeprecationWarning')
 def vllm_python() -> str:
     """``$ORCHESTRATOR_VLLM_PYTHON``, else the vLLM host ``orchestrator lab vllm-host`` built
     (``$ORCH_TEST_VLLM_HOST`` or the default dir), else the hand-made venv."""
-    from orchestrator.lab.vllm_host import host_dir, is_built, python_of
+    from orchestrator.lab.vllm_host.host import host_dir, is_built, python_of
 
     where = os.environ.get("ORCH_TEST_VLLM_HOST") or None
     if os.environ.get("ORCHESTRATOR_VLLM_PYTHON"):
@@ -214,7 +214,7 @@ def http(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> t
 def lab_server(target: Path, spec: dict[str, Any], work: Path, rules_site: Path | None,
                runner: str | None = "v1") -> ServerProcess:
     port = free_port()
-    argv = [sys.executable, "-m", "orchestrator.lab.server_vllm", "serve", str(target), "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", "orchestrator.lab.stand_in.vllm_server", "serve", str(target), "--host", "127.0.0.1",
             "--port", str(port), "--speculative-config", json.dumps(spec), *flags_argv(SERVE_FLAGS)]
     if runner:
         argv += ["--lab-vllm-runner", runner]

@@ -123,7 +123,7 @@ def resolve_inventory(inventory: Path | None, host: str | None) -> Any:
 def default_inventory() -> Any:
     """With no ``-i``: the embedded lab (a first-party package: if it cannot be imported, that is a bug to
     see, not a reason to fall back to localhost)."""
-    from orchestrator.lab.inventory import lab_inventory
+    from orchestrator.lab.building.inventory import lab_inventory
 
     return lab_inventory()
 
@@ -136,7 +136,7 @@ def is_embedded_lab(inv: Any) -> bool:
 def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
     """Build the embedded lab first (with a progress display) when a run targets it and it is missing."""
     from orchestrator.errors import OrchestratorError
-    from orchestrator.lab.inventory import ensure_lab, lab_is_built
+    from orchestrator.lab.building.inventory import ensure_lab, lab_is_built
 
     try:
         names = inv.resolve(hosts)
@@ -159,6 +159,6 @@ def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
     with progress:
         ensure_lab(scenario, progress=report)
     # The inventory was made before the build: refresh its host vars (paths, layer count) from the built lab.
-    from orchestrator.lab.inventory import lab_host_vars
+    from orchestrator.lab.building.inventory import lab_host_vars
 
     inv.hosts["lab"].vars.update(lab_host_vars(scenario))

@@ -41,14 +41,14 @@ def build_cmd(
     --from-scratch, trained and calibrated here)."""
     from rich.console import Console
 
-    from orchestrator.lab.build import SCENARIO_NAMES, check_scenario, lab_dir, read_state
-    from orchestrator.lab.builder import build_lab
-    from orchestrator.lab.qwen3_lab import check_target_class
+    from orchestrator.lab.building.build import SCENARIO_NAMES, check_scenario, lab_dir, read_state
+    from orchestrator.lab.building.builder import build_lab
+    from orchestrator.lab.building.qwen3_lab import check_target_class
 
     names = list(SCENARIO_NAMES) if scenario == "all" else [check_scenario(scenario)]
     check_target_class(target_class)
     if ship_cpu:
-        from orchestrator.lab.shipped import SHIPPED_DIR, add_this_cpu
+        from orchestrator.lab.building.shipped import SHIPPED_DIR, add_this_cpu
 
         root = lab_dir(directory)
         entry = add_this_cpu(root, read_state(root))
@@ -71,13 +71,13 @@ def build_cmd(
     console.print(f"lab ready in {time.monotonic() - started:.1f} s: scenario [bold]{paths.scenario}[/], "
                   f"target {paths.target}, draft {paths.draft}, sglang tree {paths.site}")
     if ship and target_class == "qwen3":
-        from orchestrator.lab import qwen3_shipped
-        from orchestrator.lab.qwen3_lab import shipped_entries
+        from orchestrator.lab.building import qwen3_shipped
+        from orchestrator.lab.building.qwen3_lab import shipped_entries
 
         shipped = qwen3_shipped.write_shipped(shipped_entries())  # what the build above made, trained here
         console.print(f"shipped Qwen3 models written to {qwen3_shipped.SHIPPED_QWEN3}: {', '.join(shipped.models)}")
     elif ship:
-        from orchestrator.lab.shipped import SHIPPED_DIR, write_shipped
+        from orchestrator.lab.building.shipped import SHIPPED_DIR, write_shipped
 
         manifest = write_shipped(root, SHIPPED_DIR, read_state(root))
         console.print(f"shipped models written to {SHIPPED_DIR} (recipe {manifest.recipe_hash})")
@@ -93,7 +93,7 @@ def status_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from orchestrator.lab.build import lab_dir, num_layers_of, scenarios, status
+    from orchestrator.lab.building.build import lab_dir, num_layers_of, scenarios, status
 
     info = status(directory)
     if as_json:
@@ -128,7 +128,7 @@ def status_cmd(
 @handle_errors
 def clean_cmd(directory: Path | None = typer.Option(None, "--dir", help=DIR_HELP)) -> None:
     """Remove the lab directory (trained models stay cached under $ORCHESTRATOR_CACHE_DIR)."""
-    from orchestrator.lab.build import clean
+    from orchestrator.lab.building.build import clean
 
     removed = clean(directory)
     typer.echo(f"removed {removed}")
@@ -146,7 +146,7 @@ def vllm_host_cmd(
     vLLM on your laptop's CPU. Prints its python and the environment `vllm serve` needs."""
     from rich.console import Console
 
-    from orchestrator.lab.vllm_host import ensure_vllm_host
+    from orchestrator.lab.vllm_host.host import ensure_vllm_host
 
     console = Console(stderr=True)
     started = time.monotonic()

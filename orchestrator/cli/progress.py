@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-BuildProgress = Callable[[str, str, float], None]  # (stage, message, fraction) as orchestrator.lab.build calls it
+BuildProgress = Callable[[str, str, float], None]  # (stage, message, fraction) as orchestrator.lab.building.build calls it
 
 
 class PlainProgress:

@@ -1,5 +1,5 @@
-"""The lab servers: ``lab`` (``python -m orchestrator.lab.server``, SGLang's HTTP API and flags on tiny CPU models)
-and ``lab-vllm`` (``python -m orchestrator.lab.server_vllm serve``, vLLM's).
+"""The lab servers: ``lab`` (``python -m orchestrator.lab.stand_in.server``, SGLang's HTTP API and flags on tiny CPU models)
+and ``lab-vllm`` (``python -m orchestrator.lab.stand_in.vllm_server serve``, vLLM's).
 
 It runs with the host's python (the lab inventory points that at the orchestrator's own venv), loads in
 seconds, and stops at once on SIGTERM — so its defaults are short.
@@ -17,11 +17,11 @@ from orchestrator.servers.vllm import VllmAdapter
 from orchestrator.servers.warm import WarmStart
 
 #: what a lab server imports before it reads a weight (~3.5 s cold): the warm interpreter imports it once a
-#: session (orchestrator/lab/server_warm_start.py); optional ones (``?``) are the engine trees' and Qwen3's
+#: session (orchestrator/lab/stand_in/warm_start.py); optional ones (``?``) are the engine trees' and Qwen3's
 WARM_MODULES = (
     "torch", "transformers", "transformers.models.llama.modeling_llama",
     "transformers.models.qwen3.modeling_qwen3?", "transformers.models.auto.tokenization_auto", "transformers.cache_utils",
-    "orchestrator.lab.server_args", "orchestrator.lab.server_vllm_http", "remote_probes.eagle3.checkpoint?",
+    "orchestrator.lab.stand_in.sglang_args", "orchestrator.lab.stand_in.vllm_http", "remote_probes.eagle3.checkpoint?",
     "remote_probes.eagle3.validate?", "remote_probes.eagle3.served?", "remote_probes.engine.target_capture?",
     "remote_probes.engine.sglang_capture?", "remote_probes.engine.vllm_capture?", "remote_probes.engine.sglang_argparse?",
 )
@@ -31,7 +31,7 @@ def lab_warm_start(spec: LaunchSpec) -> WarmStart | None:
     """The lab's servers fork from a warm interpreter on the host's python; a step's own launcher runs as given."""
     if spec.launcher is not None:
         return None
-    return WarmStart(program=(spec.python, "-m", "orchestrator.lab.server_warm_start"), modules=WARM_MODULES)
+    return WarmStart(program=(spec.python, "-m", "orchestrator.lab.stand_in.warm_start"), modules=WARM_MODULES)
 
 
 class LabAdapter(SglangAdapter):
@@ -42,7 +42,7 @@ class LabAdapter(SglangAdapter):
     stop_grace: ClassVar[float] = 5.0
 
     def default_launcher(self, python: str) -> list[str]:
-        return [python, "-m", "orchestrator.lab.server"]
+        return [python, "-m", "orchestrator.lab.stand_in.server"]
 
     def warm_start(self, spec: LaunchSpec) -> WarmStart | None:
         return lab_warm_start(spec)
@@ -59,7 +59,7 @@ class LabAdapter(SglangAdapter):
 
 
 class LabVllmAdapter(VllmAdapter):
-    """The lab in vLLM mode (``python -m orchestrator.lab.server_vllm serve``): vLLM's command line and HTTP API,
+    """The lab in vLLM mode (``python -m orchestrator.lab.stand_in.vllm_server serve``): vLLM's command line and HTTP API,
     vLLM's loading rules, the lab's tiny CPU models."""
 
     name: ClassVar[str] = "lab-vllm"
@@ -67,7 +67,7 @@ class LabVllmAdapter(VllmAdapter):
     stop_grace: ClassVar[float] = 5.0
 
     def default_launcher(self, python: str) -> list[str]:
-        return [python, "-m", "orchestrator.lab.server_vllm", "serve"]
+        return [python, "-m", "orchestrator.lab.stand_in.vllm_server", "serve"]
 
     def warm_start(self, spec: LaunchSpec) -> WarmStart | None:
         return lab_warm_start(spec)

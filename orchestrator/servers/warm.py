@@ -1,5 +1,5 @@
 """Warm starts: a process the manager keeps per host and environment that starts an engine's servers by fork
-(the lab's: orchestrator/lab/server_warm_start.py; servers/lab.py asks for it). The constants here are the
+(the lab's: orchestrator/lab/stand_in/warm_start.py; servers/lab.py asks for it). The constants here are the
 protocol both sides share; the manager (servers/manager.py) starts, reuses and stops the warm interpreter.
 """
 

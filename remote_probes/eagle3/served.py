@@ -1,7 +1,7 @@
 """Which parts SGLang actually serves an EAGLE-3 draft with: embedding, head, d2t, fc (standard library only).
 
 One resolution shared by the draft test (remote_probes/draft_test.py scores "as served" and, where it differs,
-"as trained"), the lab server (orchestrator/lab/model_runner.py) and draft_inspect, so they cannot drift.
+"as trained"), the lab server (orchestrator/lab/stand_in/model_runner.py) and draft_inspect, so they cannot drift.
 Rules, read in both cached trees (0.5.12.post1 = "12", 0.5.23 = "23"; paths under sglang/srt/):
 
 - EAGLE3 branch (12 speculative/eagle_worker.py:177-194, 12 eagle_worker_v2.py:213-230,

@@ -91,8 +91,8 @@ def test_a_stage_that_starts_over_and_distinct_closing_lines_are_all_shown() -> 
 
 def test_lab_build_off_a_terminal_streams_plain_lines(monkeypatch, tmp_path: Path) -> None:
     """`orchestrator lab build` with stderr not a terminal (CliRunner's): the callback's lines, no training."""
-    import orchestrator.lab.build as build
-    import orchestrator.lab.builder as builder
+    import orchestrator.lab.building.build as build
+    import orchestrator.lab.building.builder as builder
     from orchestrator.cli.lab import lab_app
 
     def fake_build(name, *, root=None, progress=None, from_scratch=False, target_class=None):  # noqa: ANN001, ANN202

@@ -20,7 +20,7 @@ def test_a_user_inventory_host_named_lab_is_not_the_embedded_lab(tmp_path: Path,
                     "default_hosts: lab\n")
     inv = load_inventory(path)
     built: list[object] = []
-    monkeypatch.setattr("orchestrator.lab.inventory.ensure_lab", lambda *a, **k: built.append(a))
+    monkeypatch.setattr("orchestrator.lab.building.inventory.ensure_lab", lambda *a, **k: built.append(a))
     common.ensure_lab_for(inv, None)  # neither raises on the scenario nor builds anything
     assert built == [] and not common.is_embedded_lab(inv)
     assert common.is_embedded_lab(common.default_inventory())

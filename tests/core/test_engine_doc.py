@@ -21,7 +21,7 @@ def _listed() -> set[str]:
 
 
 def _expand(listed: set[str]) -> set[str]:
-    """``lab/server_vllm_http.py`` after ``orchestrator/lab/server_vllm.py`` in one cell: relative to the first's root."""
+    """``lab/stand_in/vllm_http.py`` after ``orchestrator/lab/stand_in/vllm_server.py`` in one cell: relative to the first's root."""
     paths = set()
     for name in listed:
         for root in ("", "orchestrator/", "remote_probes/", "tests/servers/", "tests/probes/", "tests/lab/"):

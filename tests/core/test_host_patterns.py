@@ -55,7 +55,7 @@ def test_rank_argv_is_the_engines_own_flags() -> None:
     assert argv == ["py", "-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1", "--port", "30000",
                     "--tp-size", "8", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.5:5000"]
     assert get_adapter("lab").rank_argv(spec, nnodes=2, rank=0, dist_init_addr="a:1")[1:3] == \
-        ["-m", "orchestrator.lab.server"]
+        ["-m", "orchestrator.lab.stand_in.server"]
     for engine in ("vllm", "lab-vllm"):
         with pytest.raises(UserInputError, match="cannot be started across nodes"):
             get_adapter(engine).rank_argv(spec, nnodes=2, rank=0, dist_init_addr="a:1")

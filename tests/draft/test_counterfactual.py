@@ -80,7 +80,7 @@ def test_a_swap_recovers_only_on_intervals() -> None:
 
 
 def test_the_deciding_code_is_located_in_the_installed_engine() -> None:
-    from orchestrator.lab.build import cached_sglang_tree
+    from orchestrator.lab.building.build import cached_sglang_tree
 
     tree = cached_sglang_tree()
     refs = locate_refs("sglang", [str(tree)])
@@ -130,7 +130,7 @@ def test_the_lab_draft_names_the_embedding_sglang_replaces(tmp_path: Path) -> No
     """The healthy shipped draft made into one that trained its own embedding (build.write_variant): served by
     SGLang's rules it accepts almost nothing, and the swap back to its own embedding recovers it."""
     import remote_probes.evaluation.draft_test as draft_test
-    from orchestrator.lab.build import write_variant
+    from orchestrator.lab.building.build import write_variant
 
     lab = tmp_path / "lab"
     (lab / "drafts").mkdir(parents=True)

@@ -19,7 +19,7 @@ from remote_probes.engine.served_wiring import server_wiring  # noqa: E402
 from tests.draft.conftest import REPO  # noqa: E402
 
 sys.path.insert(0, str(REPO))
-from orchestrator.lab.draft_io import DraftLayout, save_draft  # noqa: E402
+from orchestrator.lab.training.draft_io import DraftLayout, save_draft  # noqa: E402
 
 
 @pytest.fixture

@@ -32,8 +32,8 @@ def lab_pair():
     was not clear) and its target: the same lab directory the lab tests use."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from orchestrator.lab.build import seed_wiring
-    from orchestrator.lab.builder import build_lab
+    from orchestrator.lab.building.build import seed_wiring
+    from orchestrator.lab.building.builder import build_lab
     from tests.labdir import test_lab_root
 
     lab = build_lab("seed-wiring", root=test_lab_root())
@@ -63,7 +63,7 @@ def test_draft_test_finds_the_trained_wiring(tmp_path, lab_pair):
     config = json.loads((draft / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLMEagle3"]
     assert "eagle_aux_hidden_state_layer_ids" not in config["eagle_config"]  # the seed's pipeline wrote none
-    from orchestrator.lab.calibrate import FlagshipSample
+    from orchestrator.lab.building.calibrate import FlagshipSample
 
     sample = FlagshipSample()  # the sample the lab's calibration checked this draft with
     result = run_draft_test(tmp_path, {"target": str(target), "draft": str(draft), "wirings": "auto",

@@ -24,8 +24,8 @@ from tests.labdir import test_lab_root  # noqa: E402
 realparts.importorskip("torch")
 realparts.importorskip("transformers")
 
-from orchestrator.lab.build import SCENARIO_NAMES, LabPaths  # noqa: E402
-from orchestrator.lab.builder import build_lab  # noqa: E402
+from orchestrator.lab.building.build import SCENARIO_NAMES, LabPaths  # noqa: E402
+from orchestrator.lab.building.builder import build_lab  # noqa: E402
 from tests.lab.vllm_real_fixtures import real_vllm_flagship, vllm_host  # noqa: E402,F401 - the real vLLM host
 
 

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from orchestrator.cli.lab import lab_app
 from orchestrator.errors import UserInputError
-from orchestrator.lab import build
-from orchestrator.lab.build import LabPaths
-from orchestrator.lab.inventory import active_scenario, lab_inventory, lab_is_built
+from orchestrator.lab.building import build
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.building.inventory import active_scenario, lab_inventory, lab_is_built
 
 pytestmark = [pytest.mark.lab]
 
@@ -57,7 +57,7 @@ def test_lab_inventory_host_vars(lab: LabPaths, monkeypatch):
 
 def test_lab_host_python_sees_sglang_and_still_runs_the_server(lab: LabPaths):
     env = {**lab_inventory(root=lab.root).host("lab").env, "PATH": "/usr/bin:/bin"}
-    code = ("import importlib.util as u, orchestrator.lab.server as s; "
+    code = ("import importlib.util as u, orchestrator.lab.stand_in.server as s; "
             "print(u.find_spec('sglang').origin); print(s.READY_LINE)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd="/", timeout=60)
     assert out.returncode == 0, out.stderr

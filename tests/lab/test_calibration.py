@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from orchestrator.lab.build import LabPaths, read_state, seed_wiring, sglang_wiring
-from orchestrator.lab.calibrate import CLEAR, FlagshipSample, check_draft_test, run_draft_test
+from orchestrator.lab.building.build import LabPaths, read_state, seed_wiring, sglang_wiring
+from orchestrator.lab.building.calibrate import CLEAR, FlagshipSample, check_draft_test, run_draft_test
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab.build import read_state, write_state
-from orchestrator.lab.calibrate import (
+from orchestrator.lab.building.build import read_state, write_state
+from orchestrator.lab.building.calibrate import (
     DRAFT_ATTEMPTS,
     TARGET_ATTEMPTS,
     TARGET_SEED_STRIDE,

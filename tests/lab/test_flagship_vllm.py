@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import LabPaths, seed_wiring
-from orchestrator.lab.inventory import ensure_lab, lab_inventory
-from orchestrator.lab.vllm_lab import VLLM_SCENARIO_NAMES, vllm_scenarios
+from orchestrator.lab.building.build import LabPaths, seed_wiring
+from orchestrator.lab.building.inventory import ensure_lab, lab_inventory
+from orchestrator.lab.building.vllm_lab import VLLM_SCENARIO_NAMES, vllm_scenarios
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports
@@ -64,7 +64,7 @@ async def test_flagship_on_the_vllm_stand_in_names_the_planted_fault(scenario: s
     events = read_session(directory).events
     text = "\n".join(str(e.model_dump()) for e in events)
     assert "lab-vllm" in text and "vllm.entrypoints" not in text  # the lab's vLLM mode served, not a real vLLM
-    assert "orchestrator.lab.server_vllm" in text and "Initializing a V1 LLM engine (v0.33.0)" in text
+    assert "orchestrator.lab.stand_in.vllm_server" in text and "Initializing a V1 LLM engine (v0.33.0)" in text
     report = (directory / "report.md").read_text()
     for hid in must_confirm:
         assert hid in report

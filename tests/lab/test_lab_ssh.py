@@ -13,9 +13,9 @@ if str(TESTS) not in sys.path:
 
 from sshd_fixture import SshdServer, sshd_server  # noqa: E402,F401
 
-from orchestrator.lab.build import LabPaths  # noqa: E402
-from orchestrator.lab.inventory import lab_ssh_inventory  # noqa: E402
-from orchestrator.lab.server_process import free_port, http_json  # noqa: E402
+from orchestrator.lab.building.build import LabPaths  # noqa: E402
+from orchestrator.lab.building.inventory import lab_ssh_inventory  # noqa: E402
+from orchestrator.lab.stand_in.process import free_port, http_json  # noqa: E402
 from tests.waiting import wait_until_async  # noqa: E402
 
 pytestmark = [pytest.mark.lab, pytest.mark.ssh, pytest.mark.torch]
@@ -38,7 +38,7 @@ async def test_lab_server_over_ssh(lab: LabPaths, sshd_server: SshdServer):  # n
                                      "print(u.find_spec('sglang').origin)"])
         assert probe.stdout.strip().startswith(hv["sglang_site"])  # read_source finds the lab's sglang tree
         handle = await transport.spawn_detached(
-            [spec.python, "-m", "orchestrator.lab.server", "--model-path", hv["target"], "--port", str(port)],
+            [spec.python, "-m", "orchestrator.lab.stand_in.server", "--model-path", hv["target"], "--port", str(port)],
             name="labserver")
         def healthy() -> bool:
             try:

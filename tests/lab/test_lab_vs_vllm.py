@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from orchestrator.lab.build import LabPaths
-from orchestrator.lab.vllm_host import VllmHost
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.vllm_host.host import VllmHost
 from tests import vllm_differential as vd
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -26,7 +26,7 @@ def served(lab: LabPaths, vllm_host: VllmHost, tmp_path_factory: pytest.TempPath
            ) -> Callable[[str], tuple[vd.Served, vd.Served]]:
     """``served(scenario)`` -> (lab, real vLLM), each engine started once per scenario in this session."""
     from orchestrator.actions.bench import load_prompts
-    from orchestrator.lab.vllm_lab import ensure_vllm_lab, vllm_scenarios
+    from orchestrator.lab.building.vllm_lab import ensure_vllm_lab, vllm_scenarios
 
     work = tmp_path_factory.mktemp("lab-vs-vllm")
     tree = vd.vllm_root(str(vllm_host.python))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab.build import LabPaths
-from orchestrator.lab.inventory import lab_env
-from orchestrator.lab.server_process import free_port, http_json
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.building.inventory import lab_env
+from orchestrator.lab.stand_in.process import free_port, http_json
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.lab, pytest.mark.torch]
@@ -29,7 +29,7 @@ def rank(lab: LabPaths, tmp_path: Path) -> Iterator[Callable[..., tuple[subproce
 
     def start(node_rank: int, dist: str, port: int, nnodes: int = 2) -> tuple[subprocess.Popen[bytes], Path]:
         log = tmp_path / f"rank{node_rank}-{len(started)}.log"
-        argv = [sys.executable, "-m", "orchestrator.lab.server", "--model-path", str(lab.target), "--port", str(port),
+        argv = [sys.executable, "-m", "orchestrator.lab.stand_in.server", "--model-path", str(lab.target), "--port", str(port),
                 "--nnodes", str(nnodes), "--node-rank", str(node_rank), "--dist-init-addr", dist]
         with log.open("wb") as out:
             proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

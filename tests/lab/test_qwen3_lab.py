@@ -1,5 +1,5 @@
 """The flagship follows a non-Llama target class end to end: the lab's on-demand Qwen3 target
-(``orchestrator lab build --target-class qwen3``: orchestrator/lab/qwen3_lab.py, 8 layers, shipped) with its seed-wiring draft,
+(``orchestrator lab build --target-class qwen3``: orchestrator/lab/building/qwen3_lab.py, 8 layers, shipped) with its seed-wiring draft,
 served by the lab's SGLang stand-in (0.5.12.post1) as a real host looks (no lab-only fixed flags).
 
 What only a Qwen3 target shows: SGLang 0.5.12.post1 runs ``Qwen3ForCausalLM.set_eagle3_layers_to_capture``
@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import cache_dir, seed_wiring, sglang_wiring
-from orchestrator.lab.builder import build_lab
-from orchestrator.lab.inventory import lab_inventory
+from orchestrator.lab.building.build import cache_dir, seed_wiring, sglang_wiring
+from orchestrator.lab.building.builder import build_lab
+from orchestrator.lab.building.inventory import lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import LoadedSession, read_session
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports
@@ -146,7 +146,7 @@ def test_a_lab_directory_keeps_its_one_target_class(tmp_path: Path) -> None:
     """Cheap: an unknown class is refused by name, and a directory holding the Llama lab's target is never turned
     into a Qwen3 lab (nothing is trained to find that out)."""
     from orchestrator.errors import UserInputError
-    from orchestrator.lab.qwen3_lab import build_qwen3_lab, check_target_class
+    from orchestrator.lab.building.qwen3_lab import build_qwen3_lab, check_target_class
 
     with pytest.raises(UserInputError, match="unknown lab target class 'mamba'"):
         check_target_class("mamba")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab import qwen3_lab, qwen3_shipped
-from orchestrator.lab.build import seed_wiring
+from orchestrator.lab.building import qwen3_lab, qwen3_shipped
+from orchestrator.lab.building.build import seed_wiring
 
 RESHIP = "orchestrator lab build --target-class qwen3 --from-scratch --ship --dir <empty dir>"
 

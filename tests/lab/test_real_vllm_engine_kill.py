@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab.build import LabPaths
-from orchestrator.lab.vllm_host import VllmHost
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.vllm_host.host import VllmHost
 from tests.reliability.engine_kill import kill_engine_mid_bench
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

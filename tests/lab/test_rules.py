@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.lab.build import LabPaths, seed_wiring
-from orchestrator.lab.server_args import StartupError, build_parser, resolve
+from orchestrator.lab.building.build import LabPaths, seed_wiring
+from orchestrator.lab.stand_in.sglang_args import StartupError, build_parser, resolve
 
 pytestmark = [pytest.mark.lab, pytest.mark.torch]
 
@@ -19,7 +19,7 @@ def trained(lab: LabPaths) -> str:
 
 
 def models_for(lab: LabPaths, *argv: str):
-    from orchestrator.lab.model_runner import LabModelRunner
+    from orchestrator.lab.stand_in.model_runner import LabModelRunner
 
     ns = build_parser().parse_args(["--model-path", str(lab.target), *argv])
     return LabModelRunner(resolve(ns, target_architecture="LlamaForCausalLM"), log=logging.getLogger("lab-test").info)
@@ -34,7 +34,7 @@ def run(models) -> dict[str, Any]:
     """Accept length per request over the flagship's own bench sample (the bundled prompts, its n and tokens: what
     the lab's calibration checked), its 95% interval with the request as the unit, and the outputs."""
     from orchestrator.actions.bench import load_prompts
-    from orchestrator.lab.calibrate import FlagshipSample
+    from orchestrator.lab.building.calibrate import FlagshipSample
     from remote_probes.evaluation.interval_stats import mean_interval
 
     sample = FlagshipSample()

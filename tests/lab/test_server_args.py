@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab.server_args import (
+from orchestrator.lab.stand_in.sglang_args import (
     W_DRAFT_TOKENS,
     W_MAX_RUNNING,
     StartupError,
@@ -98,7 +98,7 @@ def test_lab_capture_layers_parse_and_reject_garbage():
 
 def _run_server(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "orchestrator.lab.server", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "orchestrator.lab.stand_in.server", *argv], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd="/")
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab.build import LabPaths
-from orchestrator.lab.inventory import lab_env
-from orchestrator.lab.server_process import free_port, http_json
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.building.inventory import lab_env
+from orchestrator.lab.stand_in.process import free_port, http_json
 from orchestrator.servers.flags import flags_to_argv
 from tests.waiting import wait_until
 
@@ -34,7 +34,7 @@ def served(lab: LabPaths, tmp_path_factory):
     flags = {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": str(lab.drafts["seed-wiring"]),
              "speculative-num-steps": 3, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 16,
              "decode-log-interval": 5}
-    argv = [sys.executable, "-m", "orchestrator.lab.server", "--model-path", str(lab.target), "--port", str(port),
+    argv = [sys.executable, "-m", "orchestrator.lab.stand_in.server", "--model-path", str(lab.target), "--port", str(port),
             *flags_to_argv(flags)]
     env = lab_env(lab.root)
     handle = asyncio.run(transport.spawn_detached(argv, name="labserver", env=env))

@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab import build, builder, shipped
-from orchestrator.lab.build import TRAINED_DRAFTS, LabPaths, read_state
-from orchestrator.lab.calibrate import CalibrationSteps, calibrate_lab
-from orchestrator.lab.recipe import recipe_hash
+from orchestrator.lab.building import build, builder, shipped
+from orchestrator.lab.building.build import TRAINED_DRAFTS, LabPaths, read_state
+from orchestrator.lab.building.calibrate import CalibrationSteps, calibrate_lab
+from orchestrator.lab.building.recipe import recipe_hash
 
 REBUILD = "orchestrator lab build --from-scratch --scenario all --ship --dir <empty dir>"
 
@@ -50,7 +50,7 @@ def test_the_shipped_models_are_made_by_the_recipe_in_the_code() -> None:
 
 def test_a_recipe_change_changes_the_hash(monkeypatch: pytest.MonkeyPatch) -> None:
     before = recipe_hash()
-    monkeypatch.setattr("orchestrator.lab.model_cache.RECIPE_VERSION", 999)
+    monkeypatch.setattr("orchestrator.lab.training.model_cache.RECIPE_VERSION", 999)
     assert recipe_hash() != before
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab import model_cache
-from orchestrator.lab.build import seed_wiring
-from orchestrator.lab.model_cache import cached_draft, cached_target
-from orchestrator.lab.train import DraftRecipe, TargetRecipe
+from orchestrator.lab.building.build import seed_wiring
+from orchestrator.lab.training import model_cache
+from orchestrator.lab.training.model_cache import cached_draft, cached_target
+from orchestrator.lab.training.train import DraftRecipe, TargetRecipe
 from tests import training_fingerprint
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -45,11 +45,11 @@ def test_the_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) -> Non
 
 
 def test_the_qwen3_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) -> None:
-    """The Qwen3 lab's own training code (orchestrator/lab/qwen3_train.py): the shipped Qwen3 models
+    """The Qwen3 lab's own training code (orchestrator/lab/training/qwen3_train.py): the shipped Qwen3 models
     (tests/lab/test_qwen3_shipped.py) mean CI would otherwise never train it."""
     from dataclasses import asdict
 
-    from orchestrator.lab.qwen3_train import QWEN3_TRAINING_VERSION, Qwen3Recipe, run_job
+    from orchestrator.lab.training.qwen3_train import QWEN3_TRAINING_VERSION, Qwen3Recipe, run_job
 
     small = Qwen3Recipe(num_layers=4, corpus_bytes=300_000, steps=30)
     target = run_job({"kind": "target", "seed": 0, "recipe": asdict(small), "out": str(tmp_path / "target")}, None)
@@ -68,8 +68,8 @@ def test_the_qwen3_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) 
 
 def _serves_losslessly(target: Path, draft: Path, wiring: list[int], architecture: str) -> None:
     """What training wrote is a lab: the server's engine loads both and speculative decoding is lossless."""
-    from orchestrator.lab.model_runner import LabModelRunner
-    from orchestrator.lab.server_args import build_parser, resolve
+    from orchestrator.lab.stand_in.model_runner import LabModelRunner
+    from orchestrator.lab.stand_in.sglang_args import build_parser, resolve
 
     def models(*flags: str) -> LabModelRunner:
         ns = build_parser().parse_args(["--model-path", str(target), *flags])

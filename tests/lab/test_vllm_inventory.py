@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import UserInputError
-from orchestrator.lab.build import LabPaths
-from orchestrator.lab.inventory import active_scenario, ensure_lab, lab_inventory
-from orchestrator.lab.vllm_lab import VLLM_SCENARIO_NAMES, draft_dir, vllm_scenarios
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.building.inventory import active_scenario, ensure_lab, lab_inventory
+from orchestrator.lab.building.vllm_lab import VLLM_SCENARIO_NAMES, draft_dir, vllm_scenarios
 
 pytestmark = pytest.mark.lab
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.build import LabPaths
-from orchestrator.lab.inventory import ensure_lab
-from orchestrator.lab.vllm_host import VllmHost, ensure_vllm_host, host_dir, is_built
-from orchestrator.lab.vllm_real import real_vllm_inventory
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.building.inventory import ensure_lab
+from orchestrator.lab.vllm_host.host import VllmHost, ensure_vllm_host, host_dir, is_built
+from orchestrator.lab.vllm_host.inventory import real_vllm_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import LoadedSession, read_session
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports

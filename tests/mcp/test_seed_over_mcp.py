@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab.build import LabPaths
-from orchestrator.lab.inventory import lab_host_vars
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.building.inventory import lab_host_vars
 from orchestrator.session.reader import read_session
 from tests.lab.conftest import lab  # noqa: F401  (the built lab, shared with tests/lab)
 from tests.mcp.conftest import call, mcp_client, only_session, server_env

@@ -56,7 +56,7 @@ def test_the_lab_calibration_validates_the_draft_test_it_runs(monkeypatch: pytes
     import json
     import subprocess
 
-    from orchestrator.lab import calibrate
+    from orchestrator.lab.building import calibrate
 
     answers: list[dict[str, Any]] = [_result(), {k: v for k, v in _result().items() if k != "wirings"}]
 

@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-from orchestrator.lab.vllm_host import host_dir, is_built  # noqa: E402
+from orchestrator.lab.vllm_host.host import host_dir, is_built  # noqa: E402
 from remote_probes.engine.vllm_capture import capture_rules, host_runner, vllm_wiring  # noqa: E402
 from tests import realparts  # noqa: E402
 

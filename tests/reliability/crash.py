@@ -86,8 +86,8 @@ def inventory_file(directory: Path, state_dir: Path) -> Path:
 @dataclass(frozen=True)
 class LabRun:
     """A playbook of playbooks/ run on the lab host (a built lab at ``root``, one scenario); with ``vllm_host``
-    (orchestrator.lab.vllm_host.VllmHost) the host ``lab`` is a REAL vLLM serving the lab's models
-    (orchestrator/lab/vllm_real.py), not the lab's stand-in."""
+    (orchestrator.lab.vllm_host.host.VllmHost) the host ``lab`` is a REAL vLLM serving the lab's models
+    (orchestrator/lab/vllm_host/inventory.py), not the lab's stand-in."""
 
     playbook: str  # eagle3.yaml (the flagship) or sweep.yaml
     scenario: str
@@ -131,10 +131,10 @@ def lab_inventory_file(directory: Path, state_dir: Path, marker: str, scenario: 
                        vllm_host: Any = None) -> Path:
     """The lab's inventory (host ``lab``) with its own state dir, and the marker in the host's environment, so
     every process the run starts there (probes, the lab servers) carries it."""
-    from orchestrator.lab.inventory import lab_inventory
+    from orchestrator.lab.building.inventory import lab_inventory
 
     if vllm_host is not None:
-        from orchestrator.lab.vllm_real import real_vllm_inventory
+        from orchestrator.lab.vllm_host.inventory import real_vllm_inventory
 
         inv = real_vllm_inventory(scenario, root=lab_root, host=vllm_host, run_dir=directory / "run")
     else:

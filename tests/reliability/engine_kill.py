@@ -79,7 +79,7 @@ def _name(pid: int) -> str:
 
 
 def real_inventory(directory: Path, host: Any, lab_root: Path, marker: str) -> Inventory:
-    from orchestrator.lab.vllm_real import real_vllm_inventory
+    from orchestrator.lab.vllm_host.inventory import real_vllm_inventory
 
     inv = real_vllm_inventory("seed-wiring", root=lab_root, host=host, run_dir=directory / "run")
     doc = inv.model_dump(mode="json", exclude_none=True)

@@ -50,7 +50,7 @@ def lab_models() -> dict[str, str]:
     if all(override):  # models built elsewhere (a CI cache, a developer's lab dir)
         return {"target": str(override[0]), "draft": str(override[1])}
     realparts.importorskip("torch")
-    from orchestrator.lab.builder import build_lab
+    from orchestrator.lab.building.builder import build_lab
     from tests.labdir import test_lab_root
 
     lab = build_lab("seed-wiring", root=test_lab_root())

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from orchestrator.inventory import Inventory
-from orchestrator.lab.build import cached_sglang_tree
+from orchestrator.lab.building.build import cached_sglang_tree
 from tests.planted_secrets import SERVER_API_KEY as KEY  # unmistakable; scanned for at the end of the run
 from tests.servers.conftest import processes_with, run_playbook
 
@@ -24,8 +24,8 @@ from tests.servers.conftest import processes_with, run_playbook
 # -- the lab's HTTP layer: SGLang's auth rules, no models needed -------------------------------------------------
 @pytest.fixture
 def lab_http(request: pytest.FixtureRequest) -> Iterator[str]:
-    from orchestrator.lab.server_args import build_parser, resolve
-    from orchestrator.lab.server_http import LabHTTPServer, ServerState
+    from orchestrator.lab.stand_in.sglang_args import build_parser, resolve
+    from orchestrator.lab.stand_in.sglang_http import LabHTTPServer, ServerState
 
     extra: list[str] = getattr(request, "param", [])
     ns = build_parser().parse_args(["--model-path", "/nonexistent", "--port", "0", "--api-key", KEY, *extra])
@@ -42,7 +42,7 @@ def lab_http(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def _get(url: str, key: str | None = None, method: str = "GET") -> tuple[int, Any]:
-    from orchestrator.lab.server_process import http_json
+    from orchestrator.lab.stand_in.process import http_json
 
     return http_json(url, {} if method == "POST" else None, timeout=10, api_key=key)
 
@@ -81,7 +81,7 @@ def _sglang_auth(version: str) -> Any:
 
 def test_lab_auth_matches_sglang_decide_request_auth() -> None:
     """The lab's rule against the real function from SGLang 0.5.12.post1's source (stdlib only, no FastAPI)."""
-    from orchestrator.lab.server_http import ADMIN_OPTIONAL_PATHS, auth_allowed
+    from orchestrator.lab.stand_in.sglang_http import ADMIN_OPTIONAL_PATHS, auth_allowed
 
     auth = _sglang_auth("0.5.12.post1")
     paths = ["/health", "/health_generate", "/metrics", "/server_info", "/generate", "/flush_cache", "/model_info",

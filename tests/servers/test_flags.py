@@ -66,7 +66,7 @@ def test_adjustment_word_value() -> None:
     ("sglang", "sglang serve", ["sglang", "serve"]),
     ("sglang", "python -m sglang.launch_server", ["/venv/bin/python", "-m", "sglang.launch_server"]),
     ("sglang", ["/opt/bin/sglang", "serve"], ["/opt/bin/sglang", "serve"]),
-    ("lab", None, ["/venv/bin/python", "-m", "orchestrator.lab.server"]),
+    ("lab", None, ["/venv/bin/python", "-m", "orchestrator.lab.stand_in.server"]),
 ])
 def test_launch_argv(engine: str, launcher: object, head: list[str]) -> None:
     spec = LaunchSpec(model="/m/target", flags={"speculative-num-steps": 3, "trust-remote-code": True}, port=30001,

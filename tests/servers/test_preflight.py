@@ -97,7 +97,7 @@ def test_no_sglang_on_the_host_skips_the_check_with_a_note(inventory: Inventory,
 def test_lab_stands_in_for_0523_when_asked(sglang_trees: Callable[[str], Path], tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.errors import UserInputError
-    from orchestrator.lab import build, inventory
+    from orchestrator.lab.building import build, inventory
 
     sglang_trees("0.5.23")  # cached: the site is a link to it
     root = tmp_path / "lab"

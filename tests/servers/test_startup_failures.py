@@ -38,12 +38,12 @@ steps:
     failure = result["failure"]
     assert failure["cause"] == "unknown_flag" and failure["reason"] == "exited" and failure["exit_code"] == 2
     assert failure["error_lines"] == [
-        "python -m orchestrator.lab.server: error: unrecognized arguments: --no-such-flag 3"]
+        "python -m orchestrator.lab.stand_in.server: error: unrecognized arguments: --no-such-flag 3"]
     # the console shows the cause and the server's own error line, not its usage text
     shown = screen.getvalue()
     assert "cause: unknown flag — the server does not accept a flag (unrecognized arguments: --no-such-flag 3)" \
         in shown
-    assert "  python -m orchestrator.lab.server: error: unrecognized arguments: --no-such-flag 3" in shown
+    assert "  python -m orchestrator.lab.stand_in.server: error: unrecognized arguments: --no-such-flag 3" in shown
     assert "usage:" not in shown
     # so does the report: the step's error, and the servers table's state
     report = render_report(ran.directory)

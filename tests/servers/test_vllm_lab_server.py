@@ -41,7 +41,7 @@ steps:
 """, vllm_inventory, tmp_path / "sessions")
     assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
     srv, b, srv2, b2 = (ran.result(s)["result"] for s in ("s1", "s2", "s3", "s4"))
-    assert srv["engine"] == "lab-vllm" and srv["command"][1:4] == ["-m", "orchestrator.lab.server_vllm", "serve"]
+    assert srv["engine"] == "lab-vllm" and srv["command"][1:4] == ["-m", "orchestrator.lab.stand_in.vllm_server", "serve"]
     assert srv["effective"]["speculative_config.method"] == "eagle3"
     assert srv["effective"]["speculative_config.num_speculative_tokens"] == 5 and srv["overrides"] == []
     assert "NOT vLLM" in srv["log_tail"] and "(2, 6, 9)" in srv["log_tail"]  # no ids in the config: the default

@@ -123,7 +123,7 @@ def test_runtime_error_behind_a_500_is_the_last_real_exception() -> None:
 def vllm_tree() -> Path:
     """The real vLLM 0.33.0 tree (pip install --no-deps --target, cached)."""
     from orchestrator.errors import OrchestratorError
-    from orchestrator.lab.build import cached_vllm_tree
+    from orchestrator.lab.building.build import cached_vllm_tree
 
     try:
         return cached_vllm_tree("0.33.0")

@@ -1,4 +1,4 @@
-"""Lab servers fork from the session's warm interpreter (orchestrator/lab/server_warm_start.py): the second start
+"""Lab servers fork from the session's warm interpreter (orchestrator/lab/stand_in/warm_start.py): the second start
 is forked, not imported; whoever dies first (the server's stand-in, the warm interpreter, the session), nothing is
 left; a server whose environment differs starts cold and says why. Real lab servers over the local transport,
 checked in the process table (/proc) and on the ports."""
@@ -144,7 +144,7 @@ async def test_another_environment_starts_cold_and_says_why(transport: LocalTran
     # a stand-in whose environment differs from its warm interpreter's is refused, and starts cold
     (warm, _) = manager.warm.values()
     spawned = await transport.spawn_detached(
-        [sys.executable, "-m", "orchestrator.lab.server", "--model-path", lab_models["target"], "--port", "0"],
+        [sys.executable, "-m", "orchestrator.lab.stand_in.server", "--model-path", lab_models["target"], "--port", "0"],
         name="server-mismatch", env={"MARK": reaped, "OMP_NUM_THREADS": "2",
                                      "ORCHESTRATOR_LAB_WARM_START": f"{warm.socket}:{warm.handle.pid}"})
 

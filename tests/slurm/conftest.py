@@ -81,7 +81,7 @@ def lab_root() -> Path:
     """The lab (its healthy scenario) for servers on the cluster's nodes: cached, shared with tests/lab."""
     realparts.importorskip("torch")
     realparts.importorskip("transformers")
-    from orchestrator.lab.builder import build_lab
+    from orchestrator.lab.building.builder import build_lab
     from tests.labdir import test_lab_root
 
     root = test_lab_root()

@@ -15,7 +15,7 @@ def lab_slurm_inventory(tmp_path: Path, cluster: SlurmCluster, root: Path, marke
                         **extra: Any) -> Path:
     """A 2-node entry ``cluster`` (a new allocation, or ``job``'s) with the healthy lab's vars and
     ``server_nodes: 2``; ``MARK=marker`` in every node process's environment; the playbook targets the first node."""
-    from orchestrator.lab.inventory import lab_env, lab_host_vars
+    from orchestrator.lab.building.inventory import lab_env, lab_host_vars
 
     entry: dict[str, Any] = {"nodes": 2, "state_dir": str(tmp_path / "state"), "python": sys.executable,
                              "env": {**lab_env(root, "sglang"), "MARK": marker},

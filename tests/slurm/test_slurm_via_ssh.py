@@ -33,7 +33,7 @@ steps:
 
 def test_nodes_reached_over_ssh_fan_out_and_a_two_node_server(
         cluster: SlurmCluster, sshd_server: SshdServer, lab_root: Path, tmp_path: Path, marker: str) -> None:
-    from orchestrator.lab.inventory import lab_env, lab_host_vars
+    from orchestrator.lab.building.inventory import lab_env, lab_host_vars
 
     sshd = sshd_server
     entry = {"partition": cluster.partition, "nodes": 2, "time": "10", "via": "ssh", "user": sshd.user,

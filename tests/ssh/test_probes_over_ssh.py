@@ -65,7 +65,7 @@ steps:
 @pytest.fixture(scope="session")
 def sglang_012() -> Path:
     from orchestrator.errors import OrchestratorError
-    from orchestrator.lab.build import cached_sglang_tree
+    from orchestrator.lab.building.build import cached_sglang_tree
 
     try:
         return cached_sglang_tree("0.5.12.post1")

@@ -1,8 +1,8 @@
 """Building a lab directory (``build_lab``): the sglang trees, the target and drafts (the package's shipped models,
 or trained), the fault copies, and the calibration against the flagship's rules, under the lab directory's lock.
 
-The parts it puts there, and where, are orchestrator.lab.build's; the calibration is orchestrator.lab.calibrate's,
-the shipped models orchestrator.lab.shipped's, the Qwen3 lab orchestrator.lab.qwen3_lab's. This module sits above
+The parts it puts there, and where, are orchestrator.lab.building.build's; the calibration is orchestrator.lab.building.calibrate's,
+the shipped models orchestrator.lab.building.shipped's, the Qwen3 lab orchestrator.lab.building.qwen3_lab's. This module sits above
 them all, so none of them imports it back.
 
 Public API: ``build_lab(scenario=None, *, root=None, progress=None, seed=0, calibrate=True, from_scratch=False,
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab import shipped
-from orchestrator.lab.build import (
+from orchestrator.lab.building import shipped
+from orchestrator.lab.building.build import (
     DEFAULT_SCENARIO,
     LAB_FORMAT,
     LAB_SGLANG_VERSIONS,
@@ -44,8 +44,8 @@ from orchestrator.lab.build import (
     site_ok,
     write_state,
 )
-from orchestrator.lab.calibrate import calibrate_lab
-from orchestrator.lab.filelock import file_lock
+from orchestrator.lab.building.calibrate import calibrate_lab
+from orchestrator.lab.training.filelock import file_lock
 
 
 def _noop(_stage: str, _message: str, _fraction: float) -> None:
@@ -56,7 +56,7 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
               progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True,
               from_scratch: bool = False, target_class: str | None = None) -> LabPaths:
     """``_build_lab`` under the lab directory's lock (``lab_lock``): a second builder waits, then finds it built.
-    ``target_class``: ``qwen3`` makes (or keeps) the directory a Qwen3 lab (orchestrator.lab.qwen3_lab); a lab
+    ``target_class``: ``qwen3`` makes (or keeps) the directory a Qwen3 lab (orchestrator.lab.building.qwen3_lab); a lab
     directory already built keeps its own class."""
     with lab_lock(lab_dir(root)):
         return _build_lab(scenario, root=root, progress=progress, seed=seed, calibrate=calibrate,
@@ -68,14 +68,14 @@ def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
                from_scratch: bool = False, target_class: str | None = None) -> LabPaths:
     """Build whatever ``scenario`` needs and is missing (target, drafts, sglang tree); returns the paths.
 
-    A new lab takes the package's shipped models (orchestrator.lab.shipped: trained and calibrated by this recipe,
+    A new lab takes the package's shipped models (orchestrator.lab.building.shipped: trained and calibrated by this recipe,
     confirmed on this CPU by a short replay of the calibration; a CPU that decodes them otherwise calibrates them in
     full) unless ``from_scratch`` or another ``seed`` asks for training. lab.json's ``origin`` says which.
     Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy. ``seed`` seeds
     the target and the first draft attempt. With ``calibrate`` the trained drafts are checked against the flagship's
     rules; when a planted fault is not clearly decidable the draft is retrained with the next seed and more steps,
     and when that does not help either, the target is retrained with another seed and every draft with it
-    (bounded; ``orchestrator.lab.calibrate.calibrate_lab``). lab.json records every attempt and the target seed.
+    (bounded; ``orchestrator.lab.building.calibrate.calibrate_lab``). lab.json records every attempt and the target seed.
     :raises UserInputError: unknown scenario. :raises OrchestratorError: the sglang install failed.
     """
     from transformers.utils import logging as hf_logging  # transformers is heavy: loaded when a build runs
@@ -94,8 +94,8 @@ def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calib
                   from_scratch: bool, target_class: str | None = None) -> LabPaths:
     # both load torch (their recipes' dataclasses live beside the training code): only when a build runs, so that
     # the CLI and the lab inventory start without it
-    from orchestrator.lab import qwen3_lab
-    from orchestrator.lab.recipe import recipe_hash
+    from orchestrator.lab.building import qwen3_lab
+    from orchestrator.lab.building.recipe import recipe_hash
 
     state = read_state(base) or {"format": LAB_FORMAT}
     timings: dict[str, float] = state.setdefault("timings", {})

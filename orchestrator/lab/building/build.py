@@ -10,7 +10,7 @@ Layout of ``lab_dir()`` (``$ORCHESTRATOR_LAB_DIR``, else ``$XDG_DATA_HOME/orches
     site/                    a REAL sglang 0.5.12.post1 source tree (pip --no-deps --target), for read_source
     site-<version>/          another version's tree when the lab stands in for it ($ORCHESTRATOR_LAB_SGLANG=0.5.23)
 
-``orchestrator.lab.builder.build_lab`` builds it from these parts. Models are trained by ``orchestrator.lab.model_cache`` (cached under ``$ORCHESTRATOR_CACHE_DIR/lab-models``) and
+``orchestrator.lab.building.builder.build_lab`` builds it from these parts. Models are trained by ``orchestrator.lab.training.model_cache`` (cached under ``$ORCHESTRATOR_CACHE_DIR/lab-models``) and
 copied here; the sglang tree is installed once under ``$ORCHESTRATOR_CACHE_DIR/sglang-src/<version>`` (where
 the probe tests install it too) and linked. Everything is deterministic (seeded).
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserInputError
-from orchestrator.lab.filelock import file_lock
+from orchestrator.lab.training.filelock import file_lock
 from orchestrator.tree_removal import remove_tree
 
 SGLANG_VERSION = "0.5.12.post1"
@@ -136,8 +136,8 @@ DEFAULT_SCENARIO = "seed-wiring"
 #: one CPU thread per lab process (the lab server already takes one: --lab-threads 1). The lab's matrices are tiny,
 #: so a second thread buys nothing, and on a busy machine two threads that wait for each other cost ten times over
 #: (the flagship's draft test: 32 s at one thread, 339 s at two, at load 8.8 on 2 cores; the figures bit for bit the
-#: same). The lab host's env (orchestrator.lab.inventory.lab_env) and the calibration's draft test
-#: (orchestrator.lab.calibrate.run_draft_test) both run with it.
+#: same). The lab host's env (orchestrator.lab.building.inventory.lab_env) and the calibration's draft test
+#: (orchestrator.lab.building.calibrate.run_draft_test) both run with it.
 LAB_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -436,7 +436,7 @@ def _stage_progress(report: BuildProgress, stage: str) -> Callable[[str, float],
 
 def install_target(base: Path, seed: int, report: BuildProgress, timings: dict[str, float]) -> None:
     """Train (or take from the cache) the target for ``seed`` and copy it to ``base/target``."""
-    from orchestrator.lab.model_cache import cached_target
+    from orchestrator.lab.training.model_cache import cached_target
 
     t0 = time.monotonic()
     trained = cached_target(seed=seed, progress=_stage_progress(report, "target"))
@@ -470,8 +470,8 @@ def train_draft_attempt(kind: str, num_layers: int, seed: int, attempt: int,
                         progress: Callable[[str, float], None]) -> Path:
     """The cached trained draft ``kind`` on the target of ``seed``, for calibration attempt ``attempt``: the next
     draft seed and 50% more steps each attempt."""
-    from orchestrator.lab.model_cache import cached_draft, cached_target
-    from orchestrator.lab.train import DraftRecipe
+    from orchestrator.lab.training.model_cache import cached_draft, cached_target
+    from orchestrator.lab.training.train import DraftRecipe
 
     target_cache = cached_target(seed=seed)
     wiring = sglang_wiring(num_layers) if kind == "healthy" else seed_wiring(num_layers)

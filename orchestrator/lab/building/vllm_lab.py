@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserInputError
-from orchestrator.lab import build
-from orchestrator.lab.build import BuildProgress, Scenario, seed_wiring
-from orchestrator.lab.builder import build_lab
+from orchestrator.lab.building import build
+from orchestrator.lab.building.build import BuildProgress, Scenario, seed_wiring
+from orchestrator.lab.building.builder import build_lab
 from orchestrator.tree_removal import remove_tree
 
 VLLM_VERSION = build.VLLM_VERSIONS[0]
@@ -182,5 +182,5 @@ def vllm_host_vars(scenario: str, *, root: Path | str | None = None) -> dict[str
     return {"engine": "lab-vllm", "engine_family": "vllm", "scenario": name, "scenario_title": sc.title,
             "lab_dir": str(base), "target": str(base / "target"), "draft": str(draft_dir(base, sc.draft)),
             "candidate_flags": dict(sc.candidate), "fixed_flags": dict(sc.fixed), "vllm_site": str(vllm_site()),
-            "vllm_version": VLLM_VERSION, "target_num_layers": n, "server_module": "orchestrator.lab.server_vllm",
+            "vllm_version": VLLM_VERSION, "target_num_layers": n, "server_module": "orchestrator.lab.stand_in.vllm_server",
             "prompts_file": str(base / "target" / "prompts.json")}

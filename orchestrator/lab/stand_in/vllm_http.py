@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from orchestrator.lab.model_runner import DraftStepError, Generation, LabModelRunner
-from orchestrator.lab.server_args import LabServerArgs
-from orchestrator.lab.server_http import LabHandler, RequestError
+from orchestrator.lab.stand_in.model_runner import DraftStepError, Generation, LabModelRunner
+from orchestrator.lab.stand_in.sglang_args import LabServerArgs
+from orchestrator.lab.stand_in.sglang_http import LabHandler, RequestError
 
 #: what vLLM answers every request with once its EngineCore is dead (v1/engine/exceptions.py), HTTP 500
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
@@ -39,7 +39,7 @@ def _line_of(path: str, statement: str) -> int:
 
 
 GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
-LAB_NOTE = "the orchestrator lab's CPU stand-in for vLLM {version} (python -m orchestrator.lab.server_vllm), not vLLM"
+LAB_NOTE = "the orchestrator lab's CPU stand-in for vLLM {version} (python -m orchestrator.lab.stand_in.vllm_server), not vLLM"
 
 
 @dataclass

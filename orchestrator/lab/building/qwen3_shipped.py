@@ -1,13 +1,13 @@
 """The Qwen3 lab's trained models as shipped with the package (``orchestrator/data/lab-qwen3/``), so that the
 on-demand Qwen3 lab copies them in a second instead of training for minutes (309 s in CI from nothing).
 
-The shipped directory mirrors the model cache (orchestrator/lab/qwen3_lab.py): ``qwen3-<key>/target`` and
+The shipped directory mirrors the model cache (orchestrator/lab/building/qwen3_lab.py): ``qwen3-<key>/target`` and
 ``qwen3-<key>/draft-<key>``, each key the digest of its recipe, seed, wiring and the training code. A changed recipe
 or training code computes another key, finds no shipped copy and trains, as before this module existed; and
 tests/lab/test_qwen3_shipped.py fails until the models are shipped again (``orchestrator lab build --target-class
 qwen3 --from-scratch --ship``), so shipped weights and recipe cannot drift apart silently.
 
-Why no confirmation on first use, unlike the default lab (orchestrator/lab/shipped.py): the Qwen3 lab is not
+Why no confirmation on first use, unlike the default lab (orchestrator/lab/building/shipped.py): the Qwen3 lab is not
 calibrated (qwen3_lab.py's module doc); its flagship decides by its own intervals on whatever models it has. The copy
 is checked file by file against the sha256 the manifest records.
 
@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.errors import OrchestratorError
 from orchestrator.tree_removal import remove_tree
 
-SHIPPED_QWEN3 = Path(__file__).resolve().parents[1] / "data" / "lab-qwen3"
+SHIPPED_QWEN3 = Path(__file__).resolve().parents[2] / "data" / "lab-qwen3"
 MANIFEST_FORMAT = 1
 #: written into a cached model that was copied from the shipped one (lab status and --from-scratch read it)
 SHIPPED_MARK = ".shipped"
@@ -64,7 +64,7 @@ def install(name: str, dest: Path, root: Path = SHIPPED_QWEN3) -> bool:
 
     :raises OrchestratorError: the shipped model is listed but a file is missing or differs from its sha256.
     """
-    from orchestrator.lab.shipped import sha256_of
+    from orchestrator.lab.building.shipped import sha256_of
 
     manifest = read_manifest(root)
     if manifest is None or name not in manifest.models:
@@ -90,7 +90,7 @@ def write_shipped(models: list[Path], dest: Path = SHIPPED_QWEN3) -> Qwen3Manife
     here, never copies of shipped ones) and their manifest."""
     import torch
 
-    from orchestrator.lab.shipped import sha256_of
+    from orchestrator.lab.building.shipped import sha256_of
 
     missing = [m for m in models if not (m / ".complete").exists()]
     if missing:

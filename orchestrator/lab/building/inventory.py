@@ -17,10 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.inventory import HostSpec, Inventory
-from orchestrator.lab import build
-from orchestrator.lab.build import DEFAULT_SCENARIO, LAB_THREADS, BuildProgress, LabPaths, check_scenario
-from orchestrator.lab.builder import build_lab
-from orchestrator.lab.vllm_lab import (
+from orchestrator.lab.building import build
+from orchestrator.lab.building.build import (
+    DEFAULT_SCENARIO,
+    LAB_THREADS,
+    BuildProgress,
+    LabPaths,
+    check_scenario,
+)
+from orchestrator.lab.building.builder import build_lab
+from orchestrator.lab.building.vllm_lab import (
     check_vllm_scenario,
     ensure_vllm_lab,
     lab_engine,
@@ -29,7 +35,7 @@ from orchestrator.lab.vllm_lab import (
     vllm_site,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # holds orchestrator/ and remote_probes/ (both imported by the server)
+REPO_ROOT = Path(__file__).resolve().parents[3]  # holds orchestrator/ and remote_probes/ (both imported by the server)
 
 
 def active_scenario(scenario: str | None = None, engine: str | None = None) -> str:
@@ -80,7 +86,7 @@ def lab_host_vars(scenario: str | None = None, *, root: Path | str | None = None
             "candidate_flags": dict(sc.candidate), "fixed_flags": dict(sc.fixed),
             "sglang_site": str(build.site_dir(base, build.lab_sglang_version())),
             "sglang_version": build.lab_sglang_version(), "target_num_layers": n,
-            "server_module": "orchestrator.lab.server", "prompts_file": str(base / "target" / "prompts.json")}
+            "server_module": "orchestrator.lab.stand_in.server", "prompts_file": str(base / "target" / "prompts.json")}
 
 
 def lab_inventory(scenario: str | None = None, *, root: Path | str | None = None,

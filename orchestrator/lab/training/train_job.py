@@ -13,7 +13,7 @@ first dispatch, which in a test run or a long CLI process has already happened. 
 On a CPU without AVX2 the pins fall back to the portable paths (``default`` / ``COMPATIBLE`` / ``SSE41``); on
 other architectures only the threads are pinned. ``pinned_env()`` is recorded in each model's lab_recipe.json.
 How well this holds is measured by bench/lab_repro.py (BENCHMARKS.md); the lab does not depend on it — the
-calibration after training (orchestrator.lab.calibrate) is what guarantees clear planted faults.
+calibration after training (orchestrator.lab.building.calibrate) is what guarantees clear planted faults.
 
 Protocol: the parent writes one JSON job on stdin; the child prints ``{"progress": [message, fraction]}`` lines
 and finally ``{"done": path}`` on stdout. Public API: ``pinned_env(threads)``, ``run_job(job, progress)``.
@@ -64,9 +64,9 @@ def run_job(job: dict[str, Any], progress: Callable[[str, float], None] | None =
     """
     threads = int(job.get("recipe", {}).get("threads", 2))
     env = {**os.environ, **pinned_env(threads), **(env_override or {})}
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = os.pathsep.join([repo, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.lab.train_job"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.lab.training.train_job"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json.dumps(job))
@@ -98,8 +98,8 @@ def run_job(job: dict[str, Any], progress: Callable[[str, float], None] | None =
 def _main() -> int:
     import torch
 
-    from orchestrator.lab.draft_io import DraftLayout
-    from orchestrator.lab.train import DraftRecipe, TargetRecipe, train_draft, train_target
+    from orchestrator.lab.training.draft_io import DraftLayout
+    from orchestrator.lab.training.train import DraftRecipe, TargetRecipe, train_draft, train_target
 
     job = json.loads(sys.stdin.read())
     if not os.environ.get("ORCHESTRATOR_LAB_NONDETERMINISTIC"):  # bench/lab_repro.py measures what it changes

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from orchestrator.lab.server_args import LAB_ARCHITECTURES, LabServerArgs, StartupError
+from orchestrator.lab.stand_in.sglang_args import LAB_ARCHITECTURES, LabServerArgs, StartupError
 
 if TYPE_CHECKING:
     from remote_probes.eagle3.draft import Eagle3Draft

@@ -7,7 +7,7 @@ Public API:
 - ``train_draft(target_dir, out_dir, *, wiring, seed=0, steps=None, progress=None, layout=DraftLayout(),
   recipe=DraftRecipe()) -> Path``  an EAGLE-3 draft trained on ``wiring`` (HF hidden_states indices)
 - ``ProgressFn = Callable[[str, float], None]`` (message, fraction done of the current stage)
-Caching lives in ``orchestrator.lab.model_cache``; the pinned child process that runs these in ``orchestrator.lab.train_job``.
+Caching lives in ``orchestrator.lab.training.model_cache``; the pinned child process that runs these in ``orchestrator.lab.training.train_job``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.lab.draft_io import DraftLayout, save_draft
+from orchestrator.lab.training.draft_io import DraftLayout, save_draft
 
 ProgressFn = Callable[[str, float], None]
 
@@ -82,8 +82,8 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from orchestrator.lab.corpus import build_corpus
-    from orchestrator.lab.tokenizer_build import train_tokenizer
+    from orchestrator.lab.training.corpus import build_corpus
+    from orchestrator.lab.training.tokenizer_build import train_tokenizer
 
     report = progress or _noop
     torch.set_num_threads(recipe.threads)

@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator.servers.flags import flags_to_argv
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def free_port() -> int:
@@ -88,9 +88,9 @@ class LabServer:
 
 def start_server(target: Path, flags: dict[str, Any], *, log_path: Path, site: Path | None = None,
                  ready_timeout: float = 180.0) -> LabServer:
-    """Start ``python -m orchestrator.lab.server`` and wait for the ready line. Raises RuntimeError with the log."""
+    """Start ``python -m orchestrator.lab.stand_in.server`` and wait for the ready line. Raises RuntimeError with the log."""
     port = free_port()
-    argv = [sys.executable, "-m", "orchestrator.lab.server", "--model-path", str(target), "--port", str(port),
+    argv = [sys.executable, "-m", "orchestrator.lab.stand_in.server", "--model-path", str(target), "--port", str(port),
             *flags_to_argv(flags)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as handle:

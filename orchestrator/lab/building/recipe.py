@@ -1,13 +1,13 @@
 """The lab's recipe key: what its models are a function of, on any machine, declared rather than read off files.
 
-``recipe_hash()`` covers both recipes (their dataclasses), the trained wirings (orchestrator.lab.build), the
-calibration's retraining policy (orchestrator.lab.calibrate), ``RECIPE_VERSION`` and the versions of the libraries
+``recipe_hash()`` covers both recipes (their dataclasses), the trained wirings (orchestrator.lab.building.build), the
+calibration's retraining policy (orchestrator.lab.building.calibrate), ``RECIPE_VERSION`` and the versions of the libraries
 that train and write the models (``training_libraries()``). No file path and no source text is in it: moving or
 tidying a module changes no shipped model. What catches a change to what training produces without a version bump is
 behavioural: tests/lab/test_training_recipe.py trains at a reduced size and compares what comes out with the
 fingerprint recorded for this ``RECIPE_VERSION`` (tests/lab/training_fingerprints.json).
 
-The shipped models (orchestrator.lab.shipped) record the hash, and tests/lab/test_shipped_lab.py fails when the code
+The shipped models (orchestrator.lab.building.shipped) record the hash, and tests/lab/test_shipped_lab.py fails when the code
 and the shipped weights drift apart. It sits above the model cache, the scenarios and the calibration, because it
 reads all three.
 """
@@ -18,9 +18,10 @@ import hashlib
 import json
 from dataclasses import asdict
 
-from orchestrator.lab import build, calibrate, model_cache
-from orchestrator.lab.model_cache import training_libraries
-from orchestrator.lab.train import DraftRecipe, TargetRecipe
+from orchestrator.lab.building import build, calibrate
+from orchestrator.lab.training import model_cache
+from orchestrator.lab.training.model_cache import training_libraries
+from orchestrator.lab.training.train import DraftRecipe, TargetRecipe
 
 
 def recipe_hash() -> str:

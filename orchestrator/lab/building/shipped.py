@@ -2,7 +2,7 @@
 
 ``orchestrator/data/lab/`` holds what ``orchestrator lab build --from-scratch`` produces and calibrates — the target
 (weights, tokenizer, prompts) and the two trained drafts (seed-wiring, healthy; the fault scenarios are cheap copies
-written at install) — and ``manifest.json``: the recipe hash (``orchestrator.lab.recipe.recipe_hash``), where and when
+written at install) — and ``manifest.json``: the recipe hash (``orchestrator.lab.building.recipe.recipe_hash``), where and when
 they were built (Python, torch, CPU, the numerics pins), every file's sha256, the build's full calibration records,
 and the calibrating machine's fingerprint: sha256 digests of the bits the shipped models compute on the paths the
 calibration measured (``fingerprint()``: about a second).
@@ -44,7 +44,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.lab.build import (
+from orchestrator.lab.building.build import (
     TRAINED_DRAFTS,
     BuildProgress,
     copy_model,
@@ -52,7 +52,7 @@ from orchestrator.lab.build import (
     scenarios,
 )
 
-SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "lab"
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "lab"
 MANIFEST_FORMAT = 1
 #: files of a trained model that are not shipped: the tokenised corpus (only draft training reads it) and markers
 NOT_SHIPPED = ("lab_tokens.pt", ".complete")
@@ -158,8 +158,8 @@ def fingerprint(base: Path) -> dict[str, Any]:
 
     import torch
 
-    from orchestrator.lab.model_runner import LabModelRunner
-    from orchestrator.lab.server_args import build_parser, resolve
+    from orchestrator.lab.stand_in.model_runner import LabModelRunner
+    from orchestrator.lab.stand_in.sglang_args import build_parser, resolve
     from orchestrator.servers.flags import flags_to_argv
 
     sc_all = scenarios(base, num_layers_of(base))
@@ -170,7 +170,7 @@ def fingerprint(base: Path) -> dict[str, Any]:
         for kind in TRAINED_DRAFTS:
             argv = ["--model-path", str(base / "target"), *flags_to_argv(sc_all[kind].fixed)]
             models = LabModelRunner(resolve(build_parser().parse_args(argv), target_architecture="LlamaForCausalLM"),
-                               log=logging.getLogger("orchestrator.lab.shipped").debug)
+                               log=logging.getLogger("orchestrator.lab.building.shipped").debug)
             torch.set_num_threads(1)  # after LabModelRunner, which sets the server's own count
             assert models.draft is not None
             parts: dict[str, Any] = {}
@@ -253,9 +253,9 @@ def write_shipped(base: Path, dest: Path, state: dict[str, Any]) -> Manifest:
     under ``dest``. :raises OrchestratorError: the lab is not calibrated for both trained drafts."""
     import torch
 
-    from orchestrator.lab.calibrate import FlagshipSample
-    from orchestrator.lab.recipe import recipe_hash
-    from orchestrator.lab.train_job import pinned_env
+    from orchestrator.lab.building.calibrate import FlagshipSample
+    from orchestrator.lab.building.recipe import recipe_hash
+    from orchestrator.lab.training.train_job import pinned_env
 
     calibration = state.get("calibration", {})
     if any(not (calibration.get(k) or {}).get("passed") for k in TRAINED_DRAFTS):
@@ -320,7 +320,7 @@ def add_this_cpu(base: Path, state: dict[str, Any], dest: Path = SHIPPED_DIR) ->
 
 def _not_recordable(base: Path, state: dict[str, Any], manifest: Manifest, dest: Path) -> str | None:
     """Why the lab at ``base`` cannot stand for this CPU in the manifest (None: it can)."""
-    from orchestrator.lab.calibrate import FlagshipSample
+    from orchestrator.lab.building.calibrate import FlagshipSample
 
     origin = state.get("origin") or {}
     calibration = state.get("calibration") or {}

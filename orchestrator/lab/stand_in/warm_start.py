@@ -1,14 +1,14 @@
 """A warm interpreter for the lab's servers: it imports torch and transformers' model code once a session, then
 starts each lab server by fork, so a start costs the model load, not the ~3.5 s import.
 
-The lab server's start is almost all import: a cold ``python -m orchestrator.lab.server`` spends ~1.5 s importing
+The lab server's start is almost all import: a cold ``python -m orchestrator.lab.stand_in.server`` spends ~1.5 s importing
 torch and ~2 s importing transformers' Llama code (its lazy module tables) before it reads a weight, and the
 flagship starts three of them. A real engine's start (minutes of weight loading and graph capture on a GPU) has
 nothing like it to save, so this is the lab's alone (servers/lab.py asks for it, servers/manager.py runs it).
 
 Two halves, one module (standard library at the top: the client half runs before any heavy import):
 
-- ``python -m orchestrator.lab.server_warm_start NAME MODULE...`` (``serve``): a detached process of the session
+- ``python -m orchestrator.lab.stand_in.warm_start NAME MODULE...`` (``serve``): a detached process of the session
   (started by the manager like a server: its own process group, a pidfile, stopped at the session's end and by
   ``orchestrator cleanup``) that imports MODULE... (a trailing ``?``: optional), then listens on the Unix socket
   NAME in the abstract namespace (only once the imports are done, so a connection means ready; only its own user
@@ -475,7 +475,7 @@ def _fresh_random_state() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print("usage: python -m orchestrator.lab.server_warm_start NAME [MODULE...]", file=sys.stderr)
+        print("usage: python -m orchestrator.lab.stand_in.warm_start NAME [MODULE...]", file=sys.stderr)
         return 2
     return serve(args[0], args[1:])
 

@@ -25,15 +25,15 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from orchestrator.lab.model_runner import Generation, LabModelRunner
-from orchestrator.lab.server_args import LabServerArgs
+from orchestrator.lab.stand_in.model_runner import Generation, LabModelRunner
+from orchestrator.lab.stand_in.sglang_args import LabServerArgs
 
-LAB_NOTE = ("This is the orchestrator lab's CPU stand-in for SGLang (python -m orchestrator.lab.server), "
+LAB_NOTE = ("This is the orchestrator lab's CPU stand-in for SGLang (python -m orchestrator.lab.stand_in.server), "
             "not SGLang. It speaks SGLang {version}'s flags and HTTP API and really runs greedy chain "
             "speculative decoding with tiny models.")
 FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
               "requests, the operation will not be performed.)\n")
-log = logging.getLogger("orchestrator.lab.server")
+log = logging.getLogger("orchestrator.lab.stand_in.server")
 
 
 #: SGLang marks these ``@auth_level(AuthLevel.ADMIN_OPTIONAL)``; the lab serves only this one of them

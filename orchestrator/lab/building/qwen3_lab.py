@@ -1,7 +1,7 @@
 """A second target class for the lab: a tiny HF ``Qwen3ForCausalLM`` (q/k RMS norms, its own model file in both
 engines), trained by the lab's recipe at a reduced size, with EAGLE-3 drafts trained against it, made on demand
 (``orchestrator lab build --target-class qwen3 --dir DIR``): copied from the package's shipped Qwen3 models
-(orchestrator/lab/qwen3_shipped.py), trained only when the recipe changed or ``--from-scratch`` asks.
+(orchestrator/lab/building/qwen3_shipped.py), trained only when the recipe changed or ``--from-scratch`` asks.
 
 Why it exists: the flagship's capture reads follow the target's class through the installed engine
 (remote_probes/engine/target_capture.py). With a Llama target only, every read lands in llama.py whatever that code does;
@@ -10,7 +10,7 @@ srt/models/qwen3.py while its layer loop (``Qwen3Model`` -> ``Qwen2Model.forward
 captures the embedding output where Llama's raises; 0.5.23's ``Qwen3Model`` has its own forward in qwen3.py; vLLM's
 ``Qwen3ForCausalLM`` captures in ``Qwen2Model.forward`` (qwen2.py).
 
-The training is orchestrator/lab/qwen3_train.py (a module of its own: train.py's code is hashed into the shipped
+The training is orchestrator/lab/training/qwen3_train.py (a module of its own: train.py's code is hashed into the shipped
 lab's recipe, so it is left as it is); its models are cached under ``<cache>/lab-models/qwen3-<hash>/``.
 
 Layout of a Qwen3 lab directory: the default lab's (build.py) with ``lab.json`` ``target_class: qwen3``; the drafts
@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserInputError
-from orchestrator.lab.qwen3_shipped import NOT_SHIPPED, SHIPPED_QWEN3, Qwen3Manifest, read_manifest
-from orchestrator.lab.qwen3_train import QWEN3_DRAFT, Qwen3Recipe, run_job
-from orchestrator.lab.train import DraftRecipe, ProgressFn
+from orchestrator.lab.building.qwen3_shipped import NOT_SHIPPED, SHIPPED_QWEN3, Qwen3Manifest, read_manifest
+from orchestrator.lab.training.qwen3_train import QWEN3_DRAFT, Qwen3Recipe, run_job
+from orchestrator.lab.training.train import DraftRecipe, ProgressFn
 
 #: the lab's target classes: the default (shipped) Llama and the on-demand Qwen3
 TARGET_CLASSES = ("llama", "qwen3")
@@ -46,16 +46,16 @@ _NO_MANIFEST = Qwen3Manifest(format=0, built={}, models={})
 def _training_key() -> dict[str, Any]:
     """What the Qwen3 models' cache keys add to the default lab's (model_cache._digest: RECIPE_VERSION, the training
     libraries, Python, the pinned numerics): the Qwen3 training code's own version. No source text or path."""
-    from orchestrator.lab.qwen3_train import QWEN3_TRAINING_VERSION
+    from orchestrator.lab.training.qwen3_train import QWEN3_TRAINING_VERSION
 
     return {"qwen3_training": QWEN3_TRAINING_VERSION}
 
 
 def _shipped_or_trained(final: Path, job: dict[str, Any], progress: ProgressFn | None, from_scratch: bool) -> Path:
     """``final`` (a cache entry) made once: the package's shipped copy when it ships this very key
-    (orchestrator/lab/qwen3_shipped.py), else trained here; ``from_scratch`` trains even over a shipped copy."""
-    from orchestrator.lab import qwen3_shipped
-    from orchestrator.lab.model_cache import _build_once
+    (orchestrator/lab/building/qwen3_shipped.py), else trained here; ``from_scratch`` trains even over a shipped copy."""
+    from orchestrator.lab.building import qwen3_shipped
+    from orchestrator.lab.training.model_cache import _build_once
     from orchestrator.tree_removal import remove_tree
 
     name = f"{final.parent.name}/{final.name}"
@@ -72,7 +72,7 @@ def _shipped_or_trained(final: Path, job: dict[str, Any], progress: ProgressFn |
 
 def is_shipped_copy(model: Path) -> bool:
     """Whether a cached model was copied from the package's shipped Qwen3 models, not trained here."""
-    from orchestrator.lab.qwen3_shipped import SHIPPED_MARK
+    from orchestrator.lab.building.qwen3_shipped import SHIPPED_MARK
 
     return (model / SHIPPED_MARK).exists()
 
@@ -82,7 +82,7 @@ def is_shipped_copy(model: Path) -> bool:
 
 def qwen3_target_entry(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe()) -> Path:
     """Where the Qwen3 target of this recipe, seed and training code lives in the cache (made or not)."""
-    from orchestrator.lab.model_cache import _digest, cache_root
+    from orchestrator.lab.training.model_cache import _digest, cache_root
 
     return cache_root() / f"qwen3-{_digest({'qwen3': asdict(recipe), 'seed': seed, **_training_key()})}" / "target"
 
@@ -90,7 +90,7 @@ def qwen3_target_entry(*, seed: int = 0, recipe: Qwen3Recipe = Qwen3Recipe()) ->
 def qwen3_draft_entry(target_dir: Path, *, wiring: list[int], seed: int = 0,
                       recipe: DraftRecipe = QWEN3_DRAFT) -> Path:
     """Where the draft on ``wiring`` for the cached Qwen3 target lives: beside it (made or not)."""
-    from orchestrator.lab.model_cache import _digest
+    from orchestrator.lab.training.model_cache import _digest
 
     key = _digest({"wiring": list(wiring), "seed": seed, "recipe": asdict(recipe),
                    "target": target_dir.parent.name, **_training_key()})
@@ -115,7 +115,7 @@ def cached_qwen3_draft(target_dir: Path, *, wiring: list[int], seed: int = 0, re
 
 def shipped_entries() -> list[Path]:
     """The cache entries the package ships for this recipe: the target and the drafts on the two trained wirings."""
-    from orchestrator.lab import build
+    from orchestrator.lab.building import build
 
     target = qwen3_target_entry()
     n = Qwen3Recipe().num_layers
@@ -124,7 +124,7 @@ def shipped_entries() -> list[Path]:
 
 def target_class_of(root: Path) -> str:
     """``qwen3`` for a lab directory built with ``--target-class qwen3``, else ``llama``."""
-    from orchestrator.lab.build import read_state
+    from orchestrator.lab.building.build import read_state
 
     return "qwen3" if read_state(root).get("target_class") == "qwen3" else "llama"
 
@@ -149,7 +149,7 @@ def build_qwen3_lab(base: Path, state: dict[str, Any], report: Any, timings: dic
     package's shipped Qwen3 models where it ships this recipe's (qwen3_shipped.py), unless ``from_scratch``.
 
     :raises UserInputError: ``base`` already holds a target of another class (a lab directory has one target)."""
-    from orchestrator.lab import build
+    from orchestrator.lab.building import build
 
     target = base / "target"
     if build.is_complete(target) and _architecture(target) != ARCHITECTURE:

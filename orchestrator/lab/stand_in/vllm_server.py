@@ -1,4 +1,4 @@
-"""``python -m orchestrator.lab.server_vllm serve MODEL``: the orchestrator lab's CPU stand-in for ``vllm serve``.
+"""``python -m orchestrator.lab.stand_in.vllm_server serve MODEL``: the orchestrator lab's CPU stand-in for ``vllm serve``.
 
 It is NOT vLLM, and says so in its first log line, in ``/version`` and in ``/v1/models``. It takes the part of
 ``vllm serve``'s command line an EAGLE-3 investigation uses (positional model, ``--speculative-config`` JSON, host,
@@ -25,10 +25,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from orchestrator.lab.server import _target_architecture
-from orchestrator.lab.server_args import LabServerArgs, StartupError, _capture_list
+from orchestrator.lab.stand_in.server import _target_architecture
+from orchestrator.lab.stand_in.sglang_args import LabServerArgs, StartupError, _capture_list
 
-log = logging.getLogger("orchestrator.lab.server")
+log = logging.getLogger("orchestrator.lab.stand_in.server")
 READY_LINE = "Application startup complete."
 #: what vLLM's auto-detection turns a draft path into when ``method`` is absent (config/speculative.py)
 METHOD_HINTS = (("eagle-", "eagle"), ("eagle3", "eagle3"))
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     rules = args.vllm_rules or {}
     version = str(rules.get("version") or "0.33.0")
     log.info("orchestrator lab server: a CPU stand-in for vLLM %s's `vllm serve`, NOT vLLM (python -m "
-             "orchestrator.lab.server_vllm, pid %d); its loading rules: %s", version, os.getpid(),
+             "orchestrator.lab.stand_in.vllm_server, pid %d); its loading rules: %s", version, os.getpid(),
              f"read from {rules.get('root')} ({rules.get('runner')} runner)" if rules.get("root") else
              "the newest vLLM read (0.33.0, Model Runner V2)")
     given = {k: v for k, v in vars(ns).items() if v not in (None, False) and k != "subcommand"}
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _target_architecture(args.model_path)
         log.info(config_line(args, spec, version))
-        from orchestrator.lab.model_runner import LabModelRunner
+        from orchestrator.lab.stand_in.model_runner import LabModelRunner
 
         models = LabModelRunner(args, log=log.info)
     except StartupError as exc:
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info(line)
     if models.draft is not None:
         log.info("Using Eagle3 auxiliary layers (HF hidden_states indices): %s", tuple(models.capture))
-    from orchestrator.lab.server_vllm_http import VllmLabHTTPServer, VllmState
+    from orchestrator.lab.stand_in.vllm_http import VllmLabHTTPServer, VllmState
 
     state = VllmState(args=args, models=models, version=version, spec=spec)
     try:
@@ -225,7 +225,7 @@ def _fail(exc: StartupError) -> int:
 
 
 if __name__ == "__main__":
-    from orchestrator.lab.server_warm_start import start_warm_or_cold
+    from orchestrator.lab.stand_in.warm_start import start_warm_or_cold
 
-    start_warm_or_cold("orchestrator.lab.server_vllm")  # warm: runs the server forked, never returns; cold: says why
+    start_warm_or_cold("orchestrator.lab.stand_in.vllm_server")  # warm: runs the server forked, never returns; cold: says why
     sys.exit(main())

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from orchestrator.lab.server_args import StartupError
+from orchestrator.lab.stand_in.sglang_args import StartupError
 
 JOIN_TIMEOUT_S = 600.0  # how long ranks wait for each other (SGLang's dist init waits minutes as well)
 HELLO = b"orchestrator-lab-rank "
