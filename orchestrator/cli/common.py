@@ -133,22 +133,24 @@ def is_embedded_lab(inv: Any) -> bool:
     return str(getattr(inv, "source", "")) == "<lab>"
 
 
-def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
-    """Build the embedded lab first (with a progress display) when a run targets it and it is missing."""
+def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> Any:
+    """The inventory to run with: ``inv`` itself, or, when a run targets the embedded lab and it is missing, the
+    lab's inventory made anew once the lab is built (with a progress display). The lab built is the one the
+    inventory's lab host records (its engine and scenario), whatever the environment says now."""
     from orchestrator.errors import OrchestratorError
-    from orchestrator.lab.building.inventory import ensure_lab, lab_is_built
+    from orchestrator.lab.building.inventory import LabChoice, ensure_lab, lab_is_built, with_built_lab
 
     try:
         names = inv.resolve(hosts)
     except OrchestratorError:  # a bad host pattern: the runner reports it, located, when the run starts
-        return
+        return inv
     if "lab" not in names or "lab" not in getattr(inv, "hosts", {}):
-        return
+        return inv
     if not is_embedded_lab(inv):  # an inventory file's host named lab is the user's (a real vLLM host, say)
-        return
-    scenario = inv.hosts["lab"].vars.get("scenario")
-    if lab_is_built(scenario):
-        return
+        return inv
+    choice = LabChoice.of_host_vars(inv.hosts["lab"].vars)
+    if lab_is_built(choice.scenario, engine=choice.engine):
+        return inv
     from rich.console import Console
 
     from orchestrator.cli.progress import build_progress
@@ -157,8 +159,5 @@ def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> None:
                                "on this CPU (seconds, once; `orchestrator lab status` says where they came from).[/]")
     progress, report = build_progress()  # Rich bars on a terminal, else a plain line per stage and 10 %
     with progress:
-        ensure_lab(scenario, progress=report)
-    # The inventory was made before the build: refresh its host vars (paths, layer count) from the built lab.
-    from orchestrator.lab.building.inventory import lab_host_vars
-
-    inv.hosts["lab"].vars.update(lab_host_vars(scenario))
+        ensure_lab(choice.scenario, progress=report, engine=choice.engine)
+    return with_built_lab(inv)

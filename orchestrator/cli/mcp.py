@@ -54,7 +54,7 @@ def mcp(
         pb = Playbook(name="mcp")
     if host:
         pb = pb.model_copy(update={"hosts": host})
-    ensure_lab_for(inv, pb.hosts)
+    inv = ensure_lab_for(inv, pb.hosts)
     settings = McpSettings(inventory=inv, playbook=pb, sessions_dir=sessions_dir, extra_vars=extra,
                            allow_exec=allow_exec, argv=["mcp", *sys.argv[2:]] if len(sys.argv) > 1 else ["mcp"])
     session = anyio.run(serve, settings)

@@ -31,6 +31,7 @@ def read(
     sessions_dir: Annotated[Path | None, typer.Option("--sessions-dir", envvar="ORCHESTRATOR_SESSIONS_DIR")] = None,
 ) -> None:
     """Print source from the package installed on HOST, with line numbers and version; recorded as a session."""
+    from orchestrator.cli.common import ensure_lab_for
     from orchestrator.errors import UserInputError
     from orchestrator.playbook.models import Playbook, Step
     from orchestrator.session.recording import open_session
@@ -50,7 +51,7 @@ def read(
     if pattern:
         args["pattern"], args["context"] = pattern, context
     inv = resolve_inventory(inventory, host)
-    _ensure_lab_if_targeted(inv, [host])
+    inv = ensure_lab_for(inv, [host])
     step = Step(action="read_source", args=args, name=f"read {package} {file or ''} {address or symbol or pattern}".strip(),
                 step_id="s1")
     pb = Playbook(name=f"read-{package}", hosts=host, steps=[step])
@@ -59,12 +60,6 @@ def read(
     result = open_session(pb, inv, sinks=[_SourcePrinter(), ConsoleSink(verbose=False)],
                           sessions_dir=sessions_dir, argv=sys.argv[1:]).run()
     raise typer.Exit(result.outcome.exit_code)
-
-
-def _ensure_lab_if_targeted(inv: object, hosts: list[str]) -> None:
-    from orchestrator.cli.common import ensure_lab_for
-
-    ensure_lab_for(inv, hosts)
 
 
 class _SourcePrinter:

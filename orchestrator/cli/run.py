@@ -49,7 +49,7 @@ def run(
     pb = load_playbook(playbook, extra_names=inventory_var_names(inv, extra))
     if host:
         pb = pb.model_copy(update={"hosts": host})
-    ensure_lab_for(inv, pb.hosts)
+    inv = ensure_lab_for(inv, pb.hosts)
     sinks, console_sink = _sinks(verbose, json_events)
     session = open_session(pb, inv, sinks=sinks, sessions_dir=sessions_dir, extra_vars=extra,
                            keep_remote=keep_remote, forks=forks, argv=sys.argv[1:])
