@@ -139,6 +139,7 @@ def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
                                  "remote_probes.eagle3.config")}
     assert _imports("remote_probes.evaluation.p", source, known) == {
         "remote_probes.agent.protocol", "remote_probes.evaluation.interval_stats", "remote_probes.agent.env_info"}
-    (tmp_path / "o.py").write_text("def g():\n    from orchestrator.lab import build\n")
-    known = {"orchestrator.lab.o": tmp_path / "o.py", "orchestrator.lab.building.build": source, "orchestrator.lab": source}
+    (tmp_path / "o.py").write_text("def g():\n    from orchestrator.lab.building import build\n")
+    known = {"orchestrator.lab.o": tmp_path / "o.py", "orchestrator.lab.building.build": source,
+             "orchestrator.lab.building": source}
     assert _imports("orchestrator.lab.o", tmp_path / "o.py", known) == {"orchestrator.lab.building.build"}
