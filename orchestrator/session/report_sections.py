@@ -91,7 +91,7 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     elif not confirmed:
         blocks.append(Para("**No hypothesis confirmed.**"))
     blocks.extend(_unverified_paragraphs(board, steps, fix_steps))
-    blocks.extend(_fix_paragraphs(session))
+    blocks.extend(_fix_paragraphs(session, board))
     still_open = board.open_entries()
     if still_open:
         names = ", ".join(f"`{e.hypothesis.id}` ({e.state})" for e in still_open)
@@ -127,16 +127,39 @@ def _unverified_paragraphs(board: HypothesisBoard, steps: dict[str, StepFinished
     return blocks
 
 
-def _fix_paragraphs(session: LoadedSession) -> list[Block]:
-    """The fix derived from the evidence (probe draft_fix): what to change, or why nothing can be served."""
+#: what leaves a session unexplained though the derived fix found nothing to change: the server serves otherwise than
+#: the offline model of it (serving_difference supported), or it could not serve at all (server_start confirmed)
+UNEXPLAINED = {"serving_difference": ("supported",), "server_start": ("confirmed",)}
+
+
+def _unexplained(board: HypothesisBoard) -> list[str]:
+    return [hid for hid, states in UNEXPLAINED.items()
+            if hid in board.entries and board.entries[hid].state in states]
+
+
+def _fix_paragraphs(session: LoadedSession, board: HypothesisBoard) -> list[Block]:
+    """The fix derived from the evidence (probe draft_fix): what to change, or why nothing can be served. "No fix
+    needed" never stands beside what is still unexplained: a fix derivation that found nothing to change while the
+    server did not start, or served otherwise than the offline model predicts, says that it found nothing yet."""
     blocks: list[Block] = []
+    unexplained = _unexplained(board)
     for step, r in _results(session, "probe"):
         res = r.result
         if not isinstance(res, dict) or "fix_status" not in res:
             continue
+        status = str(res["fix_status"])
         head = {"fix": "Fix", "partial": "Partial fix", "blocked": "No servable fix",
-                "nothing_to_fix": "No fix needed"}.get(str(res["fix_status"]), "Fix")
-        blocks.append(Para(f"**{head}** (step {step.step_id} on {r.host}): {res.get('summary', '')}"))
+                "nothing_to_fix": "No fix needed"}.get(status, "Fix")
+        summary = str(res.get("summary", ""))
+        if status == "nothing_to_fix" and unexplained:
+            head = "No fix derived yet"
+            why = {"server_start": "the server could not serve the candidate configuration (its own error is "
+                                   "quoted above: what it names is the change to try)",
+                   "serving_difference": "the server does not serve what the offline model of it predicts"}
+            summary = (f"the evidence names nothing this fix derivation can change, but {' and '.join(why[h] for h in unexplained)}: "
+                       f"not explained yet ({summary})" if summary else
+                       f"the evidence names nothing to change, but {' and '.join(why[h] for h in unexplained)}")
+        blocks.append(Para(f"**{head}** (step {step.step_id} on {r.host}): {summary}"))
         if res.get("draft"):
             blocks.append(Para(f"Corrected draft written beside the original: `{res['draft']}`"))
     return blocks

@@ -70,3 +70,28 @@ def test_the_derived_fix_is_said_once_in_the_verdict() -> None:
     assert sum(summary in p for p in paras) == 1, paras
     assert any(p.startswith("Decisive evidence") and "[0, 6, 11]" in p for p in paras)
     assert f"**No servable fix** (step s1 on gpu1): {summary}" in paras
+
+
+def test_no_fix_needed_never_stands_beside_what_is_unexplained() -> None:
+    """A fix derivation that found nothing to change says "No fix needed" only when nothing is left unexplained: not
+    beside a server that did not start, nor beside a reconcile whose prediction and measurement are disjoint."""
+    from orchestrator.events import HypothesisUpdated
+
+    nothing = {"fix_status": "nothing_to_fix", "summary": "the evidence names nothing to fix", "draft": None}
+    hypotheses = [{"id": "server_start", "title": "start"}, {"id": "serving_difference", "title": "difference"}]
+
+    def paras(*updates: tuple[str, str]) -> list[str]:
+        session = _session("probe", nothing)
+        session.events[0] = SessionStarted(session_id="t", playbook="eagle3", hypotheses=hypotheses)
+        session.events += [HypothesisUpdated(hypothesis_id=h, state=s, previous="open", step_id="s0", evidence="e")
+                           for h, s in updates]
+        return [b.text for b in verdict_section(session) if isinstance(b, Para)]
+
+    assert "**No fix needed** (step s1 on gpu1): the evidence names nothing to fix" in paras(
+        ("server_start", "refuted"), ("serving_difference", "refuted"))
+    for updates, said in (((("server_start", "confirmed"),), "the server could not serve"),
+                          ((("serving_difference", "supported"),), "does not serve what the offline model")):
+        shown = paras(*updates)
+        assert not any("No fix needed" in p for p in shown), shown
+        fix = next(p for p in shown if p.startswith("**No fix derived yet**"))
+        assert said in fix and "not explained yet" in fix
