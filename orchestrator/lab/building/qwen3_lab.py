@@ -10,8 +10,8 @@ srt/models/qwen3.py while its layer loop (``Qwen3Model`` -> ``Qwen2Model.forward
 captures the embedding output where Llama's raises; 0.5.23's ``Qwen3Model`` has its own forward in qwen3.py; vLLM's
 ``Qwen3ForCausalLM`` captures in ``Qwen2Model.forward`` (qwen2.py).
 
-The training is orchestrator/lab/training/qwen3_train.py (a module of its own: train.py's code is hashed into the shipped
-lab's recipe, so it is left as it is); its models are cached under ``<cache>/lab-models/qwen3-<hash>/``.
+The recipes are orchestrator/lab/training/qwen3_train.py's, trained by train.py's loops with the Qwen3 class; its
+models are cached under ``<cache>/lab-models/qwen3-<hash>/``.
 
 Layout of a Qwen3 lab directory: the default lab's (build.py) with ``lab.json`` ``target_class: qwen3``; the drafts
 ``seed-wiring`` and ``healthy`` are trained on ``build.seed_wiring(N)`` / ``build.sglang_wiring(N)`` of the Qwen3

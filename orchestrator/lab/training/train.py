@@ -58,6 +58,20 @@ def _noop(_message: str, _fraction: float) -> None:
     pass
 
 
+#: the target classes the lab trains (transformers' own layers): name -> (config class, model class)
+TARGET_CLASSES = ("llama", "qwen3")
+
+
+def _target_classes(target_class: str) -> tuple[Any, Any]:
+    import transformers
+
+    if target_class == "qwen3":
+        return transformers.Qwen3Config, transformers.Qwen3ForCausalLM
+    if target_class == "llama":
+        return transformers.LlamaConfig, transformers.LlamaForCausalLM
+    raise ValueError(f"the lab trains {', '.join(TARGET_CLASSES)} targets, not {target_class!r}")
+
+
 def _cosine(step: int, total: int, base: float, warmup: int = 20) -> float:
     if step < warmup:
         return base * (step + 1) / warmup
@@ -77,10 +91,13 @@ def _prompts(held_out: dict[str, str], tokenizer, per_file: int = 3, length: int
 
 
 def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = None,
-                 recipe: TargetRecipe = TargetRecipe(), numerics: dict[str, Any] | None = None) -> Path:
-    """Train the tiny Llama target from scratch on the stdlib corpus and save it in HF format."""
+                 recipe: Any = TargetRecipe(), numerics: dict[str, Any] | None = None,
+                 target_class: str = "llama") -> Path:
+    """Train the tiny target from scratch on the stdlib corpus and save it in HF format: a Llama (``recipe`` a
+    TargetRecipe), or a Qwen3 (q/k norms, explicit head_dim: ``recipe`` a qwen3_train.Qwen3Recipe)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config_class, model_class = _target_classes(target_class)
 
     from orchestrator.lab.training.corpus import build_corpus
     from orchestrator.lab.training.tokenizer_build import train_tokenizer
@@ -97,13 +114,15 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
     tokenizer = train_tokenizer(pieces, vocab_size=recipe.vocab_size)
     ids = [t for enc in tokenizer.backend_tokenizer.encode_batch(pieces) for t in enc.ids]
     tokens = torch.tensor(ids, dtype=torch.long)
-    config = LlamaConfig(vocab_size=recipe.vocab_size, hidden_size=recipe.hidden_size,
-                         intermediate_size=recipe.intermediate_size, num_hidden_layers=recipe.num_layers,
-                         num_attention_heads=recipe.num_heads, num_key_value_heads=recipe.num_heads,
-                         max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=10000.0,  # type: ignore[call-arg]  # transformers 5 takes the legacy rope_theta through **kwargs (into rope_parameters)
-                         tie_word_embeddings=False, bos_token_id=tokenizer.eos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
-    model = LlamaForCausalLM(config)
+    # transformers 5 takes the legacy rope_theta through **kwargs (into rope_parameters)
+    head = {"head_dim": recipe.head_dim} if target_class == "qwen3" else {}
+    config = config_class(vocab_size=recipe.vocab_size, hidden_size=recipe.hidden_size,
+                          intermediate_size=recipe.intermediate_size, num_hidden_layers=recipe.num_layers,
+                          num_attention_heads=recipe.num_heads, num_key_value_heads=recipe.num_heads, **head,
+                          max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=10000.0,
+                          tie_word_embeddings=False, bos_token_id=tokenizer.eos_token_id,
+                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id)
+    model = model_class(config)
     with torch.no_grad():  # scaled-down residual-branch outputs: deep-and-narrow trains faster (GPT-2 trick)
         for name, param in model.named_parameters():
             if name.endswith(("o_proj.weight", "down_proj.weight")):
@@ -125,7 +144,8 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
         loss_last = loss.item()
         loss_first = loss_last if step == 0 else loss_first
         if step % 50 == 0 or step == recipe.steps - 1:
-            report(f"target step {step + 1}/{recipe.steps} loss {loss_last:.2f}", (step + 1) / recipe.steps)
+            report(f"{'' if target_class == 'llama' else target_class + ' '}target step {step + 1}/{recipe.steps} "
+                   f"loss {loss_last:.2f}", (step + 1) / recipe.steps)
     model.eval()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -133,11 +153,16 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
     tokenizer.save_pretrained(str(out_dir))
     torch.save(tokens, out_dir / "lab_tokens.pt")
     (out_dir / "prompts.json").write_text(json.dumps(_prompts(corpus.held_out, tokenizer), indent=1) + "\n")
-    facts = {"recipe": asdict(recipe), "seed": seed, "loss_first": loss_first, "loss_last": loss_last,
-             "seconds": round(time.monotonic() - started, 1), "corpus_files": corpus.files,
+    facts = {**_class_fact(target_class), "recipe": asdict(recipe), "seed": seed, "loss_first": loss_first,
+             "loss_last": loss_last, "seconds": round(time.monotonic() - started, 1), "corpus_files": corpus.files,
              "corpus_tokens": int(tokens.numel()), "held_out": sorted(corpus.held_out), "numerics": numerics}
     (out_dir / "lab_recipe.json").write_text(json.dumps(facts, indent=2) + "\n")
     return out_dir
+
+
+def _class_fact(target_class: str) -> dict[str, str]:
+    """What lab_recipe.json records of the target's class (nothing for the default Llama)."""
+    return {} if target_class == "llama" else {"target_class": target_class}
 
 
 def _aux_dataset(model, tokens, wiring: list[int], recipe: DraftRecipe, seed: int, report: ProgressFn):
@@ -160,15 +185,16 @@ def _aux_dataset(model, tokens, wiring: list[int], recipe: DraftRecipe, seed: in
 
 def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int = 0, steps: int | None = None,
                 progress: ProgressFn | None = None, layout: DraftLayout = DraftLayout(),
-                recipe: DraftRecipe = DraftRecipe(), numerics: dict[str, Any] | None = None) -> Path:
-    """Train a one-layer EAGLE-3 draft on ``wiring`` with 3 test-time-training steps; save in SpecForge layout.
+                recipe: DraftRecipe = DraftRecipe(), numerics: dict[str, Any] | None = None,
+                target_class: str = "llama") -> Path:
+    """Train a one-layer EAGLE-3 draft (LlamaForCausalLMEagle3, as the published drafts of Llama and Qwen3 targets
+    are) on ``wiring`` with 3 test-time-training steps, for a target of ``target_class``; save in SpecForge layout.
 
     Embedding shared from the target (frozen); lm_head rows and final norm initialised from the target's.
     :raises ValueError: a wiring outside 0..N for the target.
     """
     import torch
     import torch.nn.functional as F
-    from transformers import LlamaForCausalLM
 
     from remote_probes.eagle3.draft import DraftConfig, Eagle3Draft
 
@@ -177,7 +203,7 @@ def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int
     torch.manual_seed(seed)
     started = time.monotonic()
     target_dir = Path(target_dir)
-    model = LlamaForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    model = _target_classes(target_class)[1].from_pretrained(str(target_dir), dtype=torch.float32).eval()
     tc = model.config
     if not wiring or any(i < 0 or i > tc.num_hidden_layers for i in wiring):
         raise ValueError(f"wiring {wiring} is outside 0..{tc.num_hidden_layers}")
@@ -226,7 +252,7 @@ def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int
         if step % 50 == 0 or step == total - 1:
             report(f"draft step {step + 1}/{total} loss {loss_last:.2f}", 0.1 + 0.9 * (step + 1) / total)
     draft.eval()
-    facts: dict[str, Any] = {"recipe": asdict(recipe), "seed": seed, "steps": total, "loss_first": loss_first,
-                             "loss_last": loss_last, "seconds": round(time.monotonic() - started, 1),
-                             "numerics": numerics}
+    facts: dict[str, Any] = {**_class_fact(target_class), "recipe": asdict(recipe), "seed": seed, "steps": total,
+                             "loss_first": loss_first, "loss_last": loss_last,
+                             "seconds": round(time.monotonic() - started, 1), "numerics": numerics}
     return save_draft(draft, Path(out_dir), wiring=list(wiring), layout=layout, recipe=facts)

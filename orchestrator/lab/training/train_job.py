@@ -110,16 +110,23 @@ def _main() -> int:
 
     pins = {k: os.environ.get(k) for k in pinned_env(1) if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     pins["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    target_class = str(job.get("target_class") or "llama")
     if job["kind"] == "target":
-        out = train_target(Path(job["out"]), seed=job["seed"], progress=report,
-                           recipe=TargetRecipe(**job["recipe"]), numerics=pins)
+        if target_class == "qwen3":
+            from orchestrator.lab.training.qwen3_train import Qwen3Recipe
+
+            recipe: Any = Qwen3Recipe(**job["recipe"])
+        else:
+            recipe = TargetRecipe(**job["recipe"])
+        out = train_target(Path(job["out"]), seed=job["seed"], progress=report, recipe=recipe, numerics=pins,
+                           target_class=target_class)
     else:
         layout = job.get("layout") or {}
         if layout.get("ids") is not None:
             layout["ids"] = tuple(layout["ids"])
         out = train_draft(Path(job["target_dir"]), Path(job["out"]), wiring=list(job["wiring"]), seed=job["seed"],
                           steps=job.get("steps"), progress=report, layout=DraftLayout(**layout),
-                          recipe=DraftRecipe(**job["recipe"]), numerics=pins)
+                          recipe=DraftRecipe(**job["recipe"]), numerics=pins, target_class=target_class)
     print(json.dumps({"done": str(out)}), flush=True)
     return 0
 
