@@ -49,16 +49,18 @@ def test_the_qwen3_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) 
     (tests/lab/test_qwen3_shipped.py) mean CI would otherwise never train it."""
     from dataclasses import asdict
 
-    from orchestrator.lab.training.qwen3_train import QWEN3_TRAINING_VERSION, Qwen3Recipe, run_job
+    from orchestrator.lab.training.qwen3_train import QWEN3_TRAINING_VERSION, Qwen3Recipe
+    from orchestrator.lab.training.train_job import run_job
 
     small = Qwen3Recipe(num_layers=4, corpus_bytes=300_000, steps=30)
-    target = run_job({"kind": "target", "seed": 0, "recipe": asdict(small), "out": str(tmp_path / "target")}, None)
+    target = run_job({"kind": "target", "target_class": "qwen3", "seed": 0, "recipe": asdict(small),
+                      "out": str(tmp_path / "target")}, None)
     facts = json.loads((target / "lab_recipe.json").read_text())
     assert facts["target_class"] == "qwen3" and facts["loss_last"] < facts["loss_first"] - 0.3, facts
     assert json.loads((target / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
     wiring = seed_wiring(small.num_layers)
-    draft = run_job({"kind": "draft", "target_dir": str(target), "wiring": wiring, "seed": 0,
-                     "recipe": asdict(SMALL_DRAFT), "out": str(tmp_path / "draft")}, None)
+    draft = run_job({"kind": "draft", "target_class": "qwen3", "target_dir": str(target), "wiring": wiring,
+                     "seed": 0, "recipe": asdict(SMALL_DRAFT), "out": str(tmp_path / "draft")}, None)
     dfacts = json.loads((draft / "lab_recipe.json").read_text())
     assert dfacts["loss_last"] < dfacts["loss_first"], dfacts
     print(training_fingerprint.check("qwen3", {"recipe": model_cache.RECIPE_VERSION, "qwen3": QWEN3_TRAINING_VERSION},

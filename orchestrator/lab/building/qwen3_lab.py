@@ -33,8 +33,9 @@ from typing import Any
 
 from orchestrator.errors import UserInputError
 from orchestrator.lab.building.qwen3_shipped import NOT_SHIPPED, SHIPPED_QWEN3, Qwen3Manifest, read_manifest
-from orchestrator.lab.training.qwen3_train import QWEN3_DRAFT, Qwen3Recipe, run_job
+from orchestrator.lab.training.qwen3_train import QWEN3_DRAFT, Qwen3Recipe
 from orchestrator.lab.training.train import DraftRecipe, ProgressFn
+from orchestrator.lab.training.train_job import run_job
 
 #: the lab's target classes: the default (shipped) Llama and the on-demand Qwen3
 TARGET_CLASSES = ("llama", "qwen3")
@@ -64,7 +65,7 @@ def _shipped_or_trained(final: Path, job: dict[str, Any], progress: ProgressFn |
 
     def make(tmp: Path) -> Path:
         if from_scratch or not qwen3_shipped.install(name, tmp):
-            run_job({**job, "out": str(tmp)}, progress)
+            run_job({**job, "target_class": "qwen3", "out": str(tmp)}, progress)
         return tmp
 
     return _build_once(final, make)

@@ -6,7 +6,7 @@ catches a forgotten bump). Until the recipe key held no source text, this module
 train.py would not be touched; they are train.py's again, and the reduced-size fingerprints show the same models.
 
 Public API: ``Qwen3Recipe``, ``QWEN3_DRAFT``, ``train_qwen3_target(...)``, ``train_qwen3_draft(...)``,
-``run_job(job, progress) -> Path``.
+and the jobs run by train_job.run_job with ``target_class: qwen3``.
 """
 
 from __future__ import annotations
@@ -61,12 +61,3 @@ def train_qwen3_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], see
     """
     return train_draft(target_dir, out_dir, wiring=wiring, seed=seed, progress=progress, recipe=recipe,
                        numerics=numerics, target_class="qwen3")
-
-
-def run_job(job: dict[str, Any], progress: ProgressFn | None) -> Path:
-    """One Qwen3 training job in train_job's pinned child process (``target_class: qwen3``).
-
-    :raises OrchestratorError: the child failed (its last stderr lines are in the message)."""
-    from orchestrator.lab.training import train_job
-
-    return train_job.run_job({**job, "target_class": "qwen3"}, progress)
