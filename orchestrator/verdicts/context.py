@@ -13,7 +13,6 @@ from orchestrator.verdicts.results import (
     DraftInspect,
     DraftTest,
     Reconcile,
-    Registered,
     ServerStart,
     SourceReads,
     V,
@@ -85,10 +84,6 @@ class RuleContext:
     def reads(self, name: str | None = None) -> SourceReads:
         """A read_source step's result; by default the judged step's own."""
         return self.result(name or self.step_register or "", SourceReads)
-
-    def own(self, view: type[V] = Registered) -> V:  # type: ignore[assignment]
-        """The judged step's own registered result."""
-        return self.result(self.step_register or "", view)
 
     # ------------------------------------------------------------ facts
 
