@@ -134,7 +134,8 @@ def check_fits(target: str, draft: str, *, bytes_per_param: Optional[int], avail
         raise ProbeFailure(
             "too_large",
             "the draft test would need about %s on %s (target %s + %d x draft %s at %s bytes per parameter) and "
-            "%s is free: it does not load them; run it on a host with more free memory, or with a smaller "
-            "dtype" % (_gib(needed), where, _gib(load_bytes(t)), DRAFT_COPIES, _gib(load_bytes(d)),
+            "%s is free: it does not load them; take the target's hidden states from the engine that serves it "
+            "(states_from; the flagship's hidden_states_from: engine), or run it on a host with more free memory, "
+            "or with a smaller dtype" % (_gib(needed), where, _gib(load_bytes(t)), DRAFT_COPIES, _gib(load_bytes(d)),
                        bytes_per_param or "stored", _gib(available)), **out)
     return out

