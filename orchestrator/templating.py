@@ -40,6 +40,19 @@ def _to_json(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
+def _combine(base: Any, *others: Any) -> dict[str, Any]:
+    """``{{ srv.states_from | combine({'check': true}) }}``: a mapping with keys of the others over its own (Ansible's
+    filter of the same name, shallow). An empty or missing base (null) is an empty mapping."""
+    out: dict[str, Any] = {}
+    for part in (base, *others):
+        if part in (None, ""):
+            continue
+        if not isinstance(part, dict):
+            raise TypeError(f"combine takes mappings, got {type(part).__name__}")
+        out.update(part)
+    return out
+
+
 def _make_env(finalize: Any = None) -> SandboxedEnvironment:
     env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, finalize=finalize, keep_trailing_newline=True)
     env.filters["to_json"] = _to_json
@@ -49,6 +62,7 @@ def _make_env(finalize: Any = None) -> SandboxedEnvironment:
     env.filters["speed_against"] = speed_against
     env.filters["accept_recovers"] = accept_recovers
     env.filters["quote"] = lambda v: shlex.quote(str(v))
+    env.filters["combine"] = _combine
     env.globals.update(
         min=min, max=max, abs=abs, round=round, len=len, sum=sum, sorted=sorted, zip=zip, any=any, all=all,
         int=int, float=float, str=str, bool=bool, enumerate=enumerate, range=range,

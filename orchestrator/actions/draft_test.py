@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from orchestrator.actions.base import Action, ActionArgs, ActionContext
 from orchestrator.actions.probe import run_probe_step
+from orchestrator.probes.models import StatesFrom, no_states_source, states_source_line
 
 
 class DraftTestArgs(ActionArgs):
@@ -48,7 +49,15 @@ class DraftTestArgs(ActionArgs):
                                  "source (remote_probes/evaluation/counterfactual.py)")
     engine_site: list[str] | None = Field(default=None, description="directories holding the engine's package, "
                                           "searched first for the code that decides each part")
+    states_from: StatesFrom | None = Field(default=None, description="take the target's hidden states from a "
+                                           "server started with capture: (its states_from) instead of loading the "
+                                           "target here: the path for targets that do not fit one process")
     python: str | None = None
+
+    @field_validator("states_from", mode="before")
+    @classmethod
+    def _no_states(cls, value: Any) -> Any:
+        return no_states_source(value)
 
 
 class DraftTestAction(Action[DraftTestArgs]):
@@ -60,6 +69,9 @@ class DraftTestAction(Action[DraftTestArgs]):
     async def run(self, args: DraftTestArgs, ctx: ActionContext) -> dict[str, Any]:
         probe_args = args.model_dump(exclude_none=True, exclude={"python"})
         result = await run_probe_step(ctx, "draft_test", probe_args, python=args.python)
+        line = states_source_line(result.get("states"))
+        if line:
+            ctx.output(line + "\n", "stdout")
         rows = result.get("wirings", [])
         swapped = (result.get("parts") or {}).get("swapped") or []
         for swap in swapped:

@@ -31,11 +31,12 @@ from __future__ import annotations
 import statistics
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFailed
 from orchestrator.actions.bench import load_prompts
 from orchestrator.actions.probe import run_probe_step
+from orchestrator.probes.models import StatesFrom, no_states_source, states_source_line
 
 Decision = Literal["reconciled", "discrepancy", "undecided"]
 
@@ -68,7 +69,14 @@ class ReconcileArgs(ActionArgs):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     confidence: float = Field(default=0.95, gt=0.5, lt=0.999)
+    states_from: StatesFrom | None = Field(default=None, description="the target's hidden states from a server "
+                                           "started with capture: (its states_from), as draft_test takes them")
     python: str | None = None
+
+    @field_validator("states_from", mode="before")
+    @classmethod
+    def _no_states(cls, value: Any) -> Any:
+        return no_states_source(value)
 
 
 def _get(mapping: dict[str, Any], *names: str) -> Any:
@@ -208,6 +216,7 @@ class ReconcileAction(Action[ReconcileArgs]):
                                        "by_length": [], "predicted": {}, "measured": {},
                                        "verdict": "the server measured no accept length: nothing to reconcile"}
                                       for server, cfg in zip(args.servers, cfgs, strict=True)]
+        states = None
         if measured:
             n = args.n or int(args.servers[measured[0]].bench.get("n") or len(prompts))
             sent = prompts[:min(n, len(prompts))]  # request i used prompt i % len(prompts): the distinct ones
@@ -228,7 +237,13 @@ class ReconcileAction(Action[ReconcileArgs]):
                 **({"extra_prompts": ladders, "extra_max_new_tokens": ladder_tokens or args.max_new_tokens}
                    if ladders else {}),
                 "num_prompts": len(sent), "max_new_tokens": args.max_new_tokens, "device": args.device,
-                "dtype": args.dtype, "confidence": args.confidence}, python=args.python)
+                "dtype": args.dtype, "confidence": args.confidence,
+                **({"states_from": args.states_from.model_dump(exclude_none=True)} if args.states_from else {})},
+                python=args.python)
+            states = result.get("states")
+            line = states_source_line(states)
+            if line:
+                ctx.output(line + "\n", "stdout")
             for i, scored in zip(measured, result.get("configs") or [], strict=True):
                 if scored.get("error"):  # this server's draft cannot be built offline: it stays undecided
                     outs[i]["verdict"] = f"the draft test cannot build this server's draft ({scored['error']})"
@@ -243,6 +258,7 @@ class ReconcileAction(Action[ReconcileArgs]):
         overall = ("discrepancy" if "discrepancy" in decisions else
                    "reconciled" if decisions == {"reconciled"} else "undecided")
         return {"decision": overall, "servers": outs, "by_name": {o["name"]: o for o in outs},
+                "states": states,
                 "verdict": "; ".join(f"{o['name']}: {o['verdict']}" for o in outs)}
 
 

@@ -31,6 +31,10 @@ Slurm NodeAddr, its SSH address, else 127.0.0.1; PORT picked free on rank 0). A 
 per host. Readiness, ``srv.url`` and ``bench`` are rank 0's; ``srv.ranks`` lists every rank (host, pid, log); stop
 and the session's end stop every rank (on Slurm, ``scancel`` of a rank's step is the last resort). vLLM refuses
 ``nodes > 1`` (its multi-node serving needs a Ray cluster started beforehand).
+``capture: [ids]`` (vLLM): the server also writes these layers' hidden states for every request (vLLM's
+``extract_hidden_states`` method, remote_probes/engine/engine_states.py) and registers ``srv.states_from``, which
+``draft_test`` and ``reconcile`` take (``states_from: "{{ srv.states_from }}"``) to read the target's states from
+the engine instead of loading it: the path for targets that do not fit one process. Such a server drafts nothing.
 ``api-key`` (and ``admin-api-key``) among the flags: the server client sends the key as a bearer token on every
 call (readiness, /server_info, /flush_cache, bench), and the value is masked like a secret var wherever the
 flags, the command or the server's log are shown; give it from a secret var (``api-key: "{{ api_key }}"``).
@@ -100,6 +104,10 @@ class ServerStepArgs(ServerLaunchArgs):
     replace_flags: bool = Field(default=False, description="restart: use only the new flags, not merged")
     nodes: int = Field(default=1, ge=1, le=1024, description="start: one server across this many hosts (rank 0 = "
                                                               "the step's first host; the engine's multi-node flags)")
+    capture: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None, min_length=1, description="start (vLLM): serve the target so that it writes these layers' "
+        "hidden states (vLLM's extract_hidden_states; id k = transformers' hidden_states[k], id N the last layer "
+        "before the final norm); registers states_from, what draft_test and reconcile take to read them")
 
 
 def host_var(ctx: ActionContext, name: str) -> Any:
@@ -152,6 +160,44 @@ def rank0_address(ctx: ActionContext) -> str:
     return "127.0.0.1"
 
 
+async def with_capture(args: ServerStepArgs, ctx: ActionContext, adapter: Any, spec: Any) -> None:
+    """The flags and environment that make a vLLM server write the ``capture`` layers' hidden states
+    (remote_probes/engine/engine_states.py): vLLM's own method, and the connector it loads from the probes tree
+    pushed to the host (on PYTHONPATH), writing under the session's workdir there."""
+    from orchestrator.probes import PUSH_PATTERN, probes_dir
+    from remote_probes.engine.engine_states import capture_flags
+
+    if adapter.name != "vllm":
+        raise StepFailed(f"capture: needs a vLLM server (vLLM's extract_hidden_states method); {adapter.name!r} "
+                         "has no capture path here yet: serve the target with engine: vllm (a real vLLM: "
+                         "`orchestrator lab vllm-host` builds one on a CPU)")
+    clash = sorted(k for k in ("speculative-config", "kv-transfer-config") if spec.flags.get(k) is not None)
+    if clash:
+        raise StepFailed(f"capture: sets {', '.join(clash)} itself (a capture server drafts nothing): remove "
+                         f"{'it' if len(clash) == 1 else 'them'} from this step's flags")
+    transport = ctx.require_transport()
+    tree = await transport.put_tree(probes_dir(), pattern=PUSH_PATTERN)
+    store = f"{await transport.workdir()}/captures/{args.name}"
+    spec.flags.update(capture_flags(args.capture or [], store))
+    path = spec.env.get("PYTHONPATH")
+    spec.env["PYTHONPATH"] = f"{tree}:{path}" if path else tree
+    adapter.build_argv(spec)
+
+
+async def states_from(record: Any, args: ServerStepArgs, ctx: ActionContext) -> dict[str, Any]:
+    """What a draft test needs to read this server's states, and how it serves (said in the draft test's result):
+    the version from vLLM's own start-up line ("Initializing a V1 LLM engine (v0.32.0)")."""
+    version = None
+    if record.handle is not None and record.handle.log_path:
+        found = await ctx.require_transport().run(
+            ["grep", "-m1", "-oE", r"LLM engine \(v[^)]+\)", record.handle.log_path], timeout=30)
+        hit = found.stdout.strip()
+        version = hit[len("LLM engine (v"):-1] if hit else None
+    tp = record.spec.flags.get("tensor-parallel-size") or record.spec.flags.get("tp") or 1
+    return {"url": record.url, "layers": sorted(set(args.capture or [])), "model": record.spec.model,
+            "engine": record.adapter.name, "version": version, "tensor_parallel": int(tp), "nodes": record.nodes}
+
+
 class ServerAction(Action[ServerStepArgs]):
     kind = "server"
     Args = ServerStepArgs
@@ -184,6 +230,8 @@ class ServerAction(Action[ServerStepArgs]):
         try:
             if args.action == "start":
                 adapter, spec, client_python, auto = launch_parts(args, ctx)
+                if args.capture is not None:
+                    await with_capture(args, ctx, adapter, spec)
                 workers = await self._workers(args, ctx, adapter, spec)
                 record = await manager.start(
                     name=args.name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter, spec=spec,
@@ -194,6 +242,11 @@ class ServerAction(Action[ServerStepArgs]):
                     ctx.output(f"one server over {record.nodes} nodes: "
                                + ", ".join(f"rank {r.rank} on {r.host}" for r in record.ranks) + "\n")
                 result = record.as_result()
+                if args.capture is not None:
+                    result["states_from"] = await states_from(record, args, ctx)
+                    ctx.output(f"capturing layers {result['states_from']['layers']} for the draft test "
+                               f"({result['states_from']['engine']} {result['states_from']['version'] or ''}, "
+                               f"tensor parallel {result['states_from']['tensor_parallel']})\n")
                 if record.launcher is not None and record.launcher.name not in ("given", "default"):
                     ctx.output(f"launcher: {record.launcher.name} ({record.launcher.reason})\n")
                 if (result.get("decisions") or {}).get("summary"):

@@ -6,7 +6,7 @@ keys so a newer probe does not break an older orchestrator.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -539,6 +539,49 @@ class PassThroughArgs(BaseModel):
     orchestrator/actions/draft_test.py): passed through as given, so a field added there needs no second model."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class StatesFrom(_Args):
+    """Where the draft test takes the target's hidden states from: a server started with ``capture:`` (its
+    ``states_from``), which computes them as it serves (remote_probes/engine/engine_states.py)."""
+
+    url: str = Field(pattern=r"^https?://", description="the capture server's address, as its host reaches it")
+    layers: list[Annotated[int, Field(ge=0)]] = Field(min_length=1, description="the layer ids the server captures")
+    model: str | None = Field(default=None, description="the name it serves (default: the target path)")
+    engine: str | None = None
+    version: str | None = None
+    tensor_parallel: int | None = Field(default=None, ge=1)
+    nodes: int | None = Field(default=None, ge=1)
+    check: bool = Field(default=False, description="also load the target here and compare the engine's states with "
+                                                   "transformers' on the first prompt (a target that fits)")
+
+
+def no_states_source(value: Any) -> Any:
+    """A playbook's "no engine" (an empty mapping or string, null) is the transformers path."""
+    return None if value in ({}, "", None) else value
+
+
+def states_source_line(states: Any) -> str | None:
+    """One line on where a draft test's hidden states came from (console, report, TUI, MCP alike)."""
+    if not isinstance(states, dict) or not states.get("source"):
+        return None
+    if states["source"] != "engine":
+        return f"hidden states: transformers, the target loaded in the test's process (layers {states.get('layers')})"
+    line = (f"hidden states: the serving engine, {states.get('engine') or 'vllm'} {states.get('version') or ''} "
+            f"at {states.get('url')}, tensor parallel {states.get('tensor_parallel') or 1}, "
+            f"{states.get('nodes') or 1} node(s), layers {states.get('layers')}")
+    if states.get("looked_up"):
+        line += f"; {states['looked_up']} looked up from the target's embedding"
+    skipped = states.get("skipped_wirings") or []
+    if skipped:
+        line += f"; {len(skipped)} wiring(s) skipped (layers the server does not capture)"
+    check = states.get("check")
+    if isinstance(check, dict):
+        worst = max((check.get("relative_max_diff") or {}).values(), default=0.0)
+        line += ("; checked against transformers on prompt 1: "
+                 + ("agree" if check.get("agree") else "THEY DIFFER")
+                 + f" (max relative difference {worst:.1e}, same greedy tokens: {check.get('same_greedy_tokens')})")
+    return line
 
 
 class WiringScore(_Result):

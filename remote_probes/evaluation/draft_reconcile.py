@@ -5,7 +5,7 @@ Args (JSON): {"target": dir, "engine": "sglang" | "vllm", "prompts": [str, ..] (
 "configs": [{"draft": dir, "algorithm": "EAGLE3" | "EAGLE", "steps": K, "wiring": "served" | [HF indices],
 "count_first_token": bool, "ladder"?: bool}, ..], "extra_prompts"?: [str, ..] (the benchmarks' context ladders,
 scored into ``by_length`` only, for the configurations with ``ladder``), "extra_max_new_tokens"?: their new tokens
-(default max_new_tokens), "device"?, "dtype"?, "confidence"?: 0.95, "batch_size"?: 16}.
+(default max_new_tokens), "device"?, "dtype"?, "confidence"?: 0.95, "batch_size"?: 16, "states_from"?: the capture server (draft_test.py)}.
 
 The benchmarks of one investigation send the same prompts to the same target, so the target generates and is
 captured ONCE (the hidden states every configuration's wiring needs), and each configuration's draft is scored on
@@ -25,12 +25,13 @@ from remote_probes.eagle3.checkpoint import DraftLoadError
 from remote_probes.eagle3.wiring import validate_wiring
 from remote_probes.engine.served_wiring import server_wiring
 from remote_probes.evaluation.draft_test import (
-    _capture,
-    _load_target,
+    capture_runs,
     check_runnable,
     load_drafts,
+    load_target_for,
     parse_args,
     score_wiring,
+    states_source,
 )
 
 
@@ -70,8 +71,7 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     a = parse(args)
     started = time.monotonic()
     check_runnable(a)
-    progress("loading target %s" % a["target"])
-    torch, tokenizer, model, device = _load_target(a)
+    torch, tokenizer, model, device = load_target_for(a)
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     n_layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
     loaded: List[Dict[str, Any]] = []
@@ -101,11 +101,14 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     prompts = a["prompts"][:a["num_prompts"]] if a["prompts"] else []
     if not prompts:
         raise ProbeFailure("bad_args", "prompts (the benchmark's) are required", field="prompts")
-    runs = _capture(torch, tokenizer, model, prompts, a, needed)
+    runs = capture_runs(torch, tokenizer, model, prompts, a, needed, n_layers)
     # the benchmarks' context ladders (bench_ladder.py): captured apart (one batch would pad every short prompt to
-    # the longest), scored only into by_length; the headline figures stay the benchmark's own prompts'
-    ladder = (_capture(torch, tokenizer, model, a["extra_prompts"], dict(a, max_new_tokens=a["extra_max_new_tokens"]),
-                       needed) if a["extra_prompts"] else [])
+    # the longest), scored only into by_length; the headline figures stay the benchmark's own prompts'. A rung the
+    # capture server refuses (its context may be shorter than the benchmarked server's) is skipped and said
+    ladder = (capture_runs(torch, tokenizer, model, a["extra_prompts"],
+                           dict(a, max_new_tokens=a["extra_max_new_tokens"]), needed, n_layers, skip_refused=True)
+              if a["extra_prompts"] else [])
+    captured = time.monotonic()
     rows: Dict[int, Dict[str, Any]] = {}
     for i, why in unloadable.items():
         c = a["configs"][i]
@@ -122,6 +125,7 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
                                "wiring": item["wiring"], "parts": item["parts"], "row": dict(stats, wiring=item["wiring"])}
     out = [rows[i] for i in range(len(a["configs"]))]  # the configs' order, one row each
     return {"configs": out, "prompts": len(runs), "ladder_prompts": len(ladder), "engine": a["engine"],
+            "states": states_source(a["states_from"], needed, n_layers, [], round(captured - started, 2)),
             "seconds": round(time.monotonic() - started, 2)}
 
 

