@@ -25,6 +25,8 @@ from orchestrator.probes.models import (
     SglangFlagsResult,
     SglangSourceArgs,
     SglangSourceResult,
+    StatesPlanArgs,
+    StatesPlanResult,
     TargetCaptureArgs,
     TargetCaptureResult,
 )
@@ -48,6 +50,7 @@ PROBES: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "target_capture": (TargetCaptureArgs, TargetCaptureResult),
     "draft_test": (PassThroughArgs, DraftTestResult),
     "draft_reconcile": (PassThroughArgs, DraftReconcileResult),
+    "states_plan": (StatesPlanArgs, StatesPlanResult),
 }
 #: the files pushed to a host as one tree (remote_probes/ and its role packages: modules and data)
 PUSH_PATTERN = "*.[pj][ys]*"

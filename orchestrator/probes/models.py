@@ -556,6 +556,29 @@ class StatesFrom(_Args):
                                                    "transformers' on the first prompt (a target that fits)")
 
 
+class StatesPlanArgs(_Args):
+    """Where the draft test gets the target's hidden states (remote_probes/evaluation/states_plan.py)."""
+
+    target: str
+    draft: str
+    engine: Literal["sglang", "vllm"] = "sglang"
+    server_engine: str | None = Field(default=None, description="the host's engine (vllm: a real vLLM, which captures)")
+    choice: Literal["auto", "engine", "transformers"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+
+
+class StatesPlanResult(_Result):
+    source: Literal["engine", "transformers"]
+    why: str
+    layers: list[int]
+    num_layers: int
+    fits: bool
+    needed_bytes: int | None = None
+    available_bytes: int | None = None
+    where: str
+    engine_can_capture: bool
+
+
 def no_states_source(value: Any) -> Any:
     """A playbook's "no engine" (an empty mapping or string, null) is the transformers path."""
     return None if value in ({}, "", None) else value

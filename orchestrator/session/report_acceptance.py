@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.events import StepFinished
+from orchestrator.probes.models import states_source_line
 from orchestrator.session.charts_acceptance import Point, svg_points
 from orchestrator.session.document import Block, Heading, Image, Para, Table
 from orchestrator.session.reader import LoadedSession
@@ -89,6 +90,10 @@ def acceptance_section(session: LoadedSession) -> list[Block]:
                            "what the server measured; disjoint 95% intervals are a discrepancy."))
         blocks.append(Table(["server", "wiring", "draft tokens", "algorithm", "predicted [95%]", "measured [95%]",
                              "reconcile"], rows))
+        for line in dict.fromkeys(states_source_line(rc.get("states")) for _step, _host, rc in
+                                  _ok(session, "reconcile")):
+            if line:
+                blocks.append(Para("The prediction's " + line + "."))
         blocks += _chart(session, "predicted-vs-measured", points,
                          "accept length: predicted vs measured, before and after the fix", "accept length", floor=1.0)
         blocks += _position_blocks(session, recs)

@@ -14,6 +14,7 @@ from orchestrator.events import (
     StepFinished,
 )
 from orchestrator.hypotheses.board import HypothesisBoard
+from orchestrator.probes.models import states_source_line
 from orchestrator.session.document import Block, Code, Heading, Image, Para, Table
 from orchestrator.session.reader import LoadedSession
 
@@ -373,6 +374,9 @@ def draft_test_section(session: LoadedSession) -> list[Block]:
         decision = res.get("decision")
         head = f"**{decision}** — " if decision else ""
         blocks.append(Para(f"Step {step.step_id} on {r.host}: {head}{res.get('verdict', '')}"))
+        source = states_source_line(res.get("states"))
+        if source:
+            blocks.append(Para(source[0].upper() + source[1:] + "."))
         if res.get("prompts_to_decide"):
             blocks.append(Para(f"The sample ({res.get('prompts')} prompts) cannot decide; about "
                                f"{res['prompts_to_decide']} prompts would, if the spread per prompt holds."))

@@ -109,6 +109,7 @@ class ServerStart(Registered):
     overrides: list[FlagOverride] = Field(default_factory=list)
     decisions: StartDecisionsView | None = None
     failure: StartFailureView | None = None
+    states_from: dict[str, Any] | None = None  # a capture server's (``capture:``): where its hidden states are read
 
     @property
     def algorithm(self) -> str | None:

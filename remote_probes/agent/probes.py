@@ -9,7 +9,7 @@ import os
 PROBES = {
     "draft_fix": "fixes", "draft_inspect": "checks", "draft_reconcile": "evaluation", "draft_test": "evaluation",
     "env_info": "agent", "server_client": "engine", "sglang_flags": "engine", "sglang_source": "engine",
-    "target_capture": "engine",
+    "states_plan": "evaluation", "target_capture": "engine",
 }
 #: data files a probe reads beside it (pushed with the modules)
 DATA = ("evaluation/draft_test_prompts.json",)

@@ -101,14 +101,58 @@ def checkpoint_params(path: str) -> Dict[str, Any]:
 
 
 def mem_available() -> Optional[int]:
-    """MemAvailable of /proc/meminfo, in bytes (None where there is none: not Linux)."""
+    """The memory this process can still take, in bytes: /proc/meminfo's MemAvailable, or less where the process's
+    cgroup (a container, a Slurm job's memory limit) leaves less (None where neither says: not Linux)."""
+    free = None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    free = int(line.split()[1]) * 1024
+                    break
     except (OSError, ValueError, IndexError):
+        free = None
+    room = cgroup_room()
+    if room is not None and (free is None or room < free):
+        return room
+    return free
+
+
+def _read_int(path: str) -> Optional[int]:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
         return None
+    return int(text) if text.isdigit() else None  # "max" (v2) or garbage: no limit said
+
+
+def cgroup_room(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> Optional[int]:
+    """The limit less the usage of this process's memory cgroup (v2 ``memory.max``/``memory.current``, v1
+    ``memory.limit_in_bytes``/``memory.usage_in_bytes``); None without a limit. v1's "no limit" is a huge number."""
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        controllers, path = parts[1], parts[2].lstrip("/")
+        if controllers == "":  # v2: one unified hierarchy
+            limit = _read_int(os.path.join(root, path, "memory.max"))
+            used = _read_int(os.path.join(root, path, "memory.current"))
+        elif "memory" in controllers.split(","):
+            base = os.path.join(root, "memory", path)
+            limit = _read_int(os.path.join(base, "memory.limit_in_bytes"))
+            used = _read_int(os.path.join(base, "memory.usage_in_bytes"))
+            if limit is not None and limit >= 1 << 60:
+                limit = None
+        else:
+            continue
+        if limit is not None:
+            return max(0, limit - (used or 0))
     return None
 
 

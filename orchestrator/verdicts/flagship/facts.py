@@ -68,6 +68,15 @@ def reconciled_servers(ctx: RuleContext) -> list[dict[str, Any]]:
     return out
 
 
+@fact("states_from")
+def states_from(ctx: RuleContext) -> dict[str, Any]:
+    """Where the draft test, the counterfactuals and the reconcile read the target's hidden states: the capture
+    server's ``states_from`` while it serves (the engine computes them), else nothing (a transformers copy of the
+    target in the test's own process)."""
+    srv = ctx.server("cap_srv")
+    return dict(srv.states_from) if srv.ok and srv.states_from else {}
+
+
 @fact("weighing")
 def weighing(ctx: RuleContext) -> dict[str, Any]:
     """The weighing of the fix against the candidate and the baseline, each on 95% intervals ("clearly": they do not
