@@ -6,7 +6,9 @@ wiring's figures are the ones the transformers copy gives. Through playbooks, th
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,7 @@ from orchestrator.lab.building.build import LabPaths
 from orchestrator.lab.vllm_host.host import VllmHost
 from orchestrator.lab.vllm_host.inventory import CPU_FLAGS, real_vllm_inventory
 from tests import realparts
+from tests.lab.vllm_real_fixtures import FlagshipRun
 from tests.servers.conftest import processes_with, run_playbook
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -75,3 +78,47 @@ steps:
     said = "".join(e.get("text", "") for e in ran.of_type("output"))
     assert "hidden states: the serving engine, vllm" in said and "checked against transformers" in said
     assert processes_with(marker) == []
+
+
+@pytest.mark.timeout(2700)
+async def test_the_real_vllm_flagship_reaches_the_same_verdict_on_engine_states(
+        real_vllm_flagship: Callable[..., Awaitable[FlagshipRun]]) -> None:
+    """hidden_states_from: engine: the flagship never loads the target for its draft test or its reconcile; a real
+    vLLM capture server at tensor parallel 2 computes the states. Held to the same scenario's transformers run."""
+    by_tf = await real_vllm_flagship("seed-wiring")
+    run = await real_vllm_flagship("seed-wiring", {"hidden_states_from": "engine",
+                                                   "capture_server_flags": {"tensor-parallel-size": 2}})
+    assert run.status == "ok", run.states
+    assert run.states == by_tf.states, (run.states, by_tf.states)
+    assert run.states["wiring"] == "confirmed"
+    [plan] = outcomes(run, "Where the draft test gets the target's hidden states")
+    assert plan.result["source"] == "engine" and plan.result["why"] == "asked"
+    starts = outcomes(run, "Capture server (the engine computes the target's hidden states)")
+    again = outcomes(run, "Capture server again, for the reconcile")
+    assert len(starts) == len(again) == 1
+    for srv in starts + again:
+        assert srv.status == "ok" and srv.result["states_from"]["tensor_parallel"] == 2, srv
+    [dt] = run.step_results("Standalone draft test over candidate wirings")
+    [dt_tf] = by_tf.step_results("Standalone draft test over candidate wirings")
+    assert dt["states"]["source"] == "engine" and dt_tf["states"]["source"] == "transformers"
+    engine_rows = {tuple(r["wiring"]): r["tau_serving"] for r in dt["wirings"]}
+    tf_rows = {tuple(r["wiring"]): r["tau_serving"] for r in dt_tf["wirings"]}
+    assert engine_rows.keys() == tf_rows.keys()
+    assert all(abs(engine_rows[w] - tf_rows[w]) < 0.02 for w in tf_rows), (engine_rows, tf_rows)
+    [rc] = run.step_results("Reconcile every speculative benchmark with the draft test")
+    [rc_tf] = by_tf.step_results("Reconcile every speculative benchmark with the draft test")
+    assert rc["states"]["source"] == "engine"
+    for name in ("spec", "fixed"):
+        got, want = rc["by_name"][name], rc_tf["by_name"][name]
+        assert abs(got["predicted"]["accept_length"] - want["predicted"]["accept_length"]) < 0.02, (got, want)
+    # every capture server stopped by the playbook itself, before the fix was served and at the end
+    stops = [r for step in ("Stop the capture server (the fix is served next)", "Stop the capture server")
+             for r in outcomes(run, step)]
+    assert [r.status for r in stops] == ["ok", "ok"], stops
+    report = (run.directory / "report.md").read_text()
+    assert "Hidden states: the serving engine, vllm" in report and "The prediction's hidden states" in report
+
+
+def outcomes(run: FlagshipRun, name: str) -> list[Any]:
+    """The per-host outcomes (status and result) of the step named ``name``."""
+    return [r for e in run.session.events if getattr(e, "name", "") == name for r in getattr(e, "results", [])]

@@ -11,11 +11,13 @@ every test that asserts on a scenario's run shares it (three real server starts 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,14 +63,17 @@ class FlagshipRun:
 
 @pytest.fixture(scope="session")
 def real_vllm_flagship(lab: LabPaths, vllm_host: VllmHost,
-                       tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Awaitable[FlagshipRun]]:
+                       tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Awaitable[FlagshipRun]]:
     runs: dict[str, FlagshipRun] = {}
 
-    async def run(scenario: str) -> FlagshipRun:
-        if scenario not in runs:
+    async def run(scenario: str, variables: dict[str, Any] | None = None) -> FlagshipRun:
+        """The flagship on ``scenario``; ``variables`` over the playbook's (as a host var would be)."""
+        key = scenario + (json.dumps(variables, sort_keys=True) if variables else "")
+        if key not in runs:
             ensure_lab(scenario, root=lab.root, engine="vllm")
             base = tmp_path_factory.mktemp(f"real-vllm-{scenario}")
             inventory = real_vllm_inventory(scenario, root=lab.root, host=vllm_host, run_dir=base / "run")
+            inventory.hosts["lab"].vars.update(variables or {})
             playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
             engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=base / "sessions")
             started = time.monotonic()
@@ -76,8 +81,8 @@ def real_vllm_flagship(lab: LabPaths, vllm_host: VllmHost,
             seconds = round(time.monotonic() - started, 1)
             write_reports(directory)
             session = read_session(directory)
-            runs[scenario] = FlagshipRun(scenario, directory, outcome.status, seconds, session,
+            runs[key] = FlagshipRun(scenario, directory, outcome.status, seconds, session,
                                          HypothesisBoard.from_events(session.events))
-        return runs[scenario]
+        return runs[key]
 
     return run
