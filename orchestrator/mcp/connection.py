@@ -26,6 +26,7 @@ from orchestrator.events import Event, StepFinished
 from orchestrator.inventory import Inventory
 from orchestrator.mcp import models
 from orchestrator.playbook.models import Playbook
+from orchestrator.probes.models import states_source_line
 from orchestrator.session.recording import ReportsWritten, open_session, write_reports
 
 AUTHOR = "mcp"
@@ -219,9 +220,10 @@ class McpConnection:
 
     async def server_start(self, *, name: str, flags: dict[str, Any], engine: str | None, model: str | None,
                            port: int | None, ready_timeout: float | None, preflight: bool,
-                           host: str | None) -> models.ServerResult:
+                           host: str | None, capture: list[int] | None = None) -> models.ServerResult:
         args: dict[str, Any] = {"action": "start", "name": name, "flags": dict(flags), "preflight": preflight}
-        for key, value in (("engine", engine), ("model", model), ("port", port), ("ready_timeout", ready_timeout)):
+        for key, value in (("engine", engine), ("model", model), ("port", port), ("ready_timeout", ready_timeout),
+                           ("capture", capture)):
             if value is not None:
                 args[key] = value
         # `keep` is not offered: every server an assistant starts is stopped when its connection ends
@@ -232,7 +234,8 @@ class McpConnection:
             out = self.outcome(finished)
             r = out["result"]
             return models.ServerResult(**out, name=name, url=r.get("url"), flags=dict(flags),
-                                       effective=dict(r.get("effective") or {}), overrides=list(r.get("overrides") or []))
+                                       effective=dict(r.get("effective") or {}), overrides=list(r.get("overrides") or []),
+                                       states_from=r.get("states_from"))
         return await self._guard(work())
 
     async def server_stop(self, *, name: str, host: str | None, timeout: float | None) -> models.StepOutcome:
@@ -254,7 +257,7 @@ class McpConnection:
 
     async def draft_test(self, *, target: str | None, draft: str | None, wirings: Any, engine: str, steps: int,
                          num_prompts: int | None, max_new_tokens: int | None, margin: float, host: str | None,
-                         timeout: float | None) -> models.DraftTestResult:
+                         timeout: float | None, states_from: dict[str, Any] | None = None) -> models.DraftTestResult:
         target = target or self._host_var(host, "target")
         draft = draft or self._host_var(host, "draft")
         if not target or not draft:
@@ -265,13 +268,16 @@ class McpConnection:
             args["num_prompts"] = num_prompts
         if max_new_tokens is not None:
             args["max_new_tokens"] = max_new_tokens
+        if states_from:
+            args["states_from"] = states_from
 
         async def work() -> models.DraftTestResult:
             finished = await self.actions.step("draft_test", args, name="standalone draft test", host=host,
                                                timeout=self._timeout(timeout, "draft_test"))
             out = self.outcome(finished)
             return models.DraftTestResult(**out, decision=out["result"].get("decision"),
-                                          verdict=out["result"].get("verdict"))
+                                          verdict=out["result"].get("verdict"),
+                                          hidden_states=states_source_line(out["result"].get("states")))
         return await self._guard(work())
 
     def hypotheses(self) -> models.Hypotheses:

@@ -39,11 +39,15 @@ class ServerResult(StepOutcome):
     effective: dict[str, Any] = Field(default_factory=dict, description="the flags the server actually uses")
     overrides: list[dict[str, Any]] = Field(default_factory=list,
                                             description="requested flags the server changed: flag, requested, effective, source")
+    states_from: dict[str, Any] | None = Field(default=None, description="a capture server's (capture: layers): "
+                                               "give it to draft_test as states_from")
 
 
 class DraftTestResult(StepOutcome):
     decision: str | None = Field(default=None, description="mismatch | fine | inconclusive | no_signal")
     verdict: str | None = None
+    hidden_states: str | None = Field(default=None, description="where the target's hidden states came from "
+                                      "(transformers in the test's process, or the serving engine)")
 
 
 class Hypothesis(BaseModel):

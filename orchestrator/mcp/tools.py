@@ -106,11 +106,14 @@ def build_server(session: McpConnection) -> MCPServer[Any]:
         port: Annotated[int | None, Field(ge=1, le=65535, description="default: a free port")] = None,
         ready_timeout: Annotated[float | None, Field(gt=0, le=86400)] = None,
         preflight: Annotated[bool, Field(description="check the flags with SGLang's own parser first")] = True,
+        capture: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
+            description="vLLM: also write these layers' hidden states (a capture server for draft_test's "
+                        "states_from: targets too large for the test's process)")] = None,
         host: Host = None,
     ) -> models.ServerResult:
         return await _tool(session, session.server_start(name=name, flags=flags or {}, engine=engine, model=model,
                                                          port=port, ready_timeout=ready_timeout, preflight=preflight,
-                                                         host=host))
+                                                         capture=capture, host=host))
 
     @server.tool(description="Stop a server this session started.")
     async def server_stop(name: str = "server", host: Host = None, timeout: Timeout = None) -> models.StepOutcome:
@@ -138,12 +141,15 @@ def build_server(session: McpConnection) -> MCPServer[Any]:
         num_prompts: Annotated[int | None, Field(ge=1, le=10000)] = None,
         max_new_tokens: Annotated[int | None, Field(ge=2, le=100000)] = None,
         margin: Annotated[float, Field(gt=0, lt=10, description="smallest gain called a fault")] = 0.2,
+        states_from: Annotated[dict[str, Any] | None, Field(
+            description="a capture server's states_from (server_start with capture): the target's hidden states "
+                        "from the engine instead of loading the target")] = None,
         host: Host = None, timeout: Timeout = None,
     ) -> models.DraftTestResult:
         return await _tool(session, session.draft_test(target=target, draft=draft, wirings=wirings, engine=engine,
                                                        steps=steps, num_prompts=num_prompts,
-                                                       max_new_tokens=max_new_tokens, margin=margin, host=host,
-                                                       timeout=timeout))
+                                                       max_new_tokens=max_new_tokens, margin=margin,
+                                                       states_from=states_from, host=host, timeout=timeout))
 
     @server.tool(description="The hypothesis board: every hypothesis, its state and its latest evidence.")
     async def hypotheses_list() -> models.Hypotheses:

@@ -69,6 +69,7 @@ async def test_seed_investigation_over_mcp(lab: LabPaths, tmp_path: Path) -> Non
         # 4. the decisive experiment (the flagship's sample: the lab is calibrated for it)
         dt = await call(client, "draft_test", steps=5, num_prompts=16, max_new_tokens=64, margin=0.2)
         assert dt["status"] == "ok" and dt["decision"] == "mismatch", dt["verdict"]
+        assert dt["hidden_states"].startswith("hidden states: transformers, the target loaded"), dt
 
         # 5. verdicts, and a note
         await call(client, "hypothesis_verdict", hypothesis_id="wiring", state="confirmed", because=dt["verdict"])

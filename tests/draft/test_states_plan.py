@@ -1,0 +1,98 @@
+"""Where the draft test gets the target's hidden states (remote_probes/evaluation/states_plan.py): by the memory free
+where the target would load (a cgroup's limit included), the engine only where a real vLLM captures, and the layers
+a capture server must write. On the shipped lab's models; the memory is the real one, or a cgroup hierarchy written
+in the kernel's own file format."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from remote_probes.agent.protocol import ProbeFailure
+from remote_probes.checks import runnable
+from remote_probes.checks.runnable import cgroup_room
+from remote_probes.evaluation import states_plan
+from remote_probes.evaluation.states_plan import main, num_layers
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = REPO / "orchestrator" / "data" / "lab" / "target"
+DRAFT = REPO / "orchestrator" / "data" / "lab" / "drafts" / "seed-wiring"
+ARGS = {"target": str(TARGET), "draft": str(DRAFT), "engine": "vllm", "server_engine": "vllm"}
+
+
+def test_a_target_that_fits_loads_in_the_test() -> None:
+    plan = main(dict(ARGS, choice="auto"))
+    assert plan["source"] == "transformers" and plan["fits"] and "fit" in plan["why"]
+    n = plan["num_layers"]
+    # every candidate wiring's layers, vLLM's default feed [2, N//2, N-3] and the last layer
+    assert {0, 2, n // 2, n - 3, n - 1, n} <= set(plan["layers"]) and plan["layers"] == sorted(set(plan["layers"]))
+
+
+def test_a_target_that_does_not_fit_is_captured_by_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(states_plan, "mem_available", lambda: 4 * 2 ** 20)  # 4 MiB: the 12 MiB target cannot load
+    monkeypatch.setattr(states_plan, "gpu_free", lambda: None)
+    plan = main(dict(ARGS, choice="auto"))
+    assert plan["source"] == "engine" and not plan["fits"] and "does not fit" in plan["why"]
+    # where no engine captures, the plan says the test will refuse it, and does not pretend otherwise
+    plan = main(dict(ARGS, choice="auto", server_engine="lab-vllm"))
+    assert plan["source"] == "transformers" and "no capture path" in plan["why"]
+
+
+def test_the_engine_on_a_host_that_cannot_capture_is_refused() -> None:
+    with pytest.raises(ProbeFailure, match="needs a real vLLM server") as info:
+        main(dict(ARGS, choice="engine", server_engine="sglang"))
+    assert info.value.kind == "engine_capture"
+    assert main(dict(ARGS, choice="engine"))["source"] == "engine"
+    assert main(dict(ARGS, choice="transformers"))["why"] == "asked"
+
+
+def test_a_wrappers_layers_are_its_language_models(tmp_path: Path) -> None:
+    assert num_layers({"text_config": {"num_hidden_layers": 61}, "architectures": ["KimiK25ForConditionalGeneration"]}) == 61
+    with pytest.raises(ProbeFailure, match="num_hidden_layers"):
+        num_layers({"architectures": ["X"]})
+    bad = tmp_path / "t"
+    shutil.copytree(TARGET, bad)
+    (bad / "config.json").write_text("[1]")
+    with pytest.raises(ProbeFailure, match="not a JSON object"):
+        main(dict(ARGS, target=str(bad)))
+
+
+@pytest.mark.parametrize(("kind", "files", "room"), [
+    ("v2", {"memory.max": "1073741824\n", "memory.current": "268435456\n"}, 768 * 2 ** 20),
+    ("v2", {"memory.max": "max\n", "memory.current": "268435456\n"}, None),
+    ("v1", {"memory.limit_in_bytes": "536870912\n", "memory.usage_in_bytes": "134217728\n"}, 384 * 2 ** 20),
+    ("v1", {"memory.limit_in_bytes": "9223372036854771712\n", "memory.usage_in_bytes": "1\n"}, None),
+])
+def test_a_cgroup_limit_is_the_room(tmp_path: Path, kind: str, files: dict[str, str], room: int | None) -> None:
+    proc = tmp_path / "cgroup"
+    if kind == "v2":
+        proc.write_text("0::/job/step\n")
+        where = tmp_path / "fs" / "job" / "step"
+    else:
+        proc.write_text("9:name=systemd:/\n4:memory:/slurm/job_7\n0::/\n")
+        where = tmp_path / "fs" / "memory" / "slurm" / "job_7"
+    where.mkdir(parents=True)
+    for name, text in files.items():
+        (where / name).write_text(text)
+    assert cgroup_room(str(proc), str(tmp_path / "fs")) == room
+
+
+def test_the_room_is_the_smaller_of_the_host_and_the_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runnable, "cgroup_room", lambda: 1000)
+    assert runnable.mem_available() == 1000
+    monkeypatch.setattr(runnable, "cgroup_room", lambda: None)
+    free = runnable.mem_available()
+    assert free is not None and free > 1000
+
+
+def test_the_plan_is_a_registered_probe_with_its_models() -> None:
+    from orchestrator.probes import PROBES, probe_module
+    from orchestrator.probes.models import StatesPlanResult
+
+    assert probe_module("states_plan") == "remote_probes.evaluation.states_plan"
+    assert StatesPlanResult.model_validate(main(dict(ARGS, choice="auto"))).source == "transformers"
+    assert PROBES["states_plan"][1] is StatesPlanResult
+    json.dumps(main(dict(ARGS, choice="engine")))  # JSON all the way
