@@ -48,6 +48,12 @@ steps:
   - name: by transformers
     draft_test: {{{common}}}
     register: by_transformers
+  - name: counterfactual parts by the engine
+    draft_test: {{{common}, counterfactual: true, states_from: "{{{{ cap.states_from }}}}"}}
+    register: cf_engine
+  - name: counterfactual parts by transformers
+    draft_test: {{{common}, counterfactual: true}}
+    register: cf_tf
   - name: told other layers than the server writes
     draft_test: {{{common}, wirings: [[1, 5, 8]],
                   states_from: {{url: "{{{{ cap.states_from.url }}}}", layers: [0, 2, 6, 9]}}}}
@@ -71,8 +77,14 @@ steps:
     assert engine_rows.keys() == tf_rows.keys() and len(engine_rows) >= 5
     assert all(abs(engine_rows[w] - tf_rows[w]) < 0.02 for w in tf_rows), (engine_rows, tf_rows)
     assert by_engine["decision"] == by_tf["decision"] and by_engine["best"]["wiring"] == by_tf["best"]["wiring"]
+    # the counterfactual served parts score the same on the engine's states
+    cf_engine, cf_tf = (ran.result(s, "lab")["result"]["counterfactual"] for s in ("s4", "s5"))
+    swaps = {r["part"]: r["tau_serving"] for r in cf_engine["swaps"]}
+    assert swaps and swaps.keys() == {r["part"] for r in cf_tf["swaps"]}
+    assert all(abs(swaps[r["part"]] - r["tau_serving"]) < 0.02 for r in cf_tf["swaps"] if r["tau_serving"] is not None)
+    assert cf_engine["recovering"] == cf_tf["recovering"]
     # a states_from that does not match the server (copied from another one) is refused, never read slot by slot
-    refused = ran.result("s4", "lab")
+    refused = ran.result("s6", "lab")
     assert refused["status"] == "failed" and "was it started with other capture flags" in refused["error"], refused
     # the console said where the states came from
     said = "".join(e.get("text", "") for e in ran.of_type("output"))
