@@ -554,6 +554,7 @@ class StatesFrom(_Args):
     nodes: int | None = Field(default=None, ge=1)
     check: bool = Field(default=False, description="also load the target here and compare the engine's states with "
                                                    "transformers' on the first prompt (a target that fits)")
+    concurrency: int = Field(default=4, ge=1, le=64, description="requests in flight (the server batches them)")
 
 
 class StatesPlanArgs(_Args):

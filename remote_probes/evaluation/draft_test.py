@@ -137,13 +137,13 @@ def parse_states_from(value: Any) -> Optional[Dict[str, Any]]:
     (this process loads the target with transformers). {"url": the server, "layers": the ids it captures,
     "model"?: the name it serves (default: the target path), "engine"?, "version"?, "tensor_parallel"?, "nodes"?:
     how it serves (said in the result), "check"?: false (true: also load the target here and compare the engine's
-    states with transformers' on the first prompt)}. An empty value (a playbook's "no engine") is None."""
+    states with transformers' on the first prompt), "concurrency"?: 4 (requests in flight)}. An empty value (a playbook's "no engine") is None."""
     if value is None or value == {} or value == "":
         return None
     if not isinstance(value, dict):
         raise ProbeFailure("bad_args", "states_from must be a mapping {url, layers, ...}, got %r" % (value,),
                            field="states_from")
-    known = {"url", "layers", "model", "engine", "version", "tensor_parallel", "nodes", "check"}
+    known = {"url", "layers", "model", "engine", "version", "tensor_parallel", "nodes", "check", "concurrency"}
     unknown = sorted(set(value) - known)
     if unknown:
         raise ProbeFailure("bad_args", "states_from: unknown key(s) %s (known: %s)" % (", ".join(unknown),
@@ -159,7 +159,10 @@ def parse_states_from(value: Any) -> Optional[Dict[str, Any]]:
                            "captures, got %r" % (layers,), field="states_from")
     if not isinstance(value.get("check", False), bool):
         raise ProbeFailure("bad_args", "states_from.check must be true or false", field="states_from")
-    return dict(value, layers=sorted(set(layers)), check=value.get("check", False))
+    concurrency = value.get("concurrency", 4)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 64:
+        raise ProbeFailure("bad_args", "states_from.concurrency must be an integer from 1 to 64", field="states_from")
+    return dict(value, layers=sorted(set(layers)), check=value.get("check", False), concurrency=concurrency)
 
 
 def load_prompts(path: Optional[str], limit: int) -> List[str]:
@@ -301,9 +304,9 @@ def _capture_engine(torch: Any, tokenizer: Any, model: Any, prompts: List[str], 
     source = a["states_from"]
     split = engine_layers(needed, source["layers"], n_layers)
     embed = model.get_input_embeddings()
-    runs = []
-    for prompt in prompts:
-        prompt_ids = _encode(tokenizer, prompt, a["chat_template"])
+    encoded = [_encode(tokenizer, prompt, a["chat_template"]) for prompt in prompts]
+
+    def fetch(prompt_ids: List[int]) -> Optional[Dict[str, Any]]:
         try:
             [run] = capture(source["url"], str(source.get("model") or a["target"]), [prompt_ids],
                             a["max_new_tokens"], source["layers"])
@@ -311,6 +314,16 @@ def _capture_engine(torch: Any, tokenizer: Any, model: Any, prompts: List[str], 
             if not (skip_refused and exc.details.get("status") == 400):
                 raise
             progress("a prompt of %d tokens refused by the engine, skipped: %s" % (len(prompt_ids), exc.message))
+            return None
+        return run
+
+    # several requests in flight, as the server batches them (its --max-num-seqs); the answers kept in prompt order
+    from concurrent.futures import ThreadPoolExecutor
+    runs = []
+    with ThreadPoolExecutor(max_workers=source["concurrency"]) as pool:
+        fetched = list(pool.map(fetch, encoded))
+    for prompt_ids, run in ((encoded[i], fetched[i]) for i in range(len(encoded))):  # 3.9: no zip(strict=)
+        if run is None:
             continue
         seq = torch.tensor([run["token_ids"] + run["generated"][-1:]], device=model.device)
         hs: Dict[int, Any] = {}
