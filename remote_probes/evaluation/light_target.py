@@ -40,10 +40,19 @@ def _weight_files(path: str) -> Dict[str, str]:
         return {name: single for name in f.keys()}
 
 
+#: a wrapper's other towers, whose norms and embeddings are not the language model's
+OTHER_TOWERS = ("vision", "visual", "audio", "mm_projector", "multi_modal_projector")
+
+
 def _pick(names: List[str], suffixes: tuple, skip: tuple = ()) -> Optional[str]:
-    """The shortest name ending in one of ``suffixes`` (the outermost model's, not a draft head's or an MTP layer's)."""
-    found = [n for n in names if n.endswith(suffixes) and not any(s in n for s in skip)]
-    return min(found, key=lambda n: (n.count("."), len(n))) if found else None
+    """The first suffix (in order of preference) that some name ends in, and of those names the shortest: the
+    outermost language model's, not another tower's, a draft head's or an MTP layer's."""
+    for suffix in suffixes:
+        found = [n for n in names if (n == suffix or n.endswith("." + suffix))
+                 and not any(s in n for s in skip + OTHER_TOWERS)]
+        if found:
+            return min(found, key=lambda n: (n.count("."), len(n)))
+    return None
 
 
 class _Norm:

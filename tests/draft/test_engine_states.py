@@ -124,3 +124,31 @@ def test_an_engine_that_does_not_answer_is_said() -> None:
         main({"target": str(TARGET), "draft": str(DRAFT), "engine": "vllm", "num_prompts": 1, "wirings": [[2, 6, 9]],
               "states_from": {"url": "http://127.0.0.1:9", "layers": [2, 6, 9]}})
     assert info.value.kind == "engine_capture"
+
+
+def test_a_wrappers_parts_are_its_language_models(tmp_path: Path) -> None:
+    """A wrapper target (a ``text_config`` around its language model, as Kimi-K2.5 is): the tensors nested under
+    ``language_model.``, the layer count and eps from the text config; a vision tower's own norm is not the final
+    norm."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from remote_probes.evaluation.light_target import load_light_target
+
+    text = json.loads((TARGET / "config.json").read_text())
+    wrapper = tmp_path / "wrapper"
+    wrapper.mkdir()
+    (wrapper / "config.json").write_text(json.dumps({"model_type": "llava", "text_config": text,
+                                                     "architectures": ["LlavaForConditionalGeneration"]}))
+    own = load_file(str(TARGET / "model.safetensors"))
+    nested = {f"language_model.{k}": v for k, v in own.items()}
+    nested["vision_tower.encoder.layers.0.norm.weight"] = torch.zeros(8)
+    nested["vision_tower.norm.weight"] = torch.zeros(8)  # shorter than the language model's: still not it
+    save_file(nested, str(wrapper / "model.safetensors"))
+    light = load_light_target(str(wrapper), "cpu", torch.float32)
+    assert light.config.get_text_config().num_hidden_layers == text["num_hidden_layers"]
+    assert torch.equal(light.get_input_embeddings().weight, own["model.embed_tokens.weight"])
+    assert torch.equal(light.model.norm.weight, own["model.norm.weight"])
+    head = own.get("lm_head.weight", own["model.embed_tokens.weight"])
+    assert torch.equal(light.get_output_embeddings().weight, head)
