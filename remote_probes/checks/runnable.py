@@ -1,11 +1,14 @@
 """Before the draft test loads anything: can it run this draft's architecture here, and do the weights fit?
 
-Standard library only (Python >= 3.9). The draft test's model (eagle3_draft.py) is ONE Llama decoder layer
-(grouped-query attention with q/k/v/o projections, a gated MLP, RMSNorm) over the concatenated aux states, as
-SpecForge's and speculators' Llama drafts and SGLang's ``LlamaForCausalLMEagle3`` are. MLA drafts (DeepSeek-style
-``kv_lora_rank``/``q_lora_rank`` attention: SGLang's ``Eagle3DeepseekV2ForCausalLM``, srt/models/kimi_k25_eagle3.py)
-and MoE drafts (routed experts) are other layers: loading them into the Llama layer would fail on missing
-``q_proj``/``k_proj`` weights or, worse, load part of them. They are refused here, by name, before any weight is read.
+Standard library only (Python >= 3.9). The draft test's model (eagle3/draft.py) is ONE decoder layer over the
+concatenated aux states with a dense gated MLP and RMSNorm, and one of two attentions: Llama grouped-query attention
+(q/k/v/o: SpecForge's and speculators' Llama drafts, SGLang's ``LlamaForCausalLMEagle3``) or DeepSeek-V3 MLA
+(``kv_lora_rank``/``q_lora_rank``: SGLang's ``Eagle3DeepseekV2ForCausalLM``, srt/models/kimi_k25_eagle3.py; built
+from transformers' module, eagle3/mla.py). Expert keys in a draft's config do not change the layer: the engines
+build a dense MLP for an EAGLE-3 draft whatever they say, and so does the test (expert tensors are left unplaced,
+and said). An MLA draft whose config lacks one
+of the MLA dimensions is refused here, before any weight is read (the loader would refuse it only after the target
+is loaded).
 
 The memory check reads the checkpoints' safetensors headers (the first 8 bytes are the header's length, then a JSON
 table of every tensor's dtype and shape) and counts parameters; the test holds the target and up to two copies of
@@ -15,7 +18,7 @@ GPU's free memory), or the test is refused with both figures: a 30 GB draft is n
 
 Public API: ``check_architecture(config) -> None``, ``checkpoint_params(path) -> dict``,
 ``check_fits(target, draft, *, bytes_per_param, available, where) -> dict``, ``mem_available() -> int | None``
-(all raise ``ProbeFailure``: ``unsupported_architecture``, ``too_large``).
+(all raise ``ProbeFailure``: ``unsupported_architecture``, ``draft_load``, ``too_large``).
 """
 
 from __future__ import annotations
@@ -26,35 +29,40 @@ import struct
 from typing import Any, Dict, List, Optional
 
 from remote_probes.agent.protocol import ProbeFailure
+from remote_probes.eagle3.config import flat_config
 
 #: safetensors dtype -> bytes per element
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
                "F8_E4M3": 1, "F8_E5M2": 1}
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")
-MOE_KEYS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_intermediate_size")
+#: what the MLA attention needs besides the Llama layer's keys (q_lora_rank is optional: None means one q_proj)
+MLA_DIMS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 #: copies of the draft the test holds at once (the checkpoint's own parts and the served ones)
 DRAFT_COPIES = 2
 _MAX_HEADER = 100 * 1024 * 1024
 
 
 def check_architecture(config: Dict[str, Any]) -> None:
-    """Refuse a draft whose decoder layer is not the Llama layer the test runs, saying what it is and why."""
+    """Refuse an MLA draft whose config lacks an MLA dimension, saying which. A Llama or a complete MLA draft passes,
+    expert keys or not (the engines serve the draft layer's MLP dense)."""
+    flat = flat_config(config)  # speculators nests the layer's config, as the loader reads it (DraftConfig)
     archs = [a for a in config.get("architectures") or [] if isinstance(a, str)]
-    mla = {k: config[k] for k in MLA_KEYS if config.get(k) is not None}
-    moe = {k: config[k] for k in MOE_KEYS if isinstance(config.get(k), int) and config[k] > 0}
-    kind = "MLA attention" if mla else "mixture-of-experts MLP" if moe else None
-    if kind is None and any("Deepseek" in a or "Kimi" in a for a in archs):
-        kind = "a DeepSeek-style decoder layer"
-    if kind is None:
-        return
-    found = ", ".join("%s=%s" % kv for kv in list(mla.items()) + list(moe.items())) or ", ".join(archs)
-    raise ProbeFailure(
-        "unsupported_architecture",
-        "the draft (%s) has %s (%s); the draft test runs the Llama decoder layer of SpecForge/speculators EAGLE-3 "
-        "drafts (eagle3_draft.py) and would load this one wrongly, so it does not run it; the static checks "
-        "(draft_inspect) still apply, and the served acceptance is the server's" % (", ".join(archs) or "no "
-                                                                                    "architectures", kind, found),
-        architectures=archs, mla=mla, moe=moe)
+    mla = {k: flat[k] for k in MLA_KEYS if flat.get(k) is not None}
+    named = ", ".join(archs) or "no architectures"
+    # expert keys (a config copied from an MoE target) are not refused: the engines' EAGLE-3 draft layers build a
+    # dense MLP whatever they say (SGLang's Eagle3MLADecoderLayer a DeepseekV2MLP, kimi_k25_eagle3.py; its
+    # LlamaForCausalLMEagle3 a LlamaMLP), and so does the test; expert tensors in the checkpoint are left unplaced and
+    # said in the load report's notes
+    if not mla and not any("Deepseek" in a or "Kimi" in a for a in archs):
+        return  # a Llama layer
+    missing = [k for k in MLA_DIMS if not (isinstance(flat.get(k), int) and flat[k] > 0)]
+    if missing:
+        raise ProbeFailure(
+            "draft_load",
+            "the draft (%s) has MLA attention (%s) but its config gives no %s: the MLA layer's shapes are unknown "
+            "(eagle3/mla.py builds it from them, as SGLang's Eagle3DeepseekV2ForCausalLM does)"
+            % (named, ", ".join("%s=%s" % kv for kv in mla.items()) or "a DeepSeek-style architecture",
+               ", ".join(missing)), field=missing[0], architectures=archs, mla=mla)
 
 
 def _header(path: str) -> Dict[str, Any]:

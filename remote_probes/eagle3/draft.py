@@ -8,6 +8,9 @@ Public API (stable; the lab server and the lab's training code use it):
   ``norm_before_fc`` (``input_norm`` over the concatenated aux states), ``fc_norm`` (``fc_norm.N`` per aux state),
   ``norm_before_residual`` (the residual is ``hidden_norm(h)``), ``norm_output`` (the normed hidden is fed back)
 - ``Eagle3Draft(cfg, num_aux=3)``                                      the module (randomly initialised)
+- ``DraftConfig.attention``: ``"llama"`` (q/k/v/o grouped-query attention) or ``"mla"`` (DeepSeek-V3 multi-latent
+  attention, SGLang's ``Eagle3DeepseekV2ForCausalLM``: built from transformers' own module in eagle3/mla.py, which
+  is imported only for such a draft, so a Llama draft needs torch alone)
 - ``eagle3_validate.load_draft(path, *, embed_tokens=None, lm_head=None, target_vocab_size=None,
   target_hidden_size=None, device="cpu", dtype=torch.float32, strict=True) -> Eagle3Draft``   from a checkpoint
   directory (the loader lives with the checks it runs: this module builds the model, that one validates and loads)
@@ -48,7 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +60,12 @@ from torch import nn
 from remote_probes.eagle3.checkpoint import DraftLoadError
 from remote_probes.eagle3.config import flat_config, rope_config, variant_flags
 
+if TYPE_CHECKING:  # imported at run time only for an MLA draft (_MidLayer)
+    from remote_probes.eagle3.mla import MLAAttention
+
 __all__ = ["DraftConfig", "DraftKVCache", "DraftLoadError", "DraftOutput", "Eagle3Draft"]
+#: config keys that make a draft's attention MLA (any one present)
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim")
 
 def _need(cfg: Dict[str, Any], key: str) -> Any:
     value = cfg.get(key)
@@ -85,6 +93,15 @@ class DraftConfig:
     # variant flags set in the config (eagle3_config.VARIANT_FLAGS): norm_before_residual, norm_before_fc, fc_norm,
     # norm_output (speculators / SGLang meaning: the normed hidden is fed back to the next step)
     flags: Dict[str, bool] = field(default_factory=dict)
+    # "mla" when the config has MLA dimensions (DeepSeek-V3 / Kimi-K2.5 drafts); the dims below are used only then
+    attention: str = "llama"
+    q_lora_rank: Optional[int] = None  # None: one q_proj instead of q_a_proj/q_a_layernorm/q_b_proj (as transformers)
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    rope_interleave: bool = True  # DeepSeek's RoPE pairs (x0, x1), (x2, x3): SGLang's default, transformers' too
+    max_position_embeddings: int = 4096  # read by transformers' yarn RoPE when no original_max_position_embeddings
 
     @classmethod
     def from_dict(cls, raw: Dict[str, Any]) -> DraftConfig:
@@ -95,13 +112,24 @@ class DraftConfig:
         theta, scaling, _ = rope_config(cfg)
         if theta is None:
             theta = 10000.0  # what SGLang and transformers assume when no key names a theta
+        mla = any(cfg.get(k) is not None for k in MLA_KEYS)
+        # an MLA draft's RoPE is transformers' DeepSeek-V3 rotary embedding, which also does DeepSeek's yarn
+        kinds = ("default", "linear", "llama3") + (("yarn",) if mla else ())
         if isinstance(scaling, dict):
             kind = scaling.get("rope_type", scaling.get("type", "default"))
-            if kind not in ("default", "llama3", "linear"):
-                raise DraftLoadError("rope scaling type %r is not supported (default, linear, llama3)" % kind,
+            if kind not in kinds:
+                raise DraftLoadError("rope scaling type %r is not supported (%s)" % (kind, ", ".join(kinds)),
                                      field="rope_scaling")
             scaling = None if kind == "default" else dict(scaling, rope_type=kind)
         dvs = cfg.get("draft_vocab_size")
+        dims: Dict[str, Any] = {}
+        if mla:
+            dims = {"attention": "mla", "q_lora_rank": None if cfg.get("q_lora_rank") is None
+                    else _need(cfg, "q_lora_rank"), "rope_interleave": bool(cfg.get("rope_interleave", True))}
+            dims.update({k: _need(cfg, k) for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                                    "v_head_dim")})
+            if isinstance(cfg.get("max_position_embeddings"), int):
+                dims["max_position_embeddings"] = cfg["max_position_embeddings"]
         return cls(
             hidden_size=hidden,
             intermediate_size=_need(cfg, "intermediate_size"),
@@ -116,11 +144,17 @@ class DraftConfig:
             rope_scaling=scaling,
             raw=dict(raw),
             flags=variant_flags(raw),
+            **dims,
         )
 
 
 class DraftKVCache:
-    """Keys/values of the draft's one layer, one slot per column; ``crop(n)`` keeps the first n."""
+    """Keys/values of the draft's one layer, one slot per column; ``crop(n)`` keeps the first n.
+
+    An MLA draft caches its compressed latents instead (k: the normed kv latent [B, 1, L, kv_lora_rank], v: the
+    rotated shared rope key [B, 1, L, qk_rope_head_dim]), as transformers' DeepSeek-V3 attention does: it calls
+    ``update``, a transformers ``Cache``'s method for one layer.
+    """
 
     def __init__(self) -> None:
         self.k: Optional[torch.Tensor] = None  # [B, kv_heads, L, head_dim], RoPE already applied
@@ -139,6 +173,44 @@ class DraftKVCache:
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
         return self.k, self.v
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, *_layer_and_kwargs: Any,
+               **_kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``append`` under transformers' ``Cache.update(key, value, layer_idx, ...)`` name (one layer only)."""
+        return self.append(k, v)
+
+
+class ChainKeys:
+    """The keys/values of ``ttt_forward``'s steps so far, and the attention it runs (shared by both attentions).
+
+    Step 0's query at column t sees step 0's keys of columns <= t (``causal``); step k >= 1's query at column t
+    sees those plus its own chain's keys of steps 1..k at column t (the "diagonal"), which is what incremental
+    decoding of a chain anchored at t sees. Only the diagonal is scored for steps >= 1, not a (k+1)T-wide mask.
+    """
+
+    def __init__(self) -> None:
+        self.keys: List[torch.Tensor] = []    # per step: [B, heads, T, d], heads already expanded
+        self.values: List[torch.Tensor] = []
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: torch.Tensor,
+               scale: Optional[float] = None) -> torch.Tensor:
+        """Add this step's keys/values; return the attention output [B, heads, T, d_v]. ``scale``: the softmax
+        scale, None for SDPA's 1/sqrt(head_dim) (the Llama layer's; left to SDPA so its bits stay as they were)."""
+        self.keys.append(k)
+        self.values.append(v)
+        if len(self.keys) == 1:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=causal, scale=scale)
+        if scale is None:
+            scale = 1.0 / math.sqrt(q.shape[-1])
+        t = q.shape[2]
+        s0 = (q @ self.keys[0].transpose(2, 3)) * scale
+        s0 = s0.masked_fill(~causal, float("-inf"))
+        diag = torch.stack([(q * kj).sum(-1) * scale for kj in self.keys[1:]], dim=-1)
+        p = torch.softmax(torch.cat([s0, diag], dim=-1).float(), dim=-1).to(q.dtype)
+        o = p[..., :t] @ self.values[0]
+        for j, vj in enumerate(self.values[1:]):
+            o = o + p[..., t + j, None] * vj
+        return o
 
 
 @dataclass
@@ -213,6 +285,20 @@ class _Attention(nn.Module):
         b, _, t, _ = o.shape
         return self.o_proj(o.transpose(1, 2).reshape(b, t, self.nh * self.hd))
 
+    def columns(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                cache: Optional[DraftKVCache], inv_freq: torch.Tensor) -> torch.Tensor:
+        """Attention output of columns at ``positions`` after the cached ones (``mask``: [T, cached + T])."""
+        q, k, v = self.qkv(x, positions, inv_freq)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        return self.out(F.scaled_dot_product_attention(q, self.expand(k), self.expand(v), attn_mask=mask))
+
+    def ttt_step(self, x: torch.Tensor, positions: torch.Tensor, causal: torch.Tensor, chain: ChainKeys,
+                 inv_freq: torch.Tensor) -> torch.Tensor:
+        """One ``ttt_forward`` step over all columns (``chain`` holds the earlier steps' keys)."""
+        q, k, v = self.qkv(x, positions, inv_freq)
+        return self.out(chain.attend(q, self.expand(k), self.expand(v), causal))
+
 
 class _MLP(nn.Module):
     def __init__(self, cfg: DraftConfig) -> None:
@@ -231,8 +317,15 @@ class _MidLayer(nn.Module):
         self.input_layernorm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = _RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = _Attention(cfg)
-        self.mlp = _MLP(cfg)
+        self.self_attn: Union[_Attention, MLAAttention]
+        if cfg.attention == "mla":
+            # imported here, not at the top: transformers is needed for MLA drafts only
+            from remote_probes.eagle3.mla import MLAAttention
+
+            self.self_attn = MLAAttention(cfg)
+        else:
+            self.self_attn = _Attention(cfg)
+        self.mlp = _MLP(cfg)  # dense in both: SGLang's and the other engines' EAGLE-3 MLA layers keep a dense MLP
 
 
 class Eagle3Draft(nn.Module):
@@ -309,15 +402,11 @@ class Eagle3Draft(nn.Module):
         start = 0 if cache is None else cache.length
         t = tokens.shape[1]
         positions = torch.arange(start, start + t, device=tokens.device)
-        attn = self.midlayer.self_attn
-        q, k, v = attn.qkv(self._attn_input(tokens, h), positions, self._rope(tokens.device))
-        if cache is not None:
-            k, v = cache.append(k, v)
-        total = k.shape[2]
         # query i sits at absolute slot start+i and sees slots 0..start+i
-        mask = torch.arange(total, device=tokens.device)[None, :] <= positions[:, None]
-        o = F.scaled_dot_product_attention(q, attn.expand(k), attn.expand(v), attn_mask=mask)
-        return self._finish(self.residual(h), attn.out(o))
+        mask = torch.arange(start + t, device=tokens.device)[None, :] <= positions[:, None]
+        attn_out = self.midlayer.self_attn.columns(self._attn_input(tokens, h), positions, mask, cache,
+                                                   self._rope(tokens.device))
+        return self._finish(self.residual(h), attn_out)
 
     # -- test-time-training layout (all columns, chained steps) ----------------------------------------------
     def ttt_forward(self, aux: torch.Tensor, next_tokens: torch.Tensor, steps: int) -> List[DraftOutput]:
@@ -333,27 +422,12 @@ class Eagle3Draft(nn.Module):
         attn = self.midlayer.self_attn
         pos = torch.arange(t, device=aux.device)
         causal = pos[None, :] <= pos[:, None]
-        scale = 1.0 / math.sqrt(attn.hd)
         h = self.project(aux)
-        keys: List[torch.Tensor] = []
-        values: List[torch.Tensor] = []
+        chain = ChainKeys()
         outputs: List[DraftOutput] = []
         for k_step in range(steps):
-            q, k, v = attn.qkv(self._attn_input(next_tokens[:, k_step:k_step + t], h), pos + k_step, self._rope(aux.device))
-            k, v = attn.expand(k), attn.expand(v)
-            keys.append(k)
-            values.append(v)
-            if k_step == 0:
-                o = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
-            else:
-                s0 = (q @ keys[0].transpose(2, 3)) * scale
-                s0 = s0.masked_fill(~causal, float("-inf"))
-                diag = torch.stack([(q * kj).sum(-1) * scale for kj in keys[1:]], dim=-1)
-                p = torch.softmax(torch.cat([s0, diag], dim=-1).float(), dim=-1).to(q.dtype)
-                o = p[..., :t] @ values[0]
-                for j, vj in enumerate(values[1:]):
-                    o = o + p[..., t + j, None] * vj
-            out = self._finish(self.residual(h), attn.out(o))
+            x = self._attn_input(next_tokens[:, k_step:k_step + t], h)
+            out = self._finish(self.residual(h), attn.ttt_step(x, pos + k_step, causal, chain, self._rope(aux.device)))
             outputs.append(out)
             h = out.hidden
         return outputs

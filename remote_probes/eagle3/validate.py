@@ -20,14 +20,33 @@ _BORROWED = ("embed_tokens.weight", "lm_head.weight")
 
 
 def _expected_shapes(cfg: DraftConfig) -> Dict[str, tuple]:
-    h, i, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
-    shapes = {"midlayer.input_layernorm.weight": (h,), "midlayer.hidden_norm.weight": (h,),
-              "midlayer.post_attention_layernorm.weight": (h,), "norm.weight": (h,),
-              "midlayer.self_attn.q_proj.weight": (q, 2 * h), "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
-              "midlayer.self_attn.v_proj.weight": (kv, 2 * h), "midlayer.self_attn.o_proj.weight": (h, q),
-              "midlayer.mlp.gate_proj.weight": (i, h), "midlayer.mlp.up_proj.weight": (i, h),
-              "midlayer.mlp.down_proj.weight": (h, i)}
+    h, i = cfg.hidden_size, cfg.intermediate_size
+    shapes: Dict[str, tuple] = {"midlayer.input_layernorm.weight": (h,), "midlayer.hidden_norm.weight": (h,),
+                                "midlayer.post_attention_layernorm.weight": (h,), "norm.weight": (h,)}
+    attn = _mla_shapes(cfg) if cfg.attention == "mla" else _llama_shapes(cfg)
+    shapes.update({"midlayer.self_attn." + name + ".weight": shape for name, shape in attn.items()})
+    shapes.update({"midlayer.mlp.gate_proj.weight": (i, h), "midlayer.mlp.up_proj.weight": (i, h),
+                   "midlayer.mlp.down_proj.weight": (h, i)})
+    return shapes
+
+
+def _llama_shapes(cfg: DraftConfig) -> Dict[str, tuple]:
+    h, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    return {"q_proj": (q, 2 * h), "k_proj": (kv, 2 * h), "v_proj": (kv, 2 * h), "o_proj": (h, q)}
+
+
+def _mla_shapes(cfg: DraftConfig) -> Dict[str, tuple]:
+    """SGLang's Eagle3MLADecoderLayer (eagle3/mla.py): the down-projections read the 2H concatenation."""
+    h, heads, kv_rank, rope = cfg.hidden_size, cfg.num_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    q_head = cfg.qk_nope_head_dim + rope
+    shapes: Dict[str, tuple] = {"kv_a_proj_with_mqa": (kv_rank + rope, 2 * h), "kv_a_layernorm": (kv_rank,),
+                                "kv_b_proj": (heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), kv_rank),
+                                "o_proj": (h, heads * cfg.v_head_dim)}
+    if cfg.q_lora_rank is None:
+        shapes["q_proj"] = (heads * q_head, 2 * h)
+    else:
+        shapes.update({"q_a_proj": (cfg.q_lora_rank, 2 * h), "q_a_layernorm": (cfg.q_lora_rank,),
+                       "q_b_proj": (heads * q_head, cfg.q_lora_rank)})
     return shapes
 
 
