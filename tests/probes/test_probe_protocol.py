@@ -26,7 +26,7 @@ TORCH_FILES = {"eagle3/checkpoint.py", "eagle3/draft.py", "eagle3/mla.py", "eagl
                "engine/engine_states.py"}
 # Imported by the serving engine itself (vLLM loads it as its KV connector), never by a probe: the engine's own
 # packages, on the engine's Python.
-ENGINE_PLUGIN_FILES = {"engine/vllm_states_connector.py": {"torch", "vllm"}}
+ENGINE_PLUGIN_FILES = {"engine/vllm_states_connector.py": {"torch"}}  # vllm by importlib
 PROBE_FILES = sorted(str(p.relative_to(probes_dir())) for p in probes_dir().rglob("*.py"))
 
 
