@@ -214,17 +214,23 @@ def candidate_wirings(spec: Any, config: Dict[str, Any], n_layers: int, num_aux:
     return [c for c in cands if len(c["wiring"]) == num_aux]
 
 
+def _device(torch: Any, a: Dict[str, Any]) -> str:
+    """Where the test computes: the GPU when ``auto`` finds one; ``cuda`` without one is the caller's error."""
+    device = a["device"]
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ProbeFailure("bad_args", "device cuda requested but torch sees no GPU", field="device")
+    return str(device)
+
+
 def _load_target(a: Dict[str, Any]) -> Tuple[Any, Any, Any, str]:  # torch, tokenizer, model, device
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
         raise ProbeFailure("missing_dependency", "draft_test needs torch and transformers: %s" % exc) from None
-    device = a["device"]
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ProbeFailure("bad_args", "device cuda requested but torch sees no GPU", field="device")
+    device: Any = _device(torch, a)  # Any: transformers types .to() after its own wrapper
     dtype = a["dtype"]
     if dtype == "auto":
         dtype = "auto" if device == "cuda" else torch.float32  # CPU kernels are slow/imprecise in half precision
@@ -248,9 +254,7 @@ def _load_light(a: Dict[str, Any]) -> Tuple[Any, Any, Any, str]:  # torch, token
         from remote_probes.evaluation.light_target import load_light_target
     except ImportError as exc:
         raise ProbeFailure("missing_dependency", "draft_test needs torch and transformers: %s" % exc) from None
-    device = a["device"]
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = _device(torch, a)
     dtype = torch.float32 if a["dtype"] == "auto" else getattr(torch, a["dtype"])
     try:
         tokenizer = AutoTokenizer.from_pretrained(a["target"])

@@ -28,6 +28,30 @@ def save_checkpoint(directory: Path, config: dict, state: dict) -> Path:
     return directory
 
 
+def chain_matches_ttt(draft, aux, tokens, anchors, steps: int) -> list:  # noqa: ANN001 - torch objects
+    """Chain decoding with the KV cache from each anchor t reproduces TTT step k at column t (what serving drafts is
+    what the draft test scores); returns each anchor's cache, filled to anchor + steps."""
+    import torch
+
+    from remote_probes.eagle3.draft import DraftKVCache
+
+    caches = []
+    with torch.no_grad():
+        ttt = draft.ttt_forward(aux, tokens, steps=steps)
+        for anchor in anchors:
+            cache = DraftKVCache()
+            out = draft.forward(tokens[:1, :anchor + 1], aux[:1, :anchor + 1], cache)
+            torch.testing.assert_close(out.hidden[0], ttt[0].hidden[0, :anchor + 1], rtol=1e-4, atol=1e-4)
+            hidden = out.hidden[:, -1:]
+            for k in range(1, steps):
+                out = draft.forward(tokens[:1, anchor + k:anchor + k + 1], hidden, cache)
+                hidden = out.hidden
+                torch.testing.assert_close(out.logits[0, 0], ttt[k].logits[0, anchor], rtol=1e-4, atol=1e-4)
+            assert cache.length == anchor + steps
+            caches.append((anchor, cache))
+    return caches
+
+
 @pytest.fixture
 def tiny_config() -> dict:
     return json.loads(json.dumps(TINY))

@@ -22,9 +22,9 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (  # noqa: E402
 
 from remote_probes.agent.protocol import ProbeFailure  # noqa: E402
 from remote_probes.checks.runnable import check_architecture  # noqa: E402
-from remote_probes.eagle3.draft import DraftConfig, DraftKVCache, DraftLoadError  # noqa: E402
+from remote_probes.eagle3.draft import DraftConfig, DraftLoadError  # noqa: E402
 from remote_probes.eagle3.validate import load_draft  # noqa: E402
-from tests.draft.conftest import save_checkpoint  # noqa: E402
+from tests.draft.conftest import chain_matches_ttt, save_checkpoint  # noqa: E402
 from tests.probes.test_mla_draft import CONFIG as KIMI_DRAFT  # noqa: E402  (the published Kimi-K2.5 draft's config)
 
 pytestmark = pytest.mark.torch
@@ -126,24 +126,15 @@ def test_incremental_cache_matches_ttt_chain(tmp_path, q_rank):
     what serving drafts is what the draft test scores (as tests/draft/test_parity.py checks for Llama drafts)."""
     draft = load(save_mla(tmp_path, q_rank, config_extra={"rope_scaling": YARN}))
     aux, tokens = inputs()
-    with torch.no_grad():
+    for anchor, cache in chain_matches_ttt(draft, aux, tokens, (0, 4, SEQ - 1), STEPS):
+        assert cache.k is not None
+        assert cache.k.shape[1:] == (1, anchor + STEPS, KV_RANK)  # latents cached, not per-head keys
+        cache.crop(anchor + 1)
+        assert cache.length == anchor + 1
+    with torch.no_grad():  # a chain re-fed after crop (speculative entries dropped) gives step 1 again
         ttt = draft.ttt_forward(aux, tokens, steps=STEPS)
-        for anchor in (0, 4, SEQ - 1):
-            cache = DraftKVCache()
-            out = draft.forward(tokens[:1, :anchor + 1], aux[:1, :anchor + 1], cache)
-            torch.testing.assert_close(out.hidden[0], ttt[0].hidden[0, :anchor + 1], rtol=1e-4, atol=1e-4)
-            hidden = out.hidden[:, -1:]
-            for k in range(1, STEPS):
-                out = draft.forward(tokens[:1, anchor + k:anchor + k + 1], hidden, cache)
-                hidden = out.hidden
-                torch.testing.assert_close(out.logits[0, 0], ttt[k].logits[0, anchor], rtol=1e-4, atol=1e-4)
-            assert cache.length == anchor + STEPS and cache.k is not None
-            assert cache.k.shape[1:] == (1, anchor + STEPS, KV_RANK)  # latents cached, not per-head keys
-            cache.crop(anchor + 1)
-            assert cache.length == anchor + 1
-        # a chain re-fed after crop (speculative entries dropped) gives step 1 again
         out = draft.forward(tokens[:1, anchor + 1:anchor + 2], ttt[0].hidden[:1, anchor:anchor + 1], cache)
-        torch.testing.assert_close(out.logits[0, 0], ttt[1].logits[0, anchor], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.logits[0, 0], ttt[1].logits[0, anchor], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("rope", [None, YARN], ids=["default_rope", "yarn"])

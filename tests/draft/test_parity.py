@@ -17,9 +17,8 @@ llama3_eagle = realparts.importorskip(
     reason="reference implementation missing: pip install --no-deps specforge==0.2.0",
 )
 
-from remote_probes.eagle3.draft import DraftKVCache  # noqa: E402
 from remote_probes.eagle3.validate import load_draft  # noqa: E402
-from tests.draft.conftest import save_checkpoint  # noqa: E402
+from tests.draft.conftest import chain_matches_ttt, save_checkpoint  # noqa: E402
 
 STEPS = 4
 SEQ = 12
@@ -95,17 +94,6 @@ def test_feedback_steps_match_specforge_ttt(pair):
 def test_incremental_cache_matches_ttt_chain(pair):
     """Chain decoding with the KV cache from anchor t reproduces TTT step k at column t (serving == offline)."""
     _, mine, aux, tokens = pair
-    with torch.no_grad():
-        ttt = mine.ttt_forward(aux, tokens, steps=STEPS)
-        for anchor in (0, 5, SEQ - 1):
-            cache = DraftKVCache()
-            out = mine.forward(tokens[:1, :anchor + 1], aux[:1, :anchor + 1], cache)
-            torch.testing.assert_close(out.hidden[0], ttt[0].hidden[0, :anchor + 1], rtol=1e-4, atol=1e-4)
-            hidden = out.hidden[:, -1:]
-            for k in range(1, STEPS):
-                out = mine.forward(tokens[:1, anchor + k:anchor + k + 1], hidden, cache)
-                hidden = out.hidden
-                torch.testing.assert_close(out.logits[0, 0], ttt[k].logits[0, anchor], rtol=1e-4, atol=1e-4)
-            assert cache.length == anchor + STEPS
-            cache.crop(anchor + 1)
-            assert cache.length == anchor + 1
+    for anchor, cache in chain_matches_ttt(mine, aux, tokens, (0, 5, SEQ - 1), STEPS):
+        cache.crop(anchor + 1)
+        assert cache.length == anchor + 1
