@@ -70,6 +70,11 @@ REAL_VLLM_CONFIRMS: dict[str, tuple[str, ...]] = {
     "eagle-not-eagle3": (),
     # the seed draft's weights shuffled: nothing to confirm; the verdict is about the draft (draft_quality)
     "shuffled-draft": (),
+    # issue 37: tie_word_embeddings true beside a trained lm_head: vLLM's EAGLE-3 class never reads the field
+    # (llama_eagle3.py builds its own draft_vocab_size head), so nothing is wrong on vLLM
+    "tied-head": (),
+    # a harmless difference (rms_norm_eps 1e-5 against the 1e-6 trained with): nothing is wrong
+    "eps-config": (),
 }
 #: cases of the real-vLLM matrix that are no lab draft of their own: name -> (the vLLM scenario whose draft is
 #: served, the speculative-config change). The method: vLLM's counterpart of SGLang's eagle-not-eagle3 is

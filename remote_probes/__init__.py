@@ -11,6 +11,8 @@ By role, each package importing only the ones listed after it (import-linter hol
 - ``evaluation/``: the standalone draft test, its counterfactuals, the reconcile, and the interval statistics;
 - ``checks/``: the static checks of a draft (``draft_inspect``: the checkpoint and config against the format, the
   target and what the installed engine loads) and whether a draft test can run it here;
+- ``draft_reading/``: the draft's config as the installed engine's EAGLE-3 class reads it, field by field (its
+  source parsed, never imported) against the checkpoint and the target: what each field does and the fix;
 - ``engine/``: the installed engine read without importing it (its source by symbol or pattern, its flag parser,
   its model registry, where it captures the draft's hidden states) and its HTTP server (``server_client``);
 - ``eagle3/``: the EAGLE-3 format (checkpoint, config, the draft's forward pass, wiring, what each engine serves);
@@ -26,4 +28,4 @@ tests/probes/test_probe_layout.py holds the layout to this.
 
 from __future__ import annotations
 
-ROLES = ("agent", "eagle3", "engine", "checks", "evaluation", "fixes")
+ROLES = ("agent", "eagle3", "engine", "draft_reading", "checks", "evaluation", "fixes")

@@ -21,7 +21,7 @@ from pydantic import Field, field_validator
 
 from orchestrator.actions.base import Action, ActionArgs, ActionContext
 from orchestrator.actions.probe import run_probe_step
-from orchestrator.probes.models import StatesFrom, no_states_source, states_source_line
+from orchestrator.probes.models import StatesFrom, ceiling_line, no_states_source, states_source_line
 
 
 class DraftTestArgs(ActionArgs):
@@ -85,6 +85,9 @@ class DraftTestAction(Action[DraftTestArgs]):
                 ctx.output(_row(row, bool(swapped)), "stdout")
         if result.get("verdict"):
             ctx.output(f"decision: {result.get('decision')}: {result['verdict']}\n", "stdout")
+        bound = ceiling_line(result.get("ceiling"), (result.get("server") or {}).get("tau_serving"))
+        if bound:
+            ctx.output(bound + "\n", "stdout")
         cf = result.get("counterfactual")
         if cf:
             ctx.output(f"{'part':<10} {'served -> swapped':<64} {'tau':>6} {'95% CI':>12} {'vs served':>10}  "

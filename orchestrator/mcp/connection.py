@@ -26,7 +26,7 @@ from orchestrator.events import Event, StepFinished
 from orchestrator.inventory import Inventory
 from orchestrator.mcp import models
 from orchestrator.playbook.models import Playbook
-from orchestrator.probes.models import states_source_line
+from orchestrator.probes.models import ceiling_line, states_source_line
 from orchestrator.session.recording import ReportsWritten, open_session, write_reports
 
 AUTHOR = "mcp"
@@ -277,7 +277,9 @@ class McpConnection:
             out = self.outcome(finished)
             return models.DraftTestResult(**out, decision=out["result"].get("decision"),
                                           verdict=out["result"].get("verdict"),
-                                          hidden_states=states_source_line(out["result"].get("states")))
+                                          hidden_states=states_source_line(out["result"].get("states")),
+                                          ceiling=ceiling_line(out["result"].get("ceiling"),
+                                                               (out["result"].get("server") or {}).get("tau_serving")))
         return await self._guard(work())
 
     def hypotheses(self) -> models.Hypotheses:

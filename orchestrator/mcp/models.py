@@ -48,6 +48,9 @@ class DraftTestResult(StepOutcome):
     verdict: str | None = None
     hidden_states: str | None = Field(default=None, description="where the target's hidden states came from "
                                       "(transformers in the test's process, or the serving engine)")
+    ceiling: str | None = Field(default=None, description="the acceptance ceiling: the share of the target's greedy "
+                                "tokens the served vocabulary can name, and the accept length a draft perfect within "
+                                "it reaches")
 
 
 class Hypothesis(BaseModel):

@@ -585,6 +585,27 @@ def no_states_source(value: Any) -> Any:
     return None if value in ({}, "", None) else value
 
 
+def ceiling_line(bound: Any, served: Any = None) -> str | None:
+    """One line on the acceptance ceiling (evaluation/ceiling.py): the share of the target's greedy tokens the
+    served head can name, and the accept length a draft perfect within that vocabulary would reach, beside the
+    served figure when given (console, report, TUI, MCP alike)."""
+    if not isinstance(bound, dict) or bound.get("coverage") is None:
+        return None
+    cov_ci = bound.get("coverage_ci")
+    ceil_ci = bound.get("tau_ceiling_ci")
+    line = (f"acceptance ceiling: the served vocabulary ({bound.get('vocabulary')} target ids) names "
+            f"{100 * bound['coverage']:.1f}%"
+            + (f" [{100 * cov_ci[0]:.1f}, {100 * cov_ci[1]:.1f}]" if cov_ci else "")
+            + f" of the target's {bound.get('tokens')} greedy tokens; a draft perfect within it reaches tau "
+            f"{bound.get('tau_ceiling')}" + (f" [{ceil_ci[0]:.2f}, {ceil_ci[1]:.2f}]" if ceil_ci else ""))
+    if isinstance(served, (int, float)):
+        line += f" (served {served:.2f})"
+    missing = bound.get("missing") or []
+    if missing:
+        line += "; most frequent it cannot name: " + ", ".join(f"id {m['id']} x{m['count']}" for m in missing[:4])
+    return line
+
+
 def states_source_line(states: Any) -> str | None:
     """One line on where a draft test's hidden states came from (console, report, TUI, MCP alike)."""
     if not isinstance(states, dict) or not states.get("source"):

@@ -14,7 +14,7 @@ from orchestrator.events import (
     StepFinished,
 )
 from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.probes.models import states_source_line
+from orchestrator.probes.models import ceiling_line, states_source_line
 from orchestrator.session.document import Block, Code, Heading, Image, Para, Table
 from orchestrator.session.reader import LoadedSession
 
@@ -377,6 +377,9 @@ def draft_test_section(session: LoadedSession) -> list[Block]:
         source = states_source_line(res.get("states"))
         if source:
             blocks.append(Para(source[0].upper() + source[1:] + "."))
+        bound = ceiling_line(res.get("ceiling"), (res.get("server") or {}).get("tau_serving"))
+        if bound:
+            blocks.append(Para(bound[0].upper() + bound[1:] + "."))
         if res.get("prompts_to_decide"):
             blocks.append(Para(f"The sample ({res.get('prompts')} prompts) cannot decide; about "
                                f"{res['prompts_to_decide']} prompts would, if the spread per prompt holds."))

@@ -208,6 +208,7 @@ class InspectFinding(BaseModel):
     id: str
     severity: str
     message: str
+    details: dict[str, Any] = Field(default_factory=dict)
 
 
 class FeedsView(BaseModel):

@@ -32,6 +32,8 @@ from typing import Any
 
 from remote_probes.agent.protocol import ProbeFailure, run_probe
 from remote_probes.checks.findings import analyse
+from remote_probes.draft_reading.field_findings import field_findings
+from remote_probes.draft_reading.field_table import engine_reading
 from remote_probes.eagle3.config import flat_config, rope_config
 from remote_probes.engine.registry import (
     config_reads,
@@ -198,6 +200,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     vllm = vllm_scan(args)
     target["class"] = target_class(args, engine)
     feeds, naming, findings = analyse(raw, tensors, small, weights, target, engine, flags, reads_nested, vllm)
+    findings += fields_as_read(raw, tensors, args, engine)
     config = {k: raw[k] for k in CONFIG_KEYS if k in raw}
     if isinstance(raw.get("transformer_layer_config"), dict):  # speculators format nests the Llama config
         config["transformer_layer_config"] = {k: v for k, v in raw["transformer_layer_config"].items()
@@ -213,6 +216,22 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
                                                    "loader_flags": flags,
                                                    "architectures": len(engine["architectures"]),
                                                    "unresolved_modules": engine["unresolved"]}}
+
+
+def fields_as_read(raw: dict[str, Any], tensors: dict[str, Any], args: dict[str, Any],
+                   engine: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The draft's config field by field as the installed engine's EAGLE-3 class reads it (draft_reading/)."""
+    name = "vllm" if args.get("engine") == "vllm" else "sglang"
+    root = engine.get("root") if engine and not engine.get("missing") else None
+    reading = engine_reading(root, name, engine.get("version") if engine else None)
+    target = None
+    if args.get("target_path"):
+        try:
+            target = flat_config(read_json(os.path.join(os.path.expanduser(str(args["target_path"])), "config.json"),
+                                           "target config"))
+        except ProbeFailure:
+            target = None  # target_info already said why
+    return field_findings(flat_config(raw), tensors, target, reading)
 
 
 def engine_scan(args: dict[str, Any]) -> dict[str, Any] | None:

@@ -257,10 +257,13 @@ def check_lm_head(cfg: dict[str, Any], tensors: dict[str, Any], hidden: Any) -> 
         return _finding("lm_head", "info", "No lm_head.weight and no draft_vocab_size: the engine uses the "
                         "target's lm_head.", **details)
     rows = meta["shape"][0] if meta["shape"] else None
-    if declared is None or tied:
-        return _finding("lm_head", "warning", "lm_head.weight is present but SGLang loads the target's lm_head "
-                        "instead (draft_vocab_size absent or tied embeddings), so the draft's head is unused.",
+    if tied:  # not the target's lm_head: a tied head is the embedding module, which the field reading judges
+        return _finding("lm_head", "info", "lm_head.weight is present and tie_word_embeddings is true: whether the "
+                        "engine serves it or the embedding in its place is the field reading's (draft_fields).",
                         **details)
+    if declared is None:
+        return _finding("lm_head", "warning", "lm_head.weight is present but SGLang loads the target's lm_head "
+                        "instead (draft_vocab_size absent), so the draft's head is unused.", **details)
     if rows != declared:
         return _finding("lm_head", "error", f"lm_head.weight has {rows} rows but draft_vocab_size is {declared}.",
                         **details)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -87,6 +87,7 @@ class DraftConfig:
     draft_vocab_size: Optional[int]
     target_hidden_size: int
     rms_norm_eps: float = 1e-6
+    hidden_act: str = "silu"  # the MLP's activation, as both engines' decoder layer reads it (ACTIVATIONS)
     rope_theta: float = 10000.0
     rope_scaling: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict)
@@ -140,6 +141,7 @@ class DraftConfig:
             draft_vocab_size=None if dvs is None else _need(cfg, "draft_vocab_size"),
             target_hidden_size=cfg.get("target_hidden_size") or hidden,
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            hidden_act=_activation(cfg.get("hidden_act", "silu")),
             rope_theta=float(theta),
             rope_scaling=scaling,
             raw=dict(raw),
@@ -300,15 +302,28 @@ class _Attention(nn.Module):
         return self.out(chain.attend(q, self.expand(k), self.expand(v), causal))
 
 
+#: the gated MLP activations the engines' Llama layer accepts (SiluAndMul, GeluAndMul and their kin)
+ACTIVATIONS: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"silu": F.silu, "gelu": F.gelu, "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+               "gelu_new": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
+
+
+def _activation(name: Any) -> str:
+    if name not in ACTIVATIONS:
+        raise DraftLoadError("hidden_act %r is not an activation the draft test models (%s)"
+                             % (name, ", ".join(sorted(ACTIVATIONS))), field="hidden_act")
+    return str(name)
+
+
 class _MLP(nn.Module):
     def __init__(self, cfg: DraftConfig) -> None:
         super().__init__()
+        self.act: Callable[[torch.Tensor], torch.Tensor] = ACTIVATIONS[cfg.hidden_act]
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
 class _MidLayer(nn.Module):

@@ -23,6 +23,9 @@ Parts and their counterfactuals (``variants``):
 - ``rope``: the draft config's rope_theta / rope_scaling -> the target config's (only where they differ).
 - ``attention``: the draft config's head count / head_dim -> the target's (only where they differ and the
   checkpoint's projections still fit).
+- ``field.<name>``: a numeric field the engine's draft layer takes from the DRAFT's config (``FIELD_SWAPS``:
+  rms_norm_eps, hidden_act) -> the target config's value, where they differ (draft_reading/field_findings.py names
+  these as candidates; the line is the one draft_reading/field_table.py reads in the installed engine).
 
 Context length is not swapped offline: both engines size the draft's positions by the serving context, not by the
 draft's max_position_embeddings; a draft trained short shows as acceptance falling with prompt length (the
@@ -87,6 +90,19 @@ REF_PATTERNS: Dict[str, Dict[str, List[Tuple[str, str, str]]]] = {
 }
 
 
+#: numeric config fields scored with the target's value (remote_probes/draft_reading/field_findings.py candidates)
+FIELD_SWAPS = ("rms_norm_eps", "hidden_act")
+
+
+def _field_refs(engine: str, root: str) -> Dict[str, List[Dict[str, Any]]]:
+    from remote_probes.draft_reading.field_table import engine_reading
+
+    reading = engine_reading(root, engine)
+    return {"field." + name: [{"file": f["file"], "line": f["line"], "text": f["text"],
+                               "decides": "the draft's layer %s, from the DRAFT's config" % f["does"]}]
+            for name, f in reading["fields"].items() if name in FIELD_SWAPS}
+
+
 def locate_refs(engine: str, extra: Optional[List[str]] = None) -> Dict[str, Any]:
     """``{"version", "root", "parts": {part: [{"file", "line", "text", "decides"}]}, "missing": [...]}``: each
     REF_PATTERNS entry found in the installed engine (first match per file); a package that cannot be found gives
@@ -119,6 +135,8 @@ def locate_refs(engine: str, extra: Optional[List[str]] = None) -> Dict[str, Any
             out["parts"][part] = found
         else:
             out["missing"].append(part)
+    if engine in ("sglang", "vllm"):
+        out["parts"].update(_field_refs(engine, where["root"]))
     return out
 
 
@@ -207,6 +225,16 @@ def variants(config: Dict[str, Any], state: Dict[str, Any], parts: Dict[str, Any
         add("attention", "%s heads (%s kv) of %s (the draft's config)" % mine,
             "%s heads (%s kv) of %s (the target's config)" % theirs,
             cfg=dict(config, num_attention_heads=theirs[0], num_key_value_heads=theirs[1], head_dim=theirs[2]))
+    from remote_probes.eagle3.draft import ACTIVATIONS
+
+    for name in FIELD_SWAPS:
+        value, target_value = config.get(name), target_config.get(name)
+        if value is None or target_value is None or value == target_value:
+            continue
+        if name == "hidden_act" and target_value not in ACTIVATIONS:
+            continue  # not a swap the draft test can build: said by its absence, the field finding names it
+        add("field." + name, "%s %r (the draft's config)" % (name, value),
+            "%s %r (the target's config)" % (name, target_value), cfg=dict(config, **{name: target_value}))
     return out
 
 

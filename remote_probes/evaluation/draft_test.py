@@ -63,6 +63,7 @@ from remote_probes.checks.runnable import check_architecture, check_fits, mem_av
 from remote_probes.eagle3.served import ALGORITHMS, describe, served_parts
 from remote_probes.eagle3.wiring import ENGINES, auto_wirings, nested_ids, top_level_ids, validate_wiring
 from remote_probes.engine.served_wiring import server_wiring
+from remote_probes.evaluation.ceiling import ceiling, expressible_ids
 from remote_probes.evaluation.interval_stats import paired_ratio_interval, units_to_reach
 from remote_probes.evaluation.metrics import Tally, by_length, summarize
 
@@ -802,7 +803,11 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
                       if a["counterfactual"] and server is not None else None)
     for row in results:
         row.pop("_units", None)
-    return {"counterfactual": counterfactual, "states": states,
+    # what the served head can name at all: an upper bound on the accept length no training can pass
+    bound = ceiling([(r[0][0].tolist(), r[1]) for r in runs],
+                    expressible_ids(int(draft.lm_head.weight.shape[0]), draft.d2t.tolist()), a["steps"],
+                    a["confidence"], a["count_first_token"])
+    return {"counterfactual": counterfactual, "states": states, "ceiling": bound,
         "wirings": results, "best": best, "server_wiring": srv, "server": server, "engine": a["engine"],
         "algorithm": a["algorithm"], "parts": parts,
         "verdict": decision.pop("verdict"), **decision, "steps": a["steps"],

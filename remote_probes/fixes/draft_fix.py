@@ -22,6 +22,9 @@ What it derives (each with its reason; research/sglang-eagle3-facts.md):
 - a base architecture named for an EAGLE-3 checkpoint -> ``LlamaForCausalLMEagle3`` in the corrected config;
 - a served part the counterfactual draft test named (draft_fix_parts.py): the target's RoPE or attention layout in
   the corrected config; on vLLM a distinct embed_tokens dropped from a filtered copy of the weights;
+- a draft-config field the installed engine reads against what the checkpoint holds (draft_inspect's
+  ``draft_fields`` error, remote_probes/draft_reading/): the field's value in the corrected config (fixes/fields.py);
+  the served parts that field explains are not blamed on the checkpoint again;
 - a d2t that holds target ids instead of offsets -> the offsets d2t[i] - i in a rewritten copy of the weights
   (draft_fix_d2t.py: both engines add arange, so the ids determine the offsets).
 
@@ -45,6 +48,7 @@ from remote_probes.engine.registry import installed_version
 from remote_probes.engine.sglang_capture import capture_rules, find_sglang_root, servable_ids
 from remote_probes.engine.target_capture import target_loop
 from remote_probes.fixes.d2t import d2t_as_offsets
+from remote_probes.fixes.fields import field_fixes
 from remote_probes.fixes.parts import part_fixes, write_without
 from remote_probes.fixes.vllm import derive_vllm
 
@@ -114,6 +118,8 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     swaps = [p for p in args.get("parts") or [] if isinstance(p, dict) and p.get("part")]
     if args.get("engine") == "vllm":
         part = derive_vllm(args, raw, n_layers, findings, _is_eagle3_draft(raw, findings))
+        changed, swaps = field_fixes(findings, part["config"], swaps, part["changes"], part["notes"], part["name"])
+        part["config_changed"] = part["config_changed"] or changed
         fixed = part_fixes(swaps, part["config"], tcfg, "vllm", part["name"])
         part.update(config=fixed["config"], config_changed=part["config_changed"] or fixed["config_changed"]
                     or bool(fixed["drop"]), drop=fixed["drop"])
@@ -225,8 +231,9 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
             blockers.append({"what": "wiring", "why": "the draft was trained on hidden_states %s, which %s cannot "
                              "feed by config: %s" % (best, sglang, "; ".join(why_not)), "remedies": remedies})
 
+    changed, swaps = field_fixes(findings, config, swaps, changes, notes, sglang)
     fixed = part_fixes(swaps, config, tcfg, "sglang", sglang)
-    config, config_changed = fixed["config"], config_changed or fixed["config_changed"]
+    config, config_changed = fixed["config"], config_changed or changed or fixed["config_changed"]
     changes += fixed["changes"]
     blockers += fixed["blockers"]
     replace = _mend_d2t(draft, findings, tcfg.get("vocab_size"), changes, blockers, "%s's hot_token_id" % sglang)

@@ -2,7 +2,7 @@
 
 Standard library only. Parts the engine reads from the draft's CONFIG are corrected in the corrected config beside
 the draft (both engines build the draft's decoder layer from its own config): ``rope`` takes the target's RoPE keys,
-``attention`` the target's head count, kv heads and head_dim. A part the engine takes from the CHECKPOINT is mended
+``attention`` the target's head count, kv heads and head_dim, ``field.<name>`` the target's value of that field. A part the engine takes from the CHECKPOINT is mended
 where the engine's rule allows it: an ``embedding`` vLLM keeps because the checkpoint ships a distinct one is
 dropped from a filtered copy of the weights (vLLM then shares the target's; llm_base_proposer.py
 _maybe_share_embeddings). The rest are blockers with what remains: SGLang always replaces the draft's embedding with
@@ -44,6 +44,13 @@ def part_fixes(parts: List[Dict[str, Any]], config: Dict[str, Any], target_confi
             config.update(after)
             out["config_changed"] = True
             out["changes"].append({"what": "config %s" % "/".join(sorted(after)), "from": before, "to": after,
+                                   "why": why + ": %s builds the draft's layer from the draft's config" % name})
+        elif part.startswith("field.") and target_config.get(part[len("field."):]) is not None:
+            key = part[len("field."):]  # a numeric field the draft's layer reads (counterfactual.FIELD_SWAPS)
+            before, after = {key: config.get(key)}, {key: target_config[key]}
+            config.update(after)
+            out["config_changed"] = True
+            out["changes"].append({"what": "config %s" % key, "from": before, "to": after,
                                    "why": why + ": %s builds the draft's layer from the draft's config" % name})
         elif part == "embedding" and engine == "vllm" and "the target's" in str(swap.get("swapped")):
             out["drop"].append("embed_tokens.weight")

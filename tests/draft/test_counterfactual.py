@@ -57,6 +57,35 @@ def test_the_swaps_follow_what_the_engine_serves() -> None:
     assert "attention" not in _swaps(dict(CONFIG, num_attention_heads=4, head_dim=4), _state())
 
 
+def test_a_numeric_field_off_the_targets_is_scored_with_the_targets_value() -> None:
+    target = dict(TARGET, rms_norm_eps=1e-6, hidden_act="silu")
+    parts = served_parts(CONFIG, _state(), "EAGLE3", "sglang", target_hidden_size=8)
+    rows = {r["part"]: r for r in variants(dict(CONFIG, rms_norm_eps=1e-2, hidden_act="gelu"), _state(), parts,
+                                           target, torch.ones(8), torch.randn(16, 8))}
+    assert rows["field.rms_norm_eps"]["config"]["rms_norm_eps"] == 1e-6
+    assert rows["field.hidden_act"]["config"]["hidden_act"] == "silu" and "'gelu'" in rows["field.hidden_act"]["served"]
+    same = {r["part"] for r in variants(dict(CONFIG, rms_norm_eps=1e-6), _state(), parts, target, torch.ones(8),
+                                        torch.randn(16, 8))}
+    assert not any(p.startswith("field.") for p in same)
+    fixed = part_fixes([{"part": "field.rms_norm_eps", "served": "1e-2", "swapped": "1e-6", "refs": []}],
+                       dict(CONFIG, rms_norm_eps=1e-2), target, "sglang", "SGLang 0.5.23")
+    assert fixed["config"]["rms_norm_eps"] == 1e-6 and fixed["config_changed"] and not fixed["blockers"]
+
+
+def test_the_draft_runs_the_activation_its_config_names(tiny_config: dict) -> None:
+    from remote_probes.eagle3.checkpoint import DraftLoadError
+    from remote_probes.eagle3.draft import DraftConfig, Eagle3Draft
+
+    torch.manual_seed(0)
+    silu = Eagle3Draft(DraftConfig.from_dict(tiny_config))
+    gelu = Eagle3Draft(DraftConfig.from_dict(dict(tiny_config, hidden_act="gelu")))
+    gelu.load_state_dict(silu.state_dict())
+    x = torch.randn(1, 3, tiny_config["hidden_size"])
+    assert not torch.allclose(silu.midlayer.mlp(x), gelu.midlayer.mlp(x))
+    with pytest.raises(DraftLoadError, match="hidden_act 'swish7'"):
+        DraftConfig.from_dict(dict(tiny_config, hidden_act="swish7"))
+
+
 def _figures(per_prompt: list[tuple[float, float]]) -> dict:
     from remote_probes.evaluation.interval_stats import ratio_interval
 

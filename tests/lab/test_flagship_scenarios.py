@@ -18,7 +18,7 @@ from orchestrator.session.recording import build_runner, run_with_signals, write
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
 FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
-          "lm_head_missing", "architecture", "rope_mismatch", "served_part"}
+          "lm_head_missing", "architecture", "rope_mismatch", "served_part", "draft_field"}
 
 # scenario -> hypotheses that must be refuted (what must be confirmed is the scenario's own `confirms`)
 MUST_REFUTE = {
@@ -34,7 +34,8 @@ MUST_REFUTE = {
     "trained-embedding": {"d2t_mapping", "lm_head_missing", "lm_head_sharing", "wrong_algorithm"},
     "shuffled-draft": {"d2t_mapping", "lm_head_missing", "wrong_algorithm", "flags_override", "architecture"},
 }
-BENCH_ONLY = {"own-embedding", "attention-heads", "rope-theta"}
+BENCH_ONLY = {"own-embedding", "attention-heads", "rope-theta", "tied-head",
+              "eps-config"}  # tied-head: test_field_reading_flagship.py
 
 
 async def _run(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:

@@ -21,7 +21,7 @@ from orchestrator.session.recording import build_runner, run_with_signals, write
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
 FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
-          "lm_head_missing", "architecture", "rope_mismatch", "served_part"}
+          "lm_head_missing", "architecture", "rope_mismatch", "served_part", "draft_field"}
 MUST_REFUTE = {
     "seed-wiring": {"d2t_mapping", "lm_head_missing", "wrong_algorithm", "architecture", "flags_override",
                     "layer_id_convention"},
@@ -35,7 +35,8 @@ MUST_REFUTE = {
     # it (the other new faults: bench/issue26_faults.py)
     "own-embedding": {"d2t_mapping", "lm_head_missing", "wrong_algorithm"},
 }
-BENCH_ONLY = {"trained-embedding", "attention-heads", "rope-theta", "shuffled-draft"}
+BENCH_ONLY = {"trained-embedding", "attention-heads", "rope-theta", "shuffled-draft",
+              "tied-head", "eps-config"}  # tied-head: test_field_reading_flagship.py
 
 
 async def run_flagship(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:

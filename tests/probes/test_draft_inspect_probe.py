@@ -78,7 +78,8 @@ def write_draft(root: Path, *, arch: str = "LlamaForCausalLMEagle3", layer: str 
 
 
 AGREEING = dict.fromkeys(("agree_hidden_size", "agree_vocab_size", "agree_draft_vocab_size", "agree_attention",
-                          "agree_max_position_embeddings", "agree_torch_dtype", "served_parts", "served_parts_eagle"),
+                          "agree_max_position_embeddings", "agree_torch_dtype", "served_parts", "served_parts_eagle",
+                          "draft_fields"),
                          "info")
 
 

@@ -100,7 +100,7 @@ def scenarios(lab: Path, num_layers: int) -> dict[str, Scenario]:
         # issue 26: faults reported in the public trackers, fault copies of the healthy draft (VARIANT_BASE); each
         # fix serves the healthy draft, i.e. the checkpoint as it should have been exported (BENCHMARKS.md)
         *[Scenario(name, title, name, _spec(str(d / name)), _spec(healthy), fault, "healthy", confirms=confirms)
-          for name, (title, fault, confirms) in ISSUE26_FAULTS.items()],
+          for name, (title, fault, confirms) in {**ISSUE26_FAULTS, **ISSUE37_FAULTS}.items()],
         # a draft that does not predict this target (stands in for one trained for another target): no wiring and
         # no flag helps; the fix tried (the seed's trained wiring) cannot verify anything (issue 26)
         Scenario("shuffled-draft", "the draft's trained weights shuffled: it predicts nothing about this target",
@@ -126,11 +126,24 @@ ISSUE26_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }
 
 
+#: issue 37: faults a reader of the draft's config finds field by field (remote_probes/draft_reading/), fault copies
+#: of the healthy draft like issue 26's; vllm_lab.py has vLLM's answers
+ISSUE37_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "tied-head": ("the config says tie_word_embeddings true (SpecForge issue 139, PR 140): SGLang makes the head the "
+                  "embedding module, so the trained lm_head is never served", "tie_word_embeddings: true",
+                  ("served_part", "draft_field")),
+    # a harmless difference: the config's rms_norm_eps is not the one the draft trained with, by a factor that
+    # changes nothing measurable (the field reading names it as a candidate; nothing is wrong)
+    "eps-config": ("the config's rms_norm_eps (1e-5) is not the target's the draft trained with (1e-6): a "
+                   "difference that changes nothing served", "rms_norm_eps: 1e-5", ()),
+}
+
+
 #: the drafts that are trained; every other draft is a fault copy of seed-wiring
 TRAINED_DRAFTS = ("seed-wiring", "healthy")
 SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one", "topk-override",
                   "eagle-not-eagle3", "own-embedding", "trained-embedding", "attention-heads", "rope-theta",
-                  "shuffled-draft")
+                  "shuffled-draft", "tied-head", "eps-config")
 DEFAULT_SCENARIO = "seed-wiring"
 
 #: one CPU thread per lab process (the lab server already takes one: --lab-threads 1). The lab's matrices are tiny,
@@ -298,7 +311,8 @@ def copy_model(src: Path, dst: Path, *, skip: tuple[str, ...] = ("lab_tokens.pt"
 #: draft, so the planted fault is the only one
 VARIANT_BASE = {"no-lm-head": "seed-wiring", "direct-d2t": "seed-wiring", "off-by-one": "seed-wiring",
                 "own-embedding": "healthy", "trained-embedding": "healthy", "attention-heads": "healthy",
-                "rope-theta": "healthy", "shuffled-draft": "seed-wiring"}
+                "rope-theta": "healthy", "shuffled-draft": "seed-wiring", "tied-head": "healthy",
+                "eps-config": "healthy"}
 
 
 def _target_embedding(draft: Path) -> Any:
@@ -341,6 +355,11 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
         # target's 10000, its config says 100 (at 1e6 the lab's short contexts lose nothing measurable: BENCHMARKS.md)
         config.pop("rope_parameters", None)
         config["rope_theta"] = 100.0
+    elif kind == "tied-head":     # a config copied from a tied target (Qwen3-4B's, SpecForge #139): the trained
+        # lm_head stays in the checkpoint, and the engine that reads the flag serves the embedding in its place
+        config["tie_word_embeddings"] = True
+    elif kind == "eps-config":    # harmless: both engines' norms take the config's epsilon, 1e-5 against 1e-6
+        config["rms_norm_eps"] = 1e-5
     elif kind == "shuffled-draft":  # the same shapes and value statistics, none of the function (a fixed seed)
         gen = torch.Generator().manual_seed(26)
         for name, weight in list(state.items()):

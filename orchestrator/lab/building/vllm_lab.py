@@ -47,7 +47,8 @@ VLLM_VERSION = build.VLLM_VERSIONS[0]
 BASE = {"seed-wiring": "seed-wiring", "healthy": "healthy", "off-by-one": "off-by-one", "sglang-ids": "seed-wiring",
         "direct-d2t": "direct-d2t", "no-lm-head": "no-lm-head", "own-embedding": "own-embedding",
         "trained-embedding": "trained-embedding", "attention-heads": "attention-heads", "rope-theta": "rope-theta",
-        "shuffled-draft": "shuffled-draft"}
+        "shuffled-draft": "shuffled-draft", "tied-head": "tied-head",
+        "eps-config": "eps-config"}
 VLLM_SCENARIO_NAMES = tuple(BASE)
 #: drafts written here (config-only copies), keyed by name -> (source draft, the config change)
 VLLM_DRAFTS = ("sglang-ids",)
@@ -121,6 +122,11 @@ VLLM_ISSUE26_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                           "nothing is wrong here", "embed_tokens.weight + input_layernorm sign-flipped together", ()),
     "attention-heads": build.ISSUE26_FAULTS["attention-heads"],
     "rope-theta": build.ISSUE26_FAULTS["rope-theta"],
+    # issue 37: vLLM's EAGLE-3 class never reads tie_word_embeddings (llama_eagle3.py builds its own lm_head of
+    # draft_vocab_size rows and loads the checkpoint's): nothing is wrong here
+    "tied-head": ("the config says tie_word_embeddings true, which vLLM's EAGLE-3 class never reads: the trained "
+                  "lm_head is served", "tie_word_embeddings: true", ()),
+    "eps-config": build.ISSUE37_FAULTS["eps-config"],
 }
 
 

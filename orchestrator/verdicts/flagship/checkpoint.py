@@ -25,6 +25,9 @@ STATIC_CHECKS = {
     "architecture": StaticCheck("architecture", "error", ("info",), "no architecture finding"),
     "lm_head_sharing": StaticCheck("lm_head", "warning", ("info",), "no lm_head finding"),
     "rope_mismatch": StaticCheck("rope", "warning", ("info",), "no RoPE finding"),
+    # the draft's config field by field as the installed engine reads it (remote_probes/draft_reading/): a field that
+    # contradicts the checkpoint supports; candidates to score (warning) and a clean reading refute
+    "draft_field": StaticCheck("draft_fields", "error", ("info", "warning"), "the config was not read field by field"),
 }
 
 

@@ -9,11 +9,12 @@ import json
 from orchestrator.verdicts.context import RuleContext
 from orchestrator.verdicts.flagship.text import ci, num
 from orchestrator.verdicts.registry import Verdict, verdict_rule
+from orchestrator.verdicts.results import InspectFinding
 
 #: the part of the checkpoint each finding is about, as draft_fix names its blockers
 CHECKPOINT_PARTS = {"lm_head_missing": "lm_head", "d2t_mapping": "d2t", "architecture": "architecture"}
 #: the checkpoint findings that, standing, leave something other than the draft's training to blame
-CHECKPOINT_FAULTS = ("lm_head_missing", "d2t_mapping", "architecture")
+CHECKPOINT_FAULTS = ("lm_head_missing", "d2t_mapping", "architecture", "draft_field")
 POSITIVE = ("supported", "confirmed")
 
 
@@ -58,6 +59,31 @@ def checkpoint_finding_fix_recovers(ctx: RuleContext) -> Verdict | None:
     return Verdict("inconclusive", because)
 
 
+@verdict_rule("field_fix_recovers", decides=("draft_field",), reads=("inspect", "spec", "fixed", "rc", "fix", "fixed_srv"))
+def field_fix_recovers(ctx: RuleContext) -> Verdict | None:
+    """A draft-config field that contradicts the checkpoint (draft_inspect's ``draft_fields`` error) is the root cause
+    when the served fix (the corrected config, or the host's fixed draft) recovers the accept length on intervals;
+    a fix that served and did not recover leaves it inconclusive, with both figures. Unlike a missing head, a wrong
+    field need not leave a draft that accepts nothing, so the server accepting something refutes nothing."""
+    if ctx.own_state != "supported":
+        return None
+    w = ctx.fact("weighing")
+    spec, fixed, rc = ctx.bench("spec"), ctx.bench("fixed"), ctx.reconcile()
+    finding = ctx.inspect().finding("draft_fields")
+    fields = ", ".join(str(f) for f in (finding.details.get("fields") if finding else None) or []) or "the field"
+    before = f"{num(spec.accept_length, missing='of nothing (the candidate failed while serving)')} {ci(spec.accept_length_ci)}"
+    if w["draft_fix_recovered"] and "config" not in w["fix_left"]:
+        fixed_rc = rc.by_name.get("fixed")
+        return Verdict("confirmed", f"fix verified: the draft with {fields} corrected "
+                                    f"({fixed_rc.draft if fixed_rc else 'the fixed draft'}) recovered the accept length "
+                                    f"{before} -> {num(fixed.accept_length)} {ci(fixed.accept_length_ci)}")
+    if fixed.accept_length is not None:
+        return Verdict("inconclusive", f"fix not verified: the fixed server measured {num(fixed.accept_length)} "
+                                       f"{ci(fixed.accept_length_ci)} against {before}, not clearly above, or it "
+                                       "served the same draft")
+    return Verdict("inconclusive", "fix not verified: no fix was served and measured")
+
+
 @verdict_rule("layer_ids_fix_verified", decides=("layer_id_convention",), reads=("spec", "fixed"))
 def layer_ids_fix_verified(ctx: RuleContext) -> Verdict | None:
     """The other engine's reading is the wiring the fix serves: confirmed when that fix verified wiring."""
@@ -77,14 +103,20 @@ def _not_yet_cleared(ctx: RuleContext) -> tuple[list[str], list[str]]:
     checkpoint above ``info``, and the counterfactual served parts (run, and none recovering)."""
     standing, cleared = [], []
     inspect = ctx.inspect()
+    runs = [cf for cf in (ctx.draft_test("cf"), ctx.draft_test("cf_rc")) if cf.ok and cf.counterfactual is not None]
+    scored = {str(swap.get("part")) for cf in runs for swap in cf.counterfactual.swaps}  # type: ignore[union-attr]
     if not inspect.registered or inspect.failed:
         standing.append("the static checks of the checkpoint did not run")
     else:
-        flagged = [f for f in inspect.findings if f.severity != "info"]
+        flagged = [f for f in inspect.findings if f.severity != "info" and not _candidates_scored(f, scored)]
         standing += [f"static finding {f.id} ({f.severity}): {f.message}" for f in flagged]
+        candidates = [f for f in inspect.findings if f.severity == "warning" and _candidates_scored(f, scored)]
+        if candidates:
+            cleared.append("the config fields that differ from the target's, scored by the counterfactual ("
+                           + ", ".join(str(x) for f in candidates for x in f.details.get("fields") or []) + ")")
         if not flagged:
-            cleared.append(f"{len(inspect.findings)} static checks of the checkpoint (all info)")
-    runs = [cf for cf in (ctx.draft_test("cf"), ctx.draft_test("cf_rc")) if cf.ok and cf.counterfactual is not None]
+            cleared.append(f"{len(inspect.findings)} static checks of the checkpoint ("
+                           + ("the rest all info)" if candidates else "all info)"))
     if not runs:
         standing.append("the counterfactual served parts did not run")
     for cf in runs:
@@ -95,6 +127,14 @@ def _not_yet_cleared(ctx: RuleContext) -> tuple[list[str], list[str]]:
         else:
             cleared.append(f"the counterfactual swaps ({', '.join(parts) or 'none'}): none recovers")
     return standing, cleared
+
+
+def _candidates_scored(finding: InspectFinding, scored: set[str]) -> bool:
+    """A field reading whose only findings are candidates (numeric fields off the target's), each scored by a
+    counterfactual swap (``field.<name>``): cleared by the counterfactual, not standing against the last resort."""
+    fields = finding.details.get("fields") or []
+    return (finding.id == "draft_fields" and finding.severity == "warning" and bool(fields)
+            and all(f"field.{name}" in scored for name in fields))
 
 
 @verdict_rule("draft_quality_last_resort", decides=("draft_quality",),

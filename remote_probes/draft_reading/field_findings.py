@@ -1,0 +1,234 @@
+"""The draft's config against the checkpoint and the target, field by field, as the installed engine reads it.
+
+Each finding names the field, its value, what the engine does with it at its own file:line (field_table.py reads
+that line in the installed source), and the change that fixes it (``details.fix``: config keys and values, written
+beside the draft by draft_fix). Standard library only.
+
+- ``layout`` fields against the checkpoint's tensors: a module the config builds and the checkpoint does not fill
+  stays at its initial values (both engines' draft loaders fill what the checkpoint has and never check for what it
+  lacks), a trained tensor whose module the config does not build is never served (tie_word_embeddings true: the
+  head is the embedding module, so the shipped lm_head.weight is dropped; fc_norm unset beside fc_norm.* tensors).
+- ``numeric`` fields against the target's config: the draft's layer uses the DRAFT's value; one that differs from
+  the target's (the value trainers copy) is a candidate, scored by the counterfactual draft test with the target's
+  value, never a verdict by itself (severity warning).
+- fields the installed engine never reads: listed (info), so that a difference there is known to change nothing.
+
+Public API: ``field_findings(config, tensors, target, reading) -> [one finding]`` (its ``details.findings`` holds
+the per-field ones), ``decoder_layers(tensors)``,
+``SUMMARY_ID``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional
+
+SUMMARY_ID = "draft_fields"
+#: config keys that are bookkeeping, not model structure, or that the engine reads outside the draft class (the
+#: registry reads architectures, the model runner the top-level aux ids: findings.check_feeds): never "unread"
+_META = frozenset({"architectures", "torch_dtype", "dtype", "transformers_version", "_name_or_path", "bos_token_id",
+                   "eos_token_id", "pad_token_id", "use_cache", "initializer_range", "pretraining_tp",
+                   "attention_dropout", "speculators_model_type", "speculators_config", "speculators_version",
+                   "transformer_layer_config", "text_config", "auto_map", "quantization_config",
+                   "eagle_aux_hidden_state_layer_ids", "model_type",
+                   # transformers' config class maps these into each other (transformers 5: rope_theta ->
+                   # rope_parameters), so the key the class reads is not the key the file holds
+                   "rope_theta", "rope_scaling", "rope_parameters"})
+#: numeric fields compared with the target's (the RoPE keys have their own check: findings.check_rope)
+_TARGET_NUMERIC = ("hidden_act", "rms_norm_eps", "max_position_embeddings", "partial_rotary_factor",
+                   "rope_is_neox_style")
+_LAYER = re.compile(r"^(?:model\.)?(?:layers\.(\d+)|midlayer)\.")
+
+
+def _f(fid: str, severity: str, message: str, **details: Any) -> Dict[str, Any]:
+    return {"id": fid, "severity": severity, "message": message, "details": details}
+
+
+def _canon(name: str) -> str:
+    return name[len("model."):] if name.startswith("model.") else name
+
+
+def decoder_layers(tensors: Dict[str, Any]) -> List[int]:
+    """The decoder layer indices the checkpoint fills (``midlayer.*`` is layer 0)."""
+    out = set()
+    for name in tensors:
+        m = _LAYER.match(name)
+        if m:
+            out.add(int(m.group(1)) if m.group(1) is not None else 0)
+    return sorted(out)
+
+
+def _where(reading: Dict[str, Any], field: str) -> str:
+    loc = reading["fields"].get(field) or {}
+    return "%s:%s" % (loc.get("file"), loc.get("line")) if loc else "(not located)"
+
+
+def _label(reading: Dict[str, Any]) -> str:
+    name = "SGLang" if reading.get("engine") == "sglang" else "vLLM"
+    return "%s %s" % (name, reading.get("version") or "(version unknown)")
+
+
+def _details(reading: Dict[str, Any], field: str, value: Any, fix: Optional[Dict[str, Any]] = None,
+             **extra: Any) -> Dict[str, Any]:
+    loc = reading["fields"].get(field) or {}
+    return dict(field=field, value=value, engine=reading.get("engine"), engine_version=reading.get("version"),
+                file=loc.get("file"), line=loc.get("line"), code=loc.get("text"), fix=fix, **extra)
+
+
+def _tied(cfg: Dict[str, Any], names: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    if not cfg.get("tie_word_embeddings") or "lm_head.weight" not in names:
+        return []
+    shape = (names.get("lm_head.weight") or {}).get("shape")
+    label = _label(reading)
+    if "tie_word_embeddings" not in reading["fields"]:
+        return [_f("field.tie_word_embeddings", "info", "tie_word_embeddings is true, but %s's EAGLE-3 class never "
+                   "reads it: the checkpoint's lm_head.weight %s is served." % (label, shape),
+                   **_details(reading, "tie_word_embeddings", True, read=False))]
+    return [_f("field.tie_word_embeddings", "error", "tie_word_embeddings is true, so %s makes the draft's head its "
+               "embed_tokens module (%s: `%s`), which the target's embedding replaces: the trained lm_head.weight %s "
+               "in the checkpoint is never served. Fix: tie_word_embeddings false (SpecForge PR 140 forces it false "
+               "on export)." % (label, _where(reading, "tie_word_embeddings"),
+                                reading["fields"]["tie_word_embeddings"].get("text"), shape),
+               **_details(reading, "tie_word_embeddings", True, {"tie_word_embeddings": False}, parts=["head"],
+                          read=True))]
+
+
+def _layers(cfg: Dict[str, Any], names: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    declared = cfg.get("num_hidden_layers")
+    filled = decoder_layers(names)
+    if "num_hidden_layers" not in reading["fields"] or not isinstance(declared, int) or not filled:
+        return []
+    if declared == len(filled) and filled == list(range(declared)):
+        return []
+    label = _label(reading)
+    if declared > len(filled):
+        what = ("builds %d draft decoder layers (%s) but the checkpoint fills only %s: layer(s) %s stay at their "
+                "initial values and every draft token passes through them" % (
+                    declared, _where(reading, "num_hidden_layers"), filled,
+                    sorted(set(range(declared)) - set(filled))))
+    else:
+        what = ("builds %d draft decoder layer(s) (%s) but the checkpoint has layers %s: the trained layer(s) %s are "
+                "never served" % (declared, _where(reading, "num_hidden_layers"), filled,
+                                  [i for i in filled if i >= declared]))
+    return [_f("field.num_hidden_layers", "error", "num_hidden_layers is %d, so %s %s. Fix: num_hidden_layers %d."
+               % (declared, label, what, len(filled)),
+               **_details(reading, "num_hidden_layers", declared, {"num_hidden_layers": len(filled)},
+                          checkpoint_layers=filled))]
+
+
+#: layout flag -> (tensor name regex the flag builds, what the module is)
+_FLAG_TENSORS = {
+    "fc_norm": (r"^fc_norm\.\d+\.weight$|^aux_norm_(low|mid|high)\.weight$", "per-aux-state fc_norm RMSNorms"),
+    "norm_before_fc": (r"^input_norm\.weight$", "the input_norm over the concatenated aux states"),
+}
+
+
+def _flags(cfg: Dict[str, Any], names: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    out: List[Dict[str, Any]] = []
+    raw_nested = cfg.get("eagle_config")
+    nested: Dict[str, Any] = raw_nested if isinstance(raw_nested, dict) else {}
+    for flag, (pattern, module) in _FLAG_TENSORS.items():
+        if flag not in reading["fields"]:
+            continue
+        value = cfg.get(flag)
+        if flag == "fc_norm" and not value:
+            value = cfg.get("use_aux_norm") if "use_aux_norm" in reading["fields"] else value
+        if flag == "norm_before_fc" and "norm_before_fc" in nested:
+            value = nested["norm_before_fc"]
+        rx = re.compile(pattern)
+        present = sorted(n for n in (_canon(k) for k in names) if rx.match(n))
+        label = _label(reading)
+        if present and not value:
+            out.append(_f("field." + flag, "error", "The checkpoint has %s (%s) but %s is %s, so %s does not build "
+                          "them (%s): the trained norms are never served. Fix: %s true." % (
+                              module, ", ".join(present[:3]), flag, value, label, _where(reading, flag), flag),
+                          **_details(reading, flag, value, {flag: True}, tensors=present)))
+        elif value and not present:
+            out.append(_f("field." + flag, "error", "%s is %s, so %s builds %s (%s), but the checkpoint has none: they "
+                          "stay at their initial values. Fix: %s false, or re-export the trained norms." % (
+                              flag, value, label, module, _where(reading, flag), flag),
+                          **_details(reading, flag, value, {flag: False})))
+    return out
+
+
+def _biases(cfg: Dict[str, Any], names: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    out = []
+    canon = [_canon(n) for n in names]
+    for flag, rx in (("attention_bias", r"self_attn\.[qkv]_proj\.bias$"), ("mlp_bias", r"mlp\.\w+_proj\.bias$")):
+        if flag not in reading["fields"] or not cfg.get(flag):
+            continue
+        if not any(re.search(rx, n) for n in canon):
+            out.append(_f("field." + flag, "error", "%s is true, so %s builds biases the checkpoint does not have "
+                          "(%s): they stay at their initial values. Fix: %s false." % (
+                              flag, _label(reading), _where(reading, flag), flag),
+                          **_details(reading, flag, True, {flag: False})))
+    return out
+
+
+def _numeric(cfg: Dict[str, Any], target: Optional[Dict[str, Any]], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    if not target:
+        return []
+    out = []
+    for field in _TARGET_NUMERIC:
+        if field not in reading["fields"] or field not in cfg or target.get(field) is None:
+            continue
+        mine, theirs = cfg[field], target[field]
+        if mine == theirs or (isinstance(mine, (int, float)) and isinstance(theirs, (int, float))
+                              and float(mine) == float(theirs)):
+            continue
+        out.append(_f("field." + field, "warning", "%s is %r in the draft's config and %r in the target's; %s's draft "
+                      "layer uses the draft's (%s: %s). A candidate: the counterfactual draft test scores the "
+                      "target's value." % (field, mine, theirs, _label(reading), _where(reading, field),
+                                           reading["fields"][field].get("does")),
+                      **_details(reading, field, mine, {field: theirs}, target_value=theirs, candidate=True)))
+    return out
+
+
+def _unread(cfg: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    unread = sorted(k for k in cfg if k not in reading["fields"] and k not in _META and not k.startswith("_"))
+    if not unread:
+        return []
+    return [_f("field.unread", "info", "%s's EAGLE-3 class never reads %s: a difference there changes nothing it "
+               "serves." % (_label(reading), ", ".join(unread)), engine=reading.get("engine"),
+               engine_version=reading.get("version"), fields=unread)]
+
+
+def field_findings(config: Dict[str, Any], tensors: Dict[str, Any], target: Optional[Dict[str, Any]],
+                   reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """One finding (``SUMMARY_ID``: the worst severity, the fixes of the errors merged, the per-field findings).
+    ``config``: the draft's flat config; ``tensors``: name -> {"shape", "dtype"}; ``target``: the target's flat config
+    (None: not compared); ``reading``: field_table.engine_reading of the installed engine."""
+    names = {_canon(k): v for k, v in tensors.items()}
+    if not reading.get("fields"):
+        why = "; ".join(reading.get("missing") or []) or "no engine source read"
+        # not a finding about the draft (as with no engine to scan for the architecture): said, decides nothing
+        return [_f(SUMMARY_ID, "info", "The draft's config was not read field by field: %s was not found (%s)."
+                   % (reading.get("engine"), why), fields=[], fixes={}, engine=reading.get("engine"))]
+    found = (_tied(config, names, reading) + _layers(config, names, reading) + _flags(config, names, reading)
+             + _biases(config, names, reading) + _numeric(config, target, reading))
+    errors = [f for f in found if f["severity"] == "error"]
+    candidates = [f for f in found if f["severity"] == "warning"]
+    fixes: Dict[str, Any] = {}
+    for f in errors:
+        fixes.update(f["details"].get("fix") or {})
+    worst = "error" if errors else "warning" if candidates else "info"
+    label = _label(reading)
+    read = len(reading["fields"])
+    if errors:
+        message = "%s reads %d fields of the draft's config; %s contradict%s the checkpoint. %s" % (
+            label, read, ", ".join(f["details"]["field"] for f in errors), "s" if len(errors) == 1 else "",
+            " ".join(f["message"] for f in errors))
+    elif candidates:
+        message = "%s reads %d fields of the draft's config; none contradicts the checkpoint. Candidates to score: %s" % (
+            label, read, " ".join(f["message"] for f in candidates))
+    else:
+        message = "%s reads %d fields of the draft's config; none contradicts the checkpoint or the target." % (
+            label, read)
+    unknown = reading.get("unknown") or []
+    if unknown:
+        message += " Fields %s reads that no table here describes (not checked): %s." % (label, ", ".join(unknown))
+    # one finding: the per-field ones ride in its details (the console, the report and the weighing say it once)
+    return [_f(SUMMARY_ID, worst, message, engine=reading.get("engine"), engine_version=reading.get("version"),
+               fields=[f["details"].get("field") for f in errors + candidates], fixes=fixes,
+               parts=sorted({p for f in errors for p in f["details"].get("parts") or []}),
+               read=read, unknown=unknown, findings=found + _unread(config, reading))]

