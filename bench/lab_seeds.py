@@ -26,7 +26,7 @@ from orchestrator.lab.building.build import SCENARIO_NAMES, read_state, scenario
 from orchestrator.lab.building.builder import build_lab  # noqa: E402
 
 FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
-          "lm_head_missing", "architecture", "rope_mismatch", "draft_field"}
+          "lm_head_missing", "architecture", "rope_mismatch", "served_part", "draft_field"}
 
 
 def board_of(session: Path) -> dict[str, str]:

@@ -181,6 +181,7 @@ class DraftTest(Registered):
     target: dict[str, Any] | None = None
     draft: dict[str, Any] | None = None
     counterfactual: CounterfactualView | None = None
+    ceiling: dict[str, Any] | None = None  # evaluation/ceiling.py: what the served vocabulary can name
 
     @property
     def usable(self) -> bool:

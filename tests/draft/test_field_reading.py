@@ -181,3 +181,16 @@ def test_draft_fix_writes_the_field_and_does_not_send_the_head_back_for_re_expor
     assert not any(b["what"] == "head" for b in out["blockers"])
     assert any("head swap" in n for n in out["notes"])
     assert any(c["what"] == "config tie_word_embeddings" for c in out["changes"])
+
+
+# ---------------------------------------------------------------- the lab held to the table
+def test_the_lab_refuses_a_field_value_it_does_not_serve_as_the_engine_does() -> None:
+    from orchestrator.lab.stand_in.field_fidelity import unmodelled
+
+    assert unmodelled(CONFIG, "sglang") == [] and unmodelled(dict(CONFIG, tie_word_embeddings=True), "sglang") == []
+    two = unmodelled(dict(CONFIG, num_hidden_layers=2), "vllm")
+    assert [(f, v) for f, v, _ in two] == [("num_hidden_layers", 2)]
+    # logit_scale is vLLM's: SGLang never reads it, so the lab standing in for SGLang serves it as SGLang does
+    assert unmodelled(dict(CONFIG, logit_scale=2.0), "sglang") == []
+    assert [f for f, _, _ in unmodelled(dict(CONFIG, logit_scale=2.0), "vllm")] == ["logit_scale"]
+    assert [f for f, _, _ in unmodelled(dict(CONFIG, model_type="llama4_text"), "sglang")] == ["model_type"]

@@ -179,6 +179,7 @@ class LabModelRunner:
         return str((self.config.architectures or ["LlamaForCausalLM"])[0])
 
     def _load_draft(self) -> None:
+        from orchestrator.lab.stand_in.field_fidelity import unmodelled
         from remote_probes.eagle3.checkpoint import DraftLoadError, read_state_dict
         from remote_probes.eagle3.config import flat_config
         from remote_probes.eagle3.served import describe, served_parts
@@ -188,6 +189,13 @@ class LabModelRunner:
         algorithm = "EAGLE3" if args.speculative_algorithm == "EAGLE3" else "EAGLE"  # is_eagle3() or not
         try:
             config, state, notes = read_state_dict(str(args.speculative_draft_model_path))
+            refused = unmodelled(flat_config(config), args.engine)
+            if refused:  # served as if absent, the lab would measure a draft the engine never serves
+                raise StartupError(
+                    f"cannot load the draft model {args.speculative_draft_model_path}: the lab stands in for "
+                    f"{args.engine} only where it serves a draft as {args.engine} does, and "
+                    + "; ".join(f"{f} = {v!r} ({args.engine} {does})" for f, v, does in refused)
+                    + " is not modelled here (orchestrator/lab/stand_in/field_fidelity.py)", kind="NotImplementedError")
             raw_d2t = state["d2t"].clone().long() if "d2t" in state else None
             self.parts = served_parts(flat_config(config), state, algorithm, engine=args.engine,
                                       target_hidden_size=self.config.hidden_size, vllm_rules=args.vllm_rules)

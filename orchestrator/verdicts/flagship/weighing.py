@@ -9,7 +9,7 @@ import json
 from orchestrator.verdicts.context import RuleContext
 from orchestrator.verdicts.flagship.text import ci, num
 from orchestrator.verdicts.registry import Verdict, verdict_rule
-from orchestrator.verdicts.results import InspectFinding
+from orchestrator.verdicts.results import InspectFinding, has_interval
 
 #: the part of the checkpoint each finding is about, as draft_fix names its blockers
 CHECKPOINT_PARTS = {"lm_head_missing": "lm_head", "d2t_mapping": "d2t", "architecture": "architecture"}
@@ -117,6 +117,17 @@ def _not_yet_cleared(ctx: RuleContext) -> tuple[list[str], list[str]]:
         if not flagged:
             cleared.append(f"{len(inspect.findings)} static checks of the checkpoint ("
                            + ("the rest all info)" if candidates else "all info)"))
+    bound = ctx.draft_test("dt").ceiling or {}
+    bound_ci = bound.get("tau_ceiling_ci")
+    if has_interval(bound_ci) and bound_ci[1] < 1 + ctx.margin:  # type: ignore[index]
+        # even a draft perfect within its vocabulary could not clearly accept: the map, not the training
+        standing.append(f"the acceptance ceiling: the served vocabulary ({bound.get('vocabulary')} target ids) names "
+                        f"{100 * (bound.get('coverage') or 0):.1f}% of the target's greedy tokens, so a draft perfect "
+                        f"within it reaches tau {num(bound.get('tau_ceiling'))} {ci(bound_ci)}: its d2t map or "
+                        "draft_vocab_size cannot express what this target says")
+    elif has_interval(bound_ci):
+        cleared.append(f"the acceptance ceiling (tau {num(bound.get('tau_ceiling'))} {ci(bound_ci)} for a draft "
+                       "perfect within the served vocabulary)")
     if not runs:
         standing.append("the counterfactual served parts did not run")
     for cf in runs:

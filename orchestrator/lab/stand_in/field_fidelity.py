@@ -1,0 +1,44 @@
+"""The lab stands in for an engine only where it serves a draft as that engine would (issue 37).
+
+The engine reads every field of ``remote_probes/draft_reading/field_table.TABLE`` from the draft's config; the lab's
+draft model (remote_probes/eagle3/draft.py) models most of them. A field the engine reads with a value the lab
+does not model (a second decoder layer, attention biases, a partial rotary, a logit scale) would be served by the
+lab as if it were absent, where the engine builds something else: the lab then measures a draft the engine never
+serves and turns a right finding wrong. So the lab refuses to start on such a draft, naming the field, the value
+and what the engine does with it, as it refuses what the engine refuses.
+
+Public API: ``unmodelled(config, engine) -> [(field, value, what the engine does)]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remote_probes.draft_reading.field_table import TABLE
+
+#: field -> the values the lab's draft model serves as the engine does (absent counts as the engine's default)
+MODELLED: dict[str, tuple[Any, ...]] = {
+    "num_hidden_layers": (1,),
+    "attention_bias": (False,), "mlp_bias": (False,), "qkv_bias": (False,), "bias": (False,),
+    "partial_rotary_factor": (1, 1.0), "rope_is_neox_style": (True,), "is_causal": (True,),
+    "logit_scale": (1, 1.0), "layer_types": (), "model_type": (),
+}
+
+
+def unmodelled(config: dict[str, Any], engine: str) -> list[tuple[str, Any, str]]:
+    """The fields ``engine`` reads from this (flat) draft config with a value the lab does not model."""
+    table = TABLE.get(engine, {})
+    out = []
+    for field, allowed in MODELLED.items():
+        if field not in table or config.get(field) is None:
+            continue
+        value = config[field]
+        if field == "layer_types":
+            if any(kind != "full_attention" for kind in value or []):
+                out.append((field, value, table[field].does))
+        elif field == "model_type":  # only llama4_text changes what SGLang builds (intermediate_size_mlp)
+            if value == "llama4_text":
+                out.append((field, value, table[field].does))
+        elif value not in allowed:
+            out.append((field, value, table[field].does))
+    return out
