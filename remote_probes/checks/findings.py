@@ -310,10 +310,19 @@ def check_d2t_t2d(cfg: dict[str, Any], tensors: dict[str, Any], small: dict[str,
     t2d_ids = {i for i, v in enumerate(t2d) if v} if t2d is not None else None
     if d2t_meta is None:
         reduced = declared is not None and declared != vocab
+        ids = sorted(t2d_ids) if t2d_ids is not None else None
+        wrong = sum(1 for i, t in enumerate(ids) if t != i) if ids is not None and len(ids) == declared else None
+        share = (f"; its t2d holds the map: {wrong} of its {declared} draft ids ({100 * wrong / declared:.1f}%) name "
+                 "another target id than i, so that share of drafted tokens is read as the wrong token"
+                 if wrong is not None and declared else
+                 "; no t2d in the checkpoint holds the map either" if t2d_meta is None else "")
         out.append(_finding("d2t", "error" if reduced else "info",
-                            "No d2t tensor although the draft vocabulary is reduced: draft ids cannot be mapped "
-                            "to target ids." if reduced else "No d2t tensor; the draft predicts target ids directly.",
-                            draft_vocab_size=declared, vocab_size=vocab))
+                            f"No d2t tensor although the draft vocabulary is reduced ({declared} of {vocab}): both "
+                            "engines then read draft id i as target id i (vLLM's draft_id_to_target_id stays zeros, "
+                            f"SGLang's hot_token_id unset; NeMo Automodel PR 2447){share}."
+                            if reduced else "No d2t tensor; the draft predicts target ids directly.",
+                            draft_vocab_size=declared, vocab_size=vocab, verdict="missing" if reduced else "none",
+                            t2d=t2d_meta is not None, wrong_ids=wrong))
     elif d2t is None:
         out.append(_finding("d2t", "warning", f"d2t has dtype {d2t_meta['dtype']}, which this probe cannot read.",
                             dtype=d2t_meta["dtype"], shape=d2t_meta["shape"]))

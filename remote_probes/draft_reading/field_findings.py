@@ -184,6 +184,26 @@ def _numeric(cfg: Dict[str, Any], target: Optional[Dict[str, Any]], reading: Dic
     return out
 
 
+#: behaviour flags with no tensor: set, each is a candidate the counterfactual scores off (counterfactual.FLAG_SWAPS)
+_FLAGS = ("norm_output", "norm_before_residual")
+
+
+def _flag_candidates(cfg: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    nested = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    out = []
+    for flag in _FLAGS:
+        value = cfg.get(flag, (nested or {}).get(flag))
+        if flag not in reading["fields"] or not value:
+            continue
+        out.append(_f("field." + flag, "warning", "%s is true, so %s %s (%s); no tensor says whether the draft was "
+                      "trained so (an EAGLE-3.1 config on an EAGLE-3 draft: NeMo Automodel PR 2897). A candidate: the "
+                      "counterfactual draft test scores it off." % (flag, _label(reading),
+                                                                    reading["fields"][flag].get("does"),
+                                                                    _where(reading, flag)),
+                      **_details(reading, flag, value, {flag: False}, candidate=True)))
+    return out
+
+
 def _unread(cfg: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
     unread = sorted(k for k in cfg if k not in reading["fields"] and k not in _META and not k.startswith("_"))
     if not unread:
@@ -205,7 +225,8 @@ def field_findings(config: Dict[str, Any], tensors: Dict[str, Any], target: Opti
         return [_f(SUMMARY_ID, "info", "The draft's config was not read field by field: %s was not found (%s)."
                    % (reading.get("engine"), why), fields=[], fixes={}, engine=reading.get("engine"))]
     found = (_tied(config, names, reading) + _layers(config, names, reading) + _flags(config, names, reading)
-             + _biases(config, names, reading) + _numeric(config, target, reading))
+             + _biases(config, names, reading) + _numeric(config, target, reading)
+             + _flag_candidates(config, reading))
     errors = [f for f in found if f["severity"] == "error"]
     candidates = [f for f in found if f["severity"] == "warning"]
     fixes: Dict[str, Any] = {}

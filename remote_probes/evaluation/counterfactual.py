@@ -25,7 +25,8 @@ Parts and their counterfactuals (``variants``):
   checkpoint's projections still fit).
 - ``field.<name>``: a numeric field the engine's draft layer takes from the DRAFT's config (``FIELD_SWAPS``:
   rms_norm_eps, hidden_act) -> the target config's value, where they differ (draft_reading/field_findings.py names
-  these as candidates; the line is the one draft_reading/field_table.py reads in the installed engine).
+  these as candidates; the line is the one draft_reading/field_table.py reads in the installed engine); a behaviour
+  flag the config sets (``FLAG_SWAPS``: norm_output, norm_before_residual) -> off.
 
 Context length is not swapped offline: both engines size the draft's positions by the serving context, not by the
 draft's max_position_embeddings; a draft trained short shows as acceptance falling with prompt length (the
@@ -92,6 +93,9 @@ REF_PATTERNS: Dict[str, Dict[str, List[Tuple[str, str, str]]]] = {
 
 #: numeric config fields scored with the target's value (remote_probes/draft_reading/field_findings.py candidates)
 FIELD_SWAPS = ("rms_norm_eps", "hidden_act")
+#: behaviour flags with no tensor of their own: a draft trained without one the config sets (an EAGLE-3.1 config on
+#: an EAGLE-3 draft, NeMo Automodel PR 2897) is scored with it off
+FLAG_SWAPS = ("norm_output", "norm_before_residual")
 
 
 def _field_refs(engine: str, root: str) -> Dict[str, List[Dict[str, Any]]]:
@@ -100,7 +104,7 @@ def _field_refs(engine: str, root: str) -> Dict[str, List[Dict[str, Any]]]:
     reading = engine_reading(root, engine)
     return {"field." + name: [{"file": f["file"], "line": f["line"], "text": f["text"],
                                "decides": "the draft's layer %s, from the DRAFT's config" % f["does"]}]
-            for name, f in reading["fields"].items() if name in FIELD_SWAPS}
+            for name, f in reading["fields"].items() if name in FIELD_SWAPS + FLAG_SWAPS}
 
 
 def locate_refs(engine: str, extra: Optional[List[str]] = None) -> Dict[str, Any]:
@@ -235,6 +239,16 @@ def variants(config: Dict[str, Any], state: Dict[str, Any], parts: Dict[str, Any
             continue  # not a swap the draft test can build: said by its absence, the field finding names it
         add("field." + name, "%s %r (the draft's config)" % (name, value),
             "%s %r (the target's config)" % (name, target_value), cfg=dict(config, **{name: target_value}))
+    from remote_probes.eagle3.config import variant_flags
+
+    flags = variant_flags(config)
+    for name in FLAG_SWAPS:
+        if flags.get(name):
+            nested = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else None
+            off = dict(config, **{name: False})
+            if nested is not None and name in nested:
+                off["eagle_config"] = dict(nested, **{name: False})
+            add("field." + name, "%s true (the draft's config)" % name, "%s false" % name, cfg=off)
     return out
 
 

@@ -8,8 +8,15 @@ wrong id, or past the vocabulary (vLLM: IndexError at the first draft step, ever
 are determined by the ids alone, d2t[i] - i, so the fix needs no training: the corrected draft beside the original
 carries the rewritten tensor (draft_fix_parts.write_without ``replace``), the original is never touched.
 
+A checkpoint that lost d2t on export but kept t2d (the boolean mask over the target vocabulary SpecForge saves beside
+it) has its map in t2d: the draft's ids are the mask's set ids in order, so d2t[i] = nonzero(t2d)[i] - i
+(``d2t_from_t2d``). Without d2t both engines read draft id i as target id i (vLLM's draft_id_to_target_id stays
+zeros; NeMo Automodel PR 2447 saw acceptance collapse from it), so the derived tensor is added in a new file of the
+corrected copy.
+
 Public API: ``d2t_as_offsets(draft_dir, vocab) -> (bytes | None, why)``: the new tensor's raw bytes (same dtype,
-shape and size) or None with the reason it cannot be derived.
+shape and size) or None with the reason it cannot be derived; ``d2t_from_t2d(draft_dir, draft_vocab_size) ->
+(bytes | None, why)``: an int64 d2t of ``draft_vocab_size`` offsets from the checkpoint's t2d.
 """
 
 from __future__ import annotations
@@ -44,6 +51,45 @@ def _read_d2t(draft_dir: str) -> Tuple[Optional[list], Optional[str], str]:
             count = len(raw) // struct.calcsize("<" + INT_CODES[dtype])
             return list(struct.unpack("<%d%s" % (count, INT_CODES[dtype]), raw)), dtype, ""
     return None, None, "no d2t tensor in the draft's weights"
+
+
+#: safetensors boolean / byte dtypes t2d is stored in
+MASK_CODES = {"BOOL": "B", "U8": "B", "I64": "q", "I32": "i"}
+
+
+def _read_named(draft_dir: str, names: Tuple[str, ...]) -> Tuple[Optional[list], Optional[str], str]:
+    for fname in sorted(os.listdir(draft_dir)):
+        if not fname.endswith(".safetensors"):
+            continue
+        with open(os.path.join(draft_dir, fname), "rb") as fh:
+            size = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(size))
+            name = next((n for n in names if n in header), None)
+            if name is None:
+                continue
+            meta = header[name]
+            code = MASK_CODES.get(meta.get("dtype"))
+            if code is None:
+                return None, meta.get("dtype"), "%s has dtype %s, which this probe cannot read" % (name, meta.get("dtype"))
+            begin, end = meta["data_offsets"]
+            fh.seek(8 + size + begin)
+            raw = fh.read(end - begin)
+            count = len(raw) // struct.calcsize("<" + code)
+            return list(struct.unpack("<%d%s" % (count, code), raw)), meta.get("dtype"), ""
+    return None, None, "no %s tensor in the draft's weights" % names[0]
+
+
+def d2t_from_t2d(draft_dir: str, draft_vocab_size: Optional[int]) -> Tuple[Optional[bytes], str]:
+    """The offsets nonzero(t2d)[i] - i as an int64 tensor's raw bytes, when the checkpoint's t2d marks exactly
+    ``draft_vocab_size`` target ids."""
+    mask, _dtype, why = _read_named(draft_dir, ("t2d", "model.t2d"))
+    if mask is None:
+        return None, why
+    ids = [i for i, v in enumerate(mask) if v]
+    if not isinstance(draft_vocab_size, int) or len(ids) != draft_vocab_size:
+        return None, "t2d marks %d target ids, not draft_vocab_size %s: the map cannot be read from it" % (
+            len(ids), draft_vocab_size)
+    return struct.pack("<%dq" % len(ids), *[t - i for i, t in enumerate(ids)]), ""
 
 
 def d2t_as_offsets(draft_dir: str, vocab: Optional[int]) -> Tuple[Optional[bytes], str]:

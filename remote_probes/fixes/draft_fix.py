@@ -47,9 +47,9 @@ from remote_probes.eagle3.wiring import default_wiring, nested_ids, top_level_id
 from remote_probes.engine.registry import installed_version
 from remote_probes.engine.sglang_capture import capture_rules, find_sglang_root, servable_ids
 from remote_probes.engine.target_capture import target_loop
-from remote_probes.fixes.d2t import d2t_as_offsets
+from remote_probes.fixes.d2t import d2t_as_offsets, d2t_from_t2d
 from remote_probes.fixes.fields import field_fixes
-from remote_probes.fixes.parts import part_fixes, write_without
+from remote_probes.fixes.parts import part_fixes, tensor_names, write_added, write_without
 from remote_probes.fixes.vllm import derive_vllm
 
 MARKER = "ORCHESTRATOR_FIX.json"  # written in every corrected draft: what was changed, from which draft
@@ -126,7 +126,7 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
         part["changes"] += fixed["changes"]
         part["blockers"] += fixed["blockers"]
         part["replace"] = _mend_d2t(draft, findings, tcfg.get("vocab_size"), part["changes"], part["blockers"],
-                                    "%s's compute_logits" % part["name"])
+                                    "%s's compute_logits" % part["name"], raw.get("draft_vocab_size"))
         part["config_changed"] = part["config_changed"] or bool(part["replace"])
         return _finish_vllm(args, draft, part)
     root = find_sglang_root(args.get("engine_sys_path"))
@@ -236,7 +236,8 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     config, config_changed = fixed["config"], config_changed or changed or fixed["config_changed"]
     changes += fixed["changes"]
     blockers += fixed["blockers"]
-    replace = _mend_d2t(draft, findings, tcfg.get("vocab_size"), changes, blockers, "%s's hot_token_id" % sglang)
+    replace = _mend_d2t(draft, findings, tcfg.get("vocab_size"), changes, blockers, "%s's hot_token_id" % sglang,
+                        raw.get("draft_vocab_size"))
     config_changed = config_changed or bool(replace)
     written = None
     if config_changed:
@@ -293,23 +294,35 @@ def summary(status: str, changes: List[Dict[str, Any]], blockers: List[Dict[str,
 
 
 def _mend_d2t(draft: str, findings: List[Dict[str, Any]], vocab: Any, changes: List[Dict[str, Any]],
-              blockers: List[Dict[str, Any]], adds: str) -> Optional[Dict[str, bytes]]:
+              blockers: List[Dict[str, Any]], adds: str, draft_vocab_size: Any = None) -> Optional[Dict[str, bytes]]:
     """A d2t that holds target ids (draft_inspect's ``direct_ids``) rewritten as the offsets the engine adds to
-    arange (draft_fix_d2t.py): its blocker becomes a change and the tensor's new bytes are returned for the
-    corrected copy; any other d2t fault stays a blocker (re-export)."""
+    arange, or a d2t lost on export rebuilt from the checkpoint's t2d (fixes/d2t.py): its blocker becomes a change
+    and the tensor's new bytes are returned for the corrected copy (a d2t the checkpoint lacks is added in a file of
+    its own); any other d2t fault stays a blocker (re-export)."""
     found = next((f for f in findings if f.get("id") == "d2t" and f.get("severity") == "error"), None)
-    if found is None or (found.get("details") or {}).get("verdict") != "direct_ids":
+    verdict = (found.get("details") or {}).get("verdict") if found else None
+    if verdict not in ("direct_ids", "missing"):
         return None
-    blob, why = d2t_as_offsets(draft, vocab if isinstance(vocab, int) else None)
+    if verdict == "missing":
+        blob, why = d2t_from_t2d(draft, draft_vocab_size)
+        frm, to = "absent", "offsets nonzero(t2d)[i] - i (a tensor added beside the weights)"
+        because = ("the checkpoint has no d2t, so %s reads draft id i as target id i; its t2d marks the target ids "
+                   "the draft vocabulary holds, in order, so d2t is read from it (no training needed)" % adds)
+    else:
+        blob, why = d2t_as_offsets(draft, vocab if isinstance(vocab, int) else None)
+        frm, to = "target ids", "offsets d2t[i] - i (a rewritten copy of the weights)"
+        because = ("d2t holds target ids; %s maps draft id i to i + d2t[i], so the offsets are the ids minus i (no "
+                   "training needed)" % adds)
     if blob is None:
         for b in blockers:
             if b.get("what") == "d2t":
                 b["why"] += "; %s" % why
+        if verdict == "missing" and not any(b.get("what") == "d2t" for b in blockers):
+            blockers.append({"what": "d2t", "why": "the checkpoint has no d2t and %s" % why,
+                             "remedies": ["re-export the draft with its d2t (the training vocabulary's offsets)"]})
         return None
     blockers[:] = [b for b in blockers if b.get("what") != "d2t"]
-    changes.append({"what": "d2t", "from": "target ids", "to": "offsets d2t[i] - i (a rewritten copy of the weights)",
-                    "why": "d2t holds target ids; %s maps draft id i to i + d2t[i], so the offsets are the ids "
-                           "minus i (no training needed)" % adds})
+    changes.append({"what": "d2t", "from": frm, "to": to, "why": because})
     return {"d2t": blob}
 
 
@@ -328,7 +341,12 @@ def _write_corrected(draft: str, config: Dict[str, Any], changes: List[Dict[str,
         for name in os.listdir(dest):  # a filtered file from an earlier fix is rewritten (or linked) below
             if name.endswith(".safetensors") or name == "model.safetensors.index.json":
                 os.unlink(os.path.join(dest, name))
+        present = tensor_names(draft) if replace else set()
+        added = {k: v for k, v in (replace or {}).items() if k not in present}
+        replace = {k: v for k, v in (replace or {}).items() if k in present}
         rewritten = set(write_without(draft, dest, drop or [], replace)) if drop or replace else set()
+        if added:
+            rewritten |= set(write_added(draft, dest, added))
         for name in sorted(os.listdir(draft)):
             if name == "config.json" or name in rewritten:
                 continue

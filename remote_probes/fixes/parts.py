@@ -45,6 +45,15 @@ def part_fixes(parts: List[Dict[str, Any]], config: Dict[str, Any], target_confi
             out["config_changed"] = True
             out["changes"].append({"what": "config %s" % "/".join(sorted(after)), "from": before, "to": after,
                                    "why": why + ": %s builds the draft's layer from the draft's config" % name})
+        elif part.startswith("field.") and part[len("field."):] in ("norm_output", "norm_before_residual"):
+            key = part[len("field."):]  # a behaviour flag the draft scores best without (counterfactual.FLAG_SWAPS)
+            before = {key: config.get(key, (config.get("eagle_config") or {}).get(key))}
+            config[key] = False
+            if isinstance(config.get("eagle_config"), dict) and key in config["eagle_config"]:
+                config["eagle_config"] = dict(config["eagle_config"], **{key: False})
+            out["config_changed"] = True
+            out["changes"].append({"what": "config %s" % key, "from": before, "to": {key: False},
+                                   "why": why + ": %s builds the draft's step from the draft's config" % name})
         elif part.startswith("field.") and target_config.get(part[len("field."):]) is not None:
             key = part[len("field."):]  # a numeric field the draft's layer reads (counterfactual.FIELD_SWAPS)
             before, after = {key: config.get(key)}, {key: target_config[key]}
@@ -68,6 +77,51 @@ def part_fixes(parts: List[Dict[str, Any]], config: Dict[str, Any], target_confi
 
 def _canonical(name: str) -> str:
     return name[len("model."):] if name.startswith("model.") else name
+
+
+ADDED_FILE = "orchestrator-added.safetensors"
+
+
+def tensor_names(src_dir: str) -> set:
+    """Every tensor name of the directory's safetensors files, canonical (without ``model.``)."""
+    out = set()
+    for fname in sorted(os.listdir(src_dir)):
+        if fname.endswith(".safetensors"):
+            with open(os.path.join(src_dir, fname), "rb") as fh:
+                size = struct.unpack("<Q", fh.read(8))[0]
+                out |= {_canonical(n) for n in json.loads(fh.read(size)) if n != "__metadata__"}
+    return out
+
+
+def write_added(src_dir: str, dest_dir: str, tensors: Dict[str, bytes]) -> List[str]:
+    """Int64 vectors the checkpoint lacks (``tensors``: name -> raw little-endian bytes), written as one more
+    safetensors file in ``dest_dir`` (and into a copy of the shard index, when the checkpoint has one): the engines
+    load every file the directory (or its index) names. The files it wrote, by name."""
+    header: Dict[str, Any] = {"__metadata__": {"format": "pt", "written_by": "orchestrator draft_fix"}}
+    offset = 0
+    for name, blob in tensors.items():
+        header[name] = {"dtype": "I64", "shape": [len(blob) // 8], "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    with open(os.path.join(dest_dir, ADDED_FILE), "wb") as out:
+        out.write(struct.pack("<Q", len(head)) + head)
+        for blob in tensors.values():
+            out.write(blob)
+    written = [ADDED_FILE]
+    index = os.path.join(dest_dir, "model.safetensors.index.json")  # already filtered by write_without, or not
+    if not os.path.isfile(index) or os.path.islink(index):
+        index = os.path.join(src_dir, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        doc.setdefault("weight_map", {}).update({name: ADDED_FILE for name in tensors})
+        if os.path.islink(os.path.join(dest_dir, "model.safetensors.index.json")):
+            os.unlink(os.path.join(dest_dir, "model.safetensors.index.json"))
+        with open(os.path.join(dest_dir, "model.safetensors.index.json"), "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+        written.append("model.safetensors.index.json")
+    return written
 
 
 def write_without(src_dir: str, dest_dir: str, drop: List[str],

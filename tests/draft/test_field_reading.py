@@ -194,3 +194,32 @@ def test_the_lab_refuses_a_field_value_it_does_not_serve_as_the_engine_does() ->
     assert unmodelled(dict(CONFIG, logit_scale=2.0), "sglang") == []
     assert [f for f, _, _ in unmodelled(dict(CONFIG, logit_scale=2.0), "vllm")] == ["logit_scale"]
     assert [f for f, _, _ in unmodelled(dict(CONFIG, model_type="llama4_text"), "sglang")] == ["model_type"]
+
+
+def test_a_behaviour_flag_the_config_sets_is_a_candidate_scored_off() -> None:
+    found = summary(dict(CONFIG, norm_output=True), TENSORS)
+    flag = by_field(found)["norm_output"]
+    assert found["severity"] == "warning" and flag["details"]["fix"] == {"norm_output": False}
+    assert "NeMo Automodel PR 2897" in flag["message"]
+
+
+def test_a_lost_d2t_is_read_back_from_t2d_into_a_file_beside_the_weights(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file, save_file
+
+    from remote_probes.fixes.d2t import d2t_from_t2d
+    from remote_probes.fixes.parts import ADDED_FILE, tensor_names, write_added
+
+    ids = torch.tensor([0, 1, 5, 9])
+    t2d = torch.zeros(12, dtype=torch.bool)
+    t2d[ids] = True
+    save_file({"t2d": t2d, "fc.weight": torch.zeros(2, 2)}, str(tmp_path / "model.safetensors"))
+    blob, why = d2t_from_t2d(str(tmp_path), 4)
+    assert blob is not None and why == ""
+    assert d2t_from_t2d(str(tmp_path), 5)[0] is None and "marks 4 target ids" in d2t_from_t2d(str(tmp_path), 5)[1]
+    dest = tmp_path / "fixed"
+    dest.mkdir()
+    assert write_added(str(tmp_path), str(dest), {"d2t": blob}) == [ADDED_FILE]
+    d2t = load_file(str(dest / ADDED_FILE))["d2t"]
+    assert (torch.arange(4) + d2t).tolist() == ids.tolist()
+    assert tensor_names(str(tmp_path)) == {"t2d", "fc.weight"}

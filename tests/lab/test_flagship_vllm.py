@@ -36,7 +36,8 @@ MUST_REFUTE = {
     "own-embedding": {"d2t_mapping", "lm_head_missing", "wrong_algorithm"},
 }
 BENCH_ONLY = {"trained-embedding", "attention-heads", "rope-theta", "shuffled-draft",
-              "tied-head", "eps-config"}  # tied-head: test_field_reading_flagship.py
+              "tied-head", "eps-config", "no-d2t",
+              "norm-output"}  # tied-head: test_field_reading_flagship.py
 
 
 async def run_flagship(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:

@@ -48,7 +48,7 @@ BASE = {"seed-wiring": "seed-wiring", "healthy": "healthy", "off-by-one": "off-b
         "direct-d2t": "direct-d2t", "no-lm-head": "no-lm-head", "own-embedding": "own-embedding",
         "trained-embedding": "trained-embedding", "attention-heads": "attention-heads", "rope-theta": "rope-theta",
         "shuffled-draft": "shuffled-draft", "tied-head": "tied-head",
-        "eps-config": "eps-config"}
+        "eps-config": "eps-config", "no-d2t": "no-d2t", "norm-output": "norm-output"}
 VLLM_SCENARIO_NAMES = tuple(BASE)
 #: drafts written here (config-only copies), keyed by name -> (source draft, the config change)
 VLLM_DRAFTS = ("sglang-ids",)
@@ -127,6 +127,8 @@ VLLM_ISSUE26_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "tied-head": ("the config says tie_word_embeddings true, which vLLM's EAGLE-3 class never reads: the trained "
                   "lm_head is served", "tie_word_embeddings: true", ()),
     "eps-config": build.ISSUE37_FAULTS["eps-config"],
+    "no-d2t": build.ISSUE37_FAULTS["no-d2t"],
+    "norm-output": build.ISSUE37_FAULTS["norm-output"],
 }
 
 

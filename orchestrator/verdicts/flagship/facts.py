@@ -32,11 +32,16 @@ def _spec_beats_baseline(ctx: RuleContext) -> bool:
 @fact("counterfactual_wanted")
 def counterfactual_wanted(ctx: RuleContext) -> bool:
     """The counterfactual served parts run when the wiring test explains nothing and speculation does not clearly
-    beat the baseline, or when the draft accepts almost nothing on any wiring (the healthy path pays nothing)."""
+    beat the baseline, when the draft accepts almost nothing on any wiring, or when the field reading names config
+    values to score (the healthy path pays nothing)."""
     dt = ctx.draft_test("dt")
     if not dt.usable or dt.decision == "mismatch":
         return False
-    return dt.decision == "no_signal" or not _spec_beats_baseline(ctx)
+    # config values the field reading names as candidates (remote_probes/draft_reading/) are scored even when
+    # speculation pays: a served acceptance the draft's own best configuration beats is not "nothing to fix"
+    fields = ctx.inspect().finding("draft_fields")
+    candidates = bool(fields and fields.severity == "warning" and fields.details.get("fields"))
+    return dt.decision == "no_signal" or not _spec_beats_baseline(ctx) or candidates
 
 
 @fact("counterfactual_after_reconcile")

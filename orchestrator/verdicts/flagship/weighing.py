@@ -29,7 +29,11 @@ def checkpoint_finding_fix_recovers(ctx: RuleContext) -> Verdict | None:
     w = ctx.fact("weighing")
     part = CHECKPOINT_PARTS[ctx.hypothesis_id]
     spec, fixed, dt, rc = ctx.bench("spec"), ctx.bench("fixed"), ctx.draft_test("dt"), ctx.reconcile()
-    if w["served_accepts"]:
+    finding = ctx.inspect().finding("d2t") if part == "d2t" else None
+    # a d2t lost on export leaves draft id i read as target id i: wrong only where the map was not the identity, so
+    # a server that still accepts contradicts nothing (the lab's small vocabulary is mostly identity)
+    partial = finding is not None and finding.details.get("verdict") == "missing"
+    if w["served_accepts"] and not partial:
         because = (f"contradicted by the server's measurement: served accept length {num(spec.accept_length)} "
                    f"{ci(spec.accept_length_ci)} is clearly above the {1 + ctx.margin} of a draft that accepts almost "
                    "nothing")
@@ -52,7 +56,7 @@ def checkpoint_finding_fix_recovers(ctx: RuleContext) -> Verdict | None:
         spec_rc, fixed_rc = rc.by_name.get("spec"), rc.by_name.get("fixed")
         same = fixed_rc is not None and fixed_rc.draft == (spec_rc.draft if spec_rc else None)
         because = (f"fix not verified: the fix served {'the same draft' if same else 'a draft'} and measured "
-                   f"{num(fixed.accept_length)} {ci(fixed.accept_length_ci)} against {spec.accept_length} "
+                   f"{num(fixed.accept_length)} {ci(fixed.accept_length_ci)} against {num(spec.accept_length)} "
                    f"{ci(spec.accept_length_ci)}")
     else:
         because = "fix not verified: no fix was served and measured"
