@@ -82,6 +82,9 @@ REAL_VLLM_CONFIRMS: dict[str, tuple[str, ...]] = {
     # norm_output true on a draft trained without it: vLLM 0.32 reads it (llama_eagle3.py), the counterfactual
     # scores it off, the fix writes norm_output false beside the draft and is served
     "norm-output": ("served_part",),
+    # draft_vocab_size undeclared beside a 512-row head: vLLM builds a 1024-row head the weights do not fit and
+    # refuses at load (server_start); the fix declares 512, is served and accepts
+    "vocab-undeclared": ("draft_field",),
 }
 #: cases of the real-vLLM matrix that are no lab draft of their own: name -> (the vLLM scenario whose draft is
 #: served, the speculative-config change). The method: vLLM's counterpart of SGLang's eagle-not-eagle3 is

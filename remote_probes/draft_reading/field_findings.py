@@ -116,6 +116,69 @@ def _layers(cfg: Dict[str, Any], names: Dict[str, Any], reading: Dict[str, Any])
                           checkpoint_layers=filled))]
 
 
+def _head_rows(cfg: Dict[str, Any], names: Dict[str, Any], target: Optional[Dict[str, Any]],
+               reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """draft_vocab_size (absent: vocab_size) sizes the head the engine builds; the checkpoint's lm_head.weight and
+    d2t say what was trained (EAGLE issue 249: a 32000-row draft head against a 128256-row build)."""
+    head = names.get("lm_head.weight")
+    if "draft_vocab_size" not in reading["fields"] or not head or cfg.get("tie_word_embeddings"):
+        return []
+    rows = (head.get("shape") or [None])[0]
+    declared = cfg.get("draft_vocab_size")
+    built = declared if declared is not None else cfg.get("vocab_size")
+    if not isinstance(rows, int) or built == rows:
+        return []
+    d2t = names.get("d2t")
+    d2t_len = (d2t.get("shape") or [None])[0] if d2t else None
+    fix = {"draft_vocab_size": rows} if d2t_len in (None, rows) else None
+    label = _label(reading)
+    sglang_target_head = reading.get("engine") == "sglang" and declared is None
+    if sglang_target_head and isinstance(d2t_len, int) and isinstance(built, int) and d2t_len < built:
+        what = ("takes the target's %s-row head instead (load_lm_head_from_target, %s), which the checkpoint's "
+                "%s-entry d2t (hot_token_id) indexes past its end at the first draft step; the trained lm_head.weight "
+                "[%s rows] is never served" % (built, _where(reading, "draft_vocab_size"), d2t_len, rows))
+    elif sglang_target_head:
+        what = ("takes the target's embedding and head instead (load_lm_head_from_target, %s), so the trained "
+                "lm_head.weight [%s rows] is never served" % (_where(reading, "draft_vocab_size"), rows))
+    elif reading.get("engine") == "vllm" and d2t_len is not None and built == (target or {}).get("vocab_size"):
+        # vLLM 0.32 registers draft_id_to_target_id only when draft_vocab_size differs from the target's vocabulary
+        what = ("builds a %s-row head and no d2t parameter (%s: the map exists only for a smaller draft "
+                "vocabulary), so the checkpoint's d2t has nowhere to load and the %s-row lm_head.weight does not fit: "
+                "vLLM refuses the draft at start" % (built, _where(reading, "draft_vocab_size"), rows))
+    else:
+        what = ("builds the head with %s rows (%s) and the checkpoint's lm_head.weight has %s: the weights do not "
+                "fit it (a size mismatch at load)" % (built, _where(reading, "draft_vocab_size"), rows))
+    said = "absent (so vocab_size %s)" % built if declared is None else str(declared)
+    return [_f("field.draft_vocab_size", "error", "draft_vocab_size is %s, so %s %s%s" % (
+        said, label, what, (". Fix: draft_vocab_size %d (the head's rows%s)." % (
+            rows, ", as d2t's length" if d2t_len == rows else "")) if fix else
+        "; d2t has %s entries, so the size the draft was trained at is not clear." % d2t_len),
+        **_details(reading, "draft_vocab_size", declared, fix, head_rows=rows, d2t_length=d2t_len,
+                   parts=["head"] if sglang_target_head and not (isinstance(d2t_len, int) and d2t_len < (built or 0))
+                   else []))]
+
+
+#: shape fields and the checkpoint tensor (canonical name, axis) whose size each sets; the fix is that size
+_SHAPES = (("hidden_size", "norm.weight", 0), ("intermediate_size", "layers.0.mlp.gate_proj.weight", 0))
+
+
+def _shapes(cfg: Dict[str, Any], names: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    out = []
+    for field, tensor, axis in _SHAPES:
+        meta = names.get(tensor) or names.get(tensor.replace("layers.0.", "midlayer."))
+        value = cfg.get(field)
+        if field not in reading["fields"] or not meta or not isinstance(value, int):
+            continue
+        size = (meta.get("shape") or [None] * (axis + 1))[axis]
+        if isinstance(size, int) and size != value:
+            out.append(_f("field." + field, "error", "%s is %d, so %s %s (%s), but the checkpoint's %s has %d: the "
+                          "weights do not fit (a size mismatch at load; DeepSpec issue 44). Fix: %s %d." % (
+                              field, value, _label(reading), reading["fields"][field].get("does"),
+                              _where(reading, field), tensor, size, field, size),
+                          **_details(reading, field, value, {field: size}, tensor=tensor, tensor_size=size)))
+    return out
+
+
 #: layout flag -> (tensor name regex the flag builds, what the module is)
 _FLAG_TENSORS = {
     "fc_norm": (r"^fc_norm\.\d+\.weight$|^aux_norm_(low|mid|high)\.weight$", "per-aux-state fc_norm RMSNorms"),
@@ -224,7 +287,9 @@ def field_findings(config: Dict[str, Any], tensors: Dict[str, Any], target: Opti
         # not a finding about the draft (as with no engine to scan for the architecture): said, decides nothing
         return [_f(SUMMARY_ID, "info", "The draft's config was not read field by field: %s was not found (%s)."
                    % (reading.get("engine"), why), fields=[], fixes={}, engine=reading.get("engine"))]
-    found = (_tied(config, names, reading) + _layers(config, names, reading) + _flags(config, names, reading)
+    found = (_tied(config, names, reading) + _layers(config, names, reading)
+             + _head_rows(config, names, target, reading)
+             + _shapes(config, names, reading) + _flags(config, names, reading)
              + _biases(config, names, reading) + _numeric(config, target, reading)
              + _flag_candidates(config, reading))
     errors = [f for f in found if f["severity"] == "error"]

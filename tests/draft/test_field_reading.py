@@ -223,3 +223,20 @@ def test_a_lost_d2t_is_read_back_from_t2d_into_a_file_beside_the_weights(tmp_pat
     d2t = load_file(str(dest / ADDED_FILE))["d2t"]
     assert (torch.arange(4) + d2t).tolist() == ids.tolist()
     assert tensor_names(str(tmp_path)) == {"t2d", "fc.weight"}
+
+
+def test_shape_fields_against_the_tensors_they_size() -> None:
+    undeclared = {k: v for k, v in CONFIG.items() if k != "draft_vocab_size"}
+    sglang = by_field(summary(undeclared, TENSORS))["draft_vocab_size"]
+    assert sglang["details"]["fix"] == {"draft_vocab_size": 512} and "past its end" in sglang["message"]
+    no_map = {k: v for k, v in TENSORS.items() if k != "d2t"}
+    head = by_field(summary(undeclared, no_map))["draft_vocab_size"]
+    assert "target's embedding and head" in head["message"] and head["details"]["parts"] == ["head"]
+    vllm = by_field(summary(undeclared, TENSORS, engine="vllm"))["draft_vocab_size"]
+    assert "no d2t parameter" in vllm["message"] and "refuses the draft at start" in vllm["message"]
+    assert vllm["details"]["parts"] == []
+    other = by_field(summary(undeclared, TENSORS, engine="vllm", target=dict(TARGET, vocab_size=2048)))
+    assert "1024 rows" in other["draft_vocab_size"]["message"] and "size mismatch" in other["draft_vocab_size"]["message"]
+    assert "draft_vocab_size" not in by_field(summary(CONFIG, TENSORS))
+    wide = by_field(summary(dict(CONFIG, hidden_size=256), TENSORS))["hidden_size"]
+    assert wide["details"]["fix"] == {"hidden_size": 128} and "norm.weight has 128" in wide["message"]

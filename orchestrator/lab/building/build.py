@@ -140,6 +140,11 @@ ISSUE37_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "norm-output": ("an EAGLE-3.1 flag in the config of a draft trained as EAGLE-3 (the config and the training "
                     "disagree on norm_output: NeMo Automodel PR 2897, vLLM PR 42764): both engines feed the next step "
                     "the normed state", "norm_output: true", ("served_part",)),
+    # SGLang serves the target's 1024-row head, which the draft's 512-entry d2t indexes past its end: the server
+    # cannot serve (server_start, outside the fault set) and the corrected field serves
+    "vocab-undeclared": ("the config does not declare draft_vocab_size for a 512-row head (EAGLE issue 249): SGLang "
+                         "takes the target's head, vLLM builds a vocab_size-row head", "draft_vocab_size "
+                         "removed from the config", ("draft_field",)),
     # a harmless difference: the config's rms_norm_eps is not the one the draft trained with, by a factor that
     # changes nothing measurable (the field reading names it as a candidate; nothing is wrong)
     "eps-config": ("the config's rms_norm_eps (1e-5) is not the target's the draft trained with (1e-6): a "
@@ -152,7 +157,7 @@ TRAINED_DRAFTS = ("seed-wiring", "healthy")
 SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one", "topk-override",
                   "eagle-not-eagle3", "own-embedding", "trained-embedding", "attention-heads", "rope-theta",
                   "shuffled-draft", "tied-head", "eps-config", "no-d2t",
-                  "norm-output")
+                  "norm-output", "vocab-undeclared")
 DEFAULT_SCENARIO = "seed-wiring"
 
 #: one CPU thread per lab process (the lab server already takes one: --lab-threads 1). The lab's matrices are tiny,
@@ -321,7 +326,8 @@ def copy_model(src: Path, dst: Path, *, skip: tuple[str, ...] = ("lab_tokens.pt"
 VARIANT_BASE = {"no-lm-head": "seed-wiring", "direct-d2t": "seed-wiring", "off-by-one": "seed-wiring",
                 "own-embedding": "healthy", "trained-embedding": "healthy", "attention-heads": "healthy",
                 "rope-theta": "healthy", "shuffled-draft": "seed-wiring", "tied-head": "healthy",
-                "eps-config": "healthy", "no-d2t": "healthy", "norm-output": "healthy"}
+                "eps-config": "healthy", "no-d2t": "healthy", "norm-output": "healthy",
+                "vocab-undeclared": "healthy"}
 
 
 def _target_embedding(draft: Path) -> Any:
@@ -370,6 +376,8 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
     elif kind == "no-d2t":        # an export that keeps only some tensors (Automodel PR 2447): the map is lost,
         # its mask t2d stays, so the fix can read d2t back from it
         state.pop("d2t")
+    elif kind == "vocab-undeclared":  # a config written for the full vocabulary beside a pruned head and its d2t
+        config.pop("draft_vocab_size")
     elif kind == "norm-output":   # the next draft step is fed the normed state, which this draft never saw
         config["norm_output"] = True
     elif kind == "eps-config":    # harmless: both engines' norms take the config's epsilon, 1e-5 against 1e-6

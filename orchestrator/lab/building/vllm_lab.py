@@ -48,7 +48,8 @@ BASE = {"seed-wiring": "seed-wiring", "healthy": "healthy", "off-by-one": "off-b
         "direct-d2t": "direct-d2t", "no-lm-head": "no-lm-head", "own-embedding": "own-embedding",
         "trained-embedding": "trained-embedding", "attention-heads": "attention-heads", "rope-theta": "rope-theta",
         "shuffled-draft": "shuffled-draft", "tied-head": "tied-head",
-        "eps-config": "eps-config", "no-d2t": "no-d2t", "norm-output": "norm-output"}
+        "eps-config": "eps-config", "no-d2t": "no-d2t", "norm-output": "norm-output",
+        "vocab-undeclared": "vocab-undeclared"}
 VLLM_SCENARIO_NAMES = tuple(BASE)
 #: drafts written here (config-only copies), keyed by name -> (source draft, the config change)
 VLLM_DRAFTS = ("sglang-ids",)
@@ -129,6 +130,7 @@ VLLM_ISSUE26_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "eps-config": build.ISSUE37_FAULTS["eps-config"],
     "no-d2t": build.ISSUE37_FAULTS["no-d2t"],
     "norm-output": build.ISSUE37_FAULTS["norm-output"],
+    "vocab-undeclared": build.ISSUE37_FAULTS["vocab-undeclared"],
 }
 
 

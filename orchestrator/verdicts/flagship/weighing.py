@@ -63,7 +63,8 @@ def checkpoint_finding_fix_recovers(ctx: RuleContext) -> Verdict | None:
     return Verdict("inconclusive", because)
 
 
-@verdict_rule("field_fix_recovers", decides=("draft_field",), reads=("inspect", "spec", "fixed", "rc", "fix", "fixed_srv"))
+@verdict_rule("field_fix_recovers", decides=("draft_field",),
+              reads=("inspect", "spec_srv", "spec", "fixed", "rc", "fix", "fixed_srv"))
 def field_fix_recovers(ctx: RuleContext) -> Verdict | None:
     """A draft-config field that contradicts the checkpoint (draft_inspect's ``draft_fields`` error) is the root cause
     when the served fix (the corrected config, or the host's fixed draft) recovers the accept length on intervals;
@@ -81,6 +82,12 @@ def field_fix_recovers(ctx: RuleContext) -> Verdict | None:
         return Verdict("confirmed", f"fix verified: the draft with {fields} corrected "
                                     f"({fixed_rc.draft if fixed_rc else 'the fixed draft'}) recovered the accept length "
                                     f"{before} -> {num(fixed.accept_length)} {ci(fixed.accept_length_ci)}")
+    spec_failed = not ctx.server("spec_srv").ok or spec.status == "failed"
+    fixed_ci = fixed.accept_length_ci
+    if (spec_failed and has_interval(fixed_ci) and fixed_ci[0] > 1 + ctx.margin  # type: ignore[index,operator]
+            and "config" not in w["fix_left"]):
+        return Verdict("confirmed", f"fix verified: the engine did not serve the candidate; with {fields} corrected "
+                                    f"it serves and accepts {num(fixed.accept_length)} {ci(fixed_ci)}")
     if fixed.accept_length is not None:
         return Verdict("inconclusive", f"fix not verified: the fixed server measured {num(fixed.accept_length)} "
                                        f"{ci(fixed.accept_length_ci)} against {before}, not clearly above, or it "
