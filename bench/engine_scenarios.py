@@ -85,6 +85,10 @@ REAL_VLLM_CONFIRMS: dict[str, tuple[str, ...]] = {
     # draft_vocab_size undeclared beside a 512-row head: vLLM builds a 1024-row head the weights do not fit and
     # refuses at load (server_start); the fix declares 512, is served and accepts
     "vocab-undeclared": ("draft_field",),
+    # hidden_size 256 on 128-wide weights (DeepSpec #44): refused at load, the field fix serves
+    "hidden-size": ("draft_field",),
+    # bf16 weights and trainer keys vLLM never reads: nothing is wrong
+    "bf16-extra-keys": (),
 }
 #: cases of the real-vLLM matrix that are no lab draft of their own: name -> (the vLLM scenario whose draft is
 #: served, the speculative-config change). The method: vLLM's counterpart of SGLang's eagle-not-eagle3 is

@@ -264,12 +264,14 @@ def check_lm_head(cfg: dict[str, Any], tensors: dict[str, Any], hidden: Any) -> 
     if declared is None:
         return _finding("lm_head", "warning", "lm_head.weight is present but SGLang loads the target's lm_head "
                         "instead (draft_vocab_size absent), so the draft's head is unused.", **details)
+    # a head that does not fit its config is the config's or the weights' fault: the field reading (draft_fields,
+    # remote_probes/draft_reading/) says which, what the engine does with it and the fix; the head is not missing
     if rows != declared:
-        return _finding("lm_head", "error", f"lm_head.weight has {rows} rows but draft_vocab_size is {declared}.",
-                        **details)
+        return _finding("lm_head", "info", f"lm_head.weight has {rows} rows but draft_vocab_size is {declared}: the "
+                        "field reading (draft_fields) judges the declared size.", **details)
     if hidden and meta["shape"][-1] != hidden:
-        return _finding("lm_head", "error", f"lm_head.weight has width {meta['shape'][-1]} but hidden_size is "
-                        f"{hidden}.", **details)
+        return _finding("lm_head", "info", f"lm_head.weight has width {meta['shape'][-1]} but hidden_size is "
+                        f"{hidden}: the field reading (draft_fields) judges the declared size.", **details)
     return _finding("lm_head", "info", f"lm_head.weight [{rows}, {meta['shape'][-1]}] matches "
                     f"draft_vocab_size {declared}.", **details)
 

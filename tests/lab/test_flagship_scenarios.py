@@ -35,7 +35,8 @@ MUST_REFUTE = {
     "shuffled-draft": {"d2t_mapping", "lm_head_missing", "wrong_algorithm", "flags_override", "architecture"},
 }
 BENCH_ONLY = {"own-embedding", "attention-heads", "rope-theta", "tied-head",
-              "eps-config", "no-d2t", "norm-output", "vocab-undeclared"}  # tied-head: test_field_reading_flagship.py
+              "eps-config", "no-d2t", "norm-output", "vocab-undeclared",
+              "hidden-size", "bf16-extra-keys"}  # tied-head: test_field_reading_flagship.py
 
 
 async def _run(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:

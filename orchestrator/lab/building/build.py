@@ -145,6 +145,12 @@ ISSUE37_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "vocab-undeclared": ("the config does not declare draft_vocab_size for a 512-row head (EAGLE issue 249): SGLang "
                          "takes the target's head, vLLM builds a vocab_size-row head", "draft_vocab_size "
                          "removed from the config", ("draft_field",)),
+    "hidden-size": ("the config's hidden_size is not the weights' (DeepSpec issue 44: config 2560, weights 5120): "
+                    "the weights do not fit the layer the engine builds", "hidden_size: 256 (weights 128)",
+                    ("draft_field",)),
+    # a harmless difference: weights stored in another dtype, bookkeeping keys no engine reads
+    "bf16-extra-keys": ("the draft stored in bfloat16 with keys of its trainer the engines never read: nothing is "
+                        "wrong", "weights bfloat16, torch_dtype bfloat16, use_cache false, trainer keys", ()),
     # a harmless difference: the config's rms_norm_eps is not the one the draft trained with, by a factor that
     # changes nothing measurable (the field reading names it as a candidate; nothing is wrong)
     "eps-config": ("the config's rms_norm_eps (1e-5) is not the target's the draft trained with (1e-6): a "
@@ -157,7 +163,7 @@ TRAINED_DRAFTS = ("seed-wiring", "healthy")
 SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one", "topk-override",
                   "eagle-not-eagle3", "own-embedding", "trained-embedding", "attention-heads", "rope-theta",
                   "shuffled-draft", "tied-head", "eps-config", "no-d2t",
-                  "norm-output", "vocab-undeclared")
+                  "norm-output", "vocab-undeclared", "hidden-size", "bf16-extra-keys")
 DEFAULT_SCENARIO = "seed-wiring"
 
 #: one CPU thread per lab process (the lab server already takes one: --lab-threads 1). The lab's matrices are tiny,
@@ -327,7 +333,7 @@ VARIANT_BASE = {"no-lm-head": "seed-wiring", "direct-d2t": "seed-wiring", "off-b
                 "own-embedding": "healthy", "trained-embedding": "healthy", "attention-heads": "healthy",
                 "rope-theta": "healthy", "shuffled-draft": "seed-wiring", "tied-head": "healthy",
                 "eps-config": "healthy", "no-d2t": "healthy", "norm-output": "healthy",
-                "vocab-undeclared": "healthy"}
+                "vocab-undeclared": "healthy", "hidden-size": "healthy", "bf16-extra-keys": "healthy"}
 
 
 def _target_embedding(draft: Path) -> Any:
@@ -376,6 +382,12 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
     elif kind == "no-d2t":        # an export that keeps only some tensors (Automodel PR 2447): the map is lost,
         # its mask t2d stays, so the fix can read d2t back from it
         state.pop("d2t")
+    elif kind == "hidden-size":   # a config edited for another size (DeepSpec #44): the weights stay 128 wide
+        config["hidden_size"] = int(config["hidden_size"]) * 2
+    elif kind == "bf16-extra-keys":  # what a bf16 export from a trainer writes: the weights rounded, keys it keeps
+        state = {k: (v.to(torch.bfloat16) if v.is_floating_point() else v) for k, v in state.items()}
+        config.update(torch_dtype="bfloat16", use_cache=False, transformers_version="4.57.1",
+                      trainer_state={"global_step": 393, "epoch": 1.0}, pretraining_tp=1)
     elif kind == "vocab-undeclared":  # a config written for the full vocabulary beside a pruned head and its d2t
         config.pop("draft_vocab_size")
     elif kind == "norm-output":   # the next draft step is fed the normed state, which this draft never saw
