@@ -97,3 +97,41 @@ async def test_real_vllm_serves_the_tied_draft_as_trained(real_vllm_flagship: Ca
     fields = next(f for f in inspect["findings"] if f["id"] == "draft_fields")  # type: ignore[index,union-attr]
     tie = next(f for f in fields["details"]["findings"] if f["id"] == "field.tie_word_embeddings")
     assert tie["severity"] == "info" and "vLLM 0.32.0's EAGLE-3 class never reads it" in tie["message"]
+
+
+#: the issue-37 scenarios on both stand-ins: (scenario, engine) -> what the flagship confirms (the right answer per
+#: engine, from each engine's source: orchestrator/lab/building/build.py ISSUE37_FAULTS, vllm_lab.py)
+STAND_IN_ANSWERS = {
+    ("no-d2t", "sglang"): set(), ("no-d2t", "vllm"): set(),
+    ("norm-output", "sglang"): {"served_part"}, ("norm-output", "vllm"): {"served_part"},
+    ("vocab-undeclared", "sglang"): {"draft_field"}, ("vocab-undeclared", "vllm"): {"draft_field"},
+    ("hidden-size", "sglang"): {"draft_field"}, ("hidden-size", "vllm"): {"draft_field"},
+    ("eps-config", "sglang"): set(), ("bf16-extra-keys", "vllm"): set(),
+}
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+@pytest.mark.parametrize(("scenario", "engine"), list(STAND_IN_ANSWERS))
+async def test_the_stand_ins_answer_each_new_fault_as_their_engine(scenario: str, engine: str, lab: LabPaths,
+                                                                   tmp_path: Path) -> None:
+    ensure_lab(scenario, root=lab.root, engine=engine)
+    inventory = lab_inventory(scenario, root=lab.root, engine=engine)
+    playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
+    runner, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions")
+    outcome = await run_with_signals(runner)
+    write_reports(directory)
+    board = HypothesisBoard.from_events(read_session(directory).events)
+    states = {hid: entry.state for hid, entry in board.entries.items()}
+    assert outcome.status == "ok"
+    assert {h for h, s in states.items() if s == "confirmed"} & FAULTS == STAND_IN_ANSWERS[(scenario, engine)], states
+    verdict = verdict_of(directory)
+    assert "does not predict this target" not in verdict
+    if "draft_field" in STAND_IN_ANSWERS[(scenario, engine)]:  # the field, its engine line, the fix served
+        field = "draft_vocab_size" if scenario == "vocab-undeclared" else "hidden_size"
+        assert f"{field} contradicts the checkpoint" in verdict and "**Fix**" in verdict
+        assert "llama_eagle3.py:" in verdict or "llama.py:" in verdict
+    if scenario == "no-d2t":  # the map lost costs little in this lab's vocabulary: supported, its fix served
+        assert states["d2t_mapping"] == "supported" and "nonzero(t2d)" in verdict
+    if scenario == "norm-output":
+        assert "norm_output" in verdict.split("**Fix**", 1)[1]
