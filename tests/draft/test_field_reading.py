@@ -13,6 +13,7 @@ import pytest
 from remote_probes.draft_reading.field_findings import SUMMARY_ID, decoder_layers, field_findings
 from remote_probes.draft_reading.field_table import TABLE, engine_reading, source_reads
 from remote_probes.evaluation.ceiling import ceiling, expressible_ids
+from tests import realparts
 from tests.conftest import install_vllm_tree
 
 SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
@@ -204,7 +205,7 @@ def test_a_behaviour_flag_the_config_sets_is_a_candidate_scored_off() -> None:
 
 
 def test_a_lost_d2t_is_read_back_from_t2d_into_a_file_beside_the_weights(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    torch = realparts.importorskip("torch")
     from safetensors.torch import load_file, save_file
 
     from remote_probes.fixes.d2t import d2t_from_t2d
