@@ -597,7 +597,8 @@ def ceiling_line(bound: Any, served: Any = None) -> str | None:
             f"{100 * bound['coverage']:.1f}%"
             + (f" [{100 * cov_ci[0]:.1f}, {100 * cov_ci[1]:.1f}]" if cov_ci else "")
             + f" of the target's {bound.get('tokens')} greedy tokens; a draft perfect within it reaches tau "
-            f"{bound.get('tau_ceiling')}" + (f" [{ceil_ci[0]:.2f}, {ceil_ci[1]:.2f}]" if ceil_ci else ""))
+            + (f"{bound['tau_ceiling']:.2f}" if isinstance(bound.get("tau_ceiling"), (int, float)) else "n/a")
+            + (f" [{ceil_ci[0]:.2f}, {ceil_ci[1]:.2f}]" if ceil_ci else ""))
     if isinstance(served, (int, float)):
         line += f" (served {served:.2f})"
     missing = bound.get("missing") or []

@@ -241,3 +241,15 @@ def test_shape_fields_against_the_tensors_they_size() -> None:
     assert "draft_vocab_size" not in by_field(summary(CONFIG, TENSORS))
     wide = by_field(summary(dict(CONFIG, hidden_size=256), TENSORS))["hidden_size"]
     assert wide["details"]["fix"] == {"hidden_size": 128} and "norm.weight has 128" in wide["message"]
+
+
+def test_the_ceiling_line_every_front_end_prints() -> None:
+    from orchestrator.probes.models import ceiling_line
+
+    bound = {"vocabulary": 512, "tokens": 1024, "coverage": 0.863, "coverage_ci": [0.813, 0.913],
+             "tau_ceiling": 4.1169, "tau_ceiling_ci": [3.64, 4.59], "missing": [{"id": 573, "count": 92}]}
+    line = ceiling_line(bound, 2.85)
+    assert line == ("acceptance ceiling: the served vocabulary (512 target ids) names 86.3% [81.3, 91.3] of the "
+                    "target's 1024 greedy tokens; a draft perfect within it reaches tau 4.12 [3.64, 4.59] (served "
+                    "2.85); most frequent it cannot name: id 573 x92")
+    assert ceiling_line(None) is None and ceiling_line({"coverage": None}) is None
