@@ -89,6 +89,8 @@ REAL_VLLM_CONFIRMS: dict[str, tuple[str, ...]] = {
     "hidden-size": ("draft_field",),
     # bf16 weights and trainer keys vLLM never reads: nothing is wrong
     "bf16-extra-keys": (),
+    # norm_before_residual true on a draft trained without it: vLLM 0.32's EAGLE-3 layer reads it (SGLang's never)
+    "residual-norm": ("served_part",),
 }
 #: cases of the real-vLLM matrix that are no lab draft of their own: name -> (the vLLM scenario whose draft is
 #: served, the speculative-config change). The method: vLLM's counterpart of SGLang's eagle-not-eagle3 is

@@ -177,8 +177,9 @@ def check_variant_flags(raw: dict[str, Any], engine: dict[str, Any] | None,
                    all_flags_read=[f for f in VARIANT_FLAGS if loader_flags.get(f)])
     if ignored:
         effects = "; ".join(f"{f}: {_FLAG_EFFECT[f]}" for f in ignored)
-        return _finding("variant_flags", "error", f"{label} never reads {', '.join(ignored)}, so it serves a "
-                        f"different network than was trained ({effects}).", **details)
+        return _finding("variant_flags", "error", f"{label} never reads {', '.join(ignored)}, so if the draft was "
+                        f"trained with it, it serves a different network than was trained ({effects}); the draft "
+                        "test scores the draft as served and as trained.", **details)
     return _finding("variant_flags", "info", f"{label}'s loader reads {', '.join(flags)}.", **details)
 
 

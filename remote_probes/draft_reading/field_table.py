@@ -16,7 +16,8 @@ checkpoint's tensors must match), ``numeric`` (used in the computation with no t
 the draft was trained with, which is the target's unless the training records say otherwise), ``map`` (which
 target states or ids the draft sees), ``engine`` (the engine writes it itself).
 
-Public API: ``TABLE``, ``SOURCES``, ``FieldUse``, ``source_reads(root, engine)``, ``engine_reading(root, engine)``.
+Public API: ``TABLE``, ``SOURCES``, ``FieldUse``, ``source_reads(root, engine)``, ``engine_reading(root, engine)``,
+``flags_read(engine, site)``.
 """
 
 from __future__ import annotations
@@ -170,3 +171,24 @@ def engine_reading(root: Optional[str], engine: str, version: Optional[str] = No
         out["fields"][name] = dict(where, kind=use.kind, does=use.does)
     out["unknown"].sort()
     return out
+
+
+def flags_read(engine: str, site: Optional[List[str]] = None) -> Optional[List[str]]:
+    """The variant flags (eagle3/config.VARIANT_FLAGS) the installed engine's EAGLE-3 class reads, found like
+    sglang_source finds a package (``site`` first), or None when no engine is installed here: a draft is then served
+    and scored with every flag it sets."""
+    from remote_probes.agent.protocol import ProbeFailure
+    from remote_probes.eagle3.config import VARIANT_FLAGS
+    from remote_probes.engine.sglang_source import locate_package
+
+    try:
+        root = locate_package(engine, site or None)["root"]
+    except ProbeFailure:
+        return None
+    fields = engine_reading(root, engine)["fields"]
+    if not fields:
+        return None
+    read = [f for f in VARIANT_FLAGS if f in fields]
+    if "use_aux_norm" in fields and "fc_norm" not in read:
+        read.append("fc_norm")  # SGLang's legacy spelling builds the same per-aux norms
+    return read

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence
 
+from remote_probes.eagle3.config import variant_flags
+
 ALGORITHMS = ("EAGLE3", "EAGLE")
 EMBEDDINGS = ("target", "draft", "random")
 HEADS = ("draft_head", "target_head", "target_embedding", "draft_embedding", "random")
@@ -69,12 +71,13 @@ def trained_parts(config: Dict[str, Any], tensors: Collection[str]) -> Dict[str,
     else:
         head = "random"  # declared a vocabulary but saved no head: what was trained is lost
     return {"embedding": "draft" if own_embed else "target", "head": head, "d2t": "d2t" in names,
-            "fc": "applied", "feed": "aux"}
+            "fc": "applied", "feed": "aux", "flags": sorted(variant_flags(config))}
 
 
 def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str, Sequence[int]], algorithm: str = "EAGLE3",
                  engine: str = "sglang", target_hidden_size: Optional[int] = None,
-                 vllm_rules: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                 vllm_rules: Optional[Dict[str, Any]] = None,
+                 flags_read: Optional[Collection[str]] = None) -> Dict[str, Any]:
     """The parts the engine serves, the parts the draft was trained with, and why they differ.
 
     ``config``: the draft's config.json (flat keys, as SGLang's transformers config sees them); ``tensors``: the
@@ -83,6 +86,8 @@ def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str,
     Result: ``{"algorithm", "engine", "served": {embedding, head, head_rows, d2t, fc, feed}, "trained": {...},
     "swapped": [{"part", "served", "trained", "why"}], "why": {part: sentence}, "fails": message | None}``.
     ``head_rows``: the served head is cut to its first rows (target ids 0..rows-1), None when not cut.
+    ``flags``: the variant flags the draft's config sets (trained) and those the installed engine's EAGLE-3 class
+    reads of them (served; ``flags_read``, from remote_probes/draft_reading/field_table.py: None reads them all).
     vLLM (method eagle3) follows ``vllm_rules`` (vllm_capture.capture_rules; None: the newest vLLM read, see
     ``_vllm_parts``); vLLM's method "eagle" with an EAGLE-3 draft is not modelled (parts as trained, with a note).
     """
@@ -99,6 +104,12 @@ def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str,
     t_hidden = target_hidden_size or cfg_th or hidden
     why: Dict[str, str] = {}
     served = dict(trained, head_rows=None)
+    if flags_read is not None:
+        served["flags"] = [f for f in trained["flags"] if f in flags_read]
+        ignored = [f for f in trained["flags"] if f not in flags_read]
+        why["flags"] = ("%s's EAGLE-3 class never reads %s (its source, read field by field), so it builds the draft "
+                        "without %s" % (engine, ", ".join(ignored), "it" if len(ignored) == 1 else "them")
+                        if ignored else "the engine reads every flag the config sets")
     fails: Optional[str] = None
     if engine == "vllm" and algorithm == "EAGLE3":
         return _vllm_parts(config, tensors, trained, served, why, vllm_rules, t_hidden)
@@ -245,8 +256,8 @@ def _d2t_length(tensors: Any) -> Optional[int]:
 def _result(algorithm: str, engine: str, served: Dict[str, Any], trained: Dict[str, Any], why: Dict[str, str],
             fails: Optional[str]) -> Dict[str, Any]:
     swapped: List[Dict[str, Any]] = []
-    for part in ("embedding", "head", "d2t", "fc", "feed"):
-        if served[part] != trained[part]:
+    for part in ("embedding", "head", "d2t", "fc", "feed", "flags"):
+        if served.get(part) != trained.get(part):
             swapped.append({"part": part, "served": served[part], "trained": trained[part],
                             "why": why[part]})
     return {"algorithm": algorithm, "engine": engine, "served": served, "trained": trained, "swapped": swapped,

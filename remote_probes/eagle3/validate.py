@@ -164,6 +164,11 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
     """
     cfg = DraftConfig.from_dict(config)
     notes = list(notes)
+    if parts is not None and "flags" in parts:  # the variant flags the engine reads of the config's (served_parts)
+        dropped = sorted(set(cfg.flags) - set(parts["flags"]))
+        cfg.flags = {f: v for f, v in cfg.flags.items() if f in parts["flags"]}
+        if dropped:
+            notes.append("served without %s: the engine never reads it" % ", ".join(dropped))
     qk_norms = sorted(n for n in state if n.startswith("midlayer.self_attn.") and n.split(".")[2] in ("q_norm", "k_norm"))
     if qk_norms:  # a Qwen3-style layer (speculators transformer_layer_config.model_type qwen3): per-head q/k norms
         raise DraftLoadError("draft has per-head attention norms (%s), a Qwen3-style decoder layer this Llama-style "

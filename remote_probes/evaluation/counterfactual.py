@@ -27,6 +27,8 @@ Parts and their counterfactuals (``variants``):
   rms_norm_eps, hidden_act) -> the target config's value, where they differ (draft_reading/field_findings.py names
   these as candidates; the line is the one draft_reading/field_table.py reads in the installed engine); a behaviour
   flag the config sets (``FLAG_SWAPS``: norm_output, norm_before_residual) -> off.
+- ``flags``: served without the variant flags the engine never reads -> with them, as the config says the draft was
+  trained (served_parts ``flags_read``).
 
 Context length is not swapped offline: both engines size the draft's positions by the serving context, not by the
 draft's max_position_embeddings; a draft trained short shows as acceptance falling with prompt length (the
@@ -239,6 +241,12 @@ def variants(config: Dict[str, Any], state: Dict[str, Any], parts: Dict[str, Any
             continue  # not a swap the draft test can build: said by its absence, the field finding names it
         add("field." + name, "%s %r (the draft's config)" % (name, value),
             "%s %r (the target's config)" % (name, target_value), cfg=dict(config, **{name: target_value}))
+    trained_flags = parts["trained"].get("flags") or []
+    if served.get("flags") is not None and served.get("flags") != trained_flags:
+        ignored = sorted(set(trained_flags) - set(served["flags"]))
+        add("flags", "without %s (the engine never reads it)" % ", ".join(ignored),
+            "with %s (as the config says the draft was trained)" % ", ".join(ignored),
+            choice={"flags": list(trained_flags)})
     from remote_probes.eagle3.config import variant_flags
 
     flags = variant_flags(config)

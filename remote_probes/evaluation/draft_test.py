@@ -60,6 +60,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from remote_probes.agent.protocol import ProbeFailure, progress, run_probe
 from remote_probes.checks.runnable import check_architecture, check_fits, mem_available
+from remote_probes.draft_reading.field_table import flags_read
 from remote_probes.eagle3.served import ALGORITHMS, describe, served_parts
 from remote_probes.eagle3.wiring import ENGINES, auto_wirings, nested_ids, top_level_ids, validate_wiring
 from remote_probes.engine.served_wiring import server_wiring
@@ -600,7 +601,8 @@ def load_drafts(a: Dict[str, Any], model: Any, hidden: int, device: str,
     if derived is not None:
         state = dict(state, d2t=derived["offsets"])
         notes.append(derived["note"])
-    parts = served_parts(flat_config(config), state, a["algorithm"], a["engine"], target_hidden_size=hidden)
+    parts = served_parts(flat_config(config), state, a["algorithm"], a["engine"], target_hidden_size=hidden,
+                         flags_read=flags_read(a["engine"], a.get("engine_site")))
     if parts["fails"]:
         raise ProbeFailure("engine_load", describe(parts), field="draft", parts=parts)
     embed = model.get_input_embeddings().weight.detach()
@@ -630,7 +632,8 @@ def score_counterfactuals(torch: Any, a: Dict[str, Any], model: Any, text_cfg: A
 
     config, state, notes = read_state_dict(a["draft"])
     flat = flat_config(config)
-    parts = served_parts(flat, state, a["algorithm"], a["engine"], target_hidden_size=hidden)
+    parts = served_parts(flat, state, a["algorithm"], a["engine"], target_hidden_size=hidden,
+                         flags_read=flags_read(a["engine"], a.get("engine_site")))
     embed = model.get_input_embeddings().weight.detach()
     head = model.get_output_embeddings()
     head_w = None if head is None else head.weight.detach()

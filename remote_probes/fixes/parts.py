@@ -69,7 +69,10 @@ def part_fixes(parts: List[Dict[str, Any]], config: Dict[str, Any], target_confi
             remedy = {"embedding": "retrain the draft with the target's embedding frozen (SpecForge does), or serve "
                                    "it where the engine keeps a distinct embed_tokens (vLLM >= 0.12)",
                       "head": "re-export the draft's trained lm_head", "norm": "re-export the trained final norm",
-                      "d2t": "re-export d2t as offsets from the training vocabulary"}.get(part, "retrain the draft")
+                      "d2t": "re-export d2t as offsets from the training vocabulary",
+                      "flags": "serve with an engine version whose EAGLE-3 class reads the flag (SGLang 0.5.23 reads "
+                               "norm_before_fc; vLLM >= 0.32 reads all four), or retrain the draft without it"
+                      }.get(part, "retrain the draft")
             out["blockers"].append({"what": part, "why": why + ": no config or flag of %s changes it" % name,
                                     "remedies": [remedy]})
     return out

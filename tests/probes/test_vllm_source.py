@@ -141,7 +141,7 @@ def test_served_parts_follow_each_vllm(vllm_trees: dict[str, Path]) -> None:
     new = served_parts(config, tensors, engine="vllm", vllm_rules=capture_rules(str(vllm_trees[NEW] / "vllm")))
     old = served_parts(config, tensors, engine="vllm", vllm_rules=capture_rules(str(vllm_trees[OLD] / "vllm")))
     assert new["served"] == {"embedding": "target", "head": "target_head", "head_rows": 64, "d2t": True,
-                             "fc": "applied", "feed": "aux"} and new["fails"] is None
+                             "fc": "applied", "feed": "aux", "flags": []} and new["fails"] is None
     assert old["served"]["head"] == "random" and old["served"]["d2t"] is True
     assert "0.33.0" in new["why"]["head"] and "0.11.0" in old["why"]["head"]
     own = served_parts(config, {**tensors, "lm_head.weight": [64, 64]}, engine="vllm")

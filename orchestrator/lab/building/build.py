@@ -148,6 +148,11 @@ ISSUE37_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "hidden-size": ("the config's hidden_size is not the weights' (DeepSpec issue 44: config 2560, weights 5120): "
                     "the weights do not fit the layer the engine builds", "hidden_size: 256 (weights 128)",
                     ("draft_field",)),
+    # engine-divergent: SGLang's EAGLE-3 class never reads norm_before_residual (served as trained: nothing wrong),
+    # vLLM's does (the residual is normed: served_part, the flag scored off and written false)
+    "residual-norm": ("norm_before_residual true on a draft trained without it (the option of vLLM PR 14990; config "
+                      "and training disagree as in NeMo Automodel PR 2897): SGLang never reads it", "norm_before_residual: "
+                      "true", ()),
     # a harmless difference: weights stored in another dtype, bookkeeping keys no engine reads
     "bf16-extra-keys": ("the draft stored in bfloat16 with keys of its trainer the engines never read: nothing is "
                         "wrong", "weights bfloat16, torch_dtype bfloat16, use_cache false, trainer keys", ()),
@@ -163,7 +168,8 @@ TRAINED_DRAFTS = ("seed-wiring", "healthy")
 SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-one", "topk-override",
                   "eagle-not-eagle3", "own-embedding", "trained-embedding", "attention-heads", "rope-theta",
                   "shuffled-draft", "tied-head", "eps-config", "no-d2t",
-                  "norm-output", "vocab-undeclared", "hidden-size", "bf16-extra-keys")
+                  "norm-output", "vocab-undeclared", "hidden-size", "bf16-extra-keys",
+                  "residual-norm")
 DEFAULT_SCENARIO = "seed-wiring"
 
 #: one CPU thread per lab process (the lab server already takes one: --lab-threads 1). The lab's matrices are tiny,
@@ -333,7 +339,8 @@ VARIANT_BASE = {"no-lm-head": "seed-wiring", "direct-d2t": "seed-wiring", "off-b
                 "own-embedding": "healthy", "trained-embedding": "healthy", "attention-heads": "healthy",
                 "rope-theta": "healthy", "shuffled-draft": "seed-wiring", "tied-head": "healthy",
                 "eps-config": "healthy", "no-d2t": "healthy", "norm-output": "healthy",
-                "vocab-undeclared": "healthy", "hidden-size": "healthy", "bf16-extra-keys": "healthy"}
+                "vocab-undeclared": "healthy", "hidden-size": "healthy", "bf16-extra-keys": "healthy",
+                "residual-norm": "healthy"}
 
 
 def _target_embedding(draft: Path) -> Any:
@@ -390,6 +397,8 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
                       trainer_state={"global_step": 393, "epoch": 1.0}, pretraining_tp=1)
     elif kind == "vocab-undeclared":  # a config written for the full vocabulary beside a pruned head and its d2t
         config.pop("draft_vocab_size")
+    elif kind == "residual-norm":  # read by vLLM's EAGLE-3 layer, never by SGLang's
+        config["norm_before_residual"] = True
     elif kind == "norm-output":   # the next draft step is fed the normed state, which this draft never saw
         config["norm_output"] = True
     elif kind == "eps-config":    # harmless: both engines' norms take the config's epsilon, 1e-5 against 1e-6

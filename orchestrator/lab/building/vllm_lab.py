@@ -49,7 +49,8 @@ BASE = {"seed-wiring": "seed-wiring", "healthy": "healthy", "off-by-one": "off-b
         "trained-embedding": "trained-embedding", "attention-heads": "attention-heads", "rope-theta": "rope-theta",
         "shuffled-draft": "shuffled-draft", "tied-head": "tied-head",
         "eps-config": "eps-config", "no-d2t": "no-d2t", "norm-output": "norm-output",
-        "vocab-undeclared": "vocab-undeclared", "hidden-size": "hidden-size", "bf16-extra-keys": "bf16-extra-keys"}
+        "vocab-undeclared": "vocab-undeclared", "hidden-size": "hidden-size", "bf16-extra-keys": "bf16-extra-keys",
+        "residual-norm": "residual-norm"}
 VLLM_SCENARIO_NAMES = tuple(BASE)
 #: drafts written here (config-only copies), keyed by name -> (source draft, the config change)
 VLLM_DRAFTS = ("sglang-ids",)
@@ -133,6 +134,8 @@ VLLM_ISSUE26_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "vocab-undeclared": build.ISSUE37_FAULTS["vocab-undeclared"],
     "hidden-size": build.ISSUE37_FAULTS["hidden-size"],
     "bf16-extra-keys": build.ISSUE37_FAULTS["bf16-extra-keys"],
+    "residual-norm": ("norm_before_residual true on a draft trained without it: vLLM's EAGLE-3 layer reads it "
+                      "(llama_eagle3.py), so the residual is normed", "norm_before_residual: true", ("served_part",)),
 }
 
 

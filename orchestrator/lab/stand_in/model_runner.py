@@ -180,6 +180,7 @@ class LabModelRunner:
 
     def _load_draft(self) -> None:
         from orchestrator.lab.stand_in.field_fidelity import unmodelled
+        from remote_probes.draft_reading.field_table import flags_read
         from remote_probes.eagle3.checkpoint import DraftLoadError, read_state_dict
         from remote_probes.eagle3.config import flat_config
         from remote_probes.eagle3.served import describe, served_parts
@@ -197,8 +198,11 @@ class LabModelRunner:
                     + "; ".join(f"{f} = {v!r} ({args.engine} {does})" for f, v, does in refused)
                     + " is not modelled here (orchestrator/lab/stand_in/field_fidelity.py)", kind="NotImplementedError")
             raw_d2t = state["d2t"].clone().long() if "d2t" in state else None
+            # the variant flags the engine tree on the lab's path reads (its EAGLE-3 class, read field by field):
+            # a flag the engine never reads is served without, as that engine serves it
             self.parts = served_parts(flat_config(config), state, algorithm, engine=args.engine,
-                                      target_hidden_size=self.config.hidden_size, vllm_rules=args.vllm_rules)
+                                      target_hidden_size=self.config.hidden_size, vllm_rules=args.vllm_rules,
+                                      flags_read=flags_read(args.engine))
             if self.parts["fails"]:
                 raise StartupError(f"cannot load the draft model {args.speculative_draft_model_path}: "
                                    f"{describe(self.parts)}", kind="AttributeError" if "AttributeError"
