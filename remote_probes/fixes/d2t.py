@@ -24,40 +24,19 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 #: safetensors integer dtypes d2t is stored in, as struct codes (little-endian)
 INT_CODES = {"I64": "q", "I32": "i"}
-
-
-def _read_d2t(draft_dir: str) -> Tuple[Optional[list], Optional[str], str]:
-    """(values, dtype, why) of the draft's ``d2t`` tensor (with or without ``model.``), read without torch."""
-    for fname in sorted(os.listdir(draft_dir)):
-        if not fname.endswith(".safetensors"):
-            continue
-        with open(os.path.join(draft_dir, fname), "rb") as fh:
-            size = struct.unpack("<Q", fh.read(8))[0]
-            header = json.loads(fh.read(size))
-            name = next((n for n in ("d2t", "model.d2t") if n in header), None)
-            if name is None:
-                continue
-            meta = header[name]
-            dtype = meta.get("dtype")
-            if dtype not in INT_CODES:
-                return None, dtype, "d2t has dtype %s, not an integer type this probe rewrites" % dtype
-            begin, end = meta["data_offsets"]
-            fh.seek(8 + size + begin)
-            raw = fh.read(end - begin)
-            count = len(raw) // struct.calcsize("<" + INT_CODES[dtype])
-            return list(struct.unpack("<%d%s" % (count, INT_CODES[dtype]), raw)), dtype, ""
-    return None, None, "no d2t tensor in the draft's weights"
 
 
 #: safetensors boolean / byte dtypes t2d is stored in
 MASK_CODES = {"BOOL": "B", "U8": "B", "I64": "q", "I32": "i"}
 
 
-def _read_named(draft_dir: str, names: Tuple[str, ...]) -> Tuple[Optional[list], Optional[str], str]:
+def _read_named(draft_dir: str, names: Tuple[str, ...], codes: Dict[str, str]) -> Tuple[Optional[list], Optional[str], str]:
+    """(values, dtype, why) of the first tensor named in ``names`` (with or without ``model.``), read without torch,
+    when its dtype is one of ``codes`` (safetensors dtype -> struct code)."""
     for fname in sorted(os.listdir(draft_dir)):
         if not fname.endswith(".safetensors"):
             continue
@@ -68,9 +47,10 @@ def _read_named(draft_dir: str, names: Tuple[str, ...]) -> Tuple[Optional[list],
             if name is None:
                 continue
             meta = header[name]
-            code = MASK_CODES.get(meta.get("dtype"))
+            code = codes.get(meta.get("dtype"))
             if code is None:
-                return None, meta.get("dtype"), "%s has dtype %s, which this probe cannot read" % (name, meta.get("dtype"))
+                return None, meta.get("dtype"), "%s has dtype %s, which this probe does not read" % (
+                    name, meta.get("dtype"))
             begin, end = meta["data_offsets"]
             fh.seek(8 + size + begin)
             raw = fh.read(end - begin)
@@ -82,7 +62,7 @@ def _read_named(draft_dir: str, names: Tuple[str, ...]) -> Tuple[Optional[list],
 def d2t_from_t2d(draft_dir: str, draft_vocab_size: Optional[int]) -> Tuple[Optional[bytes], str]:
     """The offsets nonzero(t2d)[i] - i as an int64 tensor's raw bytes, when the checkpoint's t2d marks exactly
     ``draft_vocab_size`` target ids."""
-    mask, _dtype, why = _read_named(draft_dir, ("t2d", "model.t2d"))
+    mask, _dtype, why = _read_named(draft_dir, ("t2d", "model.t2d"), MASK_CODES)
     if mask is None:
         return None, why
     ids = [i for i, v in enumerate(mask) if v]
@@ -94,7 +74,7 @@ def d2t_from_t2d(draft_dir: str, draft_vocab_size: Optional[int]) -> Tuple[Optio
 
 def d2t_as_offsets(draft_dir: str, vocab: Optional[int]) -> Tuple[Optional[bytes], str]:
     """The offsets d2t[i] - i of a d2t that holds distinct target ids inside ``vocab``, as the tensor's raw bytes."""
-    values, dtype, why = _read_d2t(draft_dir)
+    values, dtype, why = _read_named(draft_dir, ("d2t", "model.d2t"), INT_CODES)
     if values is None or dtype is None:
         return None, why
     if len(set(values)) != len(values) or any(v < 0 for v in values) or (vocab is not None and max(values) >= vocab):
