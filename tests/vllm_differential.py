@@ -33,6 +33,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http.client import HTTPException, IncompleteRead
 from pathlib import Path
 from typing import Any
 
@@ -204,11 +205,20 @@ def http(url: str, body: dict[str, Any] | None = None, timeout: float = 10) -> t
         req.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return int(resp.status), resp.read().decode(errors="replace")
+            return int(resp.status), _body(resp)
     except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode(errors="replace")
-    except (OSError, urllib.error.URLError):
+        return int(exc.code), _body(exc)
+    except (OSError, urllib.error.URLError, HTTPException):
         return 0, ""
+
+
+def _body(resp: Any) -> str:
+    """The response's text; a body the server cut short (a real vLLM whose engine dies while it answers 500: its
+    Content-Length promised more than came) is what arrived."""
+    try:
+        return resp.read().decode(errors="replace")
+    except IncompleteRead as exc:
+        return exc.partial.decode(errors="replace")
 
 
 def lab_server(target: Path, spec: dict[str, Any], work: Path, rules_site: Path | None,
