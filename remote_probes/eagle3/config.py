@@ -62,6 +62,15 @@ def variant_flags(raw: Dict[str, Any]) -> Dict[str, bool]:
     return flags
 
 
+def with_flag_off(config: Dict[str, Any], flag: str) -> Dict[str, Any]:
+    """A copy of ``config`` with a variant flag off wherever the format puts it (top level, nested eagle_config)."""
+    out = dict(config, **{flag: False})
+    nested = config.get("eagle_config")
+    if isinstance(nested, dict) and flag in nested:
+        out["eagle_config"] = dict(nested, **{flag: False})
+    return out
+
+
 def rope_config(cfg: Dict[str, Any]) -> Tuple[Optional[float], Optional[Dict[str, Any]], str]:
     """(rope_theta or None when no key names one, scaling dict or None, where theta came from)."""
     params = cfg.get("rope_parameters")

@@ -247,16 +247,13 @@ def variants(config: Dict[str, Any], state: Dict[str, Any], parts: Dict[str, Any
         add("flags", "without %s (the engine never reads it)" % ", ".join(ignored),
             "with %s (as the config says the draft was trained)" % ", ".join(ignored),
             choice={"flags": list(trained_flags)})
-    from remote_probes.eagle3.config import variant_flags
+    from remote_probes.eagle3.config import variant_flags, with_flag_off
 
     flags = variant_flags(config)
     for name in FLAG_SWAPS:
         if flags.get(name):
-            nested = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else None
-            off = dict(config, **{name: False})
-            if nested is not None and name in nested:
-                off["eagle_config"] = dict(nested, **{name: False})
-            add("field." + name, "%s true (the draft's config)" % name, "%s false" % name, cfg=off)
+            add("field." + name, "%s true (the draft's config)" % name, "%s false" % name,
+                cfg=with_flag_off(config, name))
     return out
 
 

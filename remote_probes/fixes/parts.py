@@ -20,6 +20,8 @@ import os
 import struct
 from typing import Any, Dict, List, Optional
 
+from remote_probes.eagle3.config import with_flag_off
+
 ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
 ATTENTION_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim")
 
@@ -48,9 +50,7 @@ def part_fixes(parts: List[Dict[str, Any]], config: Dict[str, Any], target_confi
         elif part.startswith("field.") and part[len("field."):] in ("norm_output", "norm_before_residual"):
             key = part[len("field."):]  # a behaviour flag the draft scores best without (counterfactual.FLAG_SWAPS)
             before = {key: config.get(key, (config.get("eagle_config") or {}).get(key))}
-            config[key] = False
-            if isinstance(config.get("eagle_config"), dict) and key in config["eagle_config"]:
-                config["eagle_config"] = dict(config["eagle_config"], **{key: False})
+            config.update(with_flag_off(config, key))
             out["config_changed"] = True
             out["changes"].append({"what": "config %s" % key, "from": before, "to": {key: False},
                                    "why": why + ": %s builds the draft's step from the draft's config" % name})
