@@ -91,6 +91,10 @@ REAL_VLLM_CONFIRMS: dict[str, tuple[str, ...]] = {
     "bf16-extra-keys": (),
     # norm_before_residual true on a draft trained without it: vLLM 0.32's EAGLE-3 layer reads it (SGLang's never)
     "residual-norm": ("served_part",),
+    # tensor names vLLM's loader cannot place: refused at start ("There is no module or parameter named ..."); the
+    # renamed copy serves and accepts
+    "compiled-prefix": ("draft_field",),
+    "model-prefix": ("draft_field",),
 }
 #: cases of the real-vLLM matrix that are no lab draft of their own: name -> (the vLLM scenario whose draft is
 #: served, the speculative-config change). The method: vLLM's counterpart of SGLang's eagle-not-eagle3 is

@@ -32,8 +32,10 @@ from typing import Any
 
 from remote_probes.agent.protocol import ProbeFailure, run_probe
 from remote_probes.checks.findings import analyse
+from remote_probes.checks.tensor_values import scan
 from remote_probes.draft_reading.field_findings import field_findings
 from remote_probes.draft_reading.field_table import engine_reading
+from remote_probes.draft_reading.tensor_placement import as_trained, loader_reading, place
 from remote_probes.eagle3.config import flat_config, rope_config
 from remote_probes.engine.registry import (
     config_reads,
@@ -182,7 +184,6 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     raw = read_json(cfg_path, "draft config")
     target = target_info(args)
     tensors, weights = weight_table(path)
-    small = {name: read_ints(meta) for name, meta in tensors.items() if name.split(".")[-1] in ("d2t", "t2d")}
     archs = raw.get("architectures") if isinstance(raw.get("architectures"), list) else []
     arch = archs[0] if archs and isinstance(archs[0], str) else None
     if args.get("engine") not in (None, "sglang", "vllm"):
@@ -199,7 +200,13 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     flags = loader_flags(engine["root"], module) if engine and module and engine.get("root") else None
     vllm = vllm_scan(args)
     target["class"] = target_class(args, engine)
-    feeds, naming, findings = analyse(raw, tensors, small, weights, target, engine, flags, reads_nested, vllm)
+    # the checks below judge the tensors under the names the engine's loader places (a naming fault is said once,
+    # by the field reading's tensor.names finding)
+    root = engine.get("root") if engine and not engine.get("missing") else None
+    loader = loader_reading(root, "vllm" if args.get("engine") == "vllm" else "sglang") if root else None
+    checked = as_trained(tensors, place(list(tensors), loader) if loader else None)
+    small = {name: read_ints(meta) for name, meta in checked.items() if name.split(".")[-1] in ("d2t", "t2d")}
+    feeds, naming, findings = analyse(raw, checked, small, weights, target, engine, flags, reads_nested, vllm)
     findings += fields_as_read(raw, tensors, args, engine)
     config = {k: raw[k] for k in CONFIG_KEYS if k in raw}
     if isinstance(raw.get("transformer_layer_config"), dict):  # speculators format nests the Llama config
@@ -224,6 +231,7 @@ def fields_as_read(raw: dict[str, Any], tensors: dict[str, Any], args: dict[str,
     name = "vllm" if args.get("engine") == "vllm" else "sglang"
     root = engine.get("root") if engine and not engine.get("missing") else None
     reading = engine_reading(root, name, engine.get("version") if engine else None)
+    reading["loader"] = loader_reading(root, name) if root else None
     target = None
     if args.get("target_path"):
         try:
@@ -231,7 +239,7 @@ def fields_as_read(raw: dict[str, Any], tensors: dict[str, Any], args: dict[str,
                                            "target config"))
         except ProbeFailure:
             target = None  # target_info already said why
-    return field_findings(flat_config(raw), tensors, target, reading)
+    return field_findings(flat_config(raw), tensors, target, reading, values=scan(tensors))
 
 
 def engine_scan(args: dict[str, Any]) -> dict[str, Any] | None:

@@ -12,6 +12,9 @@ beside the draft by draft_fix). Standard library only.
   the target's (the value trainers copy) is a candidate, scored by the counterfactual draft test with the target's
   value, never a verdict by itself (severity warning).
 - fields the installed engine never reads: listed (info), so that a difference there is known to change nothing.
+- tensor names the installed engine's loader cannot place (``tensor.names``, read by tensor_placement.py): SGLang
+  drops them and serves the parameters they were for at their initial values, vLLM refuses the draft at start; the
+  fix (``details.rename``: saved name -> the name the loader places) is a renamed copy of the weights.
 
 Public API: ``field_findings(config, tensors, target, reading) -> [one finding]`` (its ``details.findings`` holds
 the per-field ones), ``decoder_layers(tensors)``,
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import re
 from typing import Any, Dict, List, Optional
+
+from remote_probes.draft_reading.tensor_placement import as_trained, place
 
 SUMMARY_ID = "draft_fields"
 #: config keys that are bookkeeping, not model structure, or that the engine reads outside the draft class (the
@@ -267,6 +272,50 @@ def _flag_candidates(cfg: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[
     return out
 
 
+def _prefix(renames: Dict[str, str]) -> Optional[str]:
+    """The one prefix every rename strips (``_orig_mod.``), or None."""
+    cut = {old[:len(old) - len(new)] for old, new in renames.items() if old.endswith(new)}
+    return cut.pop() if len(cut) == 1 and len(renames) > 1 else None
+
+
+def _placement(tensors: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Saved tensor names the installed engine's loader cannot place (tensor_placement.py): SGLang drops them, so the
+    parameters they were for keep their initial values; vLLM refuses the draft at start."""
+    loader = reading.get("loader")
+    placement = place(list(tensors), loader) if loader else None
+    if placement is None or not (placement["dropped"] or placement["refused"]):
+        return []
+    rule = placement["rules"].get("unplaced") or {}
+    where = "%s:%s" % (rule.get("file"), rule.get("line")) if rule else "(not located)"
+    unplaced = placement["dropped"] + sorted(placement["refused"])
+    renames = placement["renames"]
+    cut = _prefix(renames)
+    fix_text = ("Saving them without the prefix %r places them" % cut if cut else
+                "Renaming %s places them" % ", ".join("%s -> %s" % kv for kv in sorted(renames.items())[:3])
+                if renames else "No shorter name of theirs lands on a parameter: re-export the draft from training")
+    some = ", ".join(unplaced[:2]) + (" and %d more" % (len(unplaced) - 2) if len(unplaced) > 2 else "")
+    if placement["refused"]:
+        name, says = sorted(placement["refused"].items())[0]
+        message = ("%s refuses the draft at start: its loader places no parameter under %d saved tensor name%s (%s): "
+                   "%s (%s `%s`). %s (vLLM loads layers.0.* or midlayer.* with no prefix)." % (
+                       _label(reading), len(unplaced), "s" if len(unplaced) > 1 else "", some,
+                       says if says.startswith("KeyError") else "There is no module or parameter named " + says,
+                       where, rule.get("text"), fix_text))
+    else:
+        left = placement["left_at_init"]
+        message = ("%s loads the draft by name and drops %d saved tensor%s it cannot place (%s) without a word (%s "
+                   "`%s`), so %s keep%s %s initial value%s: the draft served is not the draft trained. %s." % (
+                       _label(reading), len(unplaced), "s" if len(unplaced) > 1 else "", some, where,
+                       rule.get("text"), ", ".join(left[:3]) + (" and %d more" % (len(left) - 3) if len(left) > 3
+                                                                else "") if left else "the parameters they were for",
+                       "" if len(left) > 1 else "s", "their" if len(left) > 1 else "its", "s" if len(left) > 1 else "",
+                       fix_text))
+    return [_f("tensor.names", "error", message, field="tensor names", value=unplaced[:8], unplaced=len(unplaced),
+               engine=reading.get("engine"), engine_version=reading.get("version"), file=rule.get("file"),
+               line=rule.get("line"), code=rule.get("text"), fix=None, rename=dict(renames), prefix=cut,
+               left_at_init=placement["left_at_init"], refused=bool(placement["refused"]), parts=["tensors"])]
+
+
 def _unread(cfg: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
     unread = sorted(k for k in cfg if k not in reading["fields"] and k not in _META and not k.startswith("_"))
     if not unread:
@@ -277,26 +326,34 @@ def _unread(cfg: Dict[str, Any], reading: Dict[str, Any]) -> List[Dict[str, Any]
 
 
 def field_findings(config: Dict[str, Any], tensors: Dict[str, Any], target: Optional[Dict[str, Any]],
-                   reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+                   reading: Dict[str, Any], values: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
     """One finding (``SUMMARY_ID``: the worst severity, the fixes of the errors merged, the per-field findings).
     ``config``: the draft's flat config; ``tensors``: name -> {"shape", "dtype"}; ``target``: the target's flat config
-    (None: not compared); ``reading``: field_table.engine_reading of the installed engine."""
-    names = {_canon(k): v for k, v in tensors.items()}
+    (None: not compared); ``reading``: field_table.engine_reading of the installed engine (with ``loader``:
+    tensor_placement.loader_reading); ``values``: checks/tensor_values.scan of the weights, ridden along (a tensor
+    the engine loads as saved but whose values no engine can serve)."""
+    loader = reading.get("loader")
+    names = {_canon(k): v for k, v in as_trained(tensors, place(list(tensors), loader) if loader else None).items()}
     if not reading.get("fields"):
         why = "; ".join(reading.get("missing") or []) or "no engine source read"
         # not a finding about the draft (as with no engine to scan for the architecture): said, decides nothing
-        return [_f(SUMMARY_ID, "info", "The draft's config was not read field by field: %s was not found (%s)."
-                   % (reading.get("engine"), why), fields=[], fixes={}, engine=reading.get("engine"))]
-    found = (_tied(config, names, reading) + _layers(config, names, reading)
+        bad = [f for f in values or [] if f["severity"] == "error"]
+        return [_f(SUMMARY_ID, "error" if bad else "info", "The draft's config was not read field by field: %s was "
+                   "not found (%s).%s" % (reading.get("engine"), why, "".join(" " + f["message"] for f in bad)),
+                   fields=[f["details"]["field"] for f in bad], fixes={}, renames={}, parts=[],
+                   engine=reading.get("engine"), findings=list(values or []))]
+    found = (_placement(tensors, reading) + _tied(config, names, reading) + _layers(config, names, reading)
              + _head_rows(config, names, target, reading)
              + _shapes(config, names, reading) + _flags(config, names, reading)
              + _biases(config, names, reading) + _numeric(config, target, reading)
-             + _flag_candidates(config, reading))
+             + _flag_candidates(config, reading) + list(values or []))
     errors = [f for f in found if f["severity"] == "error"]
     candidates = [f for f in found if f["severity"] == "warning"]
     fixes: Dict[str, Any] = {}
+    renames: Dict[str, str] = {}
     for f in errors:
         fixes.update(f["details"].get("fix") or {})
+        renames.update(f["details"].get("rename") or {})
     worst = "error" if errors else "warning" if candidates else "info"
     label = _label(reading)
     read = len(reading["fields"])
@@ -315,6 +372,6 @@ def field_findings(config: Dict[str, Any], tensors: Dict[str, Any], target: Opti
         message += " Fields %s reads that no table here describes (not checked): %s." % (label, ", ".join(unknown))
     # one finding: the per-field ones ride in its details (the console, the report and the weighing say it once)
     return [_f(SUMMARY_ID, worst, message, engine=reading.get("engine"), engine_version=reading.get("version"),
-               fields=[f["details"].get("field") for f in errors + candidates], fixes=fixes,
+               fields=[f["details"].get("field") for f in errors + candidates], fixes=fixes, renames=renames,
                parts=sorted({p for f in errors for p in f["details"].get("parts") or []}),
                read=read, unknown=unknown, findings=found + _unread(config, reading))]

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 
 from remote_probes.agent.protocol import ProbeFailure
+from remote_probes.eagle3.names import canonical_name
 
 
 class DraftLoadError(ProbeFailure):
@@ -62,25 +63,6 @@ def read_safetensors(path: str) -> Dict[str, torch.Tensor]:
         flat = torch.frombuffer(buf, dtype=dtype) if buf else torch.empty(0, dtype=dtype)
         tensors[name] = flat.reshape(meta["shape"])
     return tensors
-
-
-_LEGACY_NORMS = {"aux_norm_low.": "fc_norm.0.", "aux_norm_mid.": "fc_norm.1.", "aux_norm_high.": "fc_norm.2."}
-
-
-def canonical_name(name: str) -> str:
-    """Map a tensor name of any known layout to SpecForge's (``midlayer.*``, no ``model.`` prefix).
-
-    The variant norms keep speculators' / SGLang's names (``fc_norm.N``, ``input_norm``); SGLang's legacy
-    ``aux_norm_{low,mid,high}`` become ``fc_norm.{0,1,2}`` as its loader renames them.
-    """
-    if name.startswith("model."):
-        name = name[len("model."):]
-    if name.startswith("layers.0."):
-        name = "midlayer." + name[len("layers.0."):]
-    for old, new in _LEGACY_NORMS.items():
-        if name.startswith(old):
-            name = new + name[len(old):]
-    return name
 
 
 def _weight_files(path: str) -> List[str]:

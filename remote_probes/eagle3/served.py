@@ -77,7 +77,8 @@ def trained_parts(config: Dict[str, Any], tensors: Collection[str]) -> Dict[str,
 def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str, Sequence[int]], algorithm: str = "EAGLE3",
                  engine: str = "sglang", target_hidden_size: Optional[int] = None,
                  vllm_rules: Optional[Dict[str, Any]] = None,
-                 flags_read: Optional[Collection[str]] = None) -> Dict[str, Any]:
+                 flags_read: Optional[Collection[str]] = None,
+                 placement: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The parts the engine serves, the parts the draft was trained with, and why they differ.
 
     ``config``: the draft's config.json (flat keys, as SGLang's transformers config sees them); ``tensors``: the
@@ -90,9 +91,15 @@ def served_parts(config: Dict[str, Any], tensors: Collection[str] | Mapping[str,
     reads of them (served; ``flags_read``, from remote_probes/draft_reading/field_table.py: None reads them all).
     vLLM (method eagle3) follows ``vllm_rules`` (vllm_capture.capture_rules; None: the newest vLLM read, see
     ``_vllm_parts``); vLLM's method "eagle" with an EAGLE-3 draft is not modelled (parts as trained, with a note).
+    ``placement``: draft_reading/tensor_placement.place of the checkpoint's names on the installed engine. Where its
+    loader drops names (SGLang), the parts are served from the tensors it places and ``tensors`` lists the parameters
+    left at their initial values (trained: the names renamed as the loader would place them, ``[]``); where it
+    refuses one (vLLM), ``fails`` quotes the engine.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError("algorithm must be one of %s, got %r" % (", ".join(ALGORITHMS), algorithm))
+    if placement and (placement.get("dropped") or placement.get("refused")):
+        return _unplaced(config, tensors, algorithm, engine, target_hidden_size, vllm_rules, flags_read, placement)
     trained = trained_parts(config, tensors)
     hidden = _int(config.get("hidden_size"))
     vocab = _int(config.get("vocab_size"))
@@ -245,6 +252,52 @@ def _vllm_parts(config: Dict[str, Any], tensors: Any, trained: Dict[str, Any], s
     return _result("EAGLE3", "vllm", served, trained, why, None)
 
 
+def _unplaced(config: Dict[str, Any], tensors: Any, algorithm: str, engine: str, target_hidden_size: Optional[int],
+              vllm_rules: Optional[Dict[str, Any]], flags_read: Optional[Collection[str]],
+              placement: Dict[str, Any]) -> Dict[str, Any]:
+    """served_parts of a checkpoint whose loader cannot place some names: served from what it places, trained from
+    the names it would place (placement["renames"])."""
+    from remote_probes.eagle3.names import canonical_name
+
+    given = tensors if hasattr(tensors, "items") else {n: None for n in tensors}
+    shapes = {canonical_name(k): v for k, v in given.items()}
+    placed = {canon: shapes.get(canonical_name(name)) for name, canon in placement["placed"].items()}
+    out = served_parts(config, placed, algorithm, engine, target_hidden_size, vllm_rules, flags_read)
+    served_names = dict(placement["placed"])
+    trained_names = dict(served_names, **placement["renames"])
+    trained = trained_parts(config, [canonical_name(n) for n in trained_names.values()])
+    trained["flags"] = out["trained"]["flags"]
+    served = dict(out["served"], tensors=list(placement["left_at_init"]))
+    trained["tensors"] = []
+    unplaced = placement["dropped"] + sorted(placement["refused"])
+    rule = (placement.get("rules") or {}).get("unplaced") or {}
+    where = "%s:%s" % (rule.get("file"), rule.get("line")) if rule else "its load_weights"
+    why = dict(out["why"])
+    fails = out["fails"]
+    if placement["refused"]:
+        name, says = sorted(placement["refused"].items())[0]
+        fails = ("the loader places no parameter under %d tensor name%s (e.g. %s), so it refuses the draft at start: "
+                 "There is no module or parameter named %s (%s)" % (len(placement["refused"]),
+                                                                    "s" if len(placement["refused"]) > 1 else "",
+                                                                    name, says, where)
+                 if not says.startswith("KeyError") else
+                 "the loader places no parameter under %s: %s (%s)" % (name, says, where))
+    why["tensors"] = ("%s's loader places no parameter under %d tensor name%s (e.g. %s) and drops %s without a word "
+                      "(%s), so %s stay%s at %s initial value%s" % (
+                          engine, len(unplaced), "s" if len(unplaced) > 1 else "", unplaced[0],
+                          "it" if len(unplaced) == 1 else "them", where,
+                          ", ".join(served["tensors"][:3]) + (" and %d more" % (len(served["tensors"]) - 3)
+                                                              if len(served["tensors"]) > 3 else ""),
+                          "s" if len(served["tensors"]) == 1 else "", "its" if len(served["tensors"]) == 1 else "their",
+                          "" if len(served["tensors"]) == 1 else "s"))
+    if placement["refused"]:
+        why["tensors"] = fails
+    # saved name -> the name each build takes it under (eagle3/names.apply_renames): served, what the loader places;
+    # trained, that and the unplaced names under the names the loader would place
+    return dict(_result(algorithm, engine, served, trained, why, fails),
+                renames={"served": served_names, "trained": trained_names})
+
+
 def _d2t_length(tensors: Any) -> Optional[int]:
     if not hasattr(tensors, "items"):
         return None
@@ -256,10 +309,10 @@ def _d2t_length(tensors: Any) -> Optional[int]:
 def _result(algorithm: str, engine: str, served: Dict[str, Any], trained: Dict[str, Any], why: Dict[str, str],
             fails: Optional[str]) -> Dict[str, Any]:
     swapped: List[Dict[str, Any]] = []
-    for part in ("embedding", "head", "d2t", "fc", "feed", "flags"):
+    for part in ("embedding", "head", "d2t", "fc", "feed", "flags", "tensors"):
         if served.get(part) != trained.get(part):
             swapped.append({"part": part, "served": served[part], "trained": trained[part],
-                            "why": why[part]})
+                            "why": why.get(part, "")})
     return {"algorithm": algorithm, "engine": engine, "served": served, "trained": trained, "swapped": swapped,
             "why": why, "fails": fails}
 
@@ -267,7 +320,8 @@ def _result(algorithm: str, engine: str, served: Dict[str, Any], trained: Dict[s
 def describe(parts: Dict[str, Any]) -> str:
     """One sentence: which parts the engine swaps, or that it serves the draft as trained."""
     if parts.get("fails"):
-        return "SGLang will fail to load this draft: %s" % parts["fails"]
+        return "%s will fail to load this draft: %s" % ("vLLM" if parts.get("engine") == "vllm" else "SGLang",
+                                                        parts["fails"])
     if not parts["swapped"]:
         return "served as trained (embedding %s, head %s, d2t %s)" % (
             parts["served"]["embedding"], parts["served"]["head"], "applied" if parts["served"]["d2t"] else "none")

@@ -152,6 +152,31 @@ def _pick_head(parts: Dict[str, Any], state: Dict[str, torch.Tensor], embed: Opt
     return source[:vd]
 
 
+def _left_at_init(cfg: DraftConfig, config: Dict[str, Any], state: Dict[str, torch.Tensor], names: List[str],
+                  notes: List[str]) -> Dict[str, torch.Tensor]:
+    """The parameters the engine's loader fills from no tensor (served_parts ``tensors``), at an initial value as the
+    engine leaves them: RMSNorm weights ones, projections uninitialised memory (a seeded small random stand-in)."""
+    from remote_probes.eagle3.wiring import nested_ids
+
+    ids = nested_ids(config)
+    given = config.get("num_aux_hidden_states")
+    num_aux = given if isinstance(given, int) else (len(ids) if ids else 3)
+    shapes = dict(_expected_shapes(cfg), **{"fc.weight": (cfg.hidden_size, num_aux * cfg.target_hidden_size)})
+    gen = torch.Generator().manual_seed(2)
+    state = dict(state)
+    filled = []
+    for name in names:
+        if name in state or name not in shapes:
+            continue
+        shape = shapes[name]
+        state[name] = torch.ones(shape) if name.endswith("norm.weight") else torch.randn(shape, generator=gen) * 0.02
+        filled.append(name)
+    if filled:
+        notes.append("%d parameters left at their initial values (the loader places no tensor of the checkpoint "
+                     "there): %s" % (len(filled), ", ".join(filled[:4]) + (", ..." if len(filled) > 4 else "")))
+    return state
+
+
 def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], notes: List[str], *, strict: bool,
                      embed_tokens: Optional[torch.Tensor], lm_head: Optional[torch.Tensor],
                      target_vocab_size: Optional[int], target_hidden_size: Optional[int],
@@ -169,6 +194,8 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
         cfg.flags = {f: v for f, v in cfg.flags.items() if f in parts["flags"]}
         if dropped:
             notes.append("served without %s: the engine never reads it" % ", ".join(dropped))
+    if parts is not None and parts.get("tensors"):
+        state = _left_at_init(cfg, config, state, parts["tensors"], notes)
     qk_norms = sorted(n for n in state if n.startswith("midlayer.self_attn.") and n.split(".")[2] in ("q_norm", "k_norm"))
     if qk_norms:  # a Qwen3-style layer (speculators transformer_layer_config.model_type qwen3): per-head q/k norms
         raise DraftLoadError("draft has per-head attention norms (%s), a Qwen3-style decoder layer this Llama-style "

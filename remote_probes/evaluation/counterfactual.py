@@ -29,6 +29,8 @@ Parts and their counterfactuals (``variants``):
   flag the config sets (``FLAG_SWAPS``: norm_output, norm_before_residual) -> off.
 - ``flags``: served without the variant flags the engine never reads -> with them, as the config says the draft was
   trained (served_parts ``flags_read``).
+- ``tensors``: the parameters the engine's loader fills from no saved name (SGLang drops a name it cannot place:
+  draft_reading/tensor_placement.py) at their initial values -> the saved tensors under the names it places.
 
 Context length is not swapped offline: both engines size the draft's positions by the serving context, not by the
 draft's max_position_embeddings; a draft trained short shows as acceptance falling with prompt length (the
@@ -66,6 +68,9 @@ REF_PATTERNS: Dict[str, Dict[str, List[Tuple[str, str, str]]]] = {
                  ("srt/models/llama_eagle3.py", r"rope_scaling = ", "llama_eagle3 passes the draft config's scaling")],
         "attention": [("srt/models/llama.py", r"num_heads=config\.num_attention_heads",
                        "the draft's attention layout comes from the draft's config")],
+        "tensors": [("srt/models/llama_eagle3.py", r"if param_name in params_dict:",
+                     "load_weights loads a name only where that parameter exists: any other is dropped without a "
+                     "word and the parameter keeps its initial value")],
     },
     "vllm": {
         "embedding": [("v1/spec_decode/llm_base_proposer.py", r"def _maybe_share_embeddings",
@@ -89,6 +94,8 @@ REF_PATTERNS: Dict[str, Dict[str, List[Tuple[str, str, str]]]] = {
                   "the draft's decoder layer takes rope_theta from the DRAFT's config")],
         "attention": [("model_executor/models/llama.py", r"num_heads=config\.num_attention_heads",
                        "the draft's attention layout comes from the draft's config")],
+        "tensors": [("model_executor/models/utils.py", r"There is no module or parameter named",
+                     "AutoWeightsLoader refuses a name that reaches no module or parameter")],
     },
 }
 
@@ -247,6 +254,15 @@ def variants(config: Dict[str, Any], state: Dict[str, Any], parts: Dict[str, Any
         add("flags", "without %s (the engine never reads it)" % ", ".join(ignored),
             "with %s (as the config says the draft was trained)" % ", ".join(ignored),
             choice={"flags": list(trained_flags)})
+    if served.get("tensors"):
+        from remote_probes.eagle3.names import apply_renames
+
+        n = len(served["tensors"])
+        add("tensors", "%d parameter%s at %s initial value%s (the loader places no saved name there)"
+            % (n, "s" if n > 1 else "", "their" if n > 1 else "its", "s" if n > 1 else ""),
+            "the saved tensors under the names the loader places",
+            st=apply_renames(state, (parts.get("renames") or {}).get("trained") or {}),
+            choice={"tensors": []})
     from remote_probes.eagle3.config import variant_flags, with_flag_off
 
     flags = variant_flags(config)

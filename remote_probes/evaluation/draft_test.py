@@ -61,6 +61,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from remote_probes.agent.protocol import ProbeFailure, progress, run_probe
 from remote_probes.checks.runnable import check_architecture, check_fits, mem_available
 from remote_probes.draft_reading.field_table import flags_read
+from remote_probes.draft_reading.tensor_placement import placement_for
+from remote_probes.eagle3.names import apply_renames
 from remote_probes.eagle3.served import ALGORITHMS, describe, served_parts
 from remote_probes.eagle3.wiring import ENGINES, auto_wirings, nested_ids, top_level_ids, validate_wiring
 from remote_probes.engine.served_wiring import server_wiring
@@ -602,14 +604,18 @@ def load_drafts(a: Dict[str, Any], model: Any, hidden: int, device: str,
         state = dict(state, d2t=derived["offsets"])
         notes.append(derived["note"])
     parts = served_parts(flat_config(config), state, a["algorithm"], a["engine"], target_hidden_size=hidden,
-                         flags_read=flags_read(a["engine"], a.get("engine_site")))
+                         flags_read=flags_read(a["engine"], a.get("engine_site")),
+                         placement=placement_for(a["engine"], a.get("engine_site"), a["draft"]))
     if parts["fails"]:
         raise ProbeFailure("engine_load", describe(parts), field="draft", parts=parts)
     embed = model.get_input_embeddings().weight.detach()
     head = model.get_output_embeddings()
 
     def build(choice: Dict[str, Any]) -> Any:
-        return build_from_state(config, state, notes, strict=True, embed_tokens=embed,
+        # the trained parts (``tensors`` empty) take the saved tensors under the names the loader places
+        names = parts.get("renames") or {}
+        st = apply_renames(state, names.get("trained" if choice.get("tensors") == [] else "served") or {})
+        return build_from_state(config, st, notes, strict=True, embed_tokens=embed,
                                 lm_head=None if head is None else head.weight.detach(),
                                 target_vocab_size=embed.shape[0], target_hidden_size=hidden, device=device,
                                 dtype=embed.dtype, parts=choice)
@@ -633,7 +639,9 @@ def score_counterfactuals(torch: Any, a: Dict[str, Any], model: Any, text_cfg: A
     config, state, notes = read_state_dict(a["draft"])
     flat = flat_config(config)
     parts = served_parts(flat, state, a["algorithm"], a["engine"], target_hidden_size=hidden,
-                         flags_read=flags_read(a["engine"], a.get("engine_site")))
+                         flags_read=flags_read(a["engine"], a.get("engine_site")),
+                         placement=placement_for(a["engine"], a.get("engine_site"), a["draft"]))
+    state = apply_renames(state, (parts.get("renames") or {}).get("served") or {})
     embed = model.get_input_embeddings().weight.detach()
     head = model.get_output_embeddings()
     head_w = None if head is None else head.weight.detach()

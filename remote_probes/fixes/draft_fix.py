@@ -48,7 +48,7 @@ from remote_probes.engine.registry import installed_version
 from remote_probes.engine.sglang_capture import capture_rules, find_sglang_root, servable_ids
 from remote_probes.engine.target_capture import target_loop
 from remote_probes.fixes.d2t import d2t_as_offsets, d2t_from_t2d
-from remote_probes.fixes.fields import field_fixes
+from remote_probes.fixes.fields import field_fixes, field_renames
 from remote_probes.fixes.parts import part_fixes, tensor_names, write_added, write_without
 from remote_probes.fixes.vllm import derive_vllm
 
@@ -119,7 +119,8 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     if args.get("engine") == "vllm":
         part = derive_vllm(args, raw, n_layers, findings, _is_eagle3_draft(raw, findings))
         changed, swaps = field_fixes(findings, part["config"], swaps, part["changes"], part["notes"], part["name"])
-        part["config_changed"] = part["config_changed"] or changed
+        part["rename"] = field_renames(findings, part["changes"], part["name"])
+        part["config_changed"] = part["config_changed"] or changed or bool(part["rename"])
         fixed = part_fixes(swaps, part["config"], tcfg, "vllm", part["name"])
         part.update(config=fixed["config"], config_changed=part["config_changed"] or fixed["config_changed"]
                     or bool(fixed["drop"]), drop=fixed["drop"])
@@ -232,8 +233,9 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
                              "feed by config: %s" % (best, sglang, "; ".join(why_not)), "remedies": remedies})
 
     changed, swaps = field_fixes(findings, config, swaps, changes, notes, sglang)
+    rename = field_renames(findings, changes, sglang)
     fixed = part_fixes(swaps, config, tcfg, "sglang", sglang)
-    config, config_changed = fixed["config"], config_changed or changed or fixed["config_changed"]
+    config, config_changed = fixed["config"], config_changed or changed or fixed["config_changed"] or bool(rename)
     changes += fixed["changes"]
     blockers += fixed["blockers"]
     replace = _mend_d2t(draft, findings, tcfg.get("vocab_size"), changes, blockers, "%s's hot_token_id" % sglang,
@@ -241,7 +243,7 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     config_changed = config_changed or bool(replace)
     written = None
     if config_changed:
-        written = _write_corrected(draft, config, changes, args.get("out_dir"), replace=replace)
+        written = _write_corrected(draft, config, changes, args.get("out_dir"), replace=replace, rename=rename)
         old = flags.get("speculative_draft_model_path")
         changes.append({"what": "speculative-draft-model-path", "from": old, "to": written,
                         "why": "the corrected config lives beside the draft (the draft itself is never changed)"})
@@ -260,7 +262,7 @@ def _finish_vllm(args: Dict[str, Any], draft: str, part: Dict[str, Any]) -> Dict
     written = None
     if part["config_changed"]:
         written = _write_corrected(draft, part["config"], changes, args.get("out_dir"), drop=part.get("drop") or [],
-                                   replace=part.get("replace"))
+                                   replace=part.get("replace"), rename=part.get("rename"))
         changes.append({"what": "speculative-config model", "from": spec.get("model"), "to": written,
                         "why": "the corrected config lives beside the draft (the draft itself is never changed)"})
         spec["model"] = written
@@ -328,7 +330,7 @@ def _mend_d2t(draft: str, findings: List[Dict[str, Any]], vocab: Any, changes: L
 
 def _write_corrected(draft: str, config: Dict[str, Any], changes: List[Dict[str, Any]],
                      out_dir: Optional[str], drop: Optional[List[str]] = None,
-                     replace: Optional[Dict[str, bytes]] = None) -> str:
+                     replace: Optional[Dict[str, bytes]] = None, rename: Optional[Dict[str, str]] = None) -> str:
     """``<draft>.orchestrator-fix/``: the corrected config.json, a marker, the weights files rewritten without the
     ``drop`` tensors and with the ``replace`` ones' new bytes (draft_fix_parts.write_without), and a symlink for
     every other file."""
@@ -344,7 +346,8 @@ def _write_corrected(draft: str, config: Dict[str, Any], changes: List[Dict[str,
         present = tensor_names(draft) if replace else set()
         added = {k: v for k, v in (replace or {}).items() if k not in present}
         replace = {k: v for k, v in (replace or {}).items() if k in present}
-        rewritten = set(write_without(draft, dest, drop or [], replace)) if drop or replace else set()
+        rewritten = (set(write_without(draft, dest, drop or [], replace, rename)) if drop or replace or rename
+                     else set())
         if added:
             rewritten |= set(write_added(draft, dest, added))
         for name in sorted(os.listdir(draft)):

@@ -6,7 +6,11 @@ into the corrected config beside the draft. The served parts such a field explai
 is the head the counterfactual names) are taken off the counterfactual's recovering swaps, so the checkpoint is not
 also sent back for a re-export of a part it holds.
 
-Public API: ``field_fixes(findings, config, swaps, changes, notes, engine) -> (changed, remaining swaps)``.
+Tensor names the engine's loader cannot place (the ``tensor.names`` field finding) are fixed by a renamed copy of the
+weights: ``field_renames`` returns the renames (saved name -> the name the loader places) and says the change.
+
+Public API: ``field_fixes(findings, config, swaps, changes, notes, engine) -> (changed, remaining swaps)``,
+``field_renames(findings, changes, engine) -> {saved name: new name}``.
 """
 
 from __future__ import annotations
@@ -46,3 +50,22 @@ def field_fixes(findings: List[Dict[str, Any]], config: Dict[str, Any], swaps: L
             notes.append("the counterfactual's %s swap (%s -> %s) is what the corrected field serves: not a part to "
                          "re-export" % (s.get("part"), s.get("served"), s.get("swapped")))
     return changed, remaining
+
+
+def field_renames(findings: List[Dict[str, Any]], changes: List[Dict[str, Any]], engine: str) -> Dict[str, str]:
+    """The renames of the error ``tensor.names`` finding (empty when there is none), said in ``changes``."""
+    summary = next((f for f in findings if f.get("id") == SUMMARY_ID and f.get("severity") == "error"), None)
+    out: Dict[str, str] = {}
+    for f in (summary or {}).get("details", {}).get("findings") or []:
+        d = f.get("details") or {} if isinstance(f, dict) else {}
+        if f.get("severity") != "error" or not isinstance(d.get("rename"), dict) or not d["rename"]:
+            continue
+        out.update({str(k): str(v) for k, v in d["rename"].items()})
+        where = "%s:%s" % (d.get("file"), d.get("line")) if d.get("file") else "its loader"
+        what = ("without the prefix %r" % d["prefix"]) if d.get("prefix") else "under the names its loader places"
+        changes.append({"what": "tensor names", "from": sorted(d["rename"])[:4], "to": [d["rename"][k] for k in
+                                                                                      sorted(d["rename"])[:4]],
+                        "why": "%s loads the draft by name (%s): %d saved tensor%s written %s in a copy of the "
+                               "weights" % (engine, where, len(d["rename"]), "s" if len(d["rename"]) > 1 else "",
+                                            what)})
+    return out

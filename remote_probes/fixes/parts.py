@@ -128,13 +128,14 @@ def write_added(src_dir: str, dest_dir: str, tensors: Dict[str, bytes]) -> List[
 
 
 def write_without(src_dir: str, dest_dir: str, drop: List[str],
-                  replace: Optional[Dict[str, bytes]] = None) -> List[str]:
+                  replace: Optional[Dict[str, bytes]] = None, rename: Optional[Dict[str, str]] = None) -> List[str]:
     """Copy each ``*.safetensors`` of ``src_dir`` holding a tensor named in ``drop`` or ``replace`` (with or without
-    ``model.``) into ``dest_dir`` without the dropped ones and with the replaced ones' raw bytes (same size: dtype
-    and shape stay), streaming tensor by tensor; the shard index, if any, loses the dropped names. The files it
+    ``model.``) into ``dest_dir`` without the dropped ones, with the replaced ones' raw bytes (same size: dtype
+    and shape stay) and the ``rename`` ones (saved name -> new name) under their new names, streaming tensor by tensor; the shard index, if any, loses the dropped names. The files it
     wrote, by name (the caller links the rest)."""
     wanted = set(drop)
     replace = replace or {}
+    rename = rename or {}  # saved name (as written) -> new name: the header changes, the bytes do not
     written: List[str] = []
     removed: List[str] = []
     for fname in sorted(os.listdir(src_dir)):
@@ -146,7 +147,8 @@ def write_without(src_dir: str, dest_dir: str, drop: List[str],
             header = json.loads(fh.read(size))
             names = [n for n in header if n != "__metadata__" and _canonical(n) in wanted]
             swapped = {n: replace[_canonical(n)] for n in header if n != "__metadata__" and _canonical(n) in replace}
-            if not names and not swapped:
+            moved = [n for n in header if n in rename]
+            if not names and not swapped and not moved:
                 continue
             for n, blob in swapped.items():
                 begin, end = header[n]["data_offsets"]
@@ -157,7 +159,7 @@ def write_without(src_dir: str, dest_dir: str, drop: List[str],
             new, offset = {}, 0
             for n, meta in keep:
                 begin, end = meta["data_offsets"]
-                new[n] = dict(meta, data_offsets=[offset, offset + end - begin])
+                new[rename.get(n, n)] = dict(meta, data_offsets=[offset, offset + end - begin])
                 offset += end - begin
             if "__metadata__" in header:
                 new["__metadata__"] = header["__metadata__"]
@@ -184,7 +186,7 @@ def write_without(src_dir: str, dest_dir: str, drop: List[str],
     if written and os.path.isfile(index):
         with open(index, encoding="utf-8") as fh:
             doc = json.load(fh)
-        doc["weight_map"] = {k: v for k, v in (doc.get("weight_map") or {}).items() if k not in removed}
+        doc["weight_map"] = {rename.get(k, k): v for k, v in (doc.get("weight_map") or {}).items() if k not in removed}
         with open(os.path.join(dest_dir, "model.safetensors.index.json"), "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=2)
         written.append("model.safetensors.index.json")

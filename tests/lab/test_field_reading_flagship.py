@@ -109,6 +109,10 @@ STAND_IN_ANSWERS = {
     ("eps-config", "sglang"): set(), ("bf16-extra-keys", "vllm"): set(),
     # the engines differ: SGLang never reads norm_before_residual, vLLM does
     ("residual-norm", "sglang"): set(), ("residual-norm", "vllm"): {"served_part"},
+    # tensor names: SGLang drops what it cannot place and serves the draft at its initial values, vLLM refuses;
+    # the HF "model." layout is SGLang's own and refused by vLLM
+    ("compiled-prefix", "sglang"): {"draft_field"}, ("compiled-prefix", "vllm"): {"draft_field"},
+    ("model-prefix", "sglang"): set(), ("model-prefix", "vllm"): {"draft_field"},
 }
 
 

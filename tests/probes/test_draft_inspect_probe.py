@@ -184,3 +184,29 @@ def test_bad_inputs_are_clear_errors(run_probe, tmp_path):
     (bad / "pytorch_model.bin").write_bytes(b"\0" * 16)
     res = parse_result("draft_inspect", run_probe("draft_inspect", {"path": str(bad)}).outcome)
     assert {"id": "weights", "severity": "warning"}.items() <= res.findings[0].model_dump().items()
+
+
+def _draft_fields(res: DraftInspectResult) -> Any:
+    return next(f for f in res.findings if f.id == "draft_fields")
+
+
+def test_nonfinite_and_zero_weights_are_named_by_tensor(run_probe, tmp_path):
+    """The values scan (remote_probes/checks/tensor_values.py) reads the saved bytes: a NaN, an Inf and a projection
+    of zeros are each named by tensor in the draft_fields finding, whatever engine is installed."""
+    root = write_draft(tmp_path / "d")
+    state = safetensors_torch.load_file(str(root / "model.safetensors"))
+    state["midlayer.mlp.down_proj.weight"][3, 7] = float("nan")
+    state["fc.weight"][0, 0] = float("-inf")
+    state["midlayer.self_attn.o_proj.weight"] = torch.zeros(H, H)
+    state = {k: (v.to(torch.bfloat16) if k == "fc.weight" else v) for k, v in state.items()}
+    safetensors_torch.save_file(state, str(root / "model.safetensors"))
+    res = inspect(run_probe, root, target_num_layers=N, target_hidden_size=H)
+    fields = _draft_fields(res)
+    assert fields.severity == "error"
+    values = {f["details"]["field"]: f for f in fields.details["findings"] if f["id"] == "tensor.values"}
+    assert set(values) == {"midlayer.mlp.down_proj.weight", "fc.weight", "midlayer.self_attn.o_proj.weight"}
+    assert values["midlayer.mlp.down_proj.weight"]["details"]["nonfinite"] == 1
+    assert values["fc.weight"]["details"]["dtype"] == "BF16" and "1 non-finite" in values["fc.weight"]["message"]
+    assert "all zeros" in values["midlayer.self_attn.o_proj.weight"]["message"]
+    clean = inspect(run_probe, write_draft(tmp_path / "ok"), target_num_layers=N, target_hidden_size=H)
+    assert not [f for f in _draft_fields(clean).details["findings"] if f["id"] == "tensor.values"]

@@ -153,6 +153,17 @@ ISSUE37_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "residual-norm": ("norm_before_residual true on a draft trained without it (the option of vLLM PR 14990; config "
                       "and training disagree as in NeMo Automodel PR 2897): SGLang never reads it", "norm_before_residual: "
                       "true", ()),
+    # tensor names the loaders place differently (draft_reading/tensor_placement.py): a state dict saved from a
+    # torch.compile'd module carries "_orig_mod." on every name (pytorch issue 101107, nanoGPT issue 325); SGLang's
+    # loader drops every name it cannot place without a word (the draft serves at its initial values), vLLM refuses
+    "compiled-prefix": ("the checkpoint saved from a torch.compile'd module: every tensor name starts with "
+                        "'_orig_mod.' (pytorch issue 101107): SGLang's loader drops them without a word",
+                        "'_orig_mod.' before every tensor name", ("draft_field",)),
+    # engine-divergent: the HF layout under "model." (what SGLang's own loader accepts) is refused by vLLM, whose
+    # loader puts "model." before every name (vllm issues 21755, 18906: "There is no module or parameter named")
+    "model-prefix": ("the checkpoint's tensors saved under 'model.' (model.layers.0.*, the HF layout): SGLang loads "
+                     "either layout, so nothing is wrong here", "'model.' before every tensor name but lm_head, d2t "
+                     "and t2d", ()),
     # a harmless difference: weights stored in another dtype, bookkeeping keys no engine reads
     "bf16-extra-keys": ("the draft stored in bfloat16 with keys of its trainer the engines never read: nothing is "
                         "wrong", "weights bfloat16, torch_dtype bfloat16, use_cache false, trainer keys", ()),
@@ -169,7 +180,7 @@ SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-
                   "eagle-not-eagle3", "own-embedding", "trained-embedding", "attention-heads", "rope-theta",
                   "shuffled-draft", "tied-head", "eps-config", "no-d2t",
                   "norm-output", "vocab-undeclared", "hidden-size", "bf16-extra-keys",
-                  "residual-norm")
+                  "residual-norm", "compiled-prefix", "model-prefix")
 DEFAULT_SCENARIO = "seed-wiring"
 
 #: one CPU thread per lab process (the lab server already takes one: --lab-threads 1). The lab's matrices are tiny,
@@ -340,7 +351,7 @@ VARIANT_BASE = {"no-lm-head": "seed-wiring", "direct-d2t": "seed-wiring", "off-b
                 "rope-theta": "healthy", "shuffled-draft": "seed-wiring", "tied-head": "healthy",
                 "eps-config": "healthy", "no-d2t": "healthy", "norm-output": "healthy",
                 "vocab-undeclared": "healthy", "hidden-size": "healthy", "bf16-extra-keys": "healthy",
-                "residual-norm": "healthy"}
+                "residual-norm": "healthy", "compiled-prefix": "healthy", "model-prefix": "healthy"}
 
 
 def _target_embedding(draft: Path) -> Any:
@@ -403,6 +414,11 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
         config["norm_output"] = True
     elif kind == "eps-config":    # harmless: both engines' norms take the config's epsilon, 1e-5 against 1e-6
         config["rms_norm_eps"] = 1e-5
+    elif kind == "compiled-prefix":  # state_dict() of torch.compile(module): every name under _orig_mod.
+        state = {"_orig_mod." + k: v for k, v in state.items()}
+    elif kind == "model-prefix":  # the HF layout: the decoder's tensors under model., the head and maps at the top
+        state = {k if k in ("lm_head.weight", "d2t", "t2d") else "model." + k.replace("midlayer.", "layers.0."): v
+                 for k, v in state.items()}
     elif kind == "shuffled-draft":  # the same shapes and value statistics, none of the function (a fixed seed)
         gen = torch.Generator().manual_seed(26)
         for name, weight in list(state.items()):

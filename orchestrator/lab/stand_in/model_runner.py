@@ -181,8 +181,10 @@ class LabModelRunner:
     def _load_draft(self) -> None:
         from orchestrator.lab.stand_in.field_fidelity import unmodelled
         from remote_probes.draft_reading.field_table import flags_read
+        from remote_probes.draft_reading.tensor_placement import placement_for
         from remote_probes.eagle3.checkpoint import DraftLoadError, read_state_dict
         from remote_probes.eagle3.config import flat_config
+        from remote_probes.eagle3.names import apply_renames
         from remote_probes.eagle3.served import describe, served_parts
         from remote_probes.eagle3.validate import build_from_state
 
@@ -202,11 +204,16 @@ class LabModelRunner:
             # a flag the engine never reads is served without, as that engine serves it
             self.parts = served_parts(flat_config(config), state, algorithm, engine=args.engine,
                                       target_hidden_size=self.config.hidden_size, vllm_rules=args.vllm_rules,
-                                      flags_read=flags_read(args.engine))
+                                      flags_read=flags_read(args.engine),
+                                      placement=placement_for(args.engine, None,
+                                                              str(args.speculative_draft_model_path)))
             if self.parts["fails"]:
+                fails = self.parts["fails"]
                 raise StartupError(f"cannot load the draft model {args.speculative_draft_model_path}: "
                                    f"{describe(self.parts)}", kind="AttributeError" if "AttributeError"
-                                   in self.parts["fails"] else "RuntimeError")
+                                   in fails else "ValueError" if "There is no module or parameter" in fails
+                                   else "KeyError" if "KeyError" in fails else "RuntimeError")
+            state = apply_renames(state, (self.parts.get("renames") or {}).get("served") or {})
             self.draft = build_from_state(
                 config, state, notes, strict=False, embed_tokens=self.target.get_input_embeddings().weight,
                 lm_head=self.target.lm_head.weight, target_vocab_size=self.config.vocab_size,
