@@ -358,8 +358,9 @@ def field_findings(config: Dict[str, Any], tensors: Dict[str, Any], target: Opti
     label = _label(reading)
     read = len(reading["fields"])
     if errors:
+        plural = len(errors) > 1 or str(errors[0]["details"]["field"]).endswith("names")
         message = "%s reads %d fields of the draft's config; %s contradict%s the checkpoint. %s" % (
-            label, read, ", ".join(f["details"]["field"] for f in errors), "s" if len(errors) == 1 else "",
+            label, read, ", ".join(f["details"]["field"] for f in errors), "" if plural else "s",
             " ".join(f["message"] for f in errors))
     elif candidates:
         message = "%s reads %d fields of the draft's config; none contradicts the checkpoint. Candidates to score: %s" % (

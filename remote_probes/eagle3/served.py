@@ -294,8 +294,11 @@ def _unplaced(config: Dict[str, Any], tensors: Any, algorithm: str, engine: str,
         why["tensors"] = fails
     # saved name -> the name each build takes it under (eagle3/names.apply_renames): served, what the loader places;
     # trained, that and the unplaced names under the names the loader would place
+    renamed = {canonical_name(new): shapes.get(canonical_name(old)) for old, new in trained_names.items()}
+    if_placed = served_parts(config, renamed, algorithm, engine, target_hidden_size, vllm_rules, flags_read)["served"]
+    # if_placed: the parts the engine would serve from the renamed copy (the counterfactual's ``tensors`` swap)
     return dict(_result(algorithm, engine, served, trained, why, fails),
-                renames={"served": served_names, "trained": trained_names})
+                renames={"served": served_names, "trained": trained_names}, if_placed=dict(if_placed, tensors=[]))
 
 
 def _d2t_length(tensors: Any) -> Optional[int]:

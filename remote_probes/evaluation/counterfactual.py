@@ -262,7 +262,7 @@ def variants(config: Dict[str, Any], state: Dict[str, Any], parts: Dict[str, Any
             % (n, "s" if n > 1 else "", "their" if n > 1 else "its", "s" if n > 1 else ""),
             "the saved tensors under the names the loader places",
             st=apply_renames(state, (parts.get("renames") or {}).get("trained") or {}),
-            choice={"tensors": []})
+            choice=dict(parts.get("if_placed") or {}, tensors=[]))
     from remote_probes.eagle3.config import variant_flags, with_flag_off
 
     flags = variant_flags(config)

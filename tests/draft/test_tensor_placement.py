@@ -31,9 +31,9 @@ from tests.conftest import install_vllm_tree
 SGLANG_VERSIONS = ("0.5.12.post1", "0.5.23")
 VLLM_VERSIONS = ("0.33.0", "0.11.0")
 #: the lab's healthy draft, as SpecForge saves it
-HEALTHY = (["midlayer.self_attn.%s_proj.weight" % p for p in "qkvo"]
-           + ["midlayer.mlp.%s_proj.weight" % p for p in ("gate", "up", "down")]
-           + ["midlayer.%s.weight" % n for n in ("input_layernorm", "post_attention_layernorm", "hidden_norm")]
+HEALTHY = ([f"midlayer.self_attn.{p}_proj.weight" for p in "qkvo"]
+           + [f"midlayer.mlp.{p}_proj.weight" for p in ("gate", "up", "down")]
+           + [f"midlayer.{n}.weight" for n in ("input_layernorm", "post_attention_layernorm", "hidden_norm")]
            + ["fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"])
 COMPILED = ["_orig_mod." + n for n in HEALTHY]
 HF_LAYOUT = [n if n in ("lm_head.weight", "d2t", "t2d") else "model." + n.replace("midlayer.", "layers.0.")
@@ -157,6 +157,8 @@ def test_served_parts_serve_what_is_placed_and_train_what_is_meant(sglang_trees:
     assert parts["served"]["head"] == "random" and parts["trained"]["head"] == "draft_head"
     assert parts["served"]["d2t"] and parts["trained"]["d2t"]
     assert {s["part"] for s in parts["swapped"]} == {"head", "tensors"}
+    # what the renamed copy would serve (the counterfactual's tensors swap): its own head, nothing at init
+    assert parts["if_placed"]["head"] == "draft_head" and parts["if_placed"]["tensors"] == []
     state = {canonical_name(n): n for n in COMPILED}
     trained = apply_renames(state, parts["renames"]["trained"])
     assert trained["midlayer.self_attn.q_proj.weight"] == "_orig_mod.midlayer.self_attn.q_proj.weight"
@@ -184,3 +186,21 @@ def test_the_fix_renames_the_tensors_in_a_copy(tmp_path: Path) -> None:
     meta = json.loads(raw[8:8 + size])
     begin, end = meta["fc.weight"]["data_offsets"]
     assert struct.unpack("<2q", raw[8 + size + begin:8 + size + end]) == (0, 1)
+
+
+def test_the_counterfactual_scores_the_names_as_the_loader_would_place_them(
+        sglang_trees: Callable[[str], Path]) -> None:
+    import torch
+
+    from remote_probes.evaluation.counterfactual import variants
+
+    placement = place(COMPILED, sglang_loader("0.5.23", sglang_trees))
+    shapes = {n: m["shape"] for n, m in tensors(COMPILED).items()}
+    parts = served_parts(CONFIG, shapes, "EAGLE3", "sglang", placement=placement)
+    saved = {canonical_name(n): torch.zeros(s, dtype=torch.long if n.endswith("d2t") else torch.float32)
+             for n, s in shapes.items()}
+    served = apply_renames(saved, parts["renames"]["served"])
+    swap = next(v for v in variants(CONFIG, served, parts, {}, None, None) if v["part"] == "tensors")
+    assert "12 parameters at their initial values" in swap["served"]
+    assert swap["parts"]["tensors"] == [] and swap["parts"]["head"] == "draft_head"
+    assert {"midlayer.self_attn.q_proj.weight", "lm_head.weight", "d2t", "fc.weight"} <= set(swap["state"])

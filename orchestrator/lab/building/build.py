@@ -158,7 +158,7 @@ ISSUE37_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # loader drops every name it cannot place without a word (the draft serves at its initial values), vLLM refuses
     "compiled-prefix": ("the checkpoint saved from a torch.compile'd module: every tensor name starts with "
                         "'_orig_mod.' (pytorch issue 101107): SGLang's loader drops them without a word",
-                        "'_orig_mod.' before every tensor name", ("draft_field",)),
+                        "'_orig_mod.' before every tensor name", ("served_part", "draft_field")),
     # engine-divergent: the HF layout under "model." (what SGLang's own loader accepts) is refused by vLLM, whose
     # loader puts "model." before every name (vllm issues 21755, 18906: "There is no module or parameter named")
     "model-prefix": ("the checkpoint's tensors saved under 'model.' (model.layers.0.*, the HF layout): SGLang loads "
