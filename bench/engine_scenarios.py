@@ -95,6 +95,9 @@ REAL_VLLM_CONFIRMS: dict[str, tuple[str, ...]] = {
     # renamed copy serves and accepts
     "compiled-prefix": ("draft_field",),
     "model-prefix": ("draft_field",),
+    # a 64-position rotary table under a 1024-token target: vLLM serves past its end and collapses (1.57, measured);
+    # the field's fix (the target's 1024) recovers
+    "short-context": ("draft_field",),
 }
 #: cases of the real-vLLM matrix that are no lab draft of their own: name -> (the vLLM scenario whose draft is
 #: served, the speculative-config change). The method: vLLM's counterpart of SGLang's eagle-not-eagle3 is

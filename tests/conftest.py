@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests import realparts
+
+if TYPE_CHECKING:
+    from orchestrator.lab.sglang_host.host import SglangHost
 
 # One OpenMP thread per process the suite starts, unless the caller chose. The suite runs two xdist workers on two
 # cores (the README's `-n 2`), and a process's second thread then spins against the other worker: the lab's draft
@@ -27,6 +31,8 @@ LAB_FIXTURES = {"lab", "lab_models"}  # fixtures that build the lab or train its
 #: once per run instead of once per worker, and never two real servers at once — on 2 cores two vLLM servers' OpenMP
 #: threads thrash each other (CI measured a real-vLLM flagship at 606 s beside another real server, ~108 s alone).
 REAL_VLLM_FIXTURE, REAL_VLLM_GROUP = "vllm_host", "real-vllm"
+#: the real SGLang host's tests join that group: a real SGLang server beside a real vLLM one thrashes the same way
+REAL_SGLANG_FIXTURE = "sglang_host"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads xdist_group marks to name the groups
@@ -39,7 +45,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     del config
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if REAL_VLLM_FIXTURE in fixtures:
+        if REAL_VLLM_FIXTURE in fixtures or REAL_SGLANG_FIXTURE in fixtures:
             item.add_marker(pytest.mark.xdist_group(REAL_VLLM_GROUP))
         # the `lab` marker, or the lab's models through a fixture (tests/servers' lab_models)
         elif item.get_closest_marker("lab") or LAB_FIXTURES & fixtures:
@@ -91,6 +97,19 @@ def sglang_trees() -> Callable[[str], Path]:
         return made[version]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def sglang_host() -> SglangHost:
+    """The real SGLang host built by ``orchestrator lab sglang-host`` (``$ORCH_TEST_SGLANG_HOST`` names a host
+    directory built elsewhere, else the default under ``$ORCHESTRATOR_CACHE_DIR``). A host that is not built skips
+    the test, and fails it under CI (tests/realparts.py): ``.ci/run`` builds it before the tests."""
+    from orchestrator.lab.sglang_host.host import ensure_sglang_host, host_dir, is_built
+
+    where = os.environ.get("ORCH_TEST_SGLANG_HOST") or None
+    realparts.require(is_built(where), f"no real SGLang host is built at {host_dir(where)}: run `orchestrator lab "
+                                       "sglang-host` (.ci/run does), or set ORCH_TEST_SGLANG_HOST to a built one")
+    return ensure_sglang_host(where)  # complete: returns at once
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -166,6 +166,42 @@ def vllm_host_cmd(
     typer.echo("env: " + " ".join(f"{k}={v}" for k, v in env.items()))
 
 
+
+@lab_app.command("sglang-host")
+@handle_errors
+def sglang_host_cmd(
+    directory: Path | None = typer.Option(None, "--dir",
+                                          help="Where the host lives (default $ORCHESTRATOR_CACHE_DIR/sglang-host/"
+                                               "0.5.15.post1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print python, env and timings as JSON."),
+) -> None:
+    """Build a real SGLang host for this CPU (sglang 0.5.15.post1 in its own venv, torch's CPU build), once: a real
+    SGLang server on your laptop's CPU, without speculation (EAGLE needs SGLang's CUDA or AMX kernels). Prints its
+    python, the environment and the command line a server needs."""
+    from rich.console import Console
+
+    from orchestrator.lab.sglang_host.host import ensure_sglang_host, server_argv
+
+    console = Console(stderr=True)
+    started = time.monotonic()
+    host = ensure_sglang_host(directory, progress=lambda msg: console.print(f"sglang host: {msg}"))
+    took = round(time.monotonic() - started, 1)
+    env = host.env()
+    argv = server_argv(host.python, "TARGET", 30000)
+    if as_json:
+        typer.echo(json.dumps({"python": str(host.python), "version": host.version, "root": str(host.root),
+                               "built_s": host.built_s, "build_s": host.build_s, "seconds": took,
+                               "torchvision": host.torchvision, "env": env, "command": argv}, indent=2))
+        return
+    state = (f"built in {host.built_s:.1f} s" if host.built_s is not None else
+             f"already built ({host.build_s:.1f} s when it was built)" if host.build_s is not None else
+             "already built")
+    console.print(f"SGLang host (sglang {host.version}, torchvision {host.torchvision}) {state}; "
+                  f"this call took {took:.1f} s")
+    typer.echo(f"python: {host.python}")
+    typer.echo("env: " + " ".join(f"{k}={v}" for k, v in env.items()))
+    typer.echo("serve: " + " ".join(argv))
+
 def describe_origin(origin: dict[str, Any]) -> str:
     """One line: shipped (recipe, where and when built, confirmed here or not) or built here from scratch."""
     if origin.get("kind") == "shipped" and origin.get("target_class") == "qwen3":

@@ -33,6 +33,7 @@ from typing import Any
 from remote_probes.agent.protocol import ProbeFailure, run_probe
 from remote_probes.checks.findings import analyse
 from remote_probes.checks.tensor_values import scan
+from remote_probes.draft_reading.engine_limits import limits_reading
 from remote_probes.draft_reading.field_findings import field_findings
 from remote_probes.draft_reading.field_table import engine_reading
 from remote_probes.draft_reading.tensor_placement import as_trained, loader_reading, place
@@ -232,6 +233,7 @@ def fields_as_read(raw: dict[str, Any], tensors: dict[str, Any], args: dict[str,
     root = engine.get("root") if engine and not engine.get("missing") else None
     reading = engine_reading(root, name, engine.get("version") if engine else None)
     reading["loader"] = loader_reading(root, name) if root else None
+    reading["limits"] = limits_reading(root, name) if root else None
     target = None
     if args.get("target_path"):
         try:

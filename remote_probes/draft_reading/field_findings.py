@@ -12,6 +12,8 @@ beside the draft by draft_fix). Standard library only.
   the target's (the value trainers copy) is a candidate, scored by the counterfactual draft test with the target's
   value, never a verdict by itself (severity warning).
 - fields the installed engine never reads: listed (info), so that a difference there is known to change nothing.
+- values the installed engine refuses or serves wrong past a limit (engine_limits.py: an activation other than
+  silu, a rotary table shorter than the target's context), with the line that decides it and the fix;
 - tensor names the installed engine's loader cannot place (``tensor.names``, read by tensor_placement.py): SGLang
   drops them and serves the parameters they were for at their initial values, vLLM refuses the draft at start; the
   fix (``details.rename``: saved name -> the name the loader places) is a renamed copy of the weights.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional
 
+from remote_probes.draft_reading.engine_limits import limit_findings
 from remote_probes.draft_reading.tensor_placement import as_trained, place
 
 SUMMARY_ID = "draft_fields"
@@ -233,12 +236,13 @@ def _biases(cfg: Dict[str, Any], names: Dict[str, Any], reading: Dict[str, Any])
     return out
 
 
-def _numeric(cfg: Dict[str, Any], target: Optional[Dict[str, Any]], reading: Dict[str, Any]) -> List[Dict[str, Any]]:
+def _numeric(cfg: Dict[str, Any], target: Optional[Dict[str, Any]], reading: Dict[str, Any],
+             judged: frozenset = frozenset()) -> List[Dict[str, Any]]:
     if not target:
         return []
     out = []
     for field in _TARGET_NUMERIC:
-        if field not in reading["fields"] or field not in cfg or target.get(field) is None:
+        if field in judged or field not in reading["fields"] or field not in cfg or target.get(field) is None:
             continue
         mine, theirs = cfg[field], target[field]
         if mine == theirs or (isinstance(mine, (int, float)) and isinstance(theirs, (int, float))
@@ -342,10 +346,12 @@ def field_findings(config: Dict[str, Any], tensors: Dict[str, Any], target: Opti
                    "not found (%s).%s" % (reading.get("engine"), why, "".join(" " + f["message"] for f in bad)),
                    fields=[f["details"]["field"] for f in bad], fixes={}, renames={}, parts=[],
                    engine=reading.get("engine"), findings=list(values or []))]
-    found = (_placement(tensors, reading) + _tied(config, names, reading) + _layers(config, names, reading)
+    limits = limit_findings(config, target, reading["limits"], _label(reading)) if reading.get("limits") else []
+    found = (_placement(tensors, reading) + limits + _tied(config, names, reading) + _layers(config, names, reading)
              + _head_rows(config, names, target, reading)
              + _shapes(config, names, reading) + _flags(config, names, reading)
-             + _biases(config, names, reading) + _numeric(config, target, reading)
+             + _biases(config, names, reading)
+             + _numeric(config, target, reading, frozenset(f["details"]["field"] for f in limits))
              + _flag_candidates(config, reading) + list(values or []))
     errors = [f for f in found if f["severity"] == "error"]
     candidates = [f for f in found if f["severity"] == "warning"]

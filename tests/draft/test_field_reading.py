@@ -253,3 +253,39 @@ def test_the_ceiling_line_every_front_end_prints() -> None:
                     "target's 1024 greedy tokens; a draft perfect within it reaches tau 4.12 [3.64, 4.59] (served "
                     "2.85); most frequent it cannot name: id 573 x92")
     assert ceiling_line(None) is None and ceiling_line({"coverage": None}) is None
+
+
+# ---------------------------------------------------------------- values the engines refuse or serve wrong
+def test_the_engines_limits_are_read_in_every_tree(sglang_trees: Callable[[str], Path]) -> None:
+    from remote_probes.draft_reading.engine_limits import LIMITS, limits_reading
+
+    roots = [(str(sglang_trees(v) / "sglang"), "sglang") for v in SGLANG_VERSIONS]
+    roots += [(str(install_vllm_tree(v) / "vllm"), "vllm") for v in VLLM_VERSIONS]
+    for root, engine in roots:
+        read = limits_reading(root, engine)
+        assert read["missing"] == [] and set(read["limits"]) == set(LIMITS[engine]), (root, read)
+        act = read["limits"]["hidden_act"]
+        lines = (Path(root) / act["file"]).read_text().splitlines()
+        assert "Only silu is supported" in "\n".join(lines[act["line"] - 1:act["line"] + 3])
+
+
+def test_a_value_the_engine_refuses_is_an_error_with_its_fix() -> None:
+    from remote_probes.draft_reading.engine_limits import limit_findings
+
+    limits = {"engine": "vllm", "limits": {
+        "hidden_act": {"file": "model_executor/models/llama.py", "line": 112, "text": "if hidden_act != 'silu':",
+                       "does": "refuses the draft at start: ValueError: Unsupported activation: {value}."},
+        "max_position_embeddings": {"file": "model_executor/models/llama.py", "line": 266, "text": "x",
+                                    "does": "collapses past position {value}"}}, "missing": []}
+    read = dict(reading("vllm"), limits=limits)
+    found = field_findings(dict(CONFIG, hidden_act="gelu", max_position_embeddings=64), TENSORS,
+                           dict(TARGET, max_position_embeddings=1024), read)[0]
+    assert found["severity"] == "error"
+    assert found["details"]["fixes"] == {"hidden_act": "silu", "max_position_embeddings": 1024}
+    fields = by_field(found)
+    assert "Unsupported activation: gelu" in fields["hidden_act"]["message"]
+    assert "collapses past position 64" in fields["max_position_embeddings"]["message"]
+    assert not fields["max_position_embeddings"]["details"].get("candidate")  # judged, not a candidate
+    # a longer table than the target's, and silu, are nothing
+    ok = field_findings(dict(CONFIG, max_position_embeddings=4096), TENSORS, TARGET, read)[0]
+    assert not [f for f in ok["details"]["findings"] if f["details"].get("limit")]

@@ -36,7 +36,7 @@ MUST_REFUTE = {
 }
 BENCH_ONLY = {"own-embedding", "attention-heads", "rope-theta", "tied-head",
               "eps-config", "no-d2t", "norm-output", "vocab-undeclared",
-              "hidden-size", "bf16-extra-keys", "residual-norm", "compiled-prefix", "model-prefix"}  # tied-head: test_field_reading_flagship.py
+              "hidden-size", "bf16-extra-keys", "residual-norm", "compiled-prefix", "model-prefix", "short-context"}  # tied-head: test_field_reading_flagship.py
 
 
 async def _run(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:

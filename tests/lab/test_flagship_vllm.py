@@ -38,7 +38,7 @@ MUST_REFUTE = {
 BENCH_ONLY = {"trained-embedding", "attention-heads", "rope-theta", "shuffled-draft",
               "tied-head", "eps-config", "no-d2t",
               "norm-output", "vocab-undeclared", "hidden-size", "bf16-extra-keys",
-              "residual-norm", "compiled-prefix", "model-prefix"}  # tied-head: test_field_reading_flagship.py
+              "residual-norm", "compiled-prefix", "model-prefix", "short-context"}  # tied-head: test_field_reading_flagship.py
 
 
 async def run_flagship(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:

@@ -164,6 +164,12 @@ ISSUE37_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "model-prefix": ("the checkpoint's tensors saved under 'model.' (model.layers.0.*, the HF layout): SGLang loads "
                      "either layout, so nothing is wrong here", "'model.' before every tensor name but lm_head, d2t "
                      "and t2d", ()),
+    # a rotary table shorter than the target's context (remote_probes/draft_reading/engine_limits.py): vLLM serves
+    # every position through it and collapses past its end; SGLang refuses a longer --context-length. The lab does
+    # not model either (it refuses to stand in: field_fidelity.py), real vLLM measures the collapse
+    "short-context": ("the config's max_position_embeddings is the training length (64), below the target's 1024 "
+                      "(NeMo RL PR 3960: a SpecForge export at 2048 collapses acceptance past position 2048)",
+                      "max_position_embeddings: 64", ("draft_field",)),
     # a harmless difference: weights stored in another dtype, bookkeeping keys no engine reads
     "bf16-extra-keys": ("the draft stored in bfloat16 with keys of its trainer the engines never read: nothing is "
                         "wrong", "weights bfloat16, torch_dtype bfloat16, use_cache false, trainer keys", ()),
@@ -180,7 +186,7 @@ SCENARIO_NAMES = ("seed-wiring", "healthy", "no-lm-head", "direct-d2t", "off-by-
                   "eagle-not-eagle3", "own-embedding", "trained-embedding", "attention-heads", "rope-theta",
                   "shuffled-draft", "tied-head", "eps-config", "no-d2t",
                   "norm-output", "vocab-undeclared", "hidden-size", "bf16-extra-keys",
-                  "residual-norm", "compiled-prefix", "model-prefix")
+                  "residual-norm", "compiled-prefix", "model-prefix", "short-context")
 DEFAULT_SCENARIO = "seed-wiring"
 
 #: one CPU thread per lab process (the lab server already takes one: --lab-threads 1). The lab's matrices are tiny,
@@ -351,7 +357,8 @@ VARIANT_BASE = {"no-lm-head": "seed-wiring", "direct-d2t": "seed-wiring", "off-b
                 "rope-theta": "healthy", "shuffled-draft": "seed-wiring", "tied-head": "healthy",
                 "eps-config": "healthy", "no-d2t": "healthy", "norm-output": "healthy",
                 "vocab-undeclared": "healthy", "hidden-size": "healthy", "bf16-extra-keys": "healthy",
-                "residual-norm": "healthy", "compiled-prefix": "healthy", "model-prefix": "healthy"}
+                "residual-norm": "healthy", "compiled-prefix": "healthy", "model-prefix": "healthy",
+                "short-context": "healthy"}
 
 
 def _target_embedding(draft: Path) -> Any:
@@ -414,6 +421,8 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
         config["norm_output"] = True
     elif kind == "eps-config":    # harmless: both engines' norms take the config's epsilon, 1e-5 against 1e-6
         config["rms_norm_eps"] = 1e-5
+    elif kind == "short-context":  # the training length written as the model's: a rotary table of 64 positions
+        config["max_position_embeddings"] = 64
     elif kind == "compiled-prefix":  # state_dict() of torch.compile(module): every name under _orig_mod.
         state = {"_orig_mod." + k: v for k, v in state.items()}
     elif kind == "model-prefix":  # the HF layout: the decoder's tensors under model., the head and maps at the top

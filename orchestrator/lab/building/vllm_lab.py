@@ -50,7 +50,8 @@ BASE = {"seed-wiring": "seed-wiring", "healthy": "healthy", "off-by-one": "off-b
         "shuffled-draft": "shuffled-draft", "tied-head": "tied-head",
         "eps-config": "eps-config", "no-d2t": "no-d2t", "norm-output": "norm-output",
         "vocab-undeclared": "vocab-undeclared", "hidden-size": "hidden-size", "bf16-extra-keys": "bf16-extra-keys",
-        "residual-norm": "residual-norm", "compiled-prefix": "compiled-prefix", "model-prefix": "model-prefix"}
+        "residual-norm": "residual-norm", "compiled-prefix": "compiled-prefix", "model-prefix": "model-prefix",
+        "short-context": "short-context"}
 VLLM_SCENARIO_NAMES = tuple(BASE)
 #: drafts written here (config-only copies), keyed by name -> (source draft, the config change)
 VLLM_DRAFTS = ("sglang-ids",)
@@ -140,6 +141,7 @@ VLLM_ISSUE26_FAULTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "model-prefix": ("the checkpoint's tensors saved under 'model.' (the HF layout SGLang accepts): vLLM puts "
                      "'model.' before every name and refuses the draft at start (vllm issues 21755, 18906)",
                      "'model.' before every tensor name but lm_head, d2t and t2d", ("draft_field",)),
+    "short-context": build.ISSUE37_FAULTS["short-context"],
     "residual-norm": ("norm_before_residual true on a draft trained without it: vLLM's EAGLE-3 layer reads it "
                       "(llama_eagle3.py), so the residual is normed", "norm_before_residual: true", ("served_part",)),
 }

@@ -7,7 +7,11 @@ lab as if it were absent, where the engine builds something else: the lab then m
 serves and turns a right finding wrong. So the lab refuses to start on such a draft, naming the field, the value
 and what the engine does with it, as it refuses what the engine refuses.
 
-Public API: ``unmodelled(config, engine) -> [(field, value, what the engine does)]``.
+Values the engine itself refuses (``refused``: an activation other than silu, remote_probes/draft_reading/
+engine_limits.py) are refused by the lab with the engine's own words, as the real server's start fails.
+
+Public API: ``unmodelled(config, engine, target_positions) -> [(field, value, what the engine does)]``,
+``refused(config) -> the engine's error line | None``.
 """
 
 from __future__ import annotations
@@ -25,10 +29,25 @@ MODELLED: dict[str, tuple[Any, ...]] = {
 }
 
 
-def unmodelled(config: dict[str, Any], engine: str) -> list[tuple[str, Any, str]]:
-    """The fields ``engine`` reads from this (flat) draft config with a value the lab does not model."""
+def refused(config: dict[str, Any]) -> str | None:
+    """The error both engines' Llama MLP raises at start for this (flat) draft config, or None."""
+    act = config.get("hidden_act")
+    if isinstance(act, str) and act != "silu":
+        return f"Unsupported activation: {act}. Only silu is supported for now."
+    return None
+
+
+def unmodelled(config: dict[str, Any], engine: str, target_positions: int | None = None
+               ) -> list[tuple[str, Any, str]]:
+    """The fields ``engine`` reads from this (flat) draft config with a value the lab does not model;
+    ``target_positions``: the target's max_position_embeddings (a draft rotary table shorter than it is served by
+    the engines past its end, which the lab does not model)."""
     table = TABLE.get(engine, {})
     out = []
+    mine = config.get("max_position_embeddings")
+    if isinstance(mine, int) and target_positions is not None and mine < target_positions:
+        out.append(("max_position_embeddings", mine, "sizes the draft's rotary table and serves the target's "
+                    f"{target_positions} positions through it (remote_probes/draft_reading/engine_limits.py)"))
     for field, allowed in MODELLED.items():
         if field not in table or config.get(field) is None:
             continue

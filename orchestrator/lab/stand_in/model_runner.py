@@ -179,6 +179,7 @@ class LabModelRunner:
         return str((self.config.architectures or ["LlamaForCausalLM"])[0])
 
     def _load_draft(self) -> None:
+        from orchestrator.lab.stand_in.field_fidelity import refused as refused_value
         from orchestrator.lab.stand_in.field_fidelity import unmodelled
         from remote_probes.draft_reading.field_table import flags_read
         from remote_probes.draft_reading.tensor_placement import placement_for
@@ -192,7 +193,11 @@ class LabModelRunner:
         algorithm = "EAGLE3" if args.speculative_algorithm == "EAGLE3" else "EAGLE"  # is_eagle3() or not
         try:
             config, state, notes = read_state_dict(str(args.speculative_draft_model_path))
-            refused = unmodelled(flat_config(config), args.engine)
+            says = refused_value(flat_config(config))
+            if says is not None:  # the engine's own refusal at start, in its words
+                raise StartupError(says, kind="ValueError")
+            refused = unmodelled(flat_config(config), args.engine,
+                                 getattr(self.config, "max_position_embeddings", None))
             if refused:  # served as if absent, the lab would measure a draft the engine never serves
                 raise StartupError(
                     f"cannot load the draft model {args.speculative_draft_model_path}: the lab stands in for "
