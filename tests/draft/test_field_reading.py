@@ -270,7 +270,6 @@ def test_the_engines_limits_are_read_in_every_tree(sglang_trees: Callable[[str],
 
 
 def test_a_value_the_engine_refuses_is_an_error_with_its_fix() -> None:
-    from remote_probes.draft_reading.engine_limits import limit_findings
 
     limits = {"engine": "vllm", "limits": {
         "hidden_act": {"file": "model_executor/models/llama.py", "line": 112, "text": "if hidden_act != 'silu':",
