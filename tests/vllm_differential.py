@@ -427,3 +427,43 @@ def fmt(iv: Interval | None, digits: int = 2) -> str:
     if not iv.decided:
         return f"{iv.estimate:.{digits}f} [n={iv.n}]"
     return f"{iv.estimate:.{digits}f} [{iv.lo:.{digits}f}, {iv.hi:.{digits}f}]"
+
+
+#: the healthy draft with one config field changed (bench/lab_fields_vs_vllm.py, tests/lab/test_lab_vs_vllm.py):
+#: case -> (the change: a key set to None is removed, what a reader of vLLM 0.32's source expects)
+FIELD_CASES: dict[str, tuple[dict[str, Any], str]] = {
+    "rms_norm_eps": ({"rms_norm_eps": 0.1}, "used by every RMSNorm of the draft: both serve it, the same figures"),
+    "hidden_act": ({"hidden_act": "gelu"}, "the Llama MLP refuses anything but silu at start"),
+    "rope_theta": ({"rope_theta": 100.0, "rope_parameters": None}, "the draft's RoPE base: the same figures"),
+    # fewer, wider heads: vLLM's CPU attention has no kernel for head_dim 8 (the attention-heads scenario's split)
+    "num_attention_heads": ({"num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 64},
+                            "the same projections split into other heads: the same figures"),
+    "max_position_embeddings": ({"max_position_embeddings": 64}, "sizes the rotary table; served past its end"
+                                " (the lab does not model it: it declines)"),
+    "norm_output": ({"norm_output": True}, "the next step is fed the normed state: the same figures"),
+    "norm_before_residual": ({"norm_before_residual": True}, "the residual is normed: the same figures"),
+    "norm_before_fc": ({"norm_before_fc": True}, "an input_norm the checkpoint does not fill, served at ones"),
+    "tie_word_embeddings": ({"tie_word_embeddings": True}, "never read by vLLM's EAGLE-3 class: as healthy"),
+    "num_hidden_layers": ({"num_hidden_layers": 2}, "a second layer the checkpoint does not fill"),
+    "logit_scale": ({"logit_scale": 2.0}, "the draft's logits scaled (greedy: the same argmax)"),
+    "attention_bias": ({"attention_bias": True}, "q/k/v biases the checkpoint does not fill"),
+    "draft_vocab_size": ({"draft_vocab_size": None}, "a vocab_size-row head the 512-row weights do not fit: refused"),
+    "hidden_size": ({"hidden_size": 256}, "weights 128 wide: refused"),
+}
+
+
+def write_field_case(healthy: Path, work: Path, name: str, change: dict[str, Any]) -> Path:
+    """A config-only copy of the healthy draft (its weights linked) with ``change`` applied."""
+    dst = work / "drafts" / name
+    dst.mkdir(parents=True, exist_ok=True)
+    config = json.loads((healthy / "config.json").read_text())
+    for key, value in change.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    for f in healthy.iterdir():
+        if f.name != "config.json" and not (dst / f.name).exists():
+            (dst / f.name).symlink_to(f)
+    return dst

@@ -364,10 +364,18 @@ def field_findings(config: Dict[str, Any], tensors: Dict[str, Any], target: Opti
     label = _label(reading)
     read = len(reading["fields"])
     if errors:
-        plural = len(errors) > 1 or str(errors[0]["details"]["field"]).endswith("names")
-        message = "%s reads %d fields of the draft's config; %s contradict%s the checkpoint. %s" % (
-            label, read, ", ".join(f["details"]["field"] for f in errors), "" if plural else "s",
-            " ".join(f["message"] for f in errors))
+        clauses = []
+        against = [f for f in errors if not f["details"].get("limit")]
+        beyond = [f for f in errors if f["details"].get("limit")]
+        if against:
+            plural = len(against) > 1 or str(against[0]["details"]["field"]).endswith("names")
+            clauses.append("%s contradict%s the checkpoint" % (", ".join(f["details"]["field"] for f in against),
+                                                               "" if plural else "s"))
+        if beyond:
+            clauses.append("%s %s a value the engine refuses or serves wrong" % (
+                ", ".join(f["details"]["field"] for f in beyond), "holds" if len(beyond) == 1 else "hold"))
+        message = "%s reads %d fields of the draft's config; %s. %s" % (
+            label, read, "; ".join(clauses), " ".join(f["message"] for f in errors))
     elif candidates:
         message = "%s reads %d fields of the draft's config; none contradicts the checkpoint. Candidates to score: %s" % (
             label, read, " ".join(f["message"] for f in candidates))

@@ -222,8 +222,14 @@ def build_from_state(config: Dict[str, Any], state: Dict[str, torch.Tensor], not
         if name not in state:
             flag = next((f for f in cfg.flags if name.startswith({"fc_norm": "fc_norm.",
                                                                    "norm_before_fc": "input_norm."}.get(f, "-"))), None)
-            why = " (config sets %s)" % flag if flag else ""
-            raise DraftLoadError("draft is missing tensor %s%s" % (name, why), field=name)
+            if flag is not None and len(want) == 1:
+                # a norm the config's flag builds and the checkpoint does not fill: both engines' loaders fill what
+                # the checkpoint has and never check for what it lacks, so it serves at its init, ones
+                state = dict(state, **{name: torch.ones(want)})
+                notes.append("%s left at its initial value, ones (config sets %s; the checkpoint has none)"
+                             % (name, flag))
+                continue
+            raise DraftLoadError("draft is missing tensor %s" % name, field=name)
         _check_shape(name, state[name], want)
     vd = cfg.draft_vocab_size or cfg.vocab_size
     head = state.get("lm_head.weight") if parts is None else _pick_head(parts, state, embed, lm_head, vd, notes)

@@ -75,3 +75,33 @@ def test_direct_d2t_fails_at_run_time_on_both_with_vllms_error(served: Callable[
         assert side.exception is not None and side.exception.startswith("IndexError: index "), side.to_dict()
         assert "EngineCore encountered an issue" in side.to_dict()["http_errors"][0], side.to_dict()
     assert lab.exception == real.exception
+
+
+#: config fields held to real vLLM in CI, one case each (the whole table: bench/lab_fields_vs_vllm.py): a value both
+#: refuse at start with the same words, a norm the config builds and the checkpoint does not fill (served at ones)
+CI_FIELDS = ("hidden_act", "norm_before_fc")
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("case", CI_FIELDS)
+def test_the_lab_serves_a_config_field_as_real_vllm_does(case: str, lab: LabPaths, vllm_host: VllmHost,
+                                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    from orchestrator.actions.bench import load_prompts
+    from orchestrator.lab.building.vllm_lab import ensure_vllm_lab, vllm_scenarios
+
+    base = ensure_vllm_lab("healthy", root=lab.root)
+    work = tmp_path_factory.mktemp(f"field-{case}")
+    tree = vd.vllm_root(str(vllm_host.python))
+    assert tree is not None
+    change, _expect = vd.FIELD_CASES[case]
+    draft = vd.write_field_case(base / "drafts" / "healthy", work, case, change)
+    spec = dict(vllm_scenarios(lab.root, lab.num_layers)["healthy"].candidate["speculative-config"], model=str(draft))
+    prompts = load_prompts(None)[:N]
+    lab_side = vd.serve(vd.lab_server(lab.target, spec, work / "lab", vd.lab_rules_dir(tree, work), "v1"), prompts,
+                        TOKENS, 300)
+    real = vd.serve(vd.real_server(str(vllm_host.python), lab.target, spec, work / "real"), prompts, TOKENS, 600)
+    assert real.left_after_stop == [] and lab_side.left_after_stop == []
+    agreement = vd.compare(lab_side, real)
+    assert agreement.verdict == "agree", f"{agreement.reasons}\nlab {lab_side.to_dict()}\nvLLM {real.to_dict()}"
+    if case == "hidden_act":
+        assert real.outcome == "failed_start" and "Only silu is supported" in (real.exception or ""), real.to_dict()

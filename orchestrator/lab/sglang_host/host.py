@@ -20,13 +20,17 @@ SGLang's CPU kernels (``sgl-kernel``) have no wheel for a CPU torch, and the spe
   torchvision for x86_64 is a CUDA build that fails on a CPU torch ("operator torchvision::nms does not exist"). Any
   torchvision/torchaudio/torchcodec a requirement pulled in is removed, then torchvision's CPU build
   (``TORCHVISION_CPU``, torch 2.13's) is installed from pip's own sources, else PyTorch's CPU index. Where neither
-  has it (an offline machine: this one's pip reaches PyPI but not download.pytorch.org), the build writes the one
-  SHIM it has:
+  has it (this machine's pip reaches a PyPI mirror but not download.pytorch.org), the build applies the one SHIM it
+  has:
 
-  SHIM ``torchvision`` stand-in: a two-file package in the venv's site-packages, ``torchvision/__init__.py`` and
-  ``torchvision/io.py``, whose ``decode_jpeg`` raises (image inputs only; the lab's target is text-only). It has no
-  dist-info, so transformers reports torchvision unavailable and never imports it. Recorded in ``complete.json``
-  (``"torchvision": "stand-in"``); no kernel, attention or sampling code is stood in for.
+  SHIM ``torchvision`` import guard: PyPI's torchvision 0.28.0 (``TORCHVISION``, the CUDA build for torch 2.13) is
+  installed with ``--no-deps`` and its ``torchvision/_meta_registrations.py`` is edited so that its two
+  ``torch.library.register_fake`` decorators (``torchvision::nms``, ``torchvision::qnms``) only register when its C++
+  ops loaded (``torchvision.extension._has_ops()``), as its ``_autograd_registrations.py`` already does. Without the
+  edit ``import torchvision`` fails, since its ``_C.so`` links CUDA torch libraries a CPU torch lacks. With it,
+  torchvision's Python code imports (transformers sees a real torchvision 0.28.0); its C++ ops (nms, roi_align,
+  image decoding) raise "Couldn't load custom C++ ops" if called, and a text model's server path calls none.
+  Recorded in ``complete.json`` (``"torchvision"``); no kernel, attention or sampling code is stood in for.
 
 A ``complete.json`` marker is written last, so a build cut short is redone; the whole build holds a file lock, so
 two processes build it once and the other waits. The last step imports what a server start imports (the HTTP
@@ -54,8 +58,8 @@ from orchestrator.lab.training.filelock import file_lock
 from orchestrator.lab.vllm_host.host import COMPILE_VENV, TORCH_CPU, TORCH_CPU_INDEX, make_socket_tmpdir
 
 SGLANG_VERSION = "0.5.15.post1"
-#: torch 2.13's torchvision, CPU build (PyTorch's CPU index only; PyPI's 0.28.0 is a CUDA build)
-TORCHVISION_CPU = "torchvision==0.28.0+cpu"
+#: torch 2.13's torchvision: the CPU build (PyTorch's CPU index only), else PyPI's CUDA build with the SHIM
+TORCHVISION_CPU, TORCHVISION = "torchvision==0.28.0+cpu", "torchvision==0.28.0"
 #: declared by sglang but CUDA-only, or a torch build / torch companion that would replace or break the CPU torch
 SKIPPED = frozenset({
     # CUDA-only wheels (plus every ``nvidia-*`` and ``cuda-*`` name: SKIPPED_PREFIXES)
@@ -91,23 +95,20 @@ for text in distribution(sys.argv[1]).requires or []:
     if req.marker is not None and not req.marker.evaluate({"extra": ""}):
         continue
     name = canonicalize_name(req.name)
-    out["skipped" if name in skipped or name.startswith(prefixes) else "kept"].append(str(req))
+    if name in skipped or name.startswith(prefixes):
+        out["skipped"].append(name)
+    else:
+        out["kept"].append(str(req))
 print(json.dumps(out))
 """
 
-STAND_IN_INIT = '''"""NOT torchvision: a stand-in written by the orchestrator's SGLang host build
-(orchestrator/lab/sglang_host/host.py), because no torchvision CPU build was reachable and PyPI's is a CUDA build that
-fails on a CPU torch. SGLang imports ``torchvision.io.decode_jpeg`` at server start; nothing else is provided."""
-
-__version__ = "0+orchestrator.stand.in"
-'''
-STAND_IN_IO = '''"""NOT torchvision.io: the orchestrator's stand-in (see torchvision/__init__.py)."""
-
-
-def decode_jpeg(*args, **kwargs):
-    raise NotImplementedError("torchvision is a stand-in on this SGLang host (no CPU build was reachable): "
-                              "image inputs are not supported")
-'''
+#: the SHIM's edit of PyPI's torchvision (module docstring): its fake registrations, guarded as its autograd ones are
+FAKES_FILE = "torchvision/_meta_registrations.py"
+FAKES_ANCHOR = "import torchvision.extension  # noqa: F401\n"
+FAKES_DECORATOR = "@torch.library.register_fake("
+FAKES_GUARD = ("\n# orchestrator's SGLang host (orchestrator/lab/sglang_host/host.py): no fake registration without the C++ "
+               "ops,\n# whose CUDA build cannot load on a CPU torch\n_register_fake = torch.library.register_fake if "
+               "torchvision.extension._has_ops() else (lambda *a, **k: lambda fn: fn)\n")
 
 #: what a server start imports first (``python -m sglang.launch_server``'s HTTP path, the scheduler process and the
 #: lab target's model class), and the pins the host relies on
@@ -115,8 +116,8 @@ CHECK = ("import sglang.launch_server, sglang.srt.entrypoints.http_server, sglan
          "sglang.srt.model_executor.model_runner, sglang.srt.models.llama, dill, soundfile, triton, torch, "
          "transformers.utils as tu; "
          "assert torch.__version__ == '2.13.0+cpu', torch.__version__; "
-         "import torchvision; print('torchvision', torchvision.__version__, 'transformers sees it:', "
-         "tu.is_torchvision_available())")
+         "import torchvision, torchvision.io, torchvision.extension as tx; assert tu.is_torchvision_available(); "
+         "print('torchvision', torchvision.__version__, 'C++ ops:', tx._has_ops())")
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class SglangHost:
 
     @property
     def torchvision(self) -> str:
-        """``TORCHVISION_CPU``'s version, or ``"stand-in"`` (the SHIM in the module docstring)."""
+        """What torchvision the host has: ``TORCHVISION_CPU``'s version, or PyPI's with the SHIM (module docstring)."""
         return str(self.marker.get("torchvision", "unknown"))
 
 
@@ -234,10 +235,10 @@ def ensure_sglang_host(directory: Path | str | None = None, progress: Progress |
         _run([*pip, *kept, *UNDECLARED], "installing sglang's requirements", log)
         say(f"removing {', '.join(CUDA_BUILDS)} if a requirement pulled them in (CUDA builds)")
         _run([str(python), "-m", "pip", "uninstall", "-y", "-q", *CUDA_BUILDS], "removing the CUDA builds", log)
-        say(f"{TORCHVISION_CPU} (pip's own sources, else {TORCH_CPU_INDEX}, else the torchvision stand-in)")
+        say(f"{TORCHVISION_CPU} (pip's own sources, else {TORCH_CPU_INDEX}, else PyPI's {TORCHVISION} with the shim)")
         torchvision = _install_torchvision(pip, python, log)
-        if torchvision == "stand-in":
-            say("no torchvision CPU build reachable: wrote the torchvision stand-in (the host's one shim)")
+        if torchvision != TORCHVISION_CPU.split("==", 1)[1]:
+            say(f"no torchvision CPU build reachable: {torchvision}")
         _run([str(python), "-c", COMPILE_VENV, str(root / "venv" / "lib")], "byte-compiling the venv", log)
         _run([str(python), "-c", CHECK], "checking the install (what a server start imports)", log,
              env=host_env(root / "run"))
@@ -252,18 +253,25 @@ def ensure_sglang_host(directory: Path | str | None = None, progress: Progress |
 
 
 def _install_torchvision(pip: list[str], python: Path, log: Path) -> str:
-    """``TORCHVISION_CPU``'s version, installed; else ``"stand-in"`` (the SHIM of the module docstring), written."""
+    """Install ``TORCHVISION_CPU``, else ``TORCHVISION`` with the SHIM (module docstring); returns what for the marker.
+    :raises UserInputError: when neither installs, or the file the SHIM edits is not as expected"""
     for extra in ([], ["--extra-index-url", TORCH_CPU_INDEX]):
         try:
             _run([*pip, "--no-deps", *extra, TORCHVISION_CPU], "installing torchvision's CPU build", log)
         except UserInputError:
             continue
         return TORCHVISION_CPU.split("==", 1)[1]
-    package = _site_packages(python) / "torchvision"
-    package.mkdir()
-    (package / "__init__.py").write_text(STAND_IN_INIT)
-    (package / "io.py").write_text(STAND_IN_IO)
-    return "stand-in"
+    _run([*pip, "--no-deps", TORCHVISION], f"installing PyPI's {TORCHVISION}", log)
+    fakes = _site_packages(python) / FAKES_FILE
+    text = fakes.read_text()
+    if text.count(FAKES_ANCHOR) != 1 or FAKES_DECORATOR not in text:
+        raise UserInputError(f"SGLang host: {fakes} is not the file the torchvision shim knows (no "
+                             f"{FAKES_ANCHOR.strip()!r} line or no {FAKES_DECORATOR!r} decorator); see {log}")
+    guarded = text.count(FAKES_DECORATOR)
+    fakes.write_text(text.replace(FAKES_DECORATOR, "@_register_fake(").replace(FAKES_ANCHOR, FAKES_ANCHOR + FAKES_GUARD))
+    with open(log, "a") as out:
+        out.write(f"# shim: {guarded} fake registrations in {fakes} guarded by torchvision.extension._has_ops()\n")
+    return f"{TORCHVISION.split('==', 1)[1]} (PyPI's CUDA build; shim: {guarded} fake registrations guarded)"
 
 
 def _base_python() -> str:

@@ -1,0 +1,88 @@
+"""A REAL SGLang (0.5.15.post1, built by ``orchestrator lab sglang-host``) on this machine's CPU, serving the lab's
+target with the research's command line (research/sglang-cpu.md): it serves greedy without speculation, it refuses an
+EAGLE-3 start with SGLang's own error line, and stopping a server leaves none of its processes (the launcher, the
+scheduler and the detokenizer share its process group). One real server start per test (~20 s ready, ~12 s to the
+EAGLE-3 crash, on 2 loaded cores)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab.sglang_host.host import SGLANG_VERSION, SglangHost, server_argv
+from tests import vllm_differential as vd
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+READY_S = 600  # a loaded 2-core machine; ~20-40 s alone
+#: EAGLE-3 on 0.5.15.post1's CPU path (research/sglang-cpu.md): the flags the brief names, topk 1 with 16 draft tokens
+EAGLE3 = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
+          "--speculative-num-draft-tokens", "16")
+#: SGLang's own log line for the topk-1 adjustment (srt/arg_groups/speculative_hook.py:444-446 in 0.5.15.post1)
+ADJUSTED = "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+#: how 0.5.15.post1 refuses EAGLE-3 on this CPU (measured): no argument check stops it; the scheduler process crashes
+#: at KV-pool init, where a speculative server's pool warms up a Triton copy kernel (enable_kv_cache_copy,
+#: srt/model_executor/model_runner_kv_cache_mixin.py:1013-1015; srt/mem_cache/memory_pool.py:1385-1388 and 1438) and
+#: Triton has no CPU driver (triton/runtime/driver.py:20). The scheduler logs it (srt/managers/scheduler.py:4345) and
+#: SIGQUITs the launcher, which logs its own line (srt/entrypoints/engine.py:1327-1329) and kills its process tree.
+SCHEDULER_FAILED = "Scheduler hit an exception: Traceback (most recent call last):"
+REFUSAL = "RuntimeError: 0 active drivers ([]). There should only be one."
+WHERE = "in _init_kv_copy_and_warmup"
+LAUNCHER_SAW = "Received sigquit from a child process. It usually means the child failed."
+
+
+def sglang_server(host: SglangHost, target: Path, work: Path, *extra: str) -> vd.ServerProcess:
+    port = vd.free_port()
+    return vd.ServerProcess("sglang", server_argv(host.python, target, port, *extra),
+                            {**os.environ, **host.env(work / "run")}, work / "sglang.log", port)
+
+
+@pytest.fixture
+def server(sglang_host: SglangHost, lab_models: dict[str, str], tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real SGLang server on the lab's target, no speculation; stopped (its whole group) after the test."""
+    srv = sglang_server(sglang_host, Path(lab_models["target"]), tmp_path)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.timeout(900)
+def test_the_host_serves_the_lab_target_greedy(server: vd.ServerProcess) -> None:
+    assert server.wait_ready(READY_S), f"SGLang exited before it served:\n{server.log_text()[-3000:]}"
+    body = {"text": "def main():\n", "sampling_params": {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}}
+    first, second = (vd.http(server.url + "/generate", body, timeout=120) for _ in range(2))
+    assert first[0] == 200, first
+    answer = json.loads(first[1])
+    assert answer["meta_info"]["completion_tokens"] == 16, answer
+    assert answer["text"] and second[0] == 200 and json.loads(second[1])["text"] == answer["text"]  # greedy
+    status, text = vd.http(server.url + "/server_info")
+    assert status == 200, (status, text[:500])
+    info = json.loads(text)
+    assert info["version"] == SGLANG_VERSION and info["device"] == "cpu"
+    assert info["speculative_algorithm"] is None  # what a speculative start would name
+    left = server.stop()
+    assert left == [], f"processes of the server's group outlived its stop: {left}"
+    assert server.proc is not None and server.proc.poll() is not None
+
+
+@pytest.mark.timeout(900)
+def test_an_eagle3_start_is_refused_with_sglangs_own_error(sglang_host: SglangHost, lab_models: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    target = Path(lab_models["target"])
+    healthy = target.parent / "drafts" / "healthy"  # the lab's healthy EAGLE-3 draft, else the fixture's
+    draft = healthy if healthy.is_dir() else Path(lab_models["draft"])
+    srv = sglang_server(sglang_host, target, tmp_path, *EAGLE3[:2], "--speculative-draft-model-path", str(draft),
+                        *EAGLE3[2:])
+    srv.start()
+    try:
+        served = srv.wait_ready(READY_S)
+    finally:
+        left = srv.stop()
+    log = srv.log_text()
+    assert not served, f"SGLang served EAGLE-3 on this CPU:\n{log[-3000:]}"
+    order = [log.find(line) for line in (ADJUSTED, SCHEDULER_FAILED, WHERE, REFUSAL, LAUNCHER_SAW)]
+    assert -1 not in order and order == sorted(order), (order, log[-5000:])  # adjusted, then the scheduler's crash
+    assert srv.proc is not None and srv.proc.returncode == -9  # the launcher killed its own tree, itself last
+    assert left == [], f"processes of the refused server's group outlived its stop: {left}"
