@@ -97,6 +97,16 @@ def _inline(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
 
 
+def image_file(path: Path, base: Path) -> Path | None:
+    """Where an image block's file is: ``path`` as written (absolute, or relative to the working directory, which is
+    how a relative sessions directory names it), else under ``base`` (a path relative to the session), else the file
+    of that name in ``base``'s artifacts/ (a session imported from another machine, its absolute paths foreign)."""
+    for candidate in (path, base / path, base / "artifacts" / path.name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def to_html(blocks: list[Block], base: Path, title: str) -> str:
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
            f"<style>{CSS}</style></head><body>"]
@@ -122,10 +132,13 @@ def to_html(blocks: list[Block], base: Path, title: str) -> str:
             else:
                 out.append(f"<pre>{html.escape(b.text)}</pre>")
         elif isinstance(b, Image):
-            path = b.path if b.path.is_absolute() else base / b.path
-            if path.exists():
-                mime = "image/svg+xml" if path.suffix == ".svg" else "image/png"
-                data = base64.b64encode(path.read_bytes()).decode()
-                out.append(f"<p><img alt='{html.escape(b.alt)}' src='data:{mime};base64,{data}'></p>")
+            path = image_file(b.path, base)
+            if path is None:  # said in the page, never dropped in silence
+                out.append(f"<p><em>(chart “{html.escape(b.alt)}” missing: {html.escape(str(b.path))} is not in "
+                           f"this session's directory)</em></p>")
+                continue
+            mime = "image/svg+xml" if path.suffix == ".svg" else "image/png"
+            data = base64.b64encode(path.read_bytes()).decode()
+            out.append(f"<p><img alt='{html.escape(b.alt)}' src='data:{mime};base64,{data}'></p>")
     out.append("</body></html>")
     return "\n".join(out)
