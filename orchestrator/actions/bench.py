@@ -92,7 +92,7 @@ def with_intervals(result: dict[str, Any], distinct: int | None = None, confiden
     units = accepts
     if distinct and len(accepts) == len(rows) == result.get("n") and len(accepts) > distinct:
         units = [statistics.mean(accepts[i::distinct]) for i in range(distinct)]
-    acc = mean_interval(units, confidence) if units else None
+    acc = mean_interval(units, confidence, low=1.0) if units else None  # an accept length is at least 1
     timed = [r for r in rows if r.get("latency")]
     rate = ratio_interval([r["completion_tokens"] for r in timed], [r["latency"] for r in timed], confidence)
     tok_s = result.get("tok_s")

@@ -143,7 +143,7 @@ def measured_by_length(rows: list[dict[str, Any]], buckets: list[dict[str, Any]]
         values = [float(r["accept_length"]) for r in rows if r.get("accept_length") is not None
                   and r.get("prompt_tokens") is not None and r["prompt_tokens"] >= lo
                   and (hi is None or r["prompt_tokens"] < hi)]
-        iv = mean_interval(values, confidence) if values else None
+        iv = mean_interval(values, confidence, low=1.0) if values else None  # an accept length is at least 1
         out.append({"bucket": [lo, hi], "requests": len(values),
                     "accept_length": round(statistics.mean(values), 4) if values else None,
                     "accept_length_ci": iv.as_list() if iv is not None else None})

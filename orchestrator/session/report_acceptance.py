@@ -121,6 +121,10 @@ def _position_blocks(session: LoadedSession, recs: list[tuple[StepFinished, str,
             *_chart(session, "per-position", points, "acceptance per draft position", "accepted share of cycles")]
 
 
+#: the fewest requests a prompt-length bucket's measured interval is shown for
+MIN_BUCKET = 3
+
+
 def _length_blocks(session: LoadedSession, recs: list[tuple[StepFinished, str, dict[str, Any]]]) -> list[Block]:
     rows, points = [], []
     for step, _host, rc in recs:
@@ -128,10 +132,16 @@ def _length_blocks(session: LoadedSession, recs: list[tuple[StepFinished, str, d
         for b in rc.get("by_length") or []:
             lo, hi = b["bucket"]
             cat = f"{lo}-{hi - 1 if hi is not None else '…'} tok"
+            # a bucket of one or two requests has an interval as wide as the scale (t with 1 degree of freedom):
+            # said as too few, not drawn as a figure
+            few = isinstance(b.get("requests"), int) and b["requests"] < MIN_BUCKET
+            measured = (f"too few requests ({b['requests']})" if few else
+                        _iv(b.get("measured"), b.get("measured_ci")))
             rows.append([label, cat, f"{b.get('prompts')} / {b.get('requests')}",
-                         _iv(b.get("predicted"), b.get("predicted_ci")), _iv(b.get("measured"), b.get("measured_ci"))])
+                         _iv(b.get("predicted"), b.get("predicted_ci")), measured])
             points.append(Point(cat, f"{label} predicted", b.get("predicted"), b.get("predicted_ci")))
-            points.append(Point(cat, f"{label} measured", b.get("measured"), b.get("measured_ci")))
+            if not few:
+                points.append(Point(cat, f"{label} measured", b.get("measured"), b.get("measured_ci")))
     if not rows:
         return []
     return [Heading("Acceptance by prompt length", 3),

@@ -46,6 +46,13 @@ class Interval:
             return True
         return self.lo <= other.hi and other.lo <= self.hi
 
+    def within(self, low: Optional[float] = None, high: Optional[float] = None) -> "Interval":
+        """This interval cut to its quantity's range (an accept length is >= 1, a rate in [0, 1]): the t interval of
+        a quantity near its bound reaches past it, and the true value never lies there."""
+        lo = self.lo if self.lo is None or low is None else max(low, self.lo)
+        hi = self.hi if self.hi is None or high is None else min(high, self.hi)
+        return Interval(self.estimate, lo, hi, self.n, self.se, self.confidence)
+
     def as_list(self, digits: int = 4) -> Optional[List[float]]:
         if self.lo is None or self.hi is None:  # not decided
             return None
@@ -127,10 +134,12 @@ def _t(confidence: float, n: int) -> float:
 
 
 # ---------------------------------------------------------------- intervals
-def ratio_interval(ys: Sequence[float], xs: Sequence[float], confidence: float = CONFIDENCE) -> Optional[Interval]:
+def ratio_interval(ys: Sequence[float], xs: Sequence[float], confidence: float = CONFIDENCE,
+                   low: Optional[float] = None, high: Optional[float] = None) -> Optional[Interval]:
     """``sum(ys) / sum(xs)`` over units with its interval; None when ``sum(xs) == 0`` (nothing measured).
 
-    Units with x == 0 (a prompt that produced no cycle) carry no information and are dropped.
+    Units with x == 0 (a prompt that produced no cycle) carry no information and are dropped. ``low``/``high``:
+    the quantity's range, where the interval is cut (``Interval.within``).
     """
     pairs = [(float(y), float(x)) for y, x in zip(ys, xs) if x]  # noqa: B905 (py3.9 hosts)
     n = len(pairs)
@@ -143,12 +152,13 @@ def ratio_interval(ys: Sequence[float], xs: Sequence[float], confidence: float =
     mean_x = sx / n
     se = math.sqrt(sum((y - r * x) ** 2 for y, x in pairs) / (n * (n - 1))) / mean_x
     half = _t(confidence, n) * se
-    return Interval(r, r - half, r + half, n, se, confidence)
+    return Interval(r, r - half, r + half, n, se, confidence).within(low, high)
 
 
-def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Optional[Interval]:
-    """The mean of ``values`` with its t interval (a ratio with every x = 1)."""
-    return ratio_interval(values, [1.0] * len(values), confidence)
+def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE, low: Optional[float] = None,
+                  high: Optional[float] = None) -> Optional[Interval]:
+    """The mean of ``values`` with its t interval (a ratio with every x = 1), cut to ``[low, high]``."""
+    return ratio_interval(values, [1.0] * len(values), confidence, low, high)
 
 
 def paired_ratio_interval(y1: Sequence[float], x1: Sequence[float], y2: Sequence[float], x2: Sequence[float],

@@ -93,12 +93,13 @@ def summarize(tallies: Sequence[Tally], confidence: float = CONFIDENCE) -> Dict[
         total.cycles += t.cycles
     out = total.summary()
 
-    def ci(ys: List[float], xs: List[float]) -> Optional[List[float]]:
-        iv = ratio_interval(ys, xs, confidence)
+    def ci(ys: List[float], xs: List[float], low: float = 0.0, high: Optional[float] = 1.0) -> Optional[List[float]]:
+        iv = ratio_interval(ys, xs, confidence, low, high)
         return iv.as_list() if iv is not None else None
 
-    out["tau_serving_ci"] = ci([t.tokens for t in tallies], [t.cycles for t in tallies])
-    out["tau_ci"] = ci([t.tau_sum for t in tallies], [t.anchors for t in tallies])
+    # an accept length is at least 1 (the verified token), a rate lies in [0, 1]
+    out["tau_serving_ci"] = ci([t.tokens for t in tallies], [t.cycles for t in tallies], 1.0, None)
+    out["tau_ci"] = ci([t.tau_sum for t in tallies], [t.anchors for t in tallies], 1.0, None)
     out["acc_ci"] = [ci([t.right[k] for t in tallies], [t.seen[k] for t in tallies]) for k in range(steps)]
     out["alpha_ci"] = [ci([t.cond_right[k] for t in tallies], [t.cond_seen[k] for t in tallies])
                        for k in range(steps)]
@@ -112,7 +113,7 @@ def summarize(tallies: Sequence[Tally], confidence: float = CONFIDENCE) -> Dict[
 
 def _request_mean(tallies: Sequence[Tally], confidence: float) -> Dict[str, object]:
     per = [t.tokens / t.cycles for t in tallies if t.cycles]
-    iv = mean_interval(per, confidence) if per else None
+    iv = mean_interval(per, confidence, low=1.0) if per else None
     return {"tau_request": round(iv.estimate, 4) if iv is not None else None,
             "tau_request_ci": iv.as_list() if iv is not None else None}
 
@@ -136,7 +137,7 @@ def by_length(tallies: Sequence[Tally], prompt_lens: Sequence[int], confidence: 
         idx = [i for i, n in enumerate(prompt_lens) if n >= low and (hi is None or n < hi)]
         if not idx:
             continue
-        iv = ratio_interval([tallies[i].tokens for i in idx], [tallies[i].cycles for i in idx], confidence)
+        iv = ratio_interval([tallies[i].tokens for i in idx], [tallies[i].cycles for i in idx], confidence, low=1.0)
         out.append({"bucket": [low, hi], "prompts": len(idx), "tau_serving": round(iv.estimate, 4) if iv else None,
                     "tau_serving_ci": iv.as_list() if iv is not None else None,
                     **_request_mean([tallies[i] for i in idx], confidence)})

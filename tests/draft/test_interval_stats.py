@@ -159,3 +159,34 @@ def test_served_wiring_outside_the_target_serves_nothing_so_a_working_wiring_is_
     assign_tiers(weak)
     out = decide("vllm", weak, weak[0], None, 0.2, 0.95, 6)
     assert out["decision"] == "inconclusive" and "not above the 1.20x margin" in out["verdict"]
+
+
+def test_an_interval_stays_inside_its_quantitys_range() -> None:
+    """Issue 41: two requests at 1.0 and 2.9 gave an accept length of 1.96 [-4.44, 8.36]; an accept length is at
+    least 1 and a rate lies in [0, 1], so the interval is cut there (the true value never lies past it)."""
+    from remote_probes.evaluation.interval_stats import mean_interval, ratio_interval
+
+    raw = mean_interval([1.0, 2.9])
+    cut = mean_interval([1.0, 2.9], low=1.0)
+    assert raw is not None and cut is not None and raw.lo is not None and raw.lo < 0
+    assert cut.lo == 1.0 and cut.hi == raw.hi and cut.estimate == raw.estimate
+    rate = ratio_interval([0, 1, 0], [5, 5, 5], low=0.0, high=1.0)
+    assert rate is not None and rate.as_list()[0] == 0.0  # type: ignore[index]
+    assert ratio_interval([4, 4], [2, 2], low=1.0) is not None  # no spread: nothing to cut
+
+
+def test_a_bucket_of_two_requests_is_said_too_few(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from orchestrator.events import HostOutcome, SessionStarted, StepFinished
+    from orchestrator.session.document import Table
+    from orchestrator.session.reader import LoadedSession
+    from orchestrator.session.report_acceptance import _length_blocks
+
+    rc = {"name": "spec", "by_length": [{"bucket": [0, 32], "prompts": 2, "requests": 2, "predicted": 2.0,
+                                         "predicted_ci": [1.0, 3.0], "measured": 1.96, "measured_ci": [1.0, 8.36]},
+                                        {"bucket": [32, 128], "prompts": 10, "requests": 10, "predicted": 3.0,
+                                         "predicted_ci": [2.5, 3.5], "measured": 3.1, "measured_ci": [2.6, 3.6]}]}
+    step = StepFinished(step_id="s1", name="reconcile", action="reconcile", status="ok", duration=1.0,
+                        results=[HostOutcome(host="lab", status="ok", result={})])
+    session = LoadedSession(directory=tmp_path, events=[SessionStarted(session_id="t", playbook="p", hypotheses=[])])
+    table = next(b for b in _length_blocks(session, [(step, "lab", rc)]) if isinstance(b, Table))
+    assert table.rows[0][4] == "too few requests (2)" and "3.1" in table.rows[1][4]
