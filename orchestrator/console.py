@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import IO
 
@@ -82,8 +83,23 @@ class ConsoleSink:
         self.session_dir: str | None = None
         self._partial: dict[tuple[str, str], str] = {}
         self._lines = _LineWriter(self.console)
+        self.closed = False  # the reader stopped reading: nothing more is shown
 
     def handle(self, event: Event) -> None:
+        """Show one event. A reader that stopped reading (``orchestrator run ... | head``) ends the showing, never
+        the investigation: the session log, the reports and the servers' stop go on (issue 41)."""
+        if self.closed:
+            return
+        try:
+            self._show(event)
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        self.closed = True
+        _to_devnull(self.console.file)
+
+    def _show(self, event: Event) -> None:
         match event:
             case SessionStarted():
                 self._on_session_started(event)
@@ -181,10 +197,32 @@ class JsonLinesSink:
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
+        self.closed = False
 
     def handle(self, event: Event) -> None:
-        self.stream.write(json.dumps(event.model_dump(mode="json"), separators=(",", ":")) + "\n")
-        self.stream.flush()
+        if self.closed:
+            return
+        try:
+            self.stream.write(json.dumps(event.model_dump(mode="json"), separators=(",", ":")) + "\n")
+            self.stream.flush()
+        except BrokenPipeError:  # the reader stopped reading: the investigation goes on (ConsoleSink.handle)
+            self.closed = True
+            _to_devnull(self.stream)
 
     def close(self) -> None:
-        self.stream.flush()
+        if not self.closed:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self.closed = True
+                _to_devnull(self.stream)
+
+
+def _to_devnull(stream: IO[str]) -> None:
+    """Point ``stream``'s file at /dev/null, so that the interpreter's own flush at exit cannot raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's StringIO): skipping is enough
+        pass
