@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from tests import vllm_differential as vd
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 READY_S = 600  # a loaded 2-core machine; ~20-40 s alone
-#: EAGLE-3 on 0.5.15.post1's CPU path (research/sglang-cpu.md): the flags the brief names, topk 1 with 16 draft tokens
+#: EAGLE-3 as issue 43 starts it: one step, topk 1, 16 draft tokens (SGLang adjusts them to steps + 1 = 2)
 EAGLE3 = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "1", "--speculative-eagle-topk", "1",
           "--speculative-num-draft-tokens", "16")
 #: SGLang's own log line for the topk-1 adjustment (srt/arg_groups/speculative_hook.py:444-446 in 0.5.15.post1)
@@ -39,10 +40,12 @@ def sglang_server(host: SglangHost, target: Path, work: Path, *extra: str) -> vd
                             {**os.environ, **host.env(work / "run")}, work / "sglang.log", port)
 
 
-@pytest.fixture
-def server(sglang_host: SglangHost, lab_models: dict[str, str], tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A real SGLang server on the lab's target, no speculation; stopped (its whole group) after the test."""
-    srv = sglang_server(sglang_host, Path(lab_models["target"]), tmp_path)
+@pytest.fixture(scope="module")
+def server(sglang_host: SglangHost, lab_models: dict[str, str],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[vd.ServerProcess]:
+    """A real SGLang server on the lab's target, no speculation, started once for this file's serving tests;
+    stopped (its whole group) by the last of them, and again here in case that one did not run."""
+    srv = sglang_server(sglang_host, Path(lab_models["target"]), tmp_path_factory.mktemp("sglang-host"))
     srv.start()
     yield srv
     srv.stop()
@@ -61,10 +64,27 @@ def test_the_host_serves_the_lab_target_greedy(server: vd.ServerProcess) -> None
     assert status == 200, (status, text[:500])
     info = json.loads(text)
     assert info["version"] == SGLANG_VERSION and info["device"] == "cpu"
-    assert info["speculative_algorithm"] is None  # what a speculative start would name
+    # the resolved speculative flags are top-level keys (dataclasses.asdict(server_args)); none without speculation
+    assert info["speculative_algorithm"] is None and info["speculative_num_draft_tokens"] is None
+
+
+@pytest.mark.timeout(300)
+def test_stopping_the_server_leaves_none_of_its_processes(server: vd.ServerProcess) -> None:
+    assert server.wait_ready(READY_S), f"SGLang exited before it served:\n{server.log_text()[-3000:]}"
+    before = server.group_pids()
+    assert len(before) >= 3, before  # the launcher (HTTP + tokenizer), the scheduler and the detokenizer
     left = server.stop()
     assert left == [], f"processes of the server's group outlived its stop: {left}"
     assert server.proc is not None and server.proc.poll() is not None
+    assert not [pid for pid in before if alive(pid)], before  # none left its group to outlive the stop either
+
+
+def alive(pid: int) -> bool:
+    """A process that runs (a zombie has ended: only its parent's wait is missing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 @pytest.mark.timeout(900)
