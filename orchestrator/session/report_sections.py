@@ -17,6 +17,7 @@ from orchestrator.hypotheses.board import HypothesisBoard
 from orchestrator.probes.models import ceiling_line, states_source_line
 from orchestrator.session.document import Block, Code, Heading, Image, Para, Table
 from orchestrator.session.reader import LoadedSession
+from orchestrator.verdicts.flagship.draft_evidence import ACCOUNTED_FOR
 
 STATE_MARK: dict[HypothesisState, str] = {"confirmed": "✔ confirmed", "refuted": "✘ refuted", "supported": "↑ supported",
               "inconclusive": "? inconclusive", "open": "· open"}
@@ -120,7 +121,9 @@ def _unverified_paragraphs(board: HypothesisBoard, steps: dict[str, StepFinished
             continue
         last = said[-1]
         where = f" (step {last.step_id} · {steps[last.step_id].name})" if last.step_id in steps else ""
-        if entry.hypothesis.id == "serving_difference":
+        if entry.hypothesis.id == "serving_difference" and (last.evidence or "").startswith(ACCOUNTED_FOR):
+            head = "Accounted for by the fix: the server served something the offline model of it does not"
+        elif entry.hypothesis.id == "serving_difference":
             head = "Not explained yet: the server serves something the offline model of it does not"
         else:
             head = f"Supported, not confirmed: {entry.hypothesis.title}"
@@ -135,7 +138,9 @@ UNEXPLAINED = {"serving_difference": ("supported",), "server_start": ("confirmed
 
 def _unexplained(board: HypothesisBoard) -> list[str]:
     return [hid for hid, states in UNEXPLAINED.items()
-            if hid in board.entries and board.entries[hid].state in states]
+            if hid in board.entries and board.entries[hid].state in states
+            and not (board.entries[hid].history and (board.entries[hid].history[-1].evidence or "")
+                     .startswith(ACCOUNTED_FOR))]
 
 
 def _fix_paragraphs(session: LoadedSession, board: HypothesisBoard) -> list[Block]:

@@ -120,3 +120,13 @@ def test_the_acceptance_section_draws_predicted_vs_measured(tmp_path: Path) -> N
     svg = images[0].path.read_text()
     assert svg.startswith("<svg") and "ringed: what the server feeds" in svg and "offline, as trained" in svg
     assert acceptance_section(_session(tmp_path)) == []
+
+
+def test_a_difference_the_fix_accounts_for_is_said_so(tmp_path: Path) -> None:
+    session = _session(tmp_path, _step("s3", "reconcile", {}),
+                       _update("serving_difference", "supported", "open", "s3", "accounted for by the fix: predicted "
+                               "3.84, measured 1.57: disjoint; the server with the fixed draft (x) reconciles"))
+    paras = [b.text for b in verdict_section(session) if isinstance(b, Para)]
+    said = [p for p in paras if "serving_difference" in p]
+    assert said and said[0].startswith("**Accounted for by the fix: the server served something the offline model")
+    assert not any(p.startswith("**Not explained yet") for p in paras)
