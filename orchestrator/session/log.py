@@ -3,7 +3,7 @@
 One JSON object per line. Large outputs go to ``outputs/<step>.<host>.log`` in full; the log keeps the first
 ``INLINE_OUTPUT`` characters of each step's output inline.
 
-Durability, and what it costs (BENCHMARKS.md states the same guarantee):
+Durability, and what it costs (docs/benchmarks-history.md states the same guarantee):
 
 * **The orchestrator killed (``kill -9``, OOM, a crash):** nothing that was handed to the sink is lost. Every event is
   written to the file with one ``write(2)`` before ``handle`` returns, so it sits in the kernel's page cache and

@@ -30,7 +30,7 @@ MUST_REFUTE = {
     "topk-override": {"wiring", "d2t_mapping", "lm_head_missing", "wrong_algorithm"},
     "eagle-not-eagle3": {"wiring", "d2t_mapping", "lm_head_missing", "flags_override"},
     # issue 26: the embedding SGLang replaces is found by the counterfactual step and verified by the fix; the other
-    # new faults are bench/issue26_faults.py's (about 5 min each at load 16: BENCHMARKS.md "New faults (issue 26)")
+    # new faults are bench/issue26_faults.py's (about 5 min each at load 16: docs/benchmarks-history.md "New faults (issue 26)")
     "trained-embedding": {"d2t_mapping", "lm_head_missing", "lm_head_sharing", "wrong_algorithm"},
     "shuffled-draft": {"d2t_mapping", "lm_head_missing", "wrong_algorithm", "flags_override", "architecture"},
 }
