@@ -4,7 +4,10 @@ under ``<state_dir>/sessions/*/procs/`` (servers above all). Used by ``orchestra
 A process is an orphan when the orchestrator process that started it (``meta.controller_pid`` on
 ``meta.controller_host``) is gone. Groups owned by a live session, started on another controller machine
 (we cannot tell whether it lives), or marked ``keep: true`` are listed but left alone unless ``everything``.
-Pidfiles whose group is already dead are removed.
+Pidfiles whose group is already dead are removed. A server gets at least the grace its engine's stop gives it
+(the adapter's ``stop_grace``, as ``ServerManager.stop``): a real SGLang 0.5.15.post1's launcher takes ~6 s to exit
+on SIGTERM, and a SIGKILL before that leaves its children's zombies to PID 1, which may reap them only after the
+check that the group is gone (measured here: ~1.5 s later), so the cleanup said "FAILED: group still alive".
 """
 
 from __future__ import annotations
@@ -64,6 +67,20 @@ def controller_state(host: object, pid: object) -> tuple[str, bool]:
     return f"alive (pid {pid})", False
 
 
+def engine_grace(meta: dict[str, Any]) -> float:
+    """A server's engine's stop grace (its adapter's ``stop_grace``); 0 for anything else or an unknown engine."""
+    from orchestrator.errors import UserInputError
+    from orchestrator.servers.registry import get_adapter
+
+    engine = meta.get("engine")
+    if meta.get("kind") != "server" or not isinstance(engine, str):
+        return 0.0
+    try:
+        return float(get_adapter(engine).stop_grace)
+    except UserInputError:
+        return 0.0
+
+
 async def cleanup_host(transport: Transport, *, python: str = "python3", dry_run: bool = False,
                        everything: bool = False, grace: float = 5.0) -> list[CleanupRow]:
     """Stop orphaned process groups on one host; returns what was found and done."""
@@ -92,7 +109,7 @@ async def cleanup_host(transport: Transport, *, python: str = "python3", dry_run
         if dry_run:
             row.action = "would stop"
             continue
-        gone = await transport.kill_group(handle, grace=grace)
+        gone = await transport.kill_group(handle, grace=max(grace, engine_grace(meta)))
         row.action = "stopped" if gone else "FAILED: group still alive"
         if port is not None:
             answer = await client.call("port", {"host": meta.get("bind") or "127.0.0.1", "port": port, "wait": 5})

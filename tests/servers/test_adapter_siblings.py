@@ -37,3 +37,15 @@ def test_sglang_and_vllm_differ_where_their_servers_do() -> None:
     assert SglangAdapter().invalid_reason({"speculative-num-steps": 1, "speculative-eagle-topk": 1,
                                            "speculative-num-draft-tokens": 5}) is not None
     assert {"api_key", "admin_api_key"} <= all_key_flags()
+
+
+@pytest.mark.parametrize("engine", sorted(ADAPTERS))
+def test_cleanup_gives_a_server_its_engines_stop_grace(engine: str) -> None:
+    """`orchestrator cleanup` stops an orphaned server with the grace its adapter's stop gives it (a real SGLang's
+    launcher takes ~6 s to exit on SIGTERM: tests/servers/test_real_sglang_adapter.py); anything else keeps the
+    cleanup's own."""
+    from orchestrator.servers.cleanup import engine_grace
+
+    assert engine_grace({"kind": "server", "engine": engine}) == get_adapter(engine).stop_grace
+    assert engine_grace({"kind": "warm_interpreter", "engine": engine}) == 0.0
+    assert engine_grace({"kind": "server", "engine": "no-such-engine"}) == engine_grace({}) == 0.0
