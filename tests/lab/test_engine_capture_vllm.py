@@ -103,7 +103,11 @@ async def test_the_real_vllm_flagship_reaches_the_same_verdict_on_engine_states(
     by_tf = await real_vllm_flagship("seed-wiring")
     run = await real_vllm_flagship("seed-wiring", {"hidden_states_from": "engine"})
     assert run.status == "ok", run.states
-    assert run.states == by_tf.states, (run.states, by_tf.states)
+    # every state the hidden states decide is the same; residual_symptom weighs the fixed server's tok/s against the
+    # baseline's, two timings of the same servers under whatever else shares the 2 cores, which no states path sets
+    timing = {"residual_symptom"}
+    assert ({h: s for h, s in run.states.items() if h not in timing}
+            == {h: s for h, s in by_tf.states.items() if h not in timing}), (run.states, by_tf.states)
     assert run.states["wiring"] == "confirmed"
     [plan] = outcomes(run, "Where the draft test gets the target's hidden states")
     assert plan.result["source"] == "engine" and plan.result["why"] == "asked"
