@@ -55,6 +55,8 @@ class EngineAdapter(ABC):
     default_ready_timeout: ClassVar[float]
     #: SIGTERM -> SIGKILL grace when stopping
     stop_grace: ClassVar[float]
+    #: the highest port ``port: auto`` may pick (an engine that derives another port from it needs room above)
+    max_auto_port: ClassVar[int] = 65535
     #: a line of the server's log that means ready (None: only the health path says)
     ready_line: ClassVar[str | None]
     health_path: ClassVar[str]

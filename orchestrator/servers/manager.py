@@ -168,7 +168,8 @@ class ServerManager:
                               keep=keep, grace=grace, step_id=step_id, check_flags=preflight,
                               workers=list(workers or []), dist_host=dist_host)
         if auto_port:
-            record.spec = spec = replace(spec, port=int((await client.call("port", {"host": spec.bind}))["port"]))
+            answer = await client.call("port", {"host": spec.bind, "max": adapter.max_auto_port})
+            record.spec = spec = replace(spec, port=int(answer["port"]))
         else:
             answer = await client.call("port", {"host": spec.bind, "port": spec.port})
             if not answer["free"]:

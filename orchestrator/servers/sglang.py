@@ -30,6 +30,10 @@ class SglangAdapter(EngineAdapter):
     default_ready_timeout: ClassVar[float] = 600.0
     #: SGLang 0.5.23 drains for up to 15 s
     stop_grace: ClassVar[float] = 20.0
+    #: SGLang derives its gRPC port as --port + 10000 and refuses the start when that passes 65535 (server_args.py,
+    #: "SGLANG_GRPC_PORT (68841) must be between 1 and 65535" in 0.5.12.post1 and 0.5.15.post1): an automatic port
+    #: above 55535, which the kernel's ephemeral range often gives, would fail the pre-flight
+    max_auto_port: ClassVar[int] = 65535 - 10000
     ready_line: ClassVar[str | None] = "The server is fired up and ready to roll!"
     health_path: ClassVar[str] = "/health"
     info_paths: ClassVar[tuple[str, ...]] = ("/server_info", "/get_server_info")

@@ -20,7 +20,8 @@ on stdin with the other arguments, so they never appear on a command line.
 - ``wait``: ``{"url", "log", "pgid", "timeout", "health_path", "ready_line"?, "line_grace"?, "interval"?,
   "models_path"?}``: poll the health path while tailing the log until ready, the process group exits, or the timeout;
   with ``models_path`` (vLLM: ``/v1/models``) ready also needs that path to list at least one model
-- ``port``: ``{"host"?, "port"?, "wait"?}`` -> ``{"free", "port"}`` (no port, 0 or "auto": pick a free one)
+- ``port``: ``{"host"?, "port"?, "wait"?, "max"?}`` -> ``{"free", "port"}`` (no port, 0 or "auto": pick a free one,
+  at most ``max``: an engine that derives another port from its own needs room above it)
 - ``bench``: ``{"url", "prompts", "n", "max_new_tokens", ...}`` -> throughput, latency, per-request stats and the
   server's info document (``server_info``, from the first of ``info_paths`` that answers) for the adapter to read;
   with ``metrics_path``: ``metrics_before`` / ``metrics_after``, the samples whose names start with ``metric_prefix``
@@ -231,9 +232,17 @@ def _total(samples: Optional[List[Dict[str, Any]]], name: str) -> Optional[float
 def cmd_port(args: Args) -> Dict[str, Any]:
     host, port = args.get("host", "127.0.0.1"), args.get("port")
     if port in (None, 0, "auto"):
-        with socket.socket() as sock:
-            sock.bind((host, 0))
-            return {"free": True, "port": sock.getsockname()[1]}
+        top = int(args.get("max") or 65535)
+        for _ in range(64):  # the kernel's pick, while it lies below the engine's limit
+            with socket.socket() as sock:
+                sock.bind((host, 0))
+                picked = sock.getsockname()[1]
+            if picked <= top:
+                return {"free": True, "port": picked}
+        for candidate in range(min(top, 49151), 1023, -1):  # an ephemeral range above the limit: look below it
+            if _port_free(host, candidate):
+                return {"free": True, "port": candidate}
+        return {"free": False, "port": 0}
     deadline = time.monotonic() + float(args.get("wait", 0))
     while True:
         free = _port_free(host, int(port))

@@ -49,3 +49,15 @@ def test_cleanup_gives_a_server_its_engines_stop_grace(engine: str) -> None:
     assert engine_grace({"kind": "server", "engine": engine}) == get_adapter(engine).stop_grace
     assert engine_grace({"kind": "warm_interpreter", "engine": engine}) == 0.0
     assert engine_grace({"kind": "server", "engine": "no-such-engine"}) == engine_grace({}) == 0.0
+
+
+def test_an_automatic_port_leaves_sglang_room_for_its_grpc_port() -> None:
+    """SGLang derives its gRPC port as --port + 10000 and refuses a start where that passes 65535 (measured on the real
+    0.5.15.post1 host: a kernel-picked port 58841 failed the pre-flight); ``port: auto`` picks below the adapter's
+    limit, through the same probe command the manager calls on the host."""
+    from remote_probes.engine.server_client import cmd_port
+
+    assert get_adapter("sglang").max_auto_port == 55535
+    assert get_adapter("vllm").max_auto_port == 65535
+    picked = [cmd_port({"host": "127.0.0.1", "port": "auto", "max": 20000}) for _ in range(20)]
+    assert all(p["free"] and 1024 <= p["port"] <= 20000 for p in picked), picked

@@ -267,8 +267,10 @@ steps:
         def ready() -> list[dict[str, Any]]:
             return [e for e in events(sessions) if e["type"] == "server_ready"]
 
-        def sleeping() -> bool:  # the step after the servers runs: the run is between steps no longer
-            return any(command_of(pid)[:2] == ["sleep", "900"] for pid in processes_with(marker))
+        def sleeping() -> bool:  # the step after the servers runs, and its pidfile is written (the orchestrator
+            # records a command just after it spawns it: killed in between, no cleanup could know of it)
+            return (any(command_of(pid)[:2] == ["sleep", "900"] for pid in processes_with(marker))
+                    and bool(list((tmp_path / "state").glob("sessions/*/procs/run-*.json"))))
 
         assert wait_until(lambda: (len(ready()) == 2 and sleeping()) or proc.poll() is not None, 600, interval=0.2), \
             "two real SGLang servers not ready within 600 s"
