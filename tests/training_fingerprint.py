@@ -1,7 +1,7 @@
 """The behavioural check behind the lab's recipe key (orchestrator/lab/building/recipe.py): what training at a reduced size
 produces, recorded per training version in tests/lab/training_fingerprints.json and compared on every run. The key
 holds no source text, so a change to the training code that alters what it produces without bumping
-RECIPE_VERSION (or QWEN3_TRAINING_VERSION) would ship stale models under a matching key: this check fails instead.
+RECIPE_VERSION (or QWEN3_TRAINING_VERSION, KIMI_TRAINING_VERSION) would ship stale models under a matching key: this check fails instead.
 
 A fingerprint is a model's structure (its config, its tokenizer, its safetensors header: names, dtypes, shapes),
 compared exactly, and its first and last training loss, compared within RELATIVE_LOSS_TOLERANCE: training runs with
@@ -80,6 +80,6 @@ def check(kind: str, versions: dict[str, int], models: dict[str, Path]) -> str:
             f"training the {kind} {name} at the reduced size produced other models than {versions} recorded "
             f"({', '.join(drift)}: {got} vs {want}): a change alters what training produces. Bump the version "
             "(RECIPE_VERSION in orchestrator/lab/training/model_cache.py; QWEN3_TRAINING_VERSION in "
-            "orchestrator/lab/training/qwen3_train.py), rebuild and ship the models, and record the fingerprint again "
+            "orchestrator/lab/training/qwen3_train.py; KIMI_TRAINING_VERSION in kimi_train.py), rebuild and ship the models, and record the fingerprint again "
             "(ORCH_RECORD_TRAINING_FINGERPRINT=1)")
     return "matches the recorded fingerprint"

@@ -29,8 +29,10 @@ def build_cmd(
                                       help="Train and calibrate the models here (5-12 minutes on 2 cores) instead of "
                                            "taking the shipped ones; the recipe reproduces the shipped models."),
     target_class: str = typer.Option("llama", "--target-class",
-                                     help="The target's model class: llama (the default lab) or qwen3 (a tiny "
-                                          "Qwen3ForCausalLM and its drafts, shipped too; give it its own --dir)."),
+                                     help="The target's model class: llama (the default lab), qwen3 (a tiny "
+                                          "Qwen3ForCausalLM and its drafts) or kimi (the seed's class: DeepSeek-V3 "
+                                          "MLA + MoE in the Kimi-K2.5 wrapper, MLA drafts); shipped too; give each "
+                                          "its own --dir."),
     ship: bool = typer.Option(False, "--ship", hidden=True,
                               help="(developers) write the calibrated lab as the package's shipped models."),
     ship_cpu: bool = typer.Option(False, "--ship-cpu", hidden=True,
@@ -43,7 +45,7 @@ def build_cmd(
 
     from orchestrator.lab.building.build import SCENARIO_NAMES, check_scenario, lab_dir, read_state
     from orchestrator.lab.building.builder import build_lab
-    from orchestrator.lab.building.qwen3_lab import check_target_class
+    from orchestrator.lab.building.class_lab import CLASS_LABS, check_target_class
 
     names = list(SCENARIO_NAMES) if scenario == "all" else [check_scenario(scenario)]
     check_target_class(target_class)
@@ -55,9 +57,9 @@ def build_cmd(
         Console(stderr=True).print(f"recorded {entry.cpu} ({entry.built.get('capability')}) and its calibration in "
                                    f"{SHIPPED_DIR / 'manifest.json'}")
         return
-    if ship and not (from_scratch and (scenario == "all" or target_class == "qwen3")):
-        raise UserInputError("--ship writes the package's models: use it with --from-scratch --scenario all (the "
-                             "Qwen3 lab: --target-class qwen3 --from-scratch)")
+    if ship and not (from_scratch and (scenario == "all" or target_class in CLASS_LABS)):
+        raise UserInputError("--ship writes the package's models: use it with --from-scratch --scenario all (a "
+                             "class lab: --target-class CLASS --from-scratch)")
     console = Console(stderr=True)
     progress, report = build_progress()  # Rich bars on a terminal, else a plain line per stage and 10 %
     started = time.monotonic()
@@ -70,12 +72,15 @@ def build_cmd(
                               target_class=target_class)
     console.print(f"lab ready in {time.monotonic() - started:.1f} s: scenario [bold]{paths.scenario}[/], "
                   f"target {paths.target}, draft {paths.draft}, sglang tree {paths.site}")
-    if ship and target_class == "qwen3":
-        from orchestrator.lab.building import qwen3_shipped
-        from orchestrator.lab.building.qwen3_lab import shipped_entries
+    if ship and target_class in CLASS_LABS:
+        from orchestrator.lab.building import class_shipped
+        from orchestrator.lab.building.class_lab import shipped_entries
+        from orchestrator.lab.building.class_shipped import shipped_root
 
-        shipped = qwen3_shipped.write_shipped(shipped_entries())  # what the build above made, trained here
-        console.print(f"shipped Qwen3 models written to {qwen3_shipped.SHIPPED_QWEN3}: {', '.join(shipped.models)}")
+        lab = CLASS_LABS[target_class]  # what the build above made, trained here
+        shipped = class_shipped.write_shipped(shipped_entries(lab), shipped_root(lab.name))
+        console.print(f"shipped {lab.title} models written to {shipped_root(lab.name)}: "
+                      f"{', '.join(shipped.models)}")
     elif ship:
         from orchestrator.lab.building.shipped import SHIPPED_DIR, write_shipped
 

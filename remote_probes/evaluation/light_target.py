@@ -87,12 +87,13 @@ class LightTarget:
 def load_light_target(path: str, device: str, dtype: Any) -> LightTarget:
     try:
         from safetensors import safe_open
-        from transformers import AutoConfig
+
+        from remote_probes.evaluation.target_model import causal_lm_config
     except ImportError as exc:
         raise ProbeFailure("missing_dependency", "the engine path needs transformers and safetensors: %s" % exc
                            ) from None
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = causal_lm_config(path)  # a wrapper's language model config (target_model.py)
     except Exception as exc:  # transformers raises many types for a bad config
         raise ProbeFailure("target_load", "cannot read the target's config in %s: %s: %s"
                            % (path, type(exc).__name__, str(exc)[:300]), field="target") from None

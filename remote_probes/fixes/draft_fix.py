@@ -228,7 +228,8 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
                 remedies.append("serve with an SGLang whose layer boundary captures the embedding output "
                                 "(0.5.23 does: eagle_config id -1)")
                 remedies.append("change the engine: capture the embedding output before layer 0 "
-                                "(LlamaModel.forward appends hidden_states + residual, and residual is None there)")
+                                "(%s appends hidden_states + residual, and residual is None there)"
+                                % (rules.get("loop") or "LlamaModel.forward"))
             blockers.append({"what": "wiring", "why": "the draft was trained on hidden_states %s, which %s cannot "
                              "feed by config: %s" % (best, sglang, "; ".join(why_not)), "remedies": remedies})
 

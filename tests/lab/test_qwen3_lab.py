@@ -1,5 +1,5 @@
 """The flagship follows a non-Llama target class end to end: the lab's on-demand Qwen3 target
-(``orchestrator lab build --target-class qwen3``: orchestrator/lab/building/qwen3_lab.py, 8 layers, shipped) with its seed-wiring draft,
+(``orchestrator lab build --target-class qwen3``: orchestrator/lab/building/class_lab.py, 8 layers, shipped) with its seed-wiring draft,
 served by the lab's SGLang stand-in (0.5.12.post1) as a real host looks (no lab-only fixed flags).
 
 What only a Qwen3 target shows: SGLang 0.5.12.post1 runs ``Qwen3ForCausalLM.set_eagle3_layers_to_capture``
@@ -12,73 +12,24 @@ the benchmark of the fixed server verifies it. One flagship run, shared by the t
 from __future__ import annotations
 
 import json
-import os
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from orchestrator.hypotheses.board import HypothesisBoard
-from orchestrator.lab.building.build import cache_dir, seed_wiring, sglang_wiring
-from orchestrator.lab.building.builder import build_lab
-from orchestrator.lab.building.inventory import lab_inventory
-from orchestrator.playbook.loader import load_playbook
-from orchestrator.session.reader import LoadedSession, read_session
-from orchestrator.session.recording import build_runner, run_with_signals, write_reports
-
-REPO = Path(__file__).resolve().parents[2]
-FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
-READS = "SGLang: which target layers are captured for the draft"
-CLASS_STEP = "Which class runs the target, and where it captures the draft's hidden states"
-
-
-@dataclass
-class Run:
-    root: Path
-    directory: Path
-    status: str
-    seconds: float
-    session: LoadedSession
-    board: HypothesisBoard
-
-    def results(self, name: str) -> list[dict[str, Any]]:
-        return [r.result for e in self.session.events if getattr(e, "name", "") == name
-                for r in getattr(e, "results", [])]
+from orchestrator.lab.building.build import seed_wiring, sglang_wiring
+from tests.lab.class_flagship import CLASS_STEP, READS, Run, class_lab, flagship_once
 
 
 @pytest.fixture(scope="session")
 def qwen3_lab() -> Path:
-    """The Qwen3 lab of this worker: the package's shipped Qwen3 models, copied (tests/lab/test_qwen3_shipped.py
-    holds them to the recipe; tests/lab/test_training_recipe.py trains the recipe at a reduced size)."""
-    root = cache_dir() / f"lab-qwen3-test-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
-    build_lab("seed-wiring", root=root, target_class="qwen3")
-    return root
+    return class_lab("qwen3")
 
 
 @pytest.fixture(scope="session")
 def qwen3_flagship(qwen3_lab: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[], Awaitable[Run]]:
     """``await qwen3_flagship()``: the flagship on the Qwen3 lab's seed-wiring scenario, run once per session."""
-    runs: list[Run] = []
-
-    async def run() -> Run:
-        if not runs:
-            inventory = lab_inventory("seed-wiring", root=qwen3_lab, real_host=True)
-            playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
-            engine, directory = build_runner(playbook, inventory, sinks=[],
-                                             sessions_dir=tmp_path_factory.mktemp("qwen3-flagship"))
-            started = time.monotonic()
-            outcome = await run_with_signals(engine)
-            seconds = round(time.monotonic() - started, 1)
-            write_reports(directory)
-            session = read_session(directory)
-            runs.append(Run(qwen3_lab, directory, outcome.status, seconds, session,
-                            HypothesisBoard.from_events(session.events)))
-        return runs[0]
-
-    return run
+    return flagship_once(qwen3_lab, lambda: tmp_path_factory.mktemp("qwen3-flagship"))
 
 
 @pytest.mark.lab
@@ -117,7 +68,7 @@ async def test_the_verdict_on_qwen3_is_the_planted_wiring_with_a_servable_fix(
         qwen3_flagship: Callable[[], Awaitable[Run]]) -> None:
     run = await qwen3_flagship()
     n = json.loads((run.root / "target" / "config.json").read_text())["num_hidden_layers"]
-    states = {hid: e.state for hid, e in run.board.entries.items()}
+    states = run.states()
     assert run.status == "ok"
     assert states["wiring"] == "confirmed", states
     for hid in ("d2t_mapping", "lm_head_missing", "wrong_algorithm", "architecture"):
@@ -136,8 +87,7 @@ async def test_the_verdict_on_qwen3_is_the_planted_wiring_with_a_servable_fix(
     assert written["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [i - 1 for i in best], written
     (fixed_srv,) = run.results("Restart with the fix")
     assert fixed_srv["status"] == "ready", fixed_srv
-    report = (run.directory / "report.md").read_text()
-    verdict = report.split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    verdict = run.verdict()
     assert "**Root cause:" in verdict and "[`wiring`]" in verdict and "**No servable fix**" not in verdict
     assert "fix verified (servable fix on SGLang 0.5.12.post1" in verdict, verdict
 
@@ -146,7 +96,7 @@ def test_a_lab_directory_keeps_its_one_target_class(tmp_path: Path) -> None:
     """Cheap: an unknown class is refused by name, and a directory holding the Llama lab's target is never turned
     into a Qwen3 lab (nothing is trained to find that out)."""
     from orchestrator.errors import UserInputError
-    from orchestrator.lab.building.qwen3_lab import build_qwen3_lab, check_target_class
+    from orchestrator.lab.building.class_lab import CLASS_LABS, build_class_lab, check_target_class
 
     with pytest.raises(UserInputError, match="unknown lab target class 'mamba'"):
         check_target_class("mamba")
@@ -155,4 +105,7 @@ def test_a_lab_directory_keeps_its_one_target_class(tmp_path: Path) -> None:
     (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     (target / ".complete").write_text("ok\n")
     with pytest.raises(UserInputError, match="already holds the default lab's Llama target"):
-        build_qwen3_lab(tmp_path, {}, lambda *_: None, {})
+        build_class_lab(CLASS_LABS["qwen3"], tmp_path, {}, lambda *_: None, {})
+    with pytest.raises(UserInputError, match="already holds a Qwen3ForCausalLM target: give another --dir for the Kimi"):
+        (target / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+        build_class_lab(CLASS_LABS["kimi"], tmp_path, {}, lambda *_: None, {})

@@ -46,7 +46,7 @@ def test_the_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) -> Non
 
 def test_the_qwen3_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) -> None:
     """The Qwen3 lab's own training code (orchestrator/lab/training/qwen3_train.py): the shipped Qwen3 models
-    (tests/lab/test_qwen3_shipped.py) mean CI would otherwise never train it."""
+    (tests/lab/test_class_shipped.py) mean CI would otherwise never train it."""
     from dataclasses import asdict
 
     from orchestrator.lab.training.qwen3_train import QWEN3_TRAINING_VERSION, Qwen3Recipe
@@ -67,6 +67,33 @@ def test_the_qwen3_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) 
                                      {"target": target, "draft": draft}))
     _serves_losslessly(target, draft, wiring, "Qwen3ForCausalLM")
 
+
+def test_the_kimi_recipe_trains_from_nothing_at_a_reduced_size(tmp_path: Path) -> None:
+    """The seed's class (orchestrator/lab/training/kimi_train.py): a DeepSeek-V3 with MLA and experts saved inside
+    the Kimi-K2.5 wrapper, and an MLA draft on the seed's shift; shipped models mean CI would otherwise never train
+    it."""
+    from dataclasses import asdict
+
+    from orchestrator.lab.training.kimi_train import KIMI_TRAINING_VERSION, KimiRecipe
+    from orchestrator.lab.training.train_job import run_job
+
+    small = KimiRecipe(num_layers=4, corpus_bytes=300_000, steps=30)
+    target = run_job({"kind": "target", "target_class": "kimi", "seed": 0, "recipe": asdict(small),
+                      "out": str(tmp_path / "target")}, None)
+    facts = json.loads((target / "lab_recipe.json").read_text())
+    assert facts["target_class"] == "kimi" and facts["loss_last"] < facts["loss_first"] - 0.3, facts
+    config = json.loads((target / "config.json").read_text())
+    assert config["architectures"] == ["KimiK25ForConditionalGeneration"], config
+    assert config["text_config"]["architectures"] == ["DeepseekV3ForCausalLM"], config
+    wiring = seed_wiring(small.num_layers, "kimi")
+    draft = run_job({"kind": "draft", "target_class": "kimi", "target_dir": str(target), "wiring": wiring,
+                     "seed": 0, "recipe": asdict(SMALL_DRAFT), "out": str(tmp_path / "draft")}, None)
+    dfacts = json.loads((draft / "lab_recipe.json").read_text())
+    assert dfacts["loss_last"] < dfacts["loss_first"], dfacts
+    assert json.loads((draft / "config.json").read_text())["architectures"] == ["Eagle3DeepseekV2ForCausalLM"]
+    print(training_fingerprint.check("kimi", {"recipe": model_cache.RECIPE_VERSION, "kimi": KIMI_TRAINING_VERSION},
+                                     {"target": target, "draft": draft}))
+    _serves_losslessly(target, draft, wiring, "KimiK25ForConditionalGeneration")
 
 def _serves_losslessly(target: Path, draft: Path, wiring: list[int], architecture: str) -> None:
     """What training wrote is a lab: the server's engine loads both and speculative decoding is lossless."""

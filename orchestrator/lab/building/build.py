@@ -53,9 +53,24 @@ class Scenario:
     confirms: tuple[str, ...] = ()   # the hypotheses the flagship must confirm (and no other fault)
 
 
-def seed_wiring(num_layers: int) -> list[int]:
-    """The seed's training wiring: embedding output first, then the middle and the last layer."""
+#: the class labs whose seed-wiring draft carries the seed's own mismatch slot for slot (class_lab.py's kimi): the
+#: seed's pipeline trained on [embed, a, b] where SGLang serves its default [a, b, c], so every slot is fed the next
+#: layer. On that class's 8-layer target the default pattern below leaves the middle slot right and the draft's
+#: loss is within the draft test's margin (tau 3.86 vs 3.21, gain 1.20x [1.08, 1.34]: inconclusive, 2026-12-04)
+SEED_SHIFT_CLASSES = ("kimi",)
+
+
+def seed_wiring(num_layers: int, target_class: str = "llama") -> list[int]:
+    """The seed's training wiring: embedding output first, then the middle and the last layer; for a class of
+    SEED_SHIFT_CLASSES the seed's exact shift, the embedding then SGLang's first two default layers."""
+    if target_class in SEED_SHIFT_CLASSES:
+        return [0, *sglang_wiring(num_layers)[:2]]
     return [0, num_layers // 2, num_layers - 1]
+
+
+def target_class_in(lab: Path) -> str:
+    """The target class a lab directory was built with (lab.json), ``llama`` for the default lab."""
+    return str(read_state(lab).get("target_class") or "llama")
 
 
 def sglang_wiring(num_layers: int) -> list[int]:
@@ -72,12 +87,13 @@ def scenarios(lab: Path, num_layers: int) -> dict[str, Scenario]:
     """Every scenario with its flags; draft paths point into ``lab``."""
     d = lab / "drafts"
     seed, healthy = str(d / "seed-wiring"), str(d / "healthy")
-    capture = {"lab-capture-layers": ",".join(str(i) for i in seed_wiring(num_layers))}
+    trained = seed_wiring(num_layers, target_class_in(lab))
+    capture = {"lab-capture-layers": ",".join(str(i) for i in trained)}
     fixed_seed = {**_spec(seed), **capture}
     return {s.name: s for s in [
         # The user asks for 16 draft tokens, as in the seed; with topk 1 SGLang silently caps them at steps + 1.
         Scenario("seed-wiring", "draft trained embedding-first, SGLang feeds its default layers", "seed-wiring",
-                 _spec(seed, tokens=16), fixed_seed, f"trained on {seed_wiring(num_layers)}, served "
+                 _spec(seed, tokens=16), fixed_seed, f"trained on {trained}, served "
                  f"{sglang_wiring(num_layers)}", confirms=("wiring",)),
         Scenario("healthy", "draft trained on SGLang's own wiring", "healthy", _spec(healthy), _spec(healthy),
                  "none"),
@@ -266,8 +282,12 @@ def site_ok(root: Path, version: str = SGLANG_VERSION) -> bool:
 
 
 def num_layers_of(root: Path, default: int = 12) -> int:
+    """The target's decoder layers: its own, or a wrapper's language model's (the Kimi class lab)."""
+    from remote_probes.evaluation.target_model import text_config_of
+
     try:
-        return int(json.loads((root / "target" / "config.json").read_text())["num_hidden_layers"])
+        config = json.loads((root / "target" / "config.json").read_text())
+        return int((text_config_of(config) or config)["num_hidden_layers"])
     except (OSError, ValueError, KeyError):
         return default
 
@@ -367,7 +387,7 @@ def _target_embedding(draft: Path) -> Any:
     return load_file(str(draft.parents[1] / "target" / "model.safetensors"))["model.embed_tokens.weight"]
 
 
-def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
+def write_variant(seed: Path, dst: Path, kind: str, num_layers: int, target_class: str = "llama") -> None:
     """A cheap copy of a trained draft (``seed``: VARIANT_BASE[kind]) with one checkpoint fault applied."""
     import torch
     from safetensors.torch import load_file, save_file
@@ -379,7 +399,7 @@ def write_variant(seed: Path, dst: Path, kind: str, num_layers: int) -> None:
     elif kind == "direct-d2t":    # target ids where SGLang expects offsets (hot_token_id = d2t + arange)
         state["d2t"] = (state["d2t"] + torch.arange(state["d2t"].shape[0])).contiguous()
     elif kind == "off-by-one":    # the right ids, in vLLM's top-level HF-index convention SGLang ignores
-        config["eagle_aux_hidden_state_layer_ids"] = seed_wiring(num_layers)
+        config["eagle_aux_hidden_state_layer_ids"] = seed_wiring(num_layers, target_class)
     elif kind == "own-embedding":  # an embed_tokens the draft was NOT trained with, saved in the checkpoint: the
         # target's rows in another token order, as an export from another vocabulary would carry (vllm #50158)
         target = _target_embedding(seed)

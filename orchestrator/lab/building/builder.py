@@ -2,7 +2,7 @@
 or trained), the fault copies, and the calibration against the flagship's rules, under the lab directory's lock.
 
 The parts it puts there, and where, are orchestrator.lab.building.build's; the calibration is orchestrator.lab.building.calibrate's,
-the shipped models orchestrator.lab.building.shipped's, the Qwen3 lab orchestrator.lab.building.qwen3_lab's. This module sits above
+the shipped models orchestrator.lab.building.shipped's, the on-demand class labs (Qwen3, Kimi-K2.5-class) orchestrator.lab.building.class_lab's. This module sits above
 them all, so none of them imports it back.
 
 Public API: ``build_lab(scenario=None, *, root=None, progress=None, seed=0, calibrate=True, from_scratch=False,
@@ -56,8 +56,8 @@ def build_lab(scenario: str | None = None, *, root: Path | str | None = None,
               progress: BuildProgress | None = None, seed: int = 0, calibrate: bool = True,
               from_scratch: bool = False, target_class: str | None = None) -> LabPaths:
     """``_build_lab`` under the lab directory's lock (``lab_lock``): a second builder waits, then finds it built.
-    ``target_class``: ``qwen3`` makes (or keeps) the directory a Qwen3 lab (orchestrator.lab.building.qwen3_lab); a lab
-    directory already built keeps its own class."""
+    ``target_class``: ``qwen3`` or ``kimi`` makes (or keeps) the directory a lab of that class
+    (orchestrator.lab.building.class_lab); a lab directory already built keeps its own class."""
     with lab_lock(lab_dir(root)):
         return _build_lab(scenario, root=root, progress=progress, seed=seed, calibrate=calibrate,
                           from_scratch=from_scratch, target_class=target_class)
@@ -94,7 +94,7 @@ def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calib
                   from_scratch: bool, target_class: str | None = None) -> LabPaths:
     # both load torch (their recipes' dataclasses live beside the training code): only when a build runs, so that
     # the CLI and the lab inventory start without it
-    from orchestrator.lab.building import qwen3_lab
+    from orchestrator.lab.building import class_lab
     from orchestrator.lab.building.recipe import recipe_hash
 
     state = read_state(base) or {"format": LAB_FORMAT}
@@ -106,9 +106,13 @@ def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calib
             install_sglang_site(base, report, version)
             timings["sglang" if version == SGLANG_VERSION else f"sglang-{version}"] = round(
                 time.monotonic() - started, 1)
-    if qwen3_lab.check_target_class(target_class or "llama") == "qwen3" or state.get("target_class") == "qwen3":
-        # the Qwen3 lab: its own target and drafts (shipped or trained), never the Llama lab's or its calibration
-        qwen3_lab.build_qwen3_lab(base, state, report, timings, from_scratch=from_scratch)
+    asked = class_lab.check_target_class(target_class or "llama")
+    # the class asked for, else the one the directory was built with (a built lab keeps its class)
+    wanted = asked if asked in class_lab.CLASS_LABS else state.get("target_class") or "llama"
+    if wanted in class_lab.CLASS_LABS:
+        # a class lab: its own target and drafts (shipped or trained), never the Llama lab's or its calibration
+        class_lab.build_class_lab(class_lab.CLASS_LABS[wanted], base, state, report, timings,
+                                  from_scratch=from_scratch)
         return _finish_state(name, base, state, active)
     # a lab whose calibration moved on to another target seed keeps it: that seed is the one known to be clear here
     target_seed = int(state.get("target_seed", seed))

@@ -81,7 +81,7 @@ def draft_dir(base: Path, name: str) -> Path:
 
 def vllm_scenarios(base: Path, num_layers: int) -> dict[str, Scenario]:
     """The vLLM scenarios (``Scenario.draft`` names the draft; ``draft_dir`` says where it lives)."""
-    capture = {"lab-capture-layers": ",".join(str(i) for i in seed_wiring(num_layers))}
+    capture = {"lab-capture-layers": ",".join(str(i) for i in seed_wiring(num_layers, build.target_class_in(base)))}
     seed = draft_dir(base, "seed-wiring")
 
     def flags(draft: str) -> dict[str, Any]:
@@ -160,7 +160,7 @@ def write_vllm_draft(base: Path, name: str, num_layers: int) -> Path:
     shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(".complete", "lab_tokens.pt"))
     config = json.loads((tmp / "config.json").read_text())
     eagle = dict(config.get("eagle_config") or {})
-    eagle["eagle_aux_hidden_state_layer_ids"] = [i - 1 for i in seed_wiring(num_layers)]
+    eagle["eagle_aux_hidden_state_layer_ids"] = [i - 1 for i in seed_wiring(num_layers, build.target_class_in(base))]
     config["eagle_config"] = eagle
     (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (tmp / "lab_fault.json").write_text(json.dumps({"variant_of": "seed-wiring", "fault": name}) + "\n")

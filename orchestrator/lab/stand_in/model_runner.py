@@ -137,7 +137,6 @@ class LabModelRunner:
     def __init__(self, args: LabServerArgs, log: Callable[[str], None]) -> None:
         import json
 
-        import transformers
         from transformers import AutoTokenizer, DynamicCache
         from transformers.utils import logging as hf_logging
 
@@ -157,8 +156,11 @@ class LabModelRunner:
         arch = (raw.get("architectures") or ["LlamaForCausalLM"])[0]
         if arch not in LAB_ARCHITECTURES:
             raise StartupError(f"the lab serves {' and '.join(LAB_ARCHITECTURES)} targets only, {path} is {arch}")
-        self.target = getattr(transformers, arch).from_pretrained(str(path), dtype=torch.float32).eval()
+        from remote_probes.evaluation.target_model import load_causal_lm
+
+        self.target = load_causal_lm(str(path), torch.float32)  # a wrapper's language model (the Kimi class)
         self.target_config = raw
+        self._architecture = str(arch)
         self.tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_path)
         self.config = self.target.config
         self.num_layers = int(self.config.num_hidden_layers)
@@ -176,7 +178,7 @@ class LabModelRunner:
 
     @property
     def architecture(self) -> str:
-        return str((self.config.architectures or ["LlamaForCausalLM"])[0])
+        return self._architecture  # the served target's class (a wrapper's, not its language model's)
 
     def _load_draft(self) -> None:
         from orchestrator.lab.stand_in.field_fidelity import refused as refused_value

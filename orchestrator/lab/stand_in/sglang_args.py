@@ -40,9 +40,10 @@ W_SPEC_V2 = "Spec v2 is enabled by default for eagle/eagle3/standalone speculati
 W_MIXED_CHUNK = "Mixed chunked prefill is disabled because of using eagle speculative decoding."
 
 # Auto (steps, topk, draft tokens) by target architecture, server_args.auto_choose_speculative_params.
-#: the target classes the lab runs (the HF transformers classes of these names): the default lab's Llama and the
-#: on-demand Qwen3 (orchestrator/lab/building/qwen3_lab.py)
-LAB_ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM")
+#: the target classes the lab runs: the default lab's Llama and the on-demand Qwen3 (transformers' classes of these
+#: names), and the seed's Kimi-K2.5 wrapper, whose DeepSeek-V3 language model transformers runs
+#: (orchestrator/lab/building/class_lab.py, remote_probes/evaluation/target_model.py)
+LAB_ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "KimiK25ForConditionalGeneration")
 _AUTO_PARAMS = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4, 8), "Grok1VForCausalLM": (5, 4, 8)}
 
 

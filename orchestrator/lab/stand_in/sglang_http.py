@@ -85,11 +85,12 @@ class ServerState:
                 "lab_draft_notes": models.notes if models else []}
 
     def model_info(self) -> dict[str, Any]:
-        arch = self.models.config.architectures if self.models else None
+        arch = [self.models.architecture] if self.models else None  # a wrapper's class, as SGLang answers
+        model_type = self.models.target_config.get("model_type", "llama") if self.models else "llama"
         return {"model_path": self.args.model_path, "tokenizer_path": self.args.tokenizer_path,
                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
                 "has_image_understanding": False, "has_audio_understanding": False,
-                "model_type": str(getattr(self.models.config, "model_type", "llama")) if self.models else "llama",
+                "model_type": str(model_type),
                 "architectures": arch}
 
     # -- generation ---------------------------------------------------------------------------------------------

@@ -56,9 +56,15 @@ def stored_ids(wiring: list[int], layout: DraftLayout) -> tuple[str, list[int] |
     return "nested", [i - 1 for i in wiring]
 
 
+#: an MLA draft's class in both engines (SGLang srt/models/kimi_k25_eagle3.py, vLLM deepseek_eagle3.py) and the
+#: model type transformers, SGLang and vLLM all parse for its config
+MLA_ARCHITECTURE, MLA_MODEL_TYPE = "Eagle3DeepseekV2ForCausalLM", "deepseek_v3"
+
+
 def draft_config(*, hidden_size: int, intermediate_size: int, num_heads: int, num_kv_heads: int, vocab_size: int,
                  draft_vocab_size: int, rms_norm_eps: float, rope_theta: float, max_position_embeddings: int,
-                 wiring: list[int], layout: DraftLayout) -> dict[str, Any]:
+                 wiring: list[int], layout: DraftLayout, mla: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The draft's config.json; ``mla``: the MLA dimensions of an MLA draft (the Kimi-K2.5 draft's class)."""
     config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": hidden_size,
         "intermediate_size": intermediate_size, "num_attention_heads": num_heads,
@@ -67,6 +73,8 @@ def draft_config(*, hidden_size: int, intermediate_size: int, num_heads: int, nu
         "vocab_size": vocab_size, "tie_word_embeddings": False, "torch_dtype": "float32",
         "eagle_config": {"use_aux_hidden_state": True},
     }
+    if mla:
+        config.update(mla, architectures=[MLA_ARCHITECTURE], model_type=MLA_MODEL_TYPE)
     if layout.declare_draft_vocab:
         config["draft_vocab_size"] = draft_vocab_size
     where, ids = stored_ids(wiring, layout)
@@ -76,6 +84,14 @@ def draft_config(*, hidden_size: int, intermediate_size: int, num_heads: int, nu
         config["eagle_aux_hidden_state_layer_ids"] = ids
     config.update(layout.extra_config)
     return config
+
+
+def _mla_dims(cfg: Any) -> dict[str, Any] | None:
+    if cfg.attention != "mla":
+        return None
+    return {"q_lora_rank": cfg.q_lora_rank, "kv_lora_rank": cfg.kv_lora_rank, "qk_nope_head_dim": cfg.qk_nope_head_dim,
+            "qk_rope_head_dim": cfg.qk_rope_head_dim, "v_head_dim": cfg.v_head_dim,
+            "rope_interleave": cfg.rope_interleave}
 
 
 def save_draft(draft: Eagle3Draft, out_dir: Path, *, wiring: list[int], layout: DraftLayout = DraftLayout(),
@@ -94,7 +110,7 @@ def save_draft(draft: Eagle3Draft, out_dir: Path, *, wiring: list[int], layout: 
                           num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, vocab_size=cfg.vocab_size,
                           draft_vocab_size=vd, rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
                           max_position_embeddings=int(cfg.raw.get("max_position_embeddings", 2048)),
-                          wiring=wiring, layout=layout)
+                          wiring=wiring, layout=layout, mla=_mla_dims(cfg))
     state = {k: v.detach().to(torch.float32).contiguous() for k, v in draft.state_dict().items()
              if k not in ("embed_tokens.weight", "d2t")}
     if not layout.include_lm_head:

@@ -1,4 +1,4 @@
-"""The lab's Qwen3 target and its EAGLE-3 drafts (orchestrator/lab/building/qwen3_lab.py says why and builds the lab
+"""The lab's Qwen3 target and its EAGLE-3 drafts (orchestrator/lab/building/class_lab.py says why and builds the lab
 from them): their recipes, trained by train.py's own loops with the Qwen3 class (``target_class="qwen3"``) in
 train_job's pinned child process. ``QWEN3_TRAINING_VERSION`` is in the Qwen3 models' cache keys beside the default
 lab's RECIPE_VERSION: bump it when a change alters what the Qwen3 training produces (tests/lab/test_training_recipe.py

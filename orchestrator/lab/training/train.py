@@ -58,8 +58,9 @@ def _noop(_message: str, _fraction: float) -> None:
     pass
 
 
-#: the target classes the lab trains (transformers' own layers): name -> (config class, model class)
-TARGET_CLASSES = ("llama", "qwen3")
+#: the target classes the lab trains (transformers' own layers): name -> (config class, model class); kimi is
+#: DeepSeek-V3's language model, saved inside the Kimi-K2.5 wrapper (kimi_train.py)
+TARGET_CLASSES = ("llama", "qwen3", "kimi")
 
 
 def _target_classes(target_class: str) -> tuple[Any, Any]:
@@ -69,6 +70,8 @@ def _target_classes(target_class: str) -> tuple[Any, Any]:
         return transformers.Qwen3Config, transformers.Qwen3ForCausalLM
     if target_class == "llama":
         return transformers.LlamaConfig, transformers.LlamaForCausalLM
+    if target_class == "kimi":
+        return transformers.DeepseekV3Config, transformers.DeepseekV3ForCausalLM
     raise ValueError(f"the lab trains {', '.join(TARGET_CLASSES)} targets, not {target_class!r}")
 
 
@@ -94,7 +97,8 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
                  recipe: Any = TargetRecipe(), numerics: dict[str, Any] | None = None,
                  target_class: str = "llama") -> Path:
     """Train the tiny target from scratch on the stdlib corpus and save it in HF format: a Llama (``recipe`` a
-    TargetRecipe), or a Qwen3 (q/k norms, explicit head_dim: ``recipe`` a qwen3_train.Qwen3Recipe)."""
+    TargetRecipe), a Qwen3 (q/k norms, explicit head_dim: ``recipe`` a qwen3_train.Qwen3Recipe), or the seed's
+    class (MLA and MoE inside the Kimi-K2.5 wrapper: ``recipe`` a kimi_train.KimiRecipe)."""
     import torch
 
     config_class, model_class = _target_classes(target_class)
@@ -116,6 +120,10 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
     tokens = torch.tensor(ids, dtype=torch.long)
     # transformers 5 takes the legacy rope_theta through **kwargs (into rope_parameters)
     head = {"head_dim": recipe.head_dim} if target_class == "qwen3" else {}
+    if target_class == "kimi":
+        from orchestrator.lab.training.kimi_train import deepseek_fields
+
+        head = deepseek_fields(recipe)
     config = config_class(vocab_size=recipe.vocab_size, hidden_size=recipe.hidden_size,
                           intermediate_size=recipe.intermediate_size, num_hidden_layers=recipe.num_layers,
                           num_attention_heads=recipe.num_heads, num_key_value_heads=recipe.num_heads, **head,
@@ -150,6 +158,10 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))
+    if target_class == "kimi":
+        from orchestrator.lab.training.kimi_train import wrap_language_model
+
+        wrap_language_model(out_dir)
     tokenizer.save_pretrained(str(out_dir))
     torch.save(tokens, out_dir / "lab_tokens.pt")
     (out_dir / "prompts.json").write_text(json.dumps(_prompts(corpus.held_out, tokenizer), indent=1) + "\n")
@@ -163,6 +175,17 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
 def _class_fact(target_class: str) -> dict[str, str]:
     """What lab_recipe.json records of the target's class (nothing for the default Llama)."""
     return {} if target_class == "llama" else {"target_class": target_class}
+
+
+def _mla_dims(config: Any) -> dict[str, Any]:
+    """An MLA target's attention dimensions, which its EAGLE-3 draft's layer shares (the published Kimi-K2.5 draft
+    has the target's ranks and head dims); nothing for a grouped-query target."""
+    from remote_probes.eagle3.draft import MLA_KEYS
+
+    if getattr(config, MLA_KEYS[1], None) is None:
+        return {}
+    return {k: getattr(config, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                            "v_head_dim")}
 
 
 def _aux_dataset(model, tokens, wiring: list[int], recipe: DraftRecipe, seed: int, report: ProgressFn):
@@ -188,7 +211,8 @@ def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int
                 recipe: DraftRecipe = DraftRecipe(), numerics: dict[str, Any] | None = None,
                 target_class: str = "llama") -> Path:
     """Train a one-layer EAGLE-3 draft (LlamaForCausalLMEagle3, as the published drafts of Llama and Qwen3 targets
-    are) on ``wiring`` with 3 test-time-training steps, for a target of ``target_class``; save in SpecForge layout.
+    are; an MLA one, Eagle3DeepseekV2ForCausalLM, for an MLA target: the seed's Kimi-K2.5 draft) on ``wiring`` with
+    3 test-time-training steps, for a target of ``target_class``; save in SpecForge layout.
 
     Embedding shared from the target (frozen); lm_head rows and final norm initialised from the target's.
     :raises ValueError: a wiring outside 0..N for the target.
@@ -197,13 +221,15 @@ def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int
     import torch.nn.functional as F
 
     from remote_probes.eagle3.draft import DraftConfig, Eagle3Draft
+    from remote_probes.evaluation.target_model import load_causal_lm
 
     report = progress or _noop
     torch.set_num_threads(recipe.threads)
     torch.manual_seed(seed)
     started = time.monotonic()
     target_dir = Path(target_dir)
-    model = _target_classes(target_class)[1].from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    _target_classes(target_class)  # an unknown class refused by name
+    model = load_causal_lm(str(target_dir), torch.float32)  # a wrapper's language model (the Kimi class)
     tc = model.config
     if not wiring or any(i < 0 or i > tc.num_hidden_layers for i in wiring):
         raise ValueError(f"wiring {wiring} is outside 0..{tc.num_hidden_layers}")
@@ -219,7 +245,7 @@ def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int
                                  "num_attention_heads": tc.num_attention_heads,
                                  "num_key_value_heads": tc.num_key_value_heads, "vocab_size": vocab,
                                  "draft_vocab_size": vd, "rms_norm_eps": tc.rms_norm_eps, "rope_theta": 10000.0,
-                                 "max_position_embeddings": tc.max_position_embeddings})
+                                 "max_position_embeddings": tc.max_position_embeddings, **_mla_dims(tc)})
     draft = Eagle3Draft(cfg, num_aux=len(wiring))
     with torch.no_grad():
         draft.embed_tokens.weight.copy_(model.get_input_embeddings().weight)

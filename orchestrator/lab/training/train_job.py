@@ -116,6 +116,10 @@ def _main() -> int:
             from orchestrator.lab.training.qwen3_train import Qwen3Recipe
 
             recipe: Any = Qwen3Recipe(**job["recipe"])
+        elif target_class == "kimi":
+            from orchestrator.lab.training.kimi_train import KimiRecipe
+
+            recipe = KimiRecipe(**job["recipe"])
         else:
             recipe = TargetRecipe(**job["recipe"])
         out = train_target(Path(job["out"]), seed=job["seed"], progress=report, recipe=recipe, numerics=pins,

