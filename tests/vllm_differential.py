@@ -99,6 +99,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def sglang_port() -> int:
+    """A free port SGLang takes: it refuses one above 55535, whose gRPC twin (port + 10000) would not exist
+    (srt/server_args.py:2997-3005), and the kernel's ephemeral range reaches 60999."""
+    from orchestrator.servers.sglang import SglangAdapter
+
+    while (port := free_port()) > SglangAdapter.max_auto_port:
+        pass
+    return port
+
+
 def flags_argv(flags: Mapping[str, Any]) -> list[str]:
     argv: list[str] = []
     for name, value in flags.items():

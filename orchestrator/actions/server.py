@@ -31,8 +31,10 @@ Slurm NodeAddr, its SSH address, else 127.0.0.1; PORT picked free on rank 0). A 
 per host. Readiness, ``srv.url`` and ``bench`` are rank 0's; ``srv.ranks`` lists every rank (host, pid, log); stop
 and the session's end stop every rank (on Slurm, ``scancel`` of a rank's step is the last resort). vLLM refuses
 ``nodes > 1`` (its multi-node serving needs a Ray cluster started beforehand).
-``capture: [ids]`` (vLLM): the server also writes these layers' hidden states for every request (vLLM's
-``extract_hidden_states`` method, remote_probes/engine/engine_states.py) and registers ``srv.states_from``, which
+``capture: [ids]`` (vLLM, SGLang): the server also returns these layers' hidden states for every request (vLLM's
+``extract_hidden_states`` method, remote_probes/engine/engine_states.py; SGLang's ``/generate`` with
+``return_hidden_states`` on the target's own class with EAGLE-3 aux capture on, remote_probes/engine/sglang_states.py)
+and registers ``srv.states_from``, which
 ``draft_test`` and ``reconcile`` take (``states_from: "{{ srv.states_from }}"``) to read the target's states from
 the engine instead of loading it: the path for targets that do not fit one process. Such a server drafts nothing.
 ``api-key`` (and ``admin-api-key``) among the flags: the server client sends the key as a bearer token on every
@@ -42,6 +44,7 @@ flags, the command or the server's log are shown; give it from a secret var (``a
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
@@ -105,9 +108,10 @@ class ServerStepArgs(ServerLaunchArgs):
     nodes: int = Field(default=1, ge=1, le=1024, description="start: one server across this many hosts (rank 0 = "
                                                               "the step's first host; the engine's multi-node flags)")
     capture: list[Annotated[int, Field(ge=0)]] | None = Field(
-        default=None, min_length=1, description="start (vLLM): serve the target so that it writes these layers' "
-        "hidden states (vLLM's extract_hidden_states; id k = transformers' hidden_states[k], id N the last layer "
-        "before the final norm); registers states_from, what draft_test and reconcile take to read them")
+        default=None, min_length=1, description="start (vLLM, SGLang): serve the target so that it returns these "
+        "layers' hidden states (vLLM's extract_hidden_states; SGLang's return_hidden_states with the target's class "
+        "capturing them; id k = transformers' hidden_states[k], id N the last layer before the final norm); "
+        "registers states_from, what draft_test and reconcile take to read them")
 
 
 def host_var(ctx: ActionContext, name: str) -> Any:
@@ -161,24 +165,45 @@ def rank0_address(ctx: ActionContext) -> str:
 
 
 async def with_capture(args: ServerStepArgs, ctx: ActionContext, adapter: Any, spec: Any) -> None:
-    """The flags and environment that make a vLLM server write the ``capture`` layers' hidden states
-    (remote_probes/engine/engine_states.py): vLLM's own method, and the connector it loads from the probes tree
-    pushed to the host (on PYTHONPATH), writing under the session's workdir there."""
+    """The flags and environment that make the server return the ``capture`` layers' hidden states, from the probes
+    tree pushed to the host (on PYTHONPATH): vLLM's own ``extract_hidden_states`` method and the connector it loads,
+    writing under the session's workdir there (remote_probes/engine/engine_states.py); SGLang's target class with
+    its EAGLE-3 aux capture on, which SGLang loads by ``SGLANG_EXTERNAL_MODEL_PACKAGE``
+    (remote_probes/engine/sglang_states.py)."""
     from orchestrator.probes import PUSH_PATTERN, probes_dir
-    from remote_probes.engine.engine_states import capture_flags
 
-    if adapter.name != "vllm":
-        raise StepFailed(f"capture: needs a vLLM server (vLLM's extract_hidden_states method); {adapter.name!r} "
-                         "has no capture path here yet: serve the target with engine: vllm (a real vLLM: "
-                         "`orchestrator lab vllm-host` builds one on a CPU)")
-    clash = sorted(k for k in ("speculative-config", "kv-transfer-config") if spec.flags.get(k) is not None)
+    if adapter.name not in ("vllm", "sglang"):
+        raise StepFailed(f"capture: needs a vLLM or an SGLang server; {adapter.name!r} has no capture path here: "
+                         "serve the target with engine: vllm or sglang (a real one on a CPU: `orchestrator lab "
+                         "vllm-host`, `orchestrator lab sglang-host`)")
+    own = ("speculative-config", "kv-transfer-config") if adapter.name == "vllm" else (
+        "speculative-algorithm", "speculative-draft-model-path")
+    clash = sorted(k for k in own if spec.flags.get(k) is not None)
     if clash:
-        raise StepFailed(f"capture: sets {', '.join(clash)} itself (a capture server drafts nothing): remove "
-                         f"{'it' if len(clash) == 1 else 'them'} from this step's flags")
+        raise StepFailed(f"capture: {'sets' if adapter.name == 'vllm' else 'serves without'} {', '.join(clash)} "
+                         f"(a capture server drafts nothing): remove {'it' if len(clash) == 1 else 'them'} from "
+                         "this step's flags")
     transport = ctx.require_transport()
     tree = await transport.put_tree(probes_dir(), pattern=PUSH_PATTERN)
-    store = f"{await transport.workdir()}/captures/{args.name}"
-    spec.flags.update(capture_flags(args.capture or [], store))
+    if adapter.name == "vllm":
+        from remote_probes.engine.engine_states import capture_flags
+
+        store = f"{await transport.workdir()}/captures/{args.name}"
+        spec.flags.update(capture_flags(args.capture or [], store))
+    else:
+        from remote_probes.engine.sglang_states import capture_env
+        from remote_probes.engine.sglang_states import capture_flags as sglang_flags
+
+        read = await transport.run(["cat", f"{spec.model}/config.json"], timeout=30)
+        try:
+            archs = [str(a) for a in (json.loads(read.stdout).get("architectures") or [])]
+        except ValueError:
+            archs = []
+        if read.exit_code != 0 or not archs:
+            raise StepFailed(f"capture: cannot read the target's architectures from {spec.model}/config.json on "
+                             f"{ctx.host} (SGLang's capture class subclasses the target's own)")
+        spec.env.update({k: v for k, v in capture_env(args.capture, archs, root=tree).items() if k != "PYTHONPATH"})
+        spec.flags.update(sglang_flags(spec.flags.get("context-length")))
     path = spec.env.get("PYTHONPATH")
     spec.env["PYTHONPATH"] = f"{tree}:{path}" if path else tree
     adapter.build_argv(spec)
@@ -186,9 +211,10 @@ async def with_capture(args: ServerStepArgs, ctx: ActionContext, adapter: Any, s
 
 async def states_from(record: Any, args: ServerStepArgs, ctx: ActionContext) -> dict[str, Any]:
     """What a draft test needs to read this server's states, and how it serves (said in the draft test's result):
-    the version from vLLM's own start-up line ("Initializing a V1 LLM engine (v0.32.0)")."""
-    version = None
-    if record.handle is not None and record.handle.log_path:
+    the version from vLLM's own start-up line ("Initializing a V1 LLM engine (v0.32.0)"), SGLang's from its
+    /server_info."""
+    version = (record.diff.get("effective") or {}).get("version") if record.adapter.name == "sglang" else None
+    if record.adapter.name == "vllm" and record.handle is not None and record.handle.log_path:
         found = await ctx.require_transport().run(
             ["grep", "-m1", "-oE", r"LLM engine \(v[^)]+\)", record.handle.log_path], timeout=30)
         hit = found.stdout.strip()

@@ -563,7 +563,8 @@ class StatesPlanArgs(_Args):
     target: str
     draft: str
     engine: Literal["sglang", "vllm"] = "sglang"
-    server_engine: str | None = Field(default=None, description="the host's engine (vllm: a real vLLM, which captures)")
+    server_engine: str | None = Field(default=None, description="the host's engine (vllm, sglang: a real engine, "
+                                                                                   "which captures)")
     choice: Literal["auto", "engine", "transformers"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 

@@ -17,9 +17,12 @@ order, whatever order the server was given. Ids, as measured against transformer
 residual add); id N is the last layer's output BEFORE the final norm, where transformers' ``hidden_states[N]`` is
 after it: the caller applies the norm (``to_hf_index``).
 
+SGLang's twin is sglang_states.py (``/generate`` with ``return_hidden_states``, the same ids and the same answer);
+``capture_for(engine)`` picks one by the ``engine`` a ``states_from`` names.
+
 Public API: ``capture_flags(layers, store) -> dict``, ``capture(base_url, model, prompts, max_tokens, served,
 timeout) -> [{"token_ids", "generated", "states": {id: tensor [tokens, hidden]}, "seconds"}]``,
-``read_states(path)``, ``CONNECTOR``.
+``capture_for(engine, hidden_size=None) -> capture``, ``ENGINES``, ``read_states(path)``, ``CONNECTOR``.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ import os
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from remote_probes.agent.protocol import ProbeFailure
 
 CONNECTOR = "OrchestratorHiddenStatesConnector"
+#: the engines a capture server can be: vLLM (this module) and SGLang (sglang_states.py)
+ENGINES = ("vllm", "sglang")
 CONNECTOR_MODULE = "remote_probes.engine.vllm_states_connector"
 
 
@@ -135,3 +140,22 @@ def capture(base_url: str, model: str, prompts: List[List[int]], max_tokens: int
                     "states": {layer: states[:, slot, :] for slot, layer in enumerate(order)},
                     "seconds": round(time.monotonic() - started, 3)})
     return out
+
+
+def capture_for(engine: Optional[str], hidden_size: Optional[int] = None) -> Callable[..., List[Dict[str, Any]]]:
+    """The capture of the engine a ``states_from`` names, with ``capture``'s signature (``base_url, model, prompts,
+    max_tokens, served``): vLLM's (also for no name: the only engine before SGLang's) or SGLang's, whose
+    ``/generate`` serves the one model it loaded and takes no name. ``hidden_size``: the target's, which SGLang's
+    answer is checked against (its rows are the layers side by side). Raises ProbeFailure for another engine."""
+    if engine in (None, "vllm"):
+        return capture
+    if engine == "sglang":
+        from remote_probes.engine.sglang_states import capture as sglang_capture
+
+        def by_sglang(base_url: str, model: str, prompts: List[List[int]], max_tokens: int, served: Sequence[int],
+                      timeout: float = 600.0) -> List[Dict[str, Any]]:
+            del model  # SGLang serves one model; /generate names none
+            return sglang_capture(base_url, prompts, max_tokens, served, timeout, hidden_size=hidden_size)
+        return by_sglang
+    raise ProbeFailure("bad_args", "states_from.engine must be one of %s, got %r" % (", ".join(ENGINES), engine),
+                       field="states_from")

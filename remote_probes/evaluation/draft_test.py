@@ -139,8 +139,9 @@ def parse_args(args: Dict[str, Any]) -> Dict[str, Any]:
 def parse_states_from(value: Any) -> Optional[Dict[str, Any]]:
     """``states_from``: the serving engine that computes the target's hidden states (engine_states.py), or None
     (this process loads the target with transformers). {"url": the server, "layers": the ids it captures,
-    "model"?: the name it serves (default: the target path), "engine"?, "version"?, "tensor_parallel"?, "nodes"?:
-    how it serves (said in the result), "check"?: false (true: also load the target here and compare the engine's
+    "model"?: the name it serves (default: the target path), "engine"?: vllm (default) or sglang, whose capture
+    reads the states (engine_states.capture_for), "version"?, "tensor_parallel"?, "nodes"?: how it serves (said in
+    the result), "check"?: false (true: also load the target here and compare the engine's
     states with transformers' on the first prompt), "concurrency"?: 4 (requests in flight)}. An empty value (a playbook's "no engine") is None."""
     if value is None or value == {} or value == "":
         return None
@@ -161,6 +162,11 @@ def parse_states_from(value: Any) -> Optional[Dict[str, Any]]:
             or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers)):
         raise ProbeFailure("bad_args", "states_from.layers must be the non-empty list of layer ids the server "
                            "captures, got %r" % (layers,), field="states_from")
+    from remote_probes.engine.engine_states import ENGINES as CAPTURE_ENGINES
+
+    if value.get("engine") not in (None,) + CAPTURE_ENGINES:
+        raise ProbeFailure("bad_args", "states_from.engine must be one of %s (the capture server's), got %r"
+                           % (", ".join(CAPTURE_ENGINES), value.get("engine")), field="states_from")
     if not isinstance(value.get("check", False), bool):
         raise ProbeFailure("bad_args", "states_from.check must be true or false", field="states_from")
     concurrency = value.get("concurrency", 4)
@@ -231,7 +237,9 @@ def _device(torch: Any, a: Dict[str, Any]) -> str:
 def _load_target(a: Dict[str, Any]) -> Tuple[Any, Any, Any, str]:  # torch, tokenizer, model, device
     try:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from remote_probes.evaluation.target_model import load_causal_lm
     except ImportError as exc:
         raise ProbeFailure("missing_dependency", "draft_test needs torch and transformers: %s" % exc) from None
     device: Any = _device(torch, a)  # Any: transformers types .to() after its own wrapper
@@ -242,7 +250,7 @@ def _load_target(a: Dict[str, Any]) -> Tuple[Any, Any, Any, str]:  # torch, toke
         dtype = getattr(torch, dtype)
     try:
         tokenizer = AutoTokenizer.from_pretrained(a["target"])
-        model = AutoModelForCausalLM.from_pretrained(a["target"], dtype=dtype).to(device).eval()
+        model = load_causal_lm(a["target"], dtype).to(device)  # a wrapper's language model (target_model.py)
     except Exception as exc:  # transformers raises many types for a bad model dir
         raise ProbeFailure("target_load", "cannot load target %s: %s: %s" % (a["target"], type(exc).__name__,
                                                                              str(exc)[:400]), field="target") from None
@@ -306,12 +314,13 @@ def _capture_engine(torch: Any, tokenizer: Any, model: Any, prompts: List[str], 
     """The engine generates greedily and writes the states of every token it ran (engine_states.capture); the
     same runs as ``_capture`` builds from a transformers copy. ``skip_refused``: a prompt the server refuses (HTTP
     400: longer than the context it serves, say) is said and skipped, not fatal (a benchmark's context ladder)."""
-    from remote_probes.engine.engine_states import capture
+    from remote_probes.engine.engine_states import capture_for
     from remote_probes.evaluation.light_target import final_norm
 
     source = a["states_from"]
     split = engine_layers(needed, source["layers"], n_layers)
     embed = model.get_input_embeddings()
+    capture = capture_for(source.get("engine"), hidden_size=int(embed.weight.shape[1]))  # vLLM's or SGLang's
     encoded = [_encode(tokenizer, prompt, a["chat_template"]) for prompt in prompts]
 
     def fetch(prompt_ids: List[int]) -> Optional[Dict[str, Any]]:

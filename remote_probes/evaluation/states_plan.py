@@ -2,13 +2,14 @@
 (standard library only: it decides before anything large loads).
 
 Args (JSON): {"target": dir, "draft": dir, "engine": "sglang" | "vllm" (whose wiring rule the draft is served by),
-"server_engine": the host's ``engine`` (``vllm`` is a real vLLM: the one that captures here), "choice": "auto" |
+"server_engine": the host's ``engine`` (``vllm``, ``sglang``: a real engine, which captures; the lab's stand-ins are
+``lab`` and ``lab-vllm``), "choice": "auto" |
 "engine" | "transformers", "dtype"?: "auto" | "float32" | "bfloat16" | "float16"}.
 
 - ``transformers``: the test loads the target in its own process (the path for targets that fit; the cross-check).
 - ``engine``: a server started with ``capture:`` computes the states as it serves, sharded as it is
-  (engine_states.py); only a real vLLM captures here (its ``extract_hidden_states`` method). SGLang's capture path
-  is not built: a SGLang host takes the transformers path and says so.
+  (engine_states.py): a real vLLM (its ``extract_hidden_states`` method) or a real SGLang (``return_hidden_states``
+  with the target's class capturing the layers, sglang_states.py); the lab's stand-ins do not capture.
 - ``auto``: transformers where the target and the draft fit the memory free where the test would load them
   (checks/runnable.py ``check_fits``: a GPU's free memory from nvidia-smi where there is one, else this host's,
   cgroup limits included), else the engine where one captures.
@@ -29,6 +30,7 @@ from typing import Any, Dict, Optional, Tuple
 from remote_probes.agent.protocol import ProbeFailure, run_probe
 from remote_probes.checks.runnable import check_fits, mem_available
 from remote_probes.eagle3.wiring import auto_wirings
+from remote_probes.engine.engine_states import ENGINES as CAPTURE_ENGINES
 from remote_probes.engine.served_wiring import server_wiring
 
 CHOICES = ("auto", "engine", "transformers")
@@ -107,12 +109,12 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
         if exc.kind != "too_large":
             raise
         memory, fits = exc.details, False
-    can_capture = args.get("server_engine") == "vllm"
+    can_capture = args.get("server_engine") in CAPTURE_ENGINES
     need, room = _size(memory["needed_bytes"]), _size(available)
     if choice == "engine" and not can_capture:
-        raise ProbeFailure("engine_capture", "hidden_states_from: engine needs a real vLLM server (host engine "
-                           "vllm: its extract_hidden_states method); this host serves with %r, whose capture path "
-                           "is not built here" % args.get("server_engine"), field="choice")
+        raise ProbeFailure("engine_capture", "hidden_states_from: engine needs a real vLLM or SGLang server (host "
+                           "engine vllm or sglang); this host serves with %r, whose capture path is not built here"
+                           % args.get("server_engine"), field="choice")
     if choice == "transformers" or (choice == "auto" and (fits or not can_capture)):
         source = "transformers"
         why = ("asked" if choice == "transformers" else

@@ -42,10 +42,11 @@ def test_a_target_that_does_not_fit_is_captured_by_the_engine(monkeypatch: pytes
 
 
 def test_the_engine_on_a_host_that_cannot_capture_is_refused() -> None:
-    with pytest.raises(ProbeFailure, match="needs a real vLLM server") as info:
-        main(dict(ARGS, choice="engine", server_engine="sglang"))
+    with pytest.raises(ProbeFailure, match="needs a real vLLM or SGLang server") as info:
+        main(dict(ARGS, choice="engine", server_engine="lab"))  # the lab's SGLang stand-in captures nothing
     assert info.value.kind == "engine_capture"
     assert main(dict(ARGS, choice="engine"))["source"] == "engine"
+    assert main(dict(ARGS, choice="engine", server_engine="sglang"))["source"] == "engine"  # a real SGLang does
     assert main(dict(ARGS, choice="transformers"))["why"] == "asked"
 
 

@@ -23,10 +23,13 @@ BEGIN, END = f"@@ORCH-RESULT-BEGIN {NONCE}@@", f"@@ORCH-RESULT-END {NONCE}@@"
 # Every pushed script is checked; these may also import what any SGLang host has (draft_test's model code).
 TORCH_FILES = {"eagle3/checkpoint.py", "eagle3/draft.py", "eagle3/mla.py", "eagle3/validate.py",
                "evaluation/draft_test.py", "evaluation/counterfactual.py", "evaluation/light_target.py",
-               "engine/engine_states.py"}
+               "evaluation/target_model.py",
+               "engine/engine_states.py", "engine/sglang_states.py"}
 # Imported by the serving engine itself (vLLM loads it as its KV connector), never by a probe: the engine's own
 # packages, on the engine's Python.
-ENGINE_PLUGIN_FILES = {"engine/vllm_states_connector.py": {"torch"}}  # vllm by importlib
+ENGINE_PLUGIN_FILES = {"engine/vllm_states_connector.py": {"torch"},  # vllm by importlib
+                       # SGLang's model registry imports it (SGLANG_EXTERNAL_MODEL_PACKAGE); sglang by importlib
+                       "engine/sglang_capture_model/capturing_target.py": set()}
 PROBE_FILES = sorted(str(p.relative_to(probes_dir())) for p in probes_dir().rglob("*.py"))
 
 

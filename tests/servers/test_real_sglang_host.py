@@ -35,7 +35,7 @@ LAUNCHER_SAW = "Received sigquit from a child process. It usually means the chil
 
 
 def sglang_server(host: SglangHost, target: Path, work: Path, *extra: str) -> vd.ServerProcess:
-    port = vd.free_port()
+    port = vd.sglang_port()  # SGLang refuses a port above 55535
     return vd.ServerProcess("sglang", server_argv(host.python, target, port, *extra),
                             {**os.environ, **host.env(work / "run")}, work / "sglang.log", port)
 
