@@ -54,7 +54,7 @@ def test_a_new_entry_is_the_shipped_copy_and_from_scratch_trains_over_it(
     assert trained == [] and class_lab.is_shipped_copy(target)
     assert json.loads((target / "config.json").read_text())["architectures"] == [lab.architecture]
     n = lab.recipe.num_layers
-    draft = class_lab.cached_draft(lab, target, wiring=seed_wiring(n))
+    draft = class_lab.cached_draft(lab, target, wiring=seed_wiring(n, name))
     assert trained == [] and (draft / "model.safetensors").is_file()
     class_lab.cached_target(lab, from_scratch=True)  # the shipped copy is no training: this one trains
     assert [(job["kind"], job["target_class"]) for job in trained] == [("target", name)]

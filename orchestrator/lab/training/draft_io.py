@@ -57,8 +57,10 @@ def stored_ids(wiring: list[int], layout: DraftLayout) -> tuple[str, list[int] |
 
 
 #: an MLA draft's class in both engines (SGLang srt/models/kimi_k25_eagle3.py, vLLM deepseek_eagle3.py) and the
-#: model type transformers, SGLang and vLLM all parse for its config
-MLA_ARCHITECTURE, MLA_MODEL_TYPE = "Eagle3DeepseekV2ForCausalLM", "deepseek_v3"
+#: published Kimi-K2.5 draft's model type: vLLM parses kimi_k2 as DeepSeek-V3's config
+#: (transformers_utils/config.py:100), while a draft of model_type deepseek_v3 is turned into DeepSeek's MTP and
+#: refused ("Model architectures ['Eagle3DeepSeekMTPModel'] are not supported", config/speculative.py:679-694)
+MLA_ARCHITECTURE, MLA_MODEL_TYPE = "Eagle3DeepseekV2ForCausalLM", "kimi_k2"
 
 
 def draft_config(*, hidden_size: int, intermediate_size: int, num_heads: int, num_kv_heads: int, vocab_size: int,

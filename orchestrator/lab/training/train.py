@@ -59,7 +59,7 @@ def _noop(_message: str, _fraction: float) -> None:
 
 
 #: the target classes the lab trains (transformers' own layers): name -> (config class, model class); kimi is
-#: DeepSeek-V3's language model, saved inside the Kimi-K2.5 wrapper (kimi_train.py)
+#: DeepSeek-V3's language model, saved inside the Kimi-K2.5 wrapper (kimi_wrapper.py)
 TARGET_CLASSES = ("llama", "qwen3", "kimi")
 
 
@@ -121,7 +121,7 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
     # transformers 5 takes the legacy rope_theta through **kwargs (into rope_parameters)
     head = {"head_dim": recipe.head_dim} if target_class == "qwen3" else {}
     if target_class == "kimi":
-        from orchestrator.lab.training.kimi_train import deepseek_fields
+        from orchestrator.lab.training.kimi_wrapper import deepseek_fields
 
         head = deepseek_fields(recipe)
     config = config_class(vocab_size=recipe.vocab_size, hidden_size=recipe.hidden_size,
@@ -159,7 +159,7 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))
     if target_class == "kimi":
-        from orchestrator.lab.training.kimi_train import wrap_language_model
+        from orchestrator.lab.training.kimi_wrapper import wrap_language_model
 
         wrap_language_model(out_dir)
     tokenizer.save_pretrained(str(out_dir))
