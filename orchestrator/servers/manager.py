@@ -364,6 +364,9 @@ class ServerManager:
         failure = record.failure = analyse_start_failure(
             log_text, reason=reason, exit_code=exit_code, timeout=timeout,
             draft_path=_draft_path(record.spec.flags))
+        # what the server changed before it failed, from its own adjustment lines (SGLang logs the seed's 16 -> 2
+        # draft tokens before a CPU backend refuses EAGLE): no /server_info to read, every flag else unverified
+        record.diff = record.adapter.compare_args(record.spec, {}, log_text)
         record.status = "failed"
         self._event("server_failed", record, detail=f"{why}; {failure.label}: {failure.summary}")
         message = failure_message(record, why, failure)

@@ -17,6 +17,10 @@ branch on ``srv.failure.cause``:
 ``out_of_memory`` CUDA OOM (``torch.OutOfMemoryError``), SGLang's "Not enough memory", a scheduler killed by -9
 ``draft_load``    the draft model did not load (a traceback through ``srt/speculative/``, an error naming the
                   draft or its path)
+``no_accelerator`` the speculative path needs a GPU kernel this host has not: SGLang's EAGLE on a CPU backend
+                  (0.5.15.post1: Triton finds no GPU driver, "0 active drivers" from triton/runtime/driver.py, raised
+                  in the scheduler at KV-pool init; 0.5.23: "EAGLE is not supported in decode attention backend
+                  torch_native"; research/sglang-cpu.md, measured on this project's CPUs)
 ``timeout``       not ready within the limit, and nothing above explains why
 ``error``         the server reported an error that none of the above matches
 ``exited``        it exited and its log says nothing recognisable
@@ -54,6 +58,7 @@ CAUSE_LABELS = {
     "port_in_use": "port in use",
     "out_of_memory": "out of memory",
     "draft_load": "draft load error",
+    "no_accelerator": "a CPU backend without EAGLE",
     "timeout": "timeout",
     "error": "server error",
     "exited": "exited",
@@ -80,6 +85,9 @@ _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memor
                   r"increase --mem-fraction-static|out of memory|scheduler died during initialization \(exit code: -9\)",
                   re.IGNORECASE)
 _BAD_ALGO = re.compile(r"Unknown speculative algorithm name: \S+")
+#: SGLang's speculative path on a host with no GPU: Triton's driver lookup (0.5.15.post1) or the CPU attention
+#: backend's refusal (0.5.23)
+_NO_ACCELERATOR = re.compile(r"0 active drivers \(\[\]\)|EAGLE is not supported in decode attention backend torch_native")
 _DRAFT_FRAME = re.compile(r"/speculative/|eagle_worker|draft_worker|_eagle3?\.py|llama_eagle|/spec_decode/")
 _DRAFT_WORD = re.compile(r"\bdraft\b|speculative_draft_model", re.IGNORECASE)
 #: vLLM: ``(EngineCore_DP0 pid=123) ERROR 12-01 09:30:00 [core.py:123] message`` (the level part is absent on raw
@@ -357,6 +365,11 @@ def _classify(text: str, messages: list[str], tracebacks: list[Traceback], *, re
     if algo:
         return "invalid_flag", f"the server refused the speculative algorithm ({algo.group(0)})"
     exception = _last_exception(tracebacks, messages)
+    no_gpu = next((m for m in messages if _NO_ACCELERATOR.search(m)), None)
+    if no_gpu:
+        return "no_accelerator", (f"{_cut((exception if exception and _NO_ACCELERATOR.search(exception) else no_gpu).strip())}"
+                                  " (the speculative path needs a GPU: SGLang's EAGLE runs Triton/CUDA kernels, and "
+                                  "on a CPU only from 0.5.16 on AMX Xeons with sgl-kernel built from source)")
     draft_frames = any(_DRAFT_FRAME.search(f) for tb in tracebacks for f in tb.frames)
     error_messages = [m for m in messages if _ERROR_CASED.search(m) and not _looks_like_dump(m)]
     names_draft = any(_DRAFT_WORD.search(m) or (draft_path and draft_path in m) for m in error_messages)

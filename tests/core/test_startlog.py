@@ -218,3 +218,25 @@ def test_the_lab_servers_startup_error() -> None:
     failure = analyse_start_failure(log, reason="exited", exit_code=1, draft_path="/lab/broken")
     assert failure.cause == "draft_load"
     assert failure.error_lines[-1] == "ValueError: cannot load the draft model /lab/broken: no model.safetensors"
+
+
+def test_eagle_on_a_cpu_backend_is_named_for_what_it_is() -> None:
+    """SGLang's speculative path on a host with no GPU, as the real 0.5.15.post1 and 0.5.23 say it on this project's
+    CPUs (research/sglang-cpu.md): not a bare "server error" but the backend, and what would run it."""
+    log_0515 = ("[2026-12-04 07:58:40] speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                "speculative_eagle_topk == 1\n"
+                "[2026-12-04 07:58:42] Scheduler hit an exception: Traceback (most recent call last):\n"
+                '  File "/venv/site-packages/triton/runtime/driver.py", line 20, in _create_driver\n'
+                '    raise RuntimeError(f"{len(active_drivers)} active drivers ({active_drivers}). There should only '
+                'be one.")\n'
+                "RuntimeError: 0 active drivers ([]). There should only be one.\n\n"
+                "[2026-12-04 07:58:42] Received sigquit from a child process. It usually means the child failed.\n")
+    failure = analyse_start_failure(log_0515, reason="exited", exit_code=137)
+    assert failure.cause == "no_accelerator" and failure.label == "a CPU backend without EAGLE"
+    assert failure.summary.startswith("RuntimeError: 0 active drivers ([]). There should only be one. (the "
+                                      "speculative path needs a GPU"), failure.summary
+    log_0523 = ("[2026-12-04 08:00:00] Traceback (most recent call last):\n"
+                '  File "/venv/site-packages/sglang/srt/server_args.py", line 3300, in _handle_speculative_decoding\n'
+                "    raise ValueError(\n"
+                "ValueError: EAGLE is not supported in decode attention backend torch_native\n")
+    assert analyse_start_failure(log_0523, reason="exited", exit_code=1).cause == "no_accelerator"

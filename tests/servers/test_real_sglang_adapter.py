@@ -179,7 +179,8 @@ steps:
         # the launcher killed its own process tree, itself last (SIGKILL: 128 + 9 through the setsid wrapper)
         assert srv["exit_code"] == 137, srv["exit_code"]
         failure = srv["failure"]
-        assert failure["reason"] == "exited" and failure["cause"] == "error" and failure["summary"] == REFUSAL, failure
+        assert failure["reason"] == "exited" and failure["cause"] == "no_accelerator", failure
+        assert failure["summary"].startswith(REFUSAL + " (the speculative path needs a GPU"), failure
         # SGLang's own lines, from the process that raised (the scheduler), then the launcher's
         lines = failure["error_lines"]
         said = [next((i for i, line in enumerate(lines) if text in line), -1)
@@ -188,14 +189,16 @@ steps:
         assert REFUSAL in step["error"] and SCHEDULER_FAILED in step["error"] and LAUNCHER_SAW in step["error"]
         assert step["error"].startswith(f"{HOST}: server 'spec' (sglang) on sglang exited with code 137 during start-up")
         failed = ran.of_type("server_failed")
-        assert len(failed) == 1 and failed[0]["detail"].endswith(f"server error: {REFUSAL}"), failed
+        assert len(failed) == 1 and f"a CPU backend without EAGLE: {REFUSAL}" in failed[0]["detail"], failed
         # SGLang logged the adjustment before the crash (the server's log as the session streamed it: the host's copy
-        # went with the session's workdir); the adapter's log reader reads it as 16 -> 2. A failed start has no
-        # requested-vs-effective diff: in the step's result only the pre-flight above says it
+        # went with the session's workdir); the adapter's log reader reads it as 16 -> 2, in the failed start's
+        # result too (no /server_info: every flag else unverified)
         log = "".join(e["text"] for e in ran.of_type("output") if e.get("stream") == "server_log")
         order = [log.find(text) for text in (ADJUSTED, SCHEDULER_FAILED, WHERE, REFUSAL, LAUNCHER_SAW)]
         assert -1 not in order and order == sorted(order), order
-        assert srv["overrides"] == [] and srv["adjustments"] == []
+        assert [(o["flag"], o["requested"], o["effective"], o["source"]) for o in srv["overrides"]] == \
+            [("speculative_num_draft_tokens", "16", 2, "log")], srv["overrides"]
+        assert srv["effective"] == {}
         adapter = get_adapter("sglang")
         spec = LaunchSpec(model=lab_models["target"], flags=requested, port=int(srv["port"]))
         diff = adapter.compare_args(spec, {}, log)

@@ -21,6 +21,21 @@ def flags_override_at_start(ctx: RuleContext) -> Verdict | None:
                                           for o in srv.overrides))
 
 
+@verdict_rule("flags_override_before_refusal", decides=("flags_override",), reads=("spec_srv",))
+def flags_override_before_refusal(ctx: RuleContext) -> Verdict | None:
+    """A speculative server that did not start may still have changed a requested flag first, and said so in its log
+    (SGLang 0.5.15.post1 logs the seed's 16 -> 2 draft tokens before a CPU backend refuses EAGLE): supported then,
+    the line quoted. Nothing to say of a server that started (flags_override_at_start judges it) or whose log says
+    no change (nothing was resolved to compare with)."""
+    srv = ctx.server("spec_srv")
+    if srv.ok or not srv.overrides:
+        return None
+    return Verdict("supported", "before it failed to start, the server changed "
+                   + "; ".join(f"{o.flag}: requested {o.requested}, effective {o.effective} ({o.source})"
+                               for o in srv.overrides)
+                   + ": the flags it would have served are not the ones asked")
+
+
 @verdict_rule("lm_head_sharing_at_start", decides=("lm_head_sharing",), reads=("spec_srv",))
 def lm_head_sharing_at_start(ctx: RuleContext) -> Verdict | None:
     """vLLM logs its lm_head decision at start-up (servers/vllm_startup.py): an unconditional share is the hypothesis
@@ -61,7 +76,13 @@ def server_start_served(ctx: RuleContext) -> Verdict | None:
     f = srv.failure
     if f is not None:
         code = f", exit code {f.exit_code}" if f.exit_code is not None else ""
-        return Verdict("confirmed", f"the speculative server did not start ({f.reason}{code}): {f.label} — {f.summary}")
+        because = f"the speculative server did not start ({f.reason}{code}): {f.label} — {f.summary}"
+        if f.cause == "no_accelerator":
+            because += (". This host cannot run the candidate's speculation; what it could run (the draft test, the "
+                        "static checks, the engine's source) is above. A GPU host would add the speculative "
+                        "benchmark (the symptom itself), its reconcile with the draft test, and the fix verified by "
+                        "a restart")
+        return Verdict("confirmed", because)
     return Verdict("confirmed", f"the speculative server did not start: {srv.error}")
 
 
