@@ -21,6 +21,7 @@ from orchestrator.session.reader import read_session
 from orchestrator.session.recording import build_runner, run_session, write_reports
 from tests.servers.conftest import processes_with
 from tests.servers.test_real_sglang_adapter import cpu_flags, inventory_doc
+from tests.servers.test_real_sglang_host import ADJUSTED, LAUNCHER_SAW, REFUSAL, SCHEDULER_FAILED, WHERE
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -63,6 +64,30 @@ def test_the_flagship_on_a_real_sglang_cpu_host_names_the_backends_refusal(
     assert base_srv["status"] == "ready" and base_srv["engine"] == "sglang", base_srv
     assert base_srv["command"][1:3] == ["-m", "sglang.launch_server"]  # real SGLang, not the lab's stand-in
     assert base["tok_s"] and base["completed"] == 4, base
+    # the speculative start, as the adapter saw it: SGLang's own parser (the pre-flight, on the host) accepts the
+    # flags and resolves 16 draft tokens to steps + 1 = 2 (topk 1), so the server is started; the launcher kills its
+    # own tree, itself last (SIGKILL: 128 + 9 through the setsid wrapper); SGLang's own lines, from the process that
+    # raised (the scheduler), then the launcher's; what it changed first, from its log (no /server_info)
+    spec_srv = result("Speculative server with the candidate flags")
+    check = spec_srv["preflight"]
+    assert check["ok"] and check["route"] == "runtime" and check["version"] == SGLANG_VERSION, check
+    assert [(a["field"], a["requested"], a["effective"]) for a in check["adjustments"]] == \
+        [("speculative_num_draft_tokens", 16, 2)], check
+    assert spec_srv["status"] == "failed" and spec_srv["exit_code"] == 137, spec_srv["exit_code"]
+    failure = spec_srv["failure"]
+    assert failure["reason"] == "exited" and failure["cause"] == "no_accelerator", failure
+    lines = failure["error_lines"]
+    order = [next((i for i, line in enumerate(lines) if text in line), -1)
+             for text in (SCHEDULER_FAILED, REFUSAL, LAUNCHER_SAW)]
+    assert -1 not in order and order == sorted(order), lines
+    assert [(o["flag"], o["requested"], o["effective"], o["source"]) for o in spec_srv["overrides"]] == \
+        [("speculative_num_draft_tokens", 16, 2, "log")], spec_srv["overrides"]
+    assert ADJUSTED in spec_srv["overrides"][0]["detail"] and spec_srv["effective"] == {}
+    # in the order the server's log (streamed into the session) said it: the adjustment, then the crash
+    streamed = [json.loads(line) for line in (directory / "events.jsonl").read_text().splitlines() if line.strip()]
+    log = "".join(e.get("text", "") for e in streamed if e.get("type") == "output" and e.get("stream") == "server_log")
+    order = [log.find(text) for text in (ADJUSTED, SCHEDULER_FAILED, WHERE, REFUSAL, LAUNCHER_SAW)]
+    assert -1 not in order and order == sorted(order), order
     # the speculative start: refused by SGLang itself, named as a CPU backend without EAGLE
     assert board["server_start"].state == "confirmed", said("server_start")
     assert "a CPU backend without EAGLE — RuntimeError: 0 active drivers" in said("server_start")

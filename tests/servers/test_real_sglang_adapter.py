@@ -4,8 +4,8 @@ against a REAL SGLang 0.5.15.post1 on this CPU (the host `orchestrator lab sglan
 The host is an inventory host as a user's CPU box would be: transport local, ``engine: sglang``, the SGLang host's venv
 python and environment (``SGLANG_USE_CPU_ENGINE=1``...), the host module's CPU flags as the step's flags. Through it:
 a start is checked by SGLang's own parser (the pre-flight), becomes ready, and the adapter's requested-vs-effective
-flags are /server_info's; the seed's EAGLE-3 flags are refused by SGLang itself and the failed start quotes the
-scheduler's own error line; `kill -9` of the orchestrator that launched the servers (and of one server's SGLang
+flags are /server_info's (the seed's EAGLE-3 flags refused by SGLang itself, the failed start quoting the
+scheduler's own error line: tests/lab/test_flagship_real_sglang.py, through the flagship); `kill -9` of the orchestrator that launched the servers (and of one server's SGLang
 launcher) leaves process trees that `orchestrator cleanup` stops, 0 processes left. Each test starts real servers
 (~20-40 s to ready on 2 loaded cores, ~25 s to the EAGLE-3 crash)."""
 
@@ -26,19 +26,9 @@ import pytest
 
 from orchestrator.inventory import Inventory
 from orchestrator.lab.sglang_host.host import CPU_FLAGS, SGLANG_VERSION, SglangHost
-from orchestrator.servers.base import LaunchSpec
 from orchestrator.servers.flags import flag_key
-from orchestrator.servers.registry import get_adapter
 from tests.reliability.crash import in_sessions
 from tests.servers.conftest import REPO, listening, processes_with, run_playbook
-from tests.servers.test_real_sglang_host import (
-    ADJUSTED,
-    EAGLE3,
-    LAUNCHER_SAW,
-    REFUSAL,
-    SCHEDULER_FAILED,
-    WHERE,
-)
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -63,12 +53,6 @@ def cpu_flags() -> dict[str, Any]:
         assert name.startswith("--"), CPU_FLAGS
         flags[name[2:]] = words.pop(0) if words and not words[0].startswith("--") else True
     return flags
-
-
-def eagle3_flags(draft: Path) -> dict[str, Any]:
-    """The seed's EAGLE-3 flags (issue 43): one step, topk 1, 16 draft tokens, the lab's draft."""
-    words = [*EAGLE3[:2], "--speculative-draft-model-path", str(draft), *EAGLE3[2:]]
-    return {words[i][2:]: words[i + 1] for i in range(0, len(words), 2)}
 
 
 def draft_of(lab_models: dict[str, str]) -> Path:
@@ -148,66 +132,6 @@ steps:
         assert session_processes(sids) == [], "processes of the server outlived the session"
         assert not listening(int(srv["port"]))
         assert list((tmp_path / "state").glob("sessions/*/procs/*.json")) == []
-    finally:
-        kill_left(sids, marker)
-
-
-@pytest.mark.timeout(900)
-def test_the_seeds_eagle3_start_is_refused_by_sglang_with_the_schedulers_own_error(
-        sglang_host: SglangHost, lab_models: dict[str, str], tmp_path: Path, marker: str) -> None:
-    inventory = Inventory.model_validate(inventory_doc(sglang_host, lab_models, tmp_path, marker))
-    requested = {**cpu_flags(), **eagle3_flags(draft_of(lab_models))}
-    sids: set[int] = set()
-    try:
-        ran = run_playbook(f"""
-name: the seed's EAGLE-3 flags on a real SGLang
-steps:
-  - server: {{name: spec, flags: {json.dumps(requested)}}}
-    register: srv
-    ignore_errors: true
-""", inventory, tmp_path / "sessions")
-        step, srv = ran.step("s1"), ran.result("s1", HOST)["result"]
-        sids.add(int(srv["pgid"]))
-        assert step["status"] == "failed" and step["ignored"], step
-        assert srv["status"] == "failed" and srv["ready_s"] is None
-        # SGLang's own parser (the pre-flight, on the host) accepts the flags and resolves 16 draft tokens to
-        # steps + 1 = 2 (topk 1): nothing an argument check refuses, so the server is started
-        check = srv["preflight"]
-        assert check["ok"] and check["route"] == "runtime" and check["version"] == SGLANG_VERSION, check
-        assert [(a["field"], a["requested"], a["effective"]) for a in check["adjustments"]] == \
-            [("speculative_num_draft_tokens", 16, 2)], check
-        # the launcher killed its own process tree, itself last (SIGKILL: 128 + 9 through the setsid wrapper)
-        assert srv["exit_code"] == 137, srv["exit_code"]
-        failure = srv["failure"]
-        assert failure["reason"] == "exited" and failure["cause"] == "no_accelerator", failure
-        assert failure["summary"].startswith(REFUSAL + " (the speculative path needs a GPU"), failure
-        # SGLang's own lines, from the process that raised (the scheduler), then the launcher's
-        lines = failure["error_lines"]
-        said = [next((i for i, line in enumerate(lines) if text in line), -1)
-                for text in (SCHEDULER_FAILED, REFUSAL, LAUNCHER_SAW)]
-        assert -1 not in said and said == sorted(said), lines
-        assert REFUSAL in step["error"] and SCHEDULER_FAILED in step["error"] and LAUNCHER_SAW in step["error"]
-        assert step["error"].startswith(f"{HOST}: server 'spec' (sglang) on sglang exited with code 137 during start-up")
-        failed = ran.of_type("server_failed")
-        assert len(failed) == 1 and f"a CPU backend without EAGLE: {REFUSAL}" in failed[0]["detail"], failed
-        # SGLang logged the adjustment before the crash (the server's log as the session streamed it: the host's copy
-        # went with the session's workdir); the adapter's log reader reads it as 16 -> 2, in the failed start's
-        # result too (no /server_info: every flag else unverified)
-        log = "".join(e["text"] for e in ran.of_type("output") if e.get("stream") == "server_log")
-        order = [log.find(text) for text in (ADJUSTED, SCHEDULER_FAILED, WHERE, REFUSAL, LAUNCHER_SAW)]
-        assert -1 not in order and order == sorted(order), order
-        assert [(o["flag"], o["requested"], o["effective"], o["source"]) for o in srv["overrides"]] == \
-            [("speculative_num_draft_tokens", "16", 2, "log")], srv["overrides"]
-        assert srv["effective"] == {}
-        adapter = get_adapter("sglang")
-        spec = LaunchSpec(model=lab_models["target"], flags=requested, port=int(srv["port"]))
-        diff = adapter.compare_args(spec, {}, log)
-        assert [(o["flag"], o["requested"], o["effective"], o["source"]) for o in diff["overrides"]] == \
-            [("speculative_num_draft_tokens", "16", 2, "log")], diff["overrides"]
-        assert ADJUSTED in diff["overrides"][0]["detail"]
-        # nothing of it is left
-        assert session_processes(sids) == [] and not listening(int(srv["port"]))
-        print(f"\nthe EAGLE-3 start: refused in {step['duration']:.1f}s (pre-flight {check['seconds']}s)")
     finally:
         kill_left(sids, marker)
 
