@@ -347,7 +347,7 @@ class SglangFlagsResult(_Result):
     package: str
     version: str | None = None
     root: str
-    layout: Literal["add_argument", "fields"]
+    layout: Literal["add_argument", "annotated", "fields"]
     route: Literal["static", "runtime"]
     runtime_note: str | None = None
     ok: bool

@@ -4,9 +4,12 @@ Standard library only, Python >= 3.9, and no sibling imports: the ``sglang_flags
 lab server imports it as ``remote_probes.sglang_argparse``. Nothing of sglang is imported (on a CPU box with a
 ``pip --no-deps`` tree it cannot be): the options are read from the source by ``ast``.
 
-Two layouts:
+Three layouts:
 - ``add_argument`` (0.5.12.post1): every ``parser.add_argument(...)`` call in ``ServerArgs.add_cli_args``
   (srt/server_args.py).
+- ``annotated`` (0.5.15.post1): ``ServerArgs``' own ``A[T, Arg(...)]`` fields (srt/server_args.py), turned into
+  options by ``add_cli_args_from_dataclass(parser, ServerArgs)`` (srt/arg_groups/arg_utils.py) in declaration
+  order, then the other ``add_argument`` calls in ``ServerArgs.add_cli_args``.
 - ``fields`` (0.5.23): the field declarations in srt/arg_groups/fields/*.py, turned into options the way
   srt/arg_groups/arg_utils.py ``add_cli_args_from_dataclass`` does it, in ``collect_input_fields``' order, then
   the other ``add_argument`` calls in ``ServerArgs.add_cli_args``.
@@ -138,10 +141,15 @@ class _Tree:
 
 
 def detect_layout(root: str) -> str:
-    """``fields`` when the tree declares its options as fields (0.5.23 and later), else ``add_argument``."""
+    """``fields`` when the tree declares its options as fields of namespaces (0.5.23 and later), ``annotated`` when
+    as ``ServerArgs``' own annotated fields (0.5.15.post1), else ``add_argument``."""
     fields = os.path.join(root, "srt", "arg_groups", "fields")
-    return "fields" if os.path.isdir(fields) and os.path.isfile(os.path.join(root, "srt", "arg_groups",
-                                                                             "arg_utils.py")) else "add_argument"
+    if not os.path.isfile(os.path.join(root, "srt", "arg_groups", "arg_utils.py")):
+        return "add_argument"
+    if os.path.isdir(fields):
+        return "fields"
+    found = _find(os.path.join(root, "srt", "server_args.py"), r"add_cli_args_from_dataclass\(\s*parser,\s*ServerArgs")
+    return "annotated" if found is not None else "add_argument"
 
 
 # ---------------------------------------------------------------- add_argument calls
@@ -396,20 +404,37 @@ def _field_options(tree: _Tree, notes: List[str]) -> List[_Option]:
     options: List[_Option] = []
     for field in ordered:
         path, stmt = declared[field]
-        default: Any = _MISSING
-        if stmt.value is not None:
-            value = stmt.value
-            if isinstance(value, ast.Call) and ast.unparse(value.func).endswith("field"):
-                factory = next((k.value for k in value.keywords if k.arg == "default_factory"), None)
-                plain = next((k.value for k in value.keywords if k.arg == "default"), None)
-                default = {"list": [], "dict": {}}.get(ast.unparse(factory), None) if factory is not None else \
-                    _literal(plain, tree.names(path))
-            else:
-                default = _literal(value, tree.names(path))
-                default = None if default is _MISSING else default  # computed: present, value unknown here
-        made = _field_kwargs(field, stmt.annotation, default, tree, path)
+        made = _field_kwargs(field, stmt.annotation, _field_default(stmt, tree, path), tree, path)
         if made is not None:
             options.append(_Option(made[0], made[1], "%s:%d" % (os.path.relpath(path, tree.root), stmt.lineno)))
+    return options
+
+
+def _field_default(stmt: ast.AnnAssign, tree: _Tree, path: str) -> Any:
+    """A dataclass field's default as ``arg_utils._field_default`` gives it (``_MISSING``: none)."""
+    if stmt.value is None:
+        return _MISSING
+    value = stmt.value
+    if isinstance(value, ast.Call) and ast.unparse(value.func).endswith("field"):
+        factory = next((k.value for k in value.keywords if k.arg == "default_factory"), None)
+        plain = next((k.value for k in value.keywords if k.arg == "default"), None)
+        return {"list": [], "dict": {}}.get(ast.unparse(factory), None) if factory is not None else \
+            _literal(plain, tree.names(path))
+    default = _literal(value, tree.names(path))
+    return None if default is _MISSING else default  # computed: present, value unknown here
+
+
+def _annotated_options(tree: _Tree, cls: ast.ClassDef, path: str) -> List[_Option]:
+    """The options ``add_cli_args_from_dataclass(parser, ServerArgs)`` adds from ``ServerArgs``' own annotated
+    fields, in declaration order (sglang 0.5.15.post1 srt/server_args.py, srt/arg_groups/arg_utils.py:181-330)."""
+    options: List[_Option] = []
+    rel = os.path.relpath(path, tree.root)
+    for stmt in cls.body:
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+            continue
+        made = _field_kwargs(stmt.target.id, stmt.annotation, _field_default(stmt, tree, path), tree, path)
+        if made is not None:
+            options.append(_Option(made[0], made[1], "%s:%d" % (rel, stmt.lineno)))
     return options
 
 
@@ -428,7 +453,8 @@ def build_parser(root: str, *, prog: str = PROG) -> Tuple[StaticParser, Dict[str
     func = _method(cls, "add_cli_args") if cls else None
     if cls is None or func is None:
         raise OSError("%s has no ServerArgs.add_cli_args" % server_args_path)
-    options = _field_options(tree, notes) if layout == "fields" else []
+    options = _field_options(tree, notes) if layout == "fields" else \
+        _annotated_options(tree, cls, server_args_path) if layout == "annotated" else []
     options += _add_argument_options(tree, server_args_path, func, _class_defaults(cls, tree.names(server_args_path)),
                                      notes)
     parser = StaticParser(prog=prog)
@@ -437,8 +463,11 @@ def build_parser(root: str, *, prog: str = PROG) -> Tuple[StaticParser, Dict[str
             parser.add_argument(*option.names, **option.kwargs)
         except (argparse.ArgumentError, TypeError, ValueError) as exc:
             notes.append("%s: %s" % (option.origin, exc))
-    source = "srt/server_args.py ServerArgs.add_cli_args" if layout == "add_argument" else \
-        "srt/arg_groups/fields/*.py (arg_utils.add_cli_args_from_dataclass) + srt/server_args.py add_cli_args"
+    source = {"add_argument": "srt/server_args.py ServerArgs.add_cli_args",
+              "annotated": "srt/server_args.py ServerArgs fields (arg_utils.add_cli_args_from_dataclass) + "
+                           "ServerArgs.add_cli_args",
+              "fields": "srt/arg_groups/fields/*.py (arg_utils.add_cli_args_from_dataclass) + srt/server_args.py "
+                        "add_cli_args"}[layout]
     return parser, {"layout": layout, "options": len(options), "notes": notes, "source": source}
 
 
@@ -469,23 +498,30 @@ def _find(path: str, pattern: str) -> Optional[int]:
 ANCHORS: Dict[str, Dict[str, Tuple[str, str]]] = {
     "unknown_algorithm": {
         "add_argument": ("srt/speculative/spec_info.py", r'raise ValueError\(f"Unknown speculative algorithm name'),
+        "annotated": ("srt/speculative/spec_info.py", r'raise ValueError\(f"Unknown speculative algorithm name'),
         "fields": ("srt/speculative/spec_info.py", r'raise ValueError\(f"Unknown speculative algorithm name'),
     },
     "topk_without_steps": {
         "add_argument": ("srt/server_args.py",
                          r"assert \(\s*\n\s*self\.speculative_eagle_topk is None\s*\n\s*and self\.speculative_num_dr"),
+        "annotated": ("srt/arg_groups/speculative_hook.py", r"assert \(\s*\n\s*server_args\.speculative_eagle_topk "
+                      r"is None\s*\n\s*and server_args\.speculative_num_draft"),
         "fields": ("srt/arg_groups/speculative_hook.py",
                    r"assert \(\s*\n\s*cfg\.speculative_eagle_topk is None\s*\n\s*and cfg\.speculative_num_draft"),
     },
     "draft_tokens_adjusted": {
         "add_argument": ("srt/server_args.py",
                          r"self\.speculative_eagle_topk == 1\s*\n\s*and self\.speculative_num_draft_tokens != "),
+        "annotated": ("srt/arg_groups/speculative_hook.py", r"server_args\.speculative_eagle_topk == 1\s*\n\s*"
+                      r"and server_args\.speculative_num_draft_tokens\s*\n?\s*!= "),
         "fields": ("srt/arg_groups/speculative_hook.py",
                    r"cfg\.speculative_eagle_topk == 1\s*\n\s*and cfg\.speculative_num_draft_tokens != "),
     },
     "steps_without_topk": {
         "add_argument": ("srt/server_args.py",
                          r"self\.speculative_eagle_topk > 1\s*\n\s*and self\.page_size > 1"),
+        "annotated": ("srt/arg_groups/speculative_hook.py",
+                      r"server_args\.speculative_eagle_topk > 1\s*\n\s*and view\.page_size > 1"),
         "fields": ("srt/arg_groups/speculative_hook.py", r"cfg\.speculative_eagle_topk > 1\s*\n\s*and view\.page_size > 1"),
     },
 }

@@ -23,10 +23,18 @@ from orchestrator.servers.flags import flags_to_argv
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
+#: SGLang (and the lab, as it) refuses a --port whose gRPC twin (port + 10000) passes 65535 (sglang_args.py)
+MAX_PORT = 65535 - 10000
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port a lab SGLang server takes (at most ``MAX_PORT``; the kernel's range reaches 60999)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port <= MAX_PORT:
+            return port
 
 
 def server_env(site: Path | None = None) -> dict[str, str]:

@@ -69,6 +69,9 @@ class LabServerArgs:
     chat_template: str | None = None
     mem_fraction_static: float | None = None
     max_running_requests: int | None = None
+    context_length: int | None = None
+    max_total_tokens: int | None = None
+    chunked_prefill_size: int | None = None
     tp_size: int = 1
     attention_backend: str | None = None
     disable_cuda_graph: bool = False
@@ -96,12 +99,15 @@ class LabServerArgs:
     #: from a vLLM tree by remote_probes/engine/vllm_capture.py; None there: the newest vLLM read)
     engine: str = "sglang"
     vllm_rules: dict[str, Any] | None = None
+    #: every other field SGLang's parser (the tree's) gave, as parsed: /server_info reports them as SGLang reports
+    #: its ServerArgs, so a requested flag the lab does not act on is still verified, not "unverified"
+    parsed: dict[str, Any] = field(default_factory=dict)
 
     def public(self) -> dict[str, Any]:
         """The fields /server_info reports (everything but the lab's bookkeeping)."""
-        out = {k: v for k, v in self.__dict__.items()
-               if k not in ("warnings", "sglang_version", "engine", "vllm_rules")}
-        return out
+        own = {k: v for k, v in self.__dict__.items()
+               if k not in ("warnings", "sglang_version", "engine", "vllm_rules", "parsed")}
+        return {**self.parsed, **own}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -181,6 +187,9 @@ def _subset_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template", default=None)
     p.add_argument("--mem-fraction-static", type=float, default=None)
     p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--max-total-tokens", type=int, default=None)
+    p.add_argument("--chunked-prefill-size", type=int, default=None)
     p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
     # multi-node (orchestrator/lab/stand_in/ranks.py coordinates the ranks over TCP)
     p.add_argument("--nnodes", type=int, default=1)
@@ -226,6 +235,29 @@ def _capture_list(text: str | None) -> list[int] | None:
     return values
 
 
+def _as_int(value: Any) -> Any:
+    """An int flag SGLang types with its own parser (0.5.15.post1's ``human_readable_int``), which the static parser
+    leaves as text: a plain number becomes the int SGLang reports; anything else stays as given."""
+    return int(value) if isinstance(value, str) and value.strip().lstrip("-").isdigit() else value
+
+
+def _check_grpc_port(args: LabServerArgs, tree: SglangTree | None) -> None:
+    """SGLang 0.5.12.post1 and 0.5.15.post1 derive a gRPC port (``$SGLANG_GRPC_PORT``, else --port + 10000) and
+    refuse the start when it passes 65535 (ServerArgs ``_handle_grpc``-era check, server_args.py:1154 / :3003);
+    0.5.23 has no such check. Measured against a real 0.5.15.post1: bench/lab_vs_sglang.py."""
+    if tree is not None:
+        try:
+            with open(os.path.join(tree.root, "srt", "server_args.py"), encoding="utf-8") as handle:
+                if "must be between 1 and 65535" not in handle.read():
+                    return
+        except OSError:
+            return
+    env = os.environ.get("SGLANG_GRPC_PORT")
+    grpc = int(env) if env and env.strip().lstrip("-").isdigit() else int(args.port) + 10000
+    if not 1 <= grpc <= 65535:
+        raise StartupError(f"SGLANG_GRPC_PORT ({grpc}) must be between 1 and 65535")
+
+
 def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArgs:
     """Apply SGLang's speculative-decoding rules to parsed flags. Raises StartupError as SGLang would fail."""
     tree: SglangTree | None = getattr(ns, "sglang_tree", None)
@@ -240,7 +272,9 @@ def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArg
         served_model_name=get("served_model_name") or ns.model_path, host=get("host", "127.0.0.1"),
         port=get("port", 30000), dtype=get("dtype", "auto"), trust_remote_code=bool(get("trust_remote_code", False)),
         chat_template=get("chat_template"), mem_fraction_static=get("mem_fraction_static"),
-        max_running_requests=get("max_running_requests"), tp_size=get("tp_size", 1),
+        max_running_requests=get("max_running_requests"), context_length=_as_int(get("context_length")),
+        max_total_tokens=_as_int(get("max_total_tokens")), chunked_prefill_size=_as_int(get("chunked_prefill_size")),
+        tp_size=get("tp_size", 1),
         attention_backend=get("attention_backend"), disable_cuda_graph=bool(get("disable_cuda_graph", False)),
         cuda_graph_max_bs=get("cuda_graph_max_bs", get("cuda_graph_max_bs_decode")), log_level=get("log_level", "info"),
         decode_log_interval=get("decode_log_interval", 40), random_seed=get("random_seed", 0),
@@ -255,7 +289,10 @@ def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArg
         speculative_token_map=get("speculative_token_map"),
         lab_capture_layers=_capture_list(ns.lab_capture_layers), lab_threads=max(1, ns.lab_threads),
         sglang_version=tree.version if tree else SGLANG_VERSION,
+        parsed={k: v for k, v in vars(ns).items() if k != "sglang_tree" and not k.startswith("lab_")
+                and isinstance(v, (str, int, float, bool, list, type(None)))} if tree is not None else {},
     )
+    _check_grpc_port(args, tree)
     if args.tp_size != 1:
         raise StartupError(f"the lab runs on one CPU process; --tp-size {args.tp_size} is not supported")
     if args.decode_log_interval < 1:

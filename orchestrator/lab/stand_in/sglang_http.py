@@ -77,9 +77,13 @@ class ServerState:
             internal["last_gen_throughput"] = round(models.stats.last_gen_throughput, 2)
             if models.draft is not None and models.stats.avg_spec_accept_length is not None:
                 internal["avg_spec_accept_length"] = models.stats.avg_spec_accept_length
-        ctx = int(getattr(models.config, "max_position_embeddings", 0)) if models else 0
-        return {**args, "status": "ready" if self.ready else "starting", "max_total_num_tokens": ctx,
-                "max_req_input_len": max(ctx - 1, 0), "internal_states": [internal], "version": self.args.sglang_version,
+        ctx = self.args.context_length or (int(getattr(models.config, "max_position_embeddings", 0)) if models else 0)
+        # SGLang's KV pool holds --max-total-tokens when set; the lab has no pool, so the context otherwise. Its
+        # max_req_input_len is min(context - 1, pool - 1) - 5 (srt/managers/tp_worker.py), measured: 1018 for 1024
+        pool = self.args.max_total_tokens or ctx
+        return {**args, "status": "ready" if self.ready else "starting", "max_total_num_tokens": pool,
+                "max_req_input_len": max(min(ctx, pool) - 1 - 5, 0), "internal_states": [internal],
+                "version": self.args.sglang_version,
                 "lab": True, "lab_note": LAB_NOTE.format(version=self.args.sglang_version),
                 "lab_capture_layers_resolved": models.capture if models else None,
                 "lab_draft_notes": models.notes if models else []}
