@@ -154,9 +154,16 @@ def ensure_lab_for(inv: Any, hosts: list[str] | str | None) -> Any:
     from rich.console import Console
 
     from orchestrator.cli.progress import build_progress
+    from orchestrator.lab.building.build import deferred_calibration, is_complete, lab_dir
 
-    Console(stderr=True).print("[bold]The lab is not set up yet: installing its shipped models and confirming them "
-                               "on this CPU (seconds, once; `orchestrator lab status` says where they came from).[/]")
+    if choice.engine == "sglang" and is_complete(lab_dir() / "target") and deferred_calibration(choice.scenario):
+        headline = (f"The lab calibrates what scenario {choice.scenario} needs on this CPU (once, 10 to 20 s; "
+                    "`orchestrator lab status` says which scenarios are calibrated here).")
+    else:
+        headline = ("The lab is not set up yet: installing its shipped models and confirming them on this CPU "
+                    "(seconds, once; a CPU that computes them otherwise calibrates what this run needs, 10 to 20 s "
+                    "more; `orchestrator lab status` says where they came from).")
+    Console(stderr=True).print(f"[bold]{headline}[/]")
     progress, report = build_progress()  # Rich bars on a terminal, else a plain line per stage and 10 %
     with progress:
         ensure_lab(choice.scenario, progress=report, engine=choice.engine)

@@ -88,6 +88,11 @@ def build_cmd(
         console.print(f"shipped models written to {SHIPPED_DIR} (recipe {manifest.recipe_hash})")
 
 
+#: how a scenario's margins are known here (build.calibrated_scenarios)
+MARGINS = {"here": "calibrated here", "recorded": "same bits as a calibrated CPU", "on first use": "on first use",
+           "no": "-"}
+
+
 @lab_app.command("status")
 @handle_errors
 def status_cmd(
@@ -113,10 +118,14 @@ def status_cmd(
     if origin:
         console.print("models: " + describe_origin(origin))
     root = lab_dir(directory)
-    table = Table("scenario", "ready", "what is planted")
+    table = Table("scenario", "ready", "margins", "what is planted")
     for name, sc in scenarios(root, num_layers_of(root)).items():
-        table.add_row(name, "yes" if info["scenarios"][name] else "no", sc.title)
+        table.add_row(name, "yes" if info["scenarios"][name] else "no", MARGINS[info["calibrated"][name]], sc.title)
     console.print(table)
+    if info.get("calibration_deferred"):
+        console.print(f"calibration left for first use on this CPU: draft {', '.join(info['calibration_deferred'])} "
+                      "(its scenarios calibrate when a run first needs them; `orchestrator lab build --scenario all` "
+                      "now)")
     if info["timings"]:
         console.print("build seconds: " + ", ".join(f"{k} {v}" for k, v in info["timings"].items()))
     if info.get("target_seed") is not None:
@@ -223,9 +232,11 @@ def describe_origin(origin: dict[str, Any]) -> str:
         if confirmed:
             like = ("the calibrating machine" if not confirmed.get("matched") else
                     f"a recorded {confirmed.get('matched_cpu')}, whose own calibration it adopts")
-            line += (f"; confirmed on this CPU (the same bits as {like})" if confirmed.get("passed") else
-                     "; decoded differently on this CPU (" + ", ".join(confirmed.get("differs") or []) +
-                     "), so calibrated here in full") + f" in {confirmed.get('seconds')} s at {confirmed.get('at')}"
+            seconds = f" in {confirmed.get('seconds')} s at {confirmed.get('at')}"
+            line += (f"; confirmed on this CPU (the same bits as {like}){seconds}" if confirmed.get("passed") else
+                     f"; decoded differently on this CPU (checked{seconds}: " + ", ".join(
+                         (confirmed.get("differs") or [])[:3]) + "), so calibrated here, each draft when a run "
+                     "first needs it (see margins below)")
         else:
             line += "; not confirmed on this CPU yet"
         return line

@@ -1,6 +1,7 @@
 """The shipped lab models (orchestrator/data/lab): made by the project's own recipe (the recorded recipe hash is the
 code's, so a change to the recipe without rebuilding them fails here), intact, installed and confirmed on this CPU on
-first use, and a CPU that decodes them otherwise gets the full calibration instead of the recorded margins."""
+first use, and a CPU that decodes them otherwise calibrates them itself instead of adopting the recorded margins: what
+the run needs first, each other draft when a run first needs it."""
 
 from __future__ import annotations
 
@@ -223,3 +224,57 @@ def test_recording_this_cpu_needs_the_shipped_models_calibrated_in_full_here(
     assert shipped.confirm(base, written, lambda *_: None)["matched"] == len(written.other_cpus)
     with pytest.raises(OrchestratorError, match="recorded already"):
         shipped.add_this_cpu(base, state, dest)
+
+
+def test_a_cpu_whose_bits_match_none_calibrates_what_the_run_needs_and_the_rest_when_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flagship's first use on a new CPU: the draft its scenario serves (seed-wiring) is calibrated here; the
+    healthy draft's scenarios are not ready until a run needs them (lab.json and `lab status` say so), and the
+    build's last line says what it did and how long it took. The expensive steps are recorders."""
+    from dataclasses import asdict
+
+    from orchestrator.lab.building import calibrate
+
+    here = json.loads(json.dumps(_manifest().fingerprint))
+    here["capability"] = "a CPU nobody recorded"
+    monkeypatch.setattr(shipped, "fingerprint", lambda _base: here)
+    checked: list[str] = []
+
+    def calibrate_draft(base: Path, kind: str, _report: Any) -> dict[str, Any]:
+        checked.append(kind)
+        return {"passed": True, "attempts": [{"checks": [], "passed": True}],
+                "identity": calibrate.draft_identity(base, kind), "sample": asdict(calibrate.FlagshipSample())}
+
+    monkeypatch.setattr(calibrate, "_calibrate_draft_until_clear", calibrate_draft)
+    root, lines = tmp_path / "lab", []
+    builder.build_lab("seed-wiring", root=root, progress=lambda stage, message, _f: lines.append(f"{stage}: {message}"))
+    state = read_state(root)
+    assert checked == ["seed-wiring"] and set(state["calibration"]) == {"seed-wiring"}
+    assert state["calibration_deferred"] == ["healthy"] and "calibrate seed-wiring" in state["timings"]
+    assert build.lab_is_built("seed-wiring", root=root) and not build.lab_is_built("topk-override", root=root)
+    calibrated = build.status(root)["calibrated"]
+    assert calibrated["seed-wiring"] == calibrated["no-lm-head"] == "here"
+    assert calibrated["topk-override"] == calibrated["rope-theta"] == "on first use"
+    assert lines[-1].startswith("lab: ready in ") and "match no calibrated CPU" in lines[-1]
+    assert "calibrated here what scenario seed-wiring needs" in lines[-1]
+    assert lines[-1].endswith("left for their first use: draft healthy")
+
+    builder.build_lab("topk-override", root=root)  # a later run of the healthy draft's scenario: that draft, once
+    builder.build_lab("eagle-not-eagle3", root=root)
+    assert checked == ["seed-wiring", "healthy"] and read_state(root)["calibration_deferred"] == []
+    assert build.lab_is_built("topk-override", root=root)
+    assert set(build.status(root)["calibrated"].values()) == {"here"}
+
+
+def test_a_cpu_with_recorded_bits_defers_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Matched bits adopt every recorded margin: the first use says so, and no scenario waits for a calibration.
+    The calibrating machine's bits stand for this CPU's (whatever CPU runs the test: the matching itself is
+    test_the_fingerprint_is_the_same_twice_and_matches_the_shipped_one_here's)."""
+    monkeypatch.setattr(shipped, "fingerprint", lambda _base: json.loads(json.dumps(_manifest().fingerprint)))
+    root, lines = tmp_path / "lab", []
+    builder.build_lab("seed-wiring", root=root, progress=lambda stage, message, _f: lines.append(f"{stage}: {message}"))
+    state = read_state(root)
+    assert state["origin"]["confirmed"]["passed"] and state["origin"]["confirmed"]["matched"] == 0, state["origin"]
+    assert "calibration_deferred" not in state and set(state["calibration"]) == set(TRAINED_DRAFTS)
+    assert lines[-1].startswith("lab: ready in ") and "the same bits as the" in lines[-1]
+    assert set(build.status(root)["calibrated"].values()) == {"recorded"}

@@ -54,20 +54,27 @@ def test_the_lab_calibration_validates_the_draft_test_it_runs(monkeypatch: pytes
     """The calibration starts draft_test itself (not through the probe runner): its result is checked against the
     same model, so a draft test of the wrong shape stops the build with a bad_result, never a KeyError later."""
     import json
-    import subprocess
 
     from orchestrator.lab.building import calibrate
 
     answers: list[dict[str, Any]] = [_result(), {k: v for k, v in _result().items() if k != "wirings"}]
 
-    def fake_run(argv: list[str], *, env: dict[str, str], **_: Any) -> subprocess.CompletedProcess[str]:
-        assert argv[-2:] == ["-m", "remote_probes.evaluation.draft_test"]
-        nonce = env["ORCH_PROBE_NONCE"]
-        document = json.dumps({"ok": True, "result": answers.pop(0)})
-        out = f"@@ORCH-RESULT-BEGIN {nonce}@@\n{document}\n@@ORCH-RESULT-END {nonce}@@\n"
-        return subprocess.CompletedProcess(argv, 0, stdout=out, stderr="")
+    class FakeProbe:  # subprocess.Popen as DraftTestRun starts it: the answer written to its stdout file
+        returncode = 0
 
-    monkeypatch.setattr(calibrate.subprocess, "run", fake_run)
+        def __init__(self, argv: list[str], *, env: dict[str, str], stdout: Any, **_: Any) -> None:
+            assert argv[-2:] == ["-m", "remote_probes.evaluation.draft_test"]
+            nonce = env["ORCH_PROBE_NONCE"]
+            document = json.dumps({"ok": True, "result": answers.pop(0)})
+            stdout.write(f"@@ORCH-RESULT-BEGIN {nonce}@@\n{document}\n@@ORCH-RESULT-END {nonce}@@\n")
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+        def poll(self) -> int:
+            return 0
+
+    monkeypatch.setattr(calibrate.subprocess, "Popen", FakeProbe)
     sample = calibrate.FlagshipSample()
     assert calibrate.run_draft_test(tmp_path, tmp_path, sample)["decision"] == "mismatch"
     with pytest.raises(ProbeError, match="bad_result.*wirings"):

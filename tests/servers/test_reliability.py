@@ -80,8 +80,11 @@ steps:
     sessions = tmp_path / "sessions"
     proc = _start_run(playbook, inventory, sessions)
     try:
-        _wait_for(lambda: len([e for e in _events(sessions) if e["type"] == "server_ready"]) == 3, 240,
-                  "3 servers ready", proc)
+        # the third server's ready event comes before the `sleep` step has started (and written its pidfile):
+        # the kill waits for both, as a crash mid-step would find them
+        _wait_for(lambda: len([e for e in _events(sessions) if e["type"] == "server_ready"]) == 3
+                  and bool(list(state_dir.glob("sessions/*/procs/run-*.json"))), 240,
+                  "3 servers ready and the sleep step running", proc)
         ports = [e["port"] for e in _events(sessions) if e["type"] == "server_ready"]
         proc.send_signal(signal.SIGKILL)
         proc.wait()

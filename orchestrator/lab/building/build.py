@@ -292,15 +292,34 @@ def num_layers_of(root: Path, default: int = 12) -> int:
         return default
 
 
+def trained_drafts_of(sc: Scenario) -> tuple[str, ...]:
+    """The trained drafts a scenario serves (its draft and its fix's, or the drafts they are fault copies of): the
+    ones whose calibration decides its verdicts."""
+    drafts = (sc.draft, sc.fixed_draft or sc.draft)
+    return tuple(k for k in TRAINED_DRAFTS if k in {d if d in TRAINED_DRAFTS else VARIANT_BASE.get(d) for d in drafts})
+
+
+def deferred_calibration(scenario: str | None = None, *, root: Path | None = None) -> list[str]:
+    """The trained drafts ``scenario`` needs whose calibration on this CPU was left for their first use (lab.json
+    ``calibration_deferred``: a lab that calibrated here checks only what the run it was built for needs)."""
+    root = lab_dir(root)
+    deferred = read_state(root).get("calibration_deferred") or []
+    if not deferred:
+        return []
+    sc = scenarios(root, num_layers_of(root))[check_scenario(scenario or DEFAULT_SCENARIO)]
+    return [k for k in trained_drafts_of(sc) if k in deferred]
+
+
 def lab_is_built(scenario: str | None = None, *, root: Path | None = None) -> bool:
-    """True when the target, the sglang tree and the scenario's draft(s) are all present."""
+    """True when the target, the sglang tree and the scenario's draft(s) are all present, and no calibration the
+    scenario needs is still deferred."""
     root = lab_dir(root)
     name = check_scenario(scenario or DEFAULT_SCENARIO)
     if not (is_complete(root / "target") and site_ok(root) and site_ok(root, lab_sglang_version())):
         return False
     sc = scenarios(root, num_layers_of(root))[name]
     needed = {sc.draft, sc.fixed_draft or sc.draft}
-    return all(is_complete(root / "drafts" / d) for d in needed)
+    return all(is_complete(root / "drafts" / d) for d in needed) and not deferred_calibration(name, root=root)
 
 
 def status(root: Path | None = None) -> dict[str, Any]:
@@ -314,13 +333,34 @@ def status(root: Path | None = None) -> dict[str, Any]:
             "sglang_site": str(site_dir(root, active)) if site_ok(root, active) else None,
             "sglang_version": active,
             "sglang_sites": {v: str(site_dir(root, v)) for v in LAB_SGLANG_VERSIONS if site_ok(root, v)},
-            "scenarios": built, "timings": state.get("timings", {}), "built_at": state.get("built_at"),
+            "scenarios": built, "calibrated": calibrated_scenarios(root, state),
+            "calibration_deferred": list(state.get("calibration_deferred") or []),
+            "timings": state.get("timings", {}), "built_at": state.get("built_at"),
             "target_seed": state.get("target_seed"), "origin": origin_summary(state),
             "targets_rejected": [{"seed": r["seed"], "draft": r["draft"]} for r in state.get("targets_rejected", [])],
             "calibration": {kind: {"passed": rec.get("passed"), "trainings": len(rec.get("attempts", [])),
                                    "margins": {f"{c['scenario']}/{c['kind']}": c["margin"]
                                                for c in (rec.get("attempts") or [{}])[-1].get("checks", [])}}
                             for kind, rec in state.get("calibration", {}).items()}}
+
+
+def calibrated_scenarios(root: Path, state: dict[str, Any]) -> dict[str, str]:
+    """Per scenario, how its margins are known on this CPU: ``here`` (calibrated on it), ``recorded`` (the same
+    bits as a calibrated machine: its records), ``on first use`` (deferred: checked when a run first needs it),
+    ``no`` (not calibrated: not built, or a class lab)."""
+    records = state.get("calibration") or {}
+    deferred = state.get("calibration_deferred") or []
+    recorded = bool(((state.get("origin") or {}).get("confirmed") or {}).get("passed"))
+    out = {}
+    for name, sc in scenarios(root, num_layers_of(root)).items():
+        kinds = trained_drafts_of(sc)
+        if any(k in deferred for k in kinds):
+            out[name] = "on first use"
+        elif kinds and all((records.get(k) or {}).get("passed") for k in kinds):
+            out[name] = "recorded" if recorded else "here"
+        else:
+            out[name] = "no"
+    return out
 
 
 def lab_lock(root: Path) -> AbstractContextManager[None]:

@@ -42,6 +42,7 @@ from orchestrator.lab.building.build import (
     scenarios,
     site_dir,
     site_ok,
+    trained_drafts_of,
     write_state,
 )
 from orchestrator.lab.building.calibrate import calibrate_lab
@@ -69,15 +70,19 @@ def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     """Build whatever ``scenario`` needs and is missing (target, drafts, sglang tree); returns the paths.
 
     A new lab takes the package's shipped models (orchestrator.lab.building.shipped: trained and calibrated by this recipe,
-    confirmed on this CPU by a short replay of the calibration; a CPU that decodes them otherwise calibrates them in
-    full) unless ``from_scratch`` or another ``seed`` asks for training. lab.json's ``origin`` says which.
+    confirmed on this CPU by a short replay of the calibration; a CPU that decodes them otherwise calibrates the
+    drafts ``scenario`` serves, leaving the others for their first use) unless ``from_scratch`` or another ``seed``
+    asks for training. lab.json's ``origin`` says which.
     Training is cached under $ORCHESTRATOR_CACHE_DIR/lab-models, so a rebuilt lab dir costs a copy. ``seed`` seeds
     the target and the first draft attempt. With ``calibrate`` the trained drafts are checked against the flagship's
     rules; when a planted fault is not clearly decidable the draft is retrained with the next seed and more steps,
     and when that does not help either, the target is retrained with another seed and every draft with it
     (bounded; ``orchestrator.lab.building.calibrate.calibrate_lab``). lab.json records every attempt and the target seed.
+    Only the trained drafts ``scenario`` serves are checked (``build.trained_drafts_of``); a build that did anything
+    closes with a ``lab`` progress line saying what, and how long it took.
     :raises UserInputError: unknown scenario. :raises OrchestratorError: the sglang install failed.
     """
+    started = time.monotonic()  # the closing line's "ready in": imports and lock waits included
     from transformers.utils import logging as hf_logging  # transformers is heavy: loaded when a build runs
 
     hf_logging.disable_progress_bar()  # the core reports through `progress`, never by printing
@@ -87,11 +92,11 @@ def _build_lab(scenario: str | None = None, *, root: Path | str | None = None,
     base.mkdir(parents=True, exist_ok=True)
     # one builder per lab directory (two CLI runs, two test workers): the others wait, then find it built
     with file_lock(base.parent / f".{base.name}.build.lock"):
-        return _build_locked(name, base, progress or _noop, seed, calibrate, from_scratch, target_class)
+        return _build_locked(name, base, progress or _noop, seed, calibrate, from_scratch, target_class, started)
 
 
 def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calibrate: bool,
-                  from_scratch: bool, target_class: str | None = None) -> LabPaths:
+                  from_scratch: bool, target_class: str | None = None, started: float | None = None) -> LabPaths:
     # both load torch (their recipes' dataclasses live beside the training code): only when a build runs, so that
     # the CLI and the lab inventory start without it
     from orchestrator.lab.building import class_lab
@@ -99,13 +104,16 @@ def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calib
 
     state = read_state(base) or {"format": LAB_FORMAT}
     timings: dict[str, float] = state.setdefault("timings", {})
-    started = time.monotonic()
+    started = time.monotonic() if started is None else started
+    done: list[str] = []  # what this build did, for its closing line
     active = lab_sglang_version()
+    t0 = time.monotonic()
     for version in dict.fromkeys((SGLANG_VERSION, active)):  # the default tree always; the stand-in's beside it
         if not site_ok(base, version):
             install_sglang_site(base, report, version)
-            timings["sglang" if version == SGLANG_VERSION else f"sglang-{version}"] = round(
-                time.monotonic() - started, 1)
+            key = "sglang" if version == SGLANG_VERSION else f"sglang-{version}"
+            timings[key] = round(time.monotonic() - t0, 1)
+            done.append(f"sglang {version} source tree ({timings[key]} s)")
     asked = class_lab.check_target_class(target_class or "llama")
     # the class asked for, else the one the directory was built with (a built lab keeps its class)
     wanted = asked if asked in class_lab.CLASS_LABS else state.get("target_class") or "llama"
@@ -123,8 +131,10 @@ def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calib
             state["origin"] = shipped.install_shipped(base, manifest, report)
             target_seed, state["calibration"], state["targets_rejected"] = manifest.target_seed, {}, []
             timings["shipped"] = round(time.monotonic() - t0, 1)
+            done.append(f"shipped models installed ({timings['shipped']} s)")
         else:
             install_target(base, target_seed, report, timings)
+            done.append(f"target trained ({timings['target']} s)")
             state["origin"] = {"kind": "built", "recipe_hash": recipe_hash(), "built_at": _now(),
                                "why": "--from-scratch" if from_scratch else (
                                    f"build seed {seed}" if seed else "this install ships no models")}
@@ -141,13 +151,34 @@ def _build_locked(name: str, base: Path, report: BuildProgress, seed: int, calib
     if calibrate:
         if origin.get("kind") == "shipped" and "confirmed" not in origin:
             confirm_shipped(base, state, report, timings)
-        calibrate_lab(base, state, report)
+            done.append(_confirmed_line(state["origin"]["confirmed"]))
+        before = copy.deepcopy(state.get("calibration") or {})
+        t0 = time.monotonic()
+        calibrate_lab(base, state, report, kinds=trained_drafts_of(sc))  # the run's drafts; the others when asked
+        checked = [k for k in TRAINED_DRAFTS if (state.get("calibration") or {}).get(k) != before.get(k)]
+        if checked:
+            seconds = round(time.monotonic() - t0, 1)
+            timings["calibrate " + "+".join(checked)] = seconds
+            done.append(f"calibrated here what scenario {name} needs (draft {', '.join(checked)}, two cores): every "
+                        f"margin clear ({seconds} s)")
         if origin.get("kind") == "shipped" and not still_shipped(base):  # the full calibration here retrained
             state["origin"] = {"kind": "built", "built_at": _now(), "recipe_hash": origin.get("recipe_hash"),
                                "why": "the shipped models were not clear on this CPU: rebuilt from scratch",
                                "shipped": origin}
             report("calibrate", "the shipped models were not clear on this CPU: the lab was rebuilt from scratch", 1.0)
+    deferred = state.get("calibration_deferred") or []
+    if done and deferred:
+        done.append(f"left for their first use: draft {', '.join(deferred)}")
+    if done:
+        report("lab", f"ready in {time.monotonic() - started:.1f} s: " + "; ".join(done), 1.0)
     return _finish_state(name, base, state, active)
+
+
+def _confirmed_line(record: dict[str, Any]) -> str:
+    if record.get("passed"):
+        return (f"the same bits as the {record.get('matched_cpu')} calibrated before: its margins hold here "
+                f"(checked in {record.get('seconds')} s)")
+    return f"this CPU's bits match no calibrated CPU's (checked in {record.get('seconds')} s)"
 
 
 def _finish_state(name: str, base: Path, state: dict[str, Any], active: str) -> LabPaths:

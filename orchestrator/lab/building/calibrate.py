@@ -16,8 +16,13 @@ so that a difference in the last bits between two runs cannot flip a verdict). T
 fails with the next seed and more steps; when that does not help, it retrains the target with another seed and
 every draft on it (both bounded), and records every attempt in lab.json.
 
-Public API: ``calibrate_lab(base, state, report)`` (the build's loop), ``CalibrationSteps``, ``FlagshipSample``,
-``Check``, ``calibrate_draft(kind, root, scenarios, sample) -> list[Check]``, ``CalibrationFailed``.
+A build calibrates the trained drafts its scenario serves (``calibrate_lab(..., kinds=...)``); a draft left
+unchecked is listed in lab.json's ``calibration_deferred`` until a build for one of its scenarios checks it.
+
+Public API: ``calibrate_lab(base, state, report, steps=None, *, kinds=None)`` (the build's loop),
+``CalibrationSteps``, ``FlagshipSample``, ``Check``, ``calibrate_draft(kind, root, scenarios, sample) -> list[Check]``
+(the draft test in its own process beside the fix measurements), ``DraftTestRun``, ``run_draft_test``,
+``CalibrationFailed``.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.lab.building.build import (
@@ -95,27 +101,62 @@ class Check:
 
 
 # ---------------------------------------------------------------- draft test
-def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[str, Any]:
-    """The draft_test probe as a subprocess, the way the probe runner starts it, its result checked against the
-    probe's model (``probes.PROBES``) as the probe runner checks it. :raises RuntimeError: it failed.
-    :raises ProbeError: it answered a result of the wrong shape (``bad_result``)."""
-    from orchestrator.probes import PROBES, check_result
-    from orchestrator.probes.protocol import parse_probe_output
+class DraftTestRun:
+    """The draft_test probe started as a subprocess, the way the probe runner starts it (``result`` waits for it):
+    it runs on one core while the caller measures fixes on the other."""
 
-    nonce = uuid.uuid4().hex
-    args = {"target": str(target), "draft": str(draft), "wirings": "auto", "engine": "sglang",
-            "steps": sample.dt_steps, "num_prompts": sample.dt_prompts, "max_new_tokens": sample.dt_tokens,
-            "margin": sample.wiring_margin}
-    env = dict(os.environ, ORCH_PROBE_NONCE=nonce, PYTHONDONTWRITEBYTECODE="1", TORCHDYNAMO_DISABLE="1",
-               **LAB_THREADS)  # as the lab host runs it
-    proc = subprocess.run([sys.executable, "-m", "remote_probes.evaluation.draft_test"], input=json.dumps(args),
-                          capture_output=True, text=True, env=env, cwd=str(REPO), timeout=1800)
-    outcome = parse_probe_output(proc.stdout, nonce, exit_status=proc.returncode, stderr=proc.stderr)
-    if not outcome.ok or outcome.result is None:
-        err = outcome.error
-        raise RuntimeError(f"draft_test on {draft} failed: {err.kind if err else '?'}: {err.message if err else ''}")
-    check_result("draft_test", PROBES["draft_test"][1], outcome.result, host="the lab (calibration)")
-    return outcome.result
+    def __init__(self, target: Path, draft: Path, sample: FlagshipSample) -> None:
+        self.draft, self.nonce = draft, uuid.uuid4().hex
+        args = {"target": str(target), "draft": str(draft), "wirings": "auto", "engine": "sglang",
+                "steps": sample.dt_steps, "num_prompts": sample.dt_prompts, "max_new_tokens": sample.dt_tokens,
+                "margin": sample.wiring_margin}
+        env = dict(os.environ, ORCH_PROBE_NONCE=self.nonce, PYTHONDONTWRITEBYTECODE="1", TORCHDYNAMO_DISABLE="1",
+                   **LAB_THREADS)  # as the lab host runs it
+        # files, not pipes: nobody reads the probe's output until it ends, and a full pipe would stall it
+        self.stdin, self.stdout, self.stderr = (tempfile.TemporaryFile("w+") for _ in range(3))
+        self.stdin.write(json.dumps(args))
+        self.stdin.seek(0)
+        self.proc = subprocess.Popen([sys.executable, "-m", "remote_probes.evaluation.draft_test"],
+                                     stdin=self.stdin, stdout=self.stdout, stderr=self.stderr, text=True, env=env,
+                                     cwd=str(REPO))
+
+    def result(self, timeout: float = 1800) -> dict[str, Any]:
+        """The probe's result, checked against its model (``probes.PROBES``) as the probe runner checks it.
+        :raises RuntimeError: it failed. :raises ProbeError: it answered a result of the wrong shape."""
+        from orchestrator.probes import PROBES, check_result
+        from orchestrator.probes.protocol import parse_probe_output
+
+        try:
+            self.proc.wait(timeout=timeout)
+            stdout, stderr = (self._read(f) for f in (self.stdout, self.stderr))
+        finally:
+            self.stop()
+        outcome = parse_probe_output(stdout, self.nonce, exit_status=self.proc.returncode, stderr=stderr)
+        if not outcome.ok or outcome.result is None:
+            err = outcome.error
+            raise RuntimeError(f"draft_test on {self.draft} failed: {err.kind if err else '?'}: "
+                               f"{err.message if err else ''}")
+        check_result("draft_test", PROBES["draft_test"][1], outcome.result, host="the lab (calibration)")
+        return outcome.result
+
+    def stop(self) -> None:
+        """Kill the probe if it still runs (a failed fix measurement, an interrupt) and close its files."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for handle in (self.stdin, self.stdout, self.stderr):
+            handle.close()
+
+    @staticmethod
+    def _read(handle: IO[str]) -> str:
+        handle.seek(0)
+        return handle.read()
+
+
+def run_draft_test(target: Path, draft: Path, sample: FlagshipSample) -> dict[str, Any]:
+    """The draft_test probe as a subprocess, its result checked (``DraftTestRun``). :raises RuntimeError: it failed.
+    :raises ProbeError: it answered a result of the wrong shape (``bad_result``)."""
+    return DraftTestRun(target, draft, sample).result()
 
 
 def check_draft_test(scenario: str, result: dict[str, Any], want: str, own_wiring: list[int],
@@ -196,22 +237,25 @@ FIX_SCENARIOS_ORDER = tuple(s for names in FIX_SCENARIOS.values() for s in names
 
 def calibrate_draft(kind: str, root: Path, scenarios: dict[str, Scenario],
                     sample: FlagshipSample = FlagshipSample()) -> list[Check]:
-    """Every check that depends on the trained draft ``kind`` (seed-wiring or healthy) of the lab at ``root``."""
+    """Every check that depends on the trained draft ``kind`` (seed-wiring or healthy) of the lab at ``root``, on
+    two cores: the draft test runs in its own process while this one measures the fixes on the lab's decoding loop
+    (independent experiments, each at one thread, deterministic: the figures are those of one after the other)."""
     target = root / "target"
     n = json.loads((target / "config.json").read_text())["num_hidden_layers"]
-    checks: list[Check] = []
-    draft = root / "drafts" / kind
-    result = run_draft_test(target, draft, sample)
+    draft_test = DraftTestRun(target, root / "drafts" / kind, sample)
+    try:
+        cache: dict[str, list[float]] = {}
+        fixes = [check_fix(scenarios[name], target, sample, cache) for name in FIX_SCENARIOS[kind]
+                 # a fault copy not built yet is checked later
+                 if (root / "drafts" / scenarios[name].draft / ".complete").is_file()]
+        result = draft_test.result()
+    finally:
+        draft_test.stop()
     if kind == "seed-wiring":
-        checks.append(check_draft_test("seed-wiring", result, "mismatch", seed_wiring(n), sample.wiring_margin))
+        first = check_draft_test("seed-wiring", result, "mismatch", seed_wiring(n), sample.wiring_margin)
     else:
-        checks.append(check_draft_test("healthy", result, "fine", sglang_wiring(n), sample.wiring_margin))
-    cache: dict[str, list[float]] = {}
-    for name in FIX_SCENARIOS[kind]:
-        sc = scenarios[name]
-        if (root / "drafts" / sc.draft / ".complete").is_file():  # a fault copy not built yet is checked later
-            checks.append(check_fix(sc, target, sample, cache))
-    return checks
+        first = check_draft_test("healthy", result, "fine", sglang_wiring(n), sample.wiring_margin)
+    return [first, *fixes]
 
 
 # ---------------------------------------------------------------- the build's calibration loop
@@ -237,21 +281,25 @@ class CalibrationSteps:
 
 
 def calibrate_lab(base: Path, state: dict[str, Any], report: BuildProgress,
-                  steps: CalibrationSteps | None = None) -> None:
-    """Check every trained draft of the lab; retrain what leaves a planted fault unclear, bounded.
+                  steps: CalibrationSteps | None = None, *, kinds: tuple[str, ...] | None = None) -> None:
+    """Check every trained draft of the lab (``kinds``: only those, the drafts the run the lab is built for
+    serves); retrain what leaves a planted fault unclear, bounded.
 
     First the draft is retrained (``DRAFT_ATTEMPTS``); when its faults stay unclear the target is retrained with the
     next seed, every draft with it, and all checks run again (``TARGET_ATTEMPTS`` targets). Records go to
     ``state["calibration"][kind]``, the target seed to ``state["target_seed"]`` and each target given up on to
     ``state["targets_rejected"]`` (all written to lab.json as they happen). A draft already calibrated with the
     same weights and sample is not checked again; when a fault copy of it appeared since, only that copy's fix is.
+    A trained draft present but left unchecked (not among ``kinds``) is listed in ``state["calibration_deferred"]``:
+    the scenarios it serves are not ready (``build.lab_is_built``) until a build for one of them checks it.
     :raises CalibrationFailed: still unclear on the last target.
     """
     steps = steps or CalibrationSteps(_calibrate_draft_until_clear, _retrain_target)
     rejected: list[dict[str, Any]] = state.setdefault("targets_rejected", [])
     while True:
-        failed = _calibrate_built_drafts(base, state, report, steps)
+        failed = _calibrate_built_drafts(base, state, report, steps, kinds)
         if failed is None:
+            _record_deferred(base, state)
             return
         seed = int(state.get("target_seed", 0))
         record = state["calibration"][failed]
@@ -268,14 +316,15 @@ def calibrate_lab(base: Path, state: dict[str, Any], report: BuildProgress,
 
 
 def _calibrate_built_drafts(base: Path, state: dict[str, Any], report: BuildProgress,
-                            steps: CalibrationSteps) -> str | None:
-    """Calibrate each trained draft present (seed-wiring first: it carries most faults); the first that fails."""
+                            steps: CalibrationSteps, kinds: tuple[str, ...] | None) -> str | None:
+    """Calibrate each trained draft present (seed-wiring first: it carries most faults), of ``kinds`` when given;
+    the first that fails."""
     n = num_layers_of(base)
     sc_all = scenarios(base, n)
     records: dict[str, Any] = state.setdefault("calibration", {})
     sample = FlagshipSample()
     for kind in TRAINED_DRAFTS:
-        if not is_complete(base / "drafts" / kind):
+        if not is_complete(base / "drafts" / kind) or (kinds is not None and kind not in kinds):
             continue
         built = [s for s in FIX_SCENARIOS[kind] if is_complete(base / "drafts" / sc_all[s].draft)]
         old = records.get(kind) or {}
@@ -289,6 +338,16 @@ def _calibrate_built_drafts(base: Path, state: dict[str, Any], report: BuildProg
         if not records[kind]["passed"]:
             return kind
     return None
+
+
+def _record_deferred(base: Path, state: dict[str, Any]) -> None:
+    """lab.json ``calibration_deferred``: the trained drafts present without a clear record (left unchecked)."""
+    records = state.get("calibration") or {}
+    deferred = [k for k in TRAINED_DRAFTS
+                if is_complete(base / "drafts" / k) and not (records.get(k) or {}).get("passed")]
+    if deferred or state.get("calibration_deferred"):
+        state["calibration_deferred"] = deferred
+        write_state(base, state)
 
 
 def draft_identity(base: Path, kind: str) -> str:

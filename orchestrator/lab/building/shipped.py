@@ -11,8 +11,10 @@ On first use the lab copies the shipped models (every file checked against its s
 this CPU: the same fingerprint, bit for bit, means this CPU computes every figure of the calibration as the
 calibrating machine did (the calibration is deterministic: greedy decoding, fixed prompts), so its margins are this
 lab's. A calibration re-run would only repeat them; the bits are the cheapest proof. Any other bit (another kernel
-ISA, another library build) sends the lab through the full calibration on this CPU (and, should a draft not be clear
-here, the build's retraining: a build from scratch), and says so.
+ISA, another library build) sends the lab through the calibration on this CPU (and, should a draft not be clear
+here, the build's retraining: a build from scratch), and says so: of the trained drafts the run's scenario serves
+only (the flagship's: seed-wiring, 10 to 20 s on two cores), each other draft when a run first needs it (lab.json
+``calibration_deferred``; ``orchestrator lab build --scenario all`` calibrates every one).
 
 **Other CPUs.** The bits depend on the CPU's kernels: an AVX-512 Intel Xeon computes the shipped models otherwise than
 the AVX2 AMD EPYC that calibrated them (every digest differs), and so paid the full calibration (about 40 s) on every
@@ -218,7 +220,8 @@ def confirm(base: Path, manifest: Manifest, report: BuildProgress) -> dict[str, 
         record["matched_cpu"] = manifest.built.get("cpu") if matched == 0 else manifest.other_cpus[matched - 1].cpu
     report("confirm", f"the same bits as {_which(manifest, matched)}: its margins hold on this CPU"
            if matched is not None else
-           f"this CPU computes differently ({', '.join(differs[:3])}): calibrating here in full", 1.0)
+           f"this CPU computes differently ({', '.join(differs[:3])}): calibrating here what each run needs, "
+           "once", 1.0)
     return record
 
 

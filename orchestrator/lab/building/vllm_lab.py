@@ -176,6 +176,8 @@ def vllm_lab_is_built(scenario: str, *, root: Path | None = None) -> bool:
     tree = build.cache_dir() / "vllm-src" / VLLM_VERSION / "vllm" / "__init__.py"
     if not build.lab_is_built(BASE[name], root=base) or not tree.is_file():
         return False
+    if BASE[name] != "seed-wiring" and not build.lab_is_built("seed-wiring", root=base):  # the fixes' draft
+        return False
     return name not in VLLM_DRAFTS or build.is_complete(draft_dir(base, name))
 
 
