@@ -61,8 +61,17 @@ def capture_server(host: SglangHost, target: Path, work: Path, layers: list[int]
     pids = srv.group_pids()
     left = srv.stop()
     assert left == [] and srv.proc is not None and srv.proc.poll() is not None, left
+    assert not [pid for pid in pids if alive(pid)], pids  # none left its group to outlive the stop either
     assert len(pids) >= 3, pids  # the launcher, the scheduler and the detokenizer were all there to stop
 
+
+
+def alive(pid: int) -> bool:
+    """A process that runs (a zombie has ended: only its parent's wait is missing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 def by_engine(url: str, served: list[int]) -> list[dict[str, Any]]:
     """Both prompts in flight at once, through the draft test's own dispatch (states_from.engine: sglang)."""

@@ -21,10 +21,20 @@ from orchestrator.session.reader import read_session
 from orchestrator.session.recording import build_runner, run_session, write_reports
 from tests.servers.conftest import processes_with
 from tests.servers.test_real_sglang_adapter import cpu_flags, inventory_doc
-from tests.servers.test_real_sglang_host import ADJUSTED, LAUNCHER_SAW, REFUSAL, SCHEDULER_FAILED, WHERE
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
+#: SGLang's own log line for the topk-1 adjustment (srt/arg_groups/speculative_hook.py:444-446 in 0.5.15.post1)
+ADJUSTED = "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+#: how 0.5.15.post1 refuses EAGLE-3 on this CPU (measured): no argument check stops it; the scheduler process crashes
+#: at KV-pool init, where a speculative server's pool warms up a Triton copy kernel (enable_kv_cache_copy,
+#: srt/model_executor/model_runner_kv_cache_mixin.py:1013-1015; srt/mem_cache/memory_pool.py:1385-1388 and 1438) and
+#: Triton has no CPU driver (triton/runtime/driver.py:20). The scheduler logs it (srt/managers/scheduler.py:4345) and
+#: SIGQUITs the launcher, which logs its own line (srt/entrypoints/engine.py:1327-1329) and kills its process tree.
+SCHEDULER_FAILED = "Scheduler hit an exception: Traceback (most recent call last):"
+REFUSAL = "RuntimeError: 0 active drivers ([]). There should only be one."
+WHERE = "in _init_kv_copy_and_warmup"
+LAUNCHER_SAW = "Received sigquit from a child process. It usually means the child failed."
 
 
 @pytest.mark.timeout(1200)
