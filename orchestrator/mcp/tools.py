@@ -107,8 +107,8 @@ def build_server(session: McpConnection) -> MCPServer[Any]:
         ready_timeout: Annotated[float | None, Field(gt=0, le=86400)] = None,
         preflight: Annotated[bool, Field(description="check the flags with SGLang's own parser first")] = True,
         capture: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
-            description="vLLM: also write these layers' hidden states (a capture server for draft_test's "
-                        "states_from: targets too large for the test's process)")] = None,
+            description="vLLM, SGLang: also return these layers' hidden states (a capture server for "
+                        "draft_test's states_from: targets too large for the test's process)")] = None,
         host: Host = None,
     ) -> models.ServerResult:
         return await _tool(session, session.server_start(name=name, flags=flags or {}, engine=engine, model=model,
