@@ -20,7 +20,7 @@ after it: the caller applies the norm (``to_hf_index``).
 SGLang's twin is sglang_states.py (``/generate`` with ``return_hidden_states``, the same ids and the same answer);
 ``capture_for(engine)`` picks one by the ``engine`` a ``states_from`` names.
 
-Public API: ``capture_flags(layers, store) -> dict``, ``capture(base_url, model, prompts, max_tokens, served,
+Public API: ``capture_flags(layers, store) -> dict``, ``post_json(url, body, timeout)``, ``capture(base_url, model, prompts, max_tokens, served,
 timeout) -> [{"token_ids", "generated", "states": {id: tensor [tokens, hidden]}, "seconds"}]``,
 ``capture_for(engine, hidden_size=None) -> capture``, ``ENGINES``, ``read_states(path)``, ``CONNECTOR``.
 """
@@ -55,7 +55,9 @@ def capture_flags(layers: Sequence[int], store: str) -> Dict[str, Any]:
     }
 
 
-def _post(url: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+def post_json(url: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+    """POST ``body`` as JSON and read the JSON answer; a refusal or no answer is a ProbeFailure (engine_capture)
+    naming the HTTP status or the address (both engines' capture clients send their requests through it)."""
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -111,7 +113,7 @@ def capture(base_url: str, model: str, prompts: List[List[int]], max_tokens: int
     out = []
     for ids in prompts:
         started = time.monotonic()
-        answer = _post(base_url.rstrip("/") + "/v1/completions",
+        answer = post_json(base_url.rstrip("/") + "/v1/completions",
                        {"model": model, "prompt": list(ids), "max_tokens": max_tokens, "temperature": 0,
                         "return_token_ids": True, "kv_transfer_params": {"include_output_tokens": True}}, timeout)
         path = (answer.get("kv_transfer_params") or {}).get("hidden_states_path")

@@ -34,11 +34,10 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Dict, List, Optional, Sequence
 
 from remote_probes.agent.protocol import ProbeFailure
+from remote_probes.engine.engine_states import post_json
 
 PACKAGE = "remote_probes.engine.sglang_capture_model"
 LAYERS_ENV = "ORCHESTRATOR_SGLANG_CAPTURE_LAYERS"  # capturing_target.py reads them (it is not imported here)
@@ -82,19 +81,6 @@ def target_architectures(target_dir: str) -> List[str]:
     return [str(a) for a in archs]
 
 
-def _post(url: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read().decode())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:400]
-        raise ProbeFailure("engine_capture", "the engine refused the capture request (HTTP %d): %s"
-                           % (exc.code, detail), status=exc.code) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise ProbeFailure("engine_capture", "no answer from the engine at %s: %s" % (url, exc)) from None
-
-
 def rows_of(answer: Dict[str, Any], prompt_len: int) -> List[List[float]]:
     """The answer's state rows, one per token the engine ran: the prompt's (the prefill's one list) then one per
     decode step."""
@@ -126,7 +112,7 @@ def capture(base_url: str, prompts: List[List[int]], max_tokens: int, served: Se
     out = []
     for ids in prompts:
         started = time.monotonic()
-        answer = _post(base_url.rstrip("/") + "/generate",
+        answer = post_json(base_url.rstrip("/") + "/generate",
                        {"input_ids": list(ids), "return_hidden_states": True,
                         "sampling_params": {"temperature": 0, "max_new_tokens": max_tokens}}, timeout)
         generated = answer.get("output_ids")

@@ -79,7 +79,7 @@ def test_the_rows_are_the_prompts_then_one_per_decode_step() -> None:
 def test_the_rows_are_split_by_layer_and_checked_against_the_layers_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     got = answer(3, [7, 8], 8)
     got["meta_info"]["hidden_states"][0] = [[float(i)] * 4 + [float(-i)] * 4 for i in range(3)]
-    monkeypatch.setattr(sglang_states, "_post", lambda *_a: got)
+    monkeypatch.setattr(sglang_states, "post_json", lambda *_a: got)
     [run] = sglang_states.capture("http://h:1", [[1, 2, 3]], 2, [9, 2], hidden_size=4)
     assert run["token_ids"] == [1, 2, 3, 7] and run["generated"] == [7, 8]
     assert sorted(run["states"]) == [2, 9] and run["states"][2].shape == (4, 4)
