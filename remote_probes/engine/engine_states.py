@@ -20,7 +20,7 @@ after it: the caller applies the norm (``to_hf_index``).
 SGLang's twin is sglang_states.py (``/generate`` with ``return_hidden_states``, the same ids and the same answer);
 ``capture_for(engine)`` picks one by the ``engine`` a ``states_from`` names.
 
-Public API: ``capture_flags(layers, store) -> dict``, ``post_json(url, body, timeout)``, ``capture(base_url, model, prompts, max_tokens, served,
+Public API: ``capture_flags(layers, store) -> dict``, ``capture(base_url, model, prompts, max_tokens, served,
 timeout) -> [{"token_ids", "generated", "states": {id: tensor [tokens, hidden]}, "seconds"}]``,
 ``capture_for(engine, hidden_size=None) -> capture``, ``ENGINES``, ``read_states(path)``, ``CONNECTOR``.
 """
@@ -31,11 +31,10 @@ import fcntl
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from remote_probes.agent.protocol import ProbeFailure
+from remote_probes.engine.capture_http import post_json
 
 CONNECTOR = "OrchestratorHiddenStatesConnector"
 #: the engines a capture server can be: vLLM (this module) and SGLang (sglang_states.py)
@@ -53,21 +52,6 @@ def capture_flags(layers: Sequence[int], store: str) -> Dict[str, Any]:
         "kv-transfer-config": {"kv_connector": CONNECTOR, "kv_connector_module_path": CONNECTOR_MODULE,
                                "kv_role": "kv_producer", "kv_connector_extra_config": {"shared_storage_path": store}},
     }
-
-
-def post_json(url: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-    """POST ``body`` as JSON and read the JSON answer; a refusal or no answer is a ProbeFailure (engine_capture)
-    naming the HTTP status or the address (both engines' capture clients send their requests through it)."""
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read().decode())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:400]
-        raise ProbeFailure("engine_capture", "the engine refused the capture request (HTTP %d): %s"
-                           % (exc.code, detail), status=exc.code) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise ProbeFailure("engine_capture", "no answer from the engine at %s: %s" % (url, exc)) from None
 
 
 def read_states(path: str, timeout: float = 60.0) -> Dict[str, Any]:

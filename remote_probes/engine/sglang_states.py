@@ -37,7 +37,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from remote_probes.agent.protocol import ProbeFailure
-from remote_probes.engine.engine_states import post_json
+from remote_probes.engine.capture_http import post_json
 
 PACKAGE = "remote_probes.engine.sglang_capture_model"
 LAYERS_ENV = "ORCHESTRATOR_SGLANG_CAPTURE_LAYERS"  # capturing_target.py reads them (it is not imported here)
