@@ -76,9 +76,19 @@ class _LineWriter:
         console.file.flush()
 
 
+class ReaderAwareConsole(Console):
+    """Rich's Console, except that a reader who stopped reading is the caller's to handle: Rich's own answer
+    (``Console.on_broken_pipe``) points stdout at /dev/null and raises SystemExit(1), which would end the
+    investigation from inside a sink; here the BrokenPipeError goes up to ConsoleSink.handle, which ends the showing
+    only."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(32, "the reader closed the pipe")
+
+
 class ConsoleSink:
     def __init__(self, console: Console | None = None, *, verbose: bool = False) -> None:
-        self.console = console or Console(highlight=False)
+        self.console = console or ReaderAwareConsole(highlight=False)
         self.verbose = verbose
         self.session_dir: str | None = None
         self._partial: dict[tuple[str, str], str] = {}
