@@ -59,6 +59,16 @@ def test_the_environment_a_cpu_vllm_server_needs(tmp_path: Path) -> None:
     assert socket_tmpdir(Path("/tmp/r/tmp")) == Path("/tmp/r/tmp")  # short enough: kept
 
 
+def test_the_hosts_servers_share_its_vllm_cache_and_keep_their_own_tmpdir(tmp_path: Path) -> None:
+    """vLLM's model-class answers (modelinfos/, keyed by the class file's hash) outlive one server: each start of
+    the host's servers would otherwise inspect the target's and the draft's class again in a subprocess."""
+    fake_complete(tmp_path / "host")
+    [host] = [ensure_vllm_host(tmp_path / "host")]
+    one, two = host.env(tmp_path / "run-1"), host.env(tmp_path / "run-2")
+    assert one["VLLM_CACHE_ROOT"] == two["VLLM_CACHE_ROOT"] == str(tmp_path / "host" / "vllm-cache")
+    assert one["TMPDIR"] != two["TMPDIR"]
+
+
 def test_a_short_socket_directory_goes_with_its_run_directory(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 80) / "run"
     tmp = Path(host_env(deep)["TMPDIR"])

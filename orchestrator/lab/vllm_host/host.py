@@ -57,7 +57,7 @@ class VllmHost:
     build_s: float | None  # what the marker recorded for the build that made it
 
     def env(self, run_dir: Path | None = None) -> dict[str, str]:
-        return host_env(run_dir or self.root / "run")
+        return host_env(run_dir or self.root / "run", cache=self.root / "vllm-cache")
 
 
 def host_dir(directory: Path | str | None = None) -> Path:
@@ -111,11 +111,16 @@ def remove_socket_tmpdirs(under: Path) -> list[Path]:
     return removed
 
 
-def host_env(run_dir: Path) -> dict[str, str]:
+def host_env(run_dir: Path, cache: Path | None = None) -> dict[str, str]:
     """What ``vllm serve`` needs on this CPU. ``run_dir`` gets TMPDIR (vLLM leaves ZMQ sockets and ``vllm_dist_*``
-    files there; a short directory instead when ``run_dir`` is too deep for a socket path: ``socket_tmpdir``) and
-    VLLM_CACHE_ROOT (its compile cache, otherwise ~/.cache/vllm); both are created here."""
-    tmp, cache = make_socket_tmpdir(run_dir / "tmp"), run_dir / "vllm-cache"
+    files there; a short directory instead when ``run_dir`` is too deep for a socket path: ``socket_tmpdir``).
+    VLLM_CACHE_ROOT (otherwise ~/.cache/vllm) is ``cache``, else ``run_dir/vllm-cache``; both are created here.
+
+    The host passes its own ``vllm-cache``, shared by every server it starts: vLLM inspects each model class it
+    serves in a subprocess (model_executor/models/registry.py ``inspect_model_cls``: ~6 s per class on these CPUs,
+    the target's and the draft's, so ~12 s of a ~28 s start) unless ``modelinfos/`` holds the class's answer keyed
+    by its source file's hash; its compile cache is keyed by content too, so sharing serves no stale answer."""
+    tmp, cache = make_socket_tmpdir(run_dir / "tmp"), cache or run_dir / "vllm-cache"
     cache.mkdir(parents=True, exist_ok=True, mode=0o700)
     return {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
             # nobind: the suite and other processes share the cores; binding OpenMP threads would pin them
