@@ -223,17 +223,17 @@ def hosts_cmd() -> None:
     once, each in its default directory): their pip installs wait on the disk and the network as much as on a core,
     so together they take about the longer one's time (measured on 2 cores: 153 s one after the other, 103 s so).
     A failure of one is said after the other has finished."""
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     from rich.console import Console
 
-    from orchestrator.lab.sglang_host.host import ensure_sglang_host
-    from orchestrator.lab.vllm_host.host import ensure_vllm_host
+    from orchestrator.lab.sglang_host.host import SglangHost, ensure_sglang_host
+    from orchestrator.lab.vllm_host.host import VllmHost, ensure_vllm_host
 
     console = Console(stderr=True)
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="host-build") as pool:
-        builds = {"vLLM": pool.submit(ensure_vllm_host, None, lambda msg: console.print(f"vllm host: {msg}")),
+        builds: dict[str, Future[VllmHost | SglangHost]] = {"vLLM": pool.submit(ensure_vllm_host, None, lambda msg: console.print(f"vllm host: {msg}")),
                   "SGLang": pool.submit(ensure_sglang_host, None, lambda msg: console.print(f"sglang host: {msg}"))}
     failed = []
     for name, build in builds.items():
