@@ -360,15 +360,24 @@ def measure(server: ServerProcess, prompts: list[str], max_tokens: int, timeout:
     return rows, consistent
 
 
-_EXCEPTION = re.compile(r"(?:^|\] |\s)(?P<kind>[A-Z]\w*(?:Error|Exception)): (?P<message>.+)$")
+_EXCEPTION = re.compile(r"(?:^|\] |\s)(?:\w+\.)*(?P<kind>[A-Z]\w*(?:Error|Exception)): (?P<message>.+)$")
+_PYDANTIC_VALUE_ERROR = re.compile(r"^\s+Value error, (?P<message>.+)$")
 
 
 def first_exception(text: str) -> str | None:
     """The first ``SomeError: message`` of a log, whatever process wrote it (the root cause: vLLM's EngineCore
-    and API server repeat it later, wrapped)."""
-    for line in text.splitlines():
+    and API server repeat it later, wrapped). A pydantic ValidationError (vLLM's config classes validate in the API
+    server) is the ValueError its validator raised, the line under it (``  Value error, MSG``), to MSG's first
+    sentence (vLLM's registry goes on with the list of every architecture it supports)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
         match = _EXCEPTION.search(line.rstrip())
         if match and not _NOISE.search(line):
+            if match["kind"] == "ValidationError":
+                detail = next((_PYDANTIC_VALUE_ERROR.match(d) for d in lines[i + 1:i + 3]
+                               if _PYDANTIC_VALUE_ERROR.match(d)), None)
+                if detail:
+                    return "ValueError: " + detail["message"].split(". ", 1)[0].rstrip(".") + "."
             return f"{match['kind']}: {match['message']}"
     return None
 
@@ -459,6 +468,7 @@ FIELD_CASES: dict[str, tuple[dict[str, Any], str]] = {
     "attention_bias": ({"attention_bias": True}, "q/k/v biases the checkpoint does not fill"),
     "draft_vocab_size": ({"draft_vocab_size": None}, "a vocab_size-row head the 512-row weights do not fit: refused"),
     "hidden_size": ({"hidden_size": 256}, "weights 128 wide: refused"),
+    "model_type": ({"model_type": "deepseek_v3"}, "rewritten as DeepSeek MTP by the speculative config: refused"),
 }
 
 

@@ -72,6 +72,7 @@ _PROGRESS = re.compile(r"\d+%(?: Completed)?\s*\|.*\d+/\d+")  # tqdm: "Loading s
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s+File "([^"]+)", line \d+, in \S+')
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b(?::|$)")
+_PYDANTIC_DETAIL = re.compile(r"^(?:Value error|Assertion failed), (?P<message>.+)$")  # pydantic's line per error
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _ERROR_CASED = re.compile(r"\b(?:[A-Z]\w*)?(?:Error|Exception)\b|^ERROR:|\berror: ")
 _ERROR_PHRASE = re.compile(r"\bErrno \d+|out of memory|already in use|Received sigquit|scheduler died|"
@@ -337,9 +338,21 @@ def analyse_start_failure(log_text: str, *, reason: str, exit_code: int | None =
                         last_lines=last_lines)
 
 
+def _exception_line(tb: Traceback) -> str:
+    """A traceback's exception as one line. pydantic's ValidationError (vLLM validates its config classes with it)
+    says only "1 validation error for SpeculativeConfig"; what the validator raised is the line under it
+    (``Value error, Model architectures [...] are not supported for now.``), so it joins the summary."""
+    head = tb.exception[0]
+    if "ValidationError" in head:
+        detail = next((m for m in map(_PYDANTIC_DETAIL.match, tb.exception[1:]) if m), None)
+        if detail:
+            return f"{head}: {detail['message']}"
+    return head
+
+
 def _last_exception(tracebacks: list[Traceback], messages: list[str]) -> str | None:
     """The latest exception that is itself a cause (not one that points at another, "See root cause above")."""
-    candidates = [tb.exception[0] for tb in tracebacks if tb.exception]
+    candidates = [_exception_line(tb) for tb in tracebacks if tb.exception]
     candidates += [m for m in messages if _EXCEPTION.match(m)] if not candidates else []
     causes = [c for c in candidates if not _POINTER.search(c)]
     pool = causes or candidates

@@ -16,6 +16,14 @@ What the field table (field_table.py) says a field DOES is the computation; some
   SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, which then overrides the draft's value. Either way the fix is the
   target's value: RoPE's table is a function of position, so a longer one computes the same rotations for every
   position the draft trained on.
+- ``model_type`` of DeepSeek's family (deepseek_v3, deepseek_v32, glm_moe_dsa; deepseek_v4 in 0.33): vLLM rewrites
+  every draft config it loads through ``SpeculativeConfig.hf_config_override`` (config/speculative.py), which turns
+  these model types into DeepSeek MTP (``model_type = "deepseek_mtp"``, architectures ``DeepSeekMTPModel``) before
+  the EAGLE-3 config prefixes ``Eagle3``: the start fails with "Model architectures ['Eagle3DeepSeekMTPModel'] are
+  not supported for now". An MLA EAGLE-3 draft trained by SpecForge on a DeepSeek-V3/Kimi target carries its
+  target's model_type unless the export changes it; the published Kimi-K2.5 EAGLE-3 draft says ``kimi_k2``, which
+  vLLM leaves alone. The model types are read from the installed source (the ``if hf_config.model_type in (...)``
+  condition above each rewrite), never listed here.
 
 Public API: ``LIMITS``, ``limits_reading(root, engine)``, ``limit_findings(config, target, reading)``.
 """
@@ -31,6 +39,9 @@ class Limit(NamedTuple):
     file: str      # under the package
     pattern: str   # the decisive statement
     does: str      # what the engine does (a clause)
+    #: the condition whose string literals are the values the statement applies to, looked for in the few lines
+    #: above every match of ``pattern`` (read from the source, so a version that adds a value is followed)
+    values_from: str = ""
 
 
 LIMITS: Dict[str, Dict[str, Limit]] = {
@@ -53,8 +64,15 @@ LIMITS: Dict[str, Dict[str, Limit]] = {
                                          "target's context through it: its rotary kernel reads past the table "
                                          "without a check, so acceptance collapses past position {value} (NeMo RL "
                                          "PR 3960)"),
+        "model_type": Limit("config/speculative.py", r'hf_config\.model_type = "deepseek_mtp"',
+                            "rewrites a draft of model_type {value} as DeepSeek MTP (model_type deepseek_mtp, an MTP "
+                            "architecture) before its EAGLE-3 config reads it, and the start fails: Model "
+                            "architectures ['Eagle3DeepSeekMTPModel'] are not supported for now",
+                            values_from=r"if hf_config\.model_type in \("),
     },
 }
+#: how far above a statement its condition may start (a tuple of model types spans a few lines)
+CONDITION_LINES = 8
 
 
 def limits_reading(root: Optional[str], engine: str) -> Dict[str, Any]:
@@ -70,13 +88,35 @@ def limits_reading(root: Optional[str], engine: str) -> Dict[str, Any]:
                 lines = handle.read().splitlines()
         except OSError:
             lines = []
-        hit = next((i for i, text in enumerate(lines) if re.search(limit.pattern, text)), None)
-        if hit is None:
+        hits = [i for i, text in enumerate(lines) if re.search(limit.pattern, text)]
+        if not hits:
             out["missing"].append("%s: %s" % (limit.file, field))
             continue
+        hit = hits[0]
         out["limits"][field] = {"file": limit.file, "line": hit + 1, "text": lines[hit].strip()[:160],
                                 "does": limit.does}
+        if limit.values_from:
+            values = _condition_values(lines, hits, limit.values_from)
+            if not values:  # the statement without the condition we read it by: decides nothing
+                del out["limits"][field]
+                out["missing"].append("%s: %s (its condition)" % (limit.file, field))
+                continue
+            out["limits"][field]["values"] = values
     return out
+
+
+def _condition_values(lines: List[str], hits: List[int], condition: str) -> List[str]:
+    """The string literals of the ``condition`` line nearest above each hit, through the line before the hit."""
+    values: List[str] = []
+    for hit in hits:
+        start = next((i for i in range(hit - 1, max(-1, hit - 1 - CONDITION_LINES), -1)
+                      if re.search(condition, lines[i])), None)
+        if start is None:
+            continue
+        for text in lines[start:hit]:
+            code = text.split("#", 1)[0]  # a comment's quoted words are not the condition's
+            values += [v for v in re.findall(r'"([A-Za-z0-9_.-]+)"', code) if v not in values]
+    return values
 
 
 def _int(value: Any) -> Optional[int]:
@@ -108,4 +148,13 @@ def limit_findings(config: Dict[str, Any], target: Optional[Dict[str, Any]], rea
         add("max_position_embeddings", mine, {"max_position_embeddings": theirs},
             "The fix writes the target's %d: RoPE's table is a function of position, so a longer one computes the "
             "same rotations for every position the draft trained on." % theirs)
+    kind = config.get("model_type")
+    if "model_type" in found and isinstance(kind, str) and kind in (found["model_type"].get("values") or []):
+        archs = config.get("architectures") or []
+        mla = any("Deepseek" in str(a) or "DeepSeek" in str(a) for a in archs)
+        fixed = "kimi_k2" if mla else "llama"
+        add("model_type", kind, {"model_type": fixed}, "The fix writes %s, a model_type it leaves alone (%s); the "
+            "draft's layer is chosen by its architectures (%s), and its fields are read by name." % (
+                fixed, "the published Kimi-K2.5 EAGLE-3 draft's" if mla else "the Llama EAGLE-3 drafts'",
+                ", ".join(str(a) for a in archs) or "none declared"))
     return out

@@ -240,3 +240,24 @@ def test_eagle_on_a_cpu_backend_is_named_for_what_it_is() -> None:
                 "    raise ValueError(\n"
                 "ValueError: EAGLE is not supported in decode attention backend torch_native\n")
     assert analyse_start_failure(log_0523, reason="exited", exit_code=1).cause == "no_accelerator"
+
+
+def test_a_pydantic_validation_error_says_what_its_validator_raised() -> None:
+    """vLLM validates its config classes with pydantic in the API server: the exception line says only "1 validation
+    error for SpeculativeConfig"; the refusal is the line under it (real vLLM 0.32 on a draft of model_type
+    deepseek_v3, which its speculative config rewrites as DeepSeek MTP)."""
+    log = "\n".join([
+        "(APIServer pid=14849) INFO 12-04 11:03:23 [api_utils.py:286] non-default args: {'host': '127.0.0.1'}",
+        "Traceback (most recent call last):",
+        '  File "/venv/lib/python3.11/site-packages/vllm/engine/arg_utils.py", line 2099, in create_speculative_config',
+        "    return SpeculativeConfig(**self.speculative_config)",
+        '  File "/venv/lib/python3.11/site-packages/pydantic/_internal/_dataclasses.py", line 121, in __init__',
+        "    s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)",
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
+        "  Value error, Model architectures ['Eagle3DeepSeekMTPModel'] are not supported for now. Supported "
+        "architectures: dict_keys(['AfmoeForCausalLM', 'ApertusForCausalLM'])",
+        "    For further information visit https://errors.pydantic.dev/2.14/v/value_error",
+    ])
+    failure = analyse_start_failure(log, reason="exited", exit_code=1)
+    assert "1 validation error for SpeculativeConfig: Model architectures ['Eagle3DeepSeekMTPModel'] are not " \
+           "supported for now" in failure.summary, failure.summary

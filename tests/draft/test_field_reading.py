@@ -288,3 +288,28 @@ def test_a_value_the_engine_refuses_is_an_error_with_its_fix() -> None:
     # a longer table than the target's, and silu, are nothing
     ok = field_findings(dict(CONFIG, max_position_embeddings=4096), TENSORS, TARGET, read)[0]
     assert not [f for f in ok["details"]["findings"] if f["details"].get("limit")]
+
+
+def test_a_model_type_vllm_rewrites_as_mtp_is_read_from_its_source_and_fixed(
+        sglang_trees: Callable[[str], Path]) -> None:
+    """vLLM turns a draft of DeepSeek's model types into DeepSeek MTP before the EAGLE-3 config reads it (the seed's
+    MLA draft, saved with its target's model_type, is refused at start): the types come from the condition above each
+    rewrite in the tree, the finding names the line and writes the model_type the published Kimi-K2.5 draft carries;
+    SGLang has no such rewrite, and the lab standing in for vLLM refuses with vLLM's words, SGLang's does not."""
+    from orchestrator.lab.stand_in.field_fidelity import refused
+    from remote_probes.draft_reading.engine_limits import limit_findings, limits_reading
+
+    mla = {"model_type": "deepseek_v3", "architectures": ["Eagle3DeepseekV2ForCausalLM"]}
+    for version in VLLM_VERSIONS:
+        read = limits_reading(str(install_vllm_tree(version) / "vllm"), "vllm")
+        limit = read["limits"]["model_type"]
+        assert {"deepseek_v3", "deepseek_v32"} <= set(limit["values"]), (version, limit)
+        assert "llama" not in limit["values"] and "kimi_k2" not in limit["values"]
+        [found] = limit_findings(mla, None, read, f"vLLM {version}")
+        assert found["details"]["fix"] == {"model_type": "kimi_k2"}
+        assert f"config/speculative.py:{limit['line']}" in found["message"]
+        assert limit_findings(dict(mla, model_type="kimi_k2"), None, read, f"vLLM {version}") == []
+        assert "Eagle3DeepSeekMTPModel" in (refused(mla, tuple(limit["values"])) or "")
+    sglang = limits_reading(str(sglang_trees(SGLANG_VERSIONS[0]) / "sglang"), "sglang")
+    assert "model_type" not in sglang["limits"] and limit_findings(mla, None, sglang, "SGLang") == []
+    assert refused(mla) is None  # the SGLang stand-in: no model types to rewrite

@@ -8,10 +8,12 @@ serves and turns a right finding wrong. So the lab refuses to start on such a dr
 and what the engine does with it, as it refuses what the engine refuses.
 
 Values the engine itself refuses (``refused``: an activation other than silu, remote_probes/draft_reading/
-engine_limits.py) are refused by the lab with the engine's own words, as the real server's start fails.
+engine_limits.py; for vLLM, a model_type its speculative config rewrites as DeepSeek MTP, the model types read from
+the vLLM tree on the lab's path) are refused by the lab with the engine's own words, as the real server's start
+fails.
 
 Public API: ``unmodelled(config, engine, target_positions) -> [(field, value, what the engine does)]``,
-``refused(config) -> the engine's error line | None``.
+``refused(config, mtp_model_types) -> the engine's error line | None``.
 """
 
 from __future__ import annotations
@@ -29,11 +31,23 @@ MODELLED: dict[str, tuple[Any, ...]] = {
 }
 
 
-def refused(config: dict[str, Any]) -> str | None:
-    """The error both engines' Llama MLP raises at start for this (flat) draft config, or None."""
+#: the MTP architecture vLLM's hf_config_override gives each rewritten model type (config/speculative.py), whose
+#: EAGLE-3 name ("Eagle3" + it) its registry then does not know; any other rewritten type gets DeepSeek's
+MTP_ARCHITECTURE = {"deepseek_v32": "DeepseekV32MTPModel", "glm_moe_dsa": "DeepseekV32MTPModel",
+                    "deepseek_v4": "DeepSeekV4MTPModel"}
+
+
+def refused(config: dict[str, Any], mtp_model_types: tuple[str, ...] = ()) -> str | None:
+    """The error the engine raises at start for this (flat) draft config, or None: both engines' Llama MLP for an
+    activation other than silu; vLLM's model registry for a draft whose model_type its speculative config rewrites
+    as DeepSeek MTP (``mtp_model_types``: engine_limits.limits_reading's values for vLLM's tree, empty for SGLang)."""
     act = config.get("hidden_act")
     if isinstance(act, str) and act != "silu":
         return f"Unsupported activation: {act}. Only silu is supported for now."
+    kind = config.get("model_type")
+    if isinstance(kind, str) and kind in mtp_model_types:
+        return (f"Model architectures ['Eagle3{MTP_ARCHITECTURE.get(kind, 'DeepSeekMTPModel')}'] are not supported "
+                "for now.")
     return None
 
 

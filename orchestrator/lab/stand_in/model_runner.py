@@ -180,6 +180,17 @@ class LabModelRunner:
     def architecture(self) -> str:
         return self._architecture  # the served target's class (a wrapper's, not its language model's)
 
+    def _mtp_model_types(self) -> tuple[str, ...]:
+        """The draft model types the vLLM tree on the lab's path rewrites as DeepSeek MTP (none for SGLang, or
+        without a tree: then nothing is refused for it)."""
+        from remote_probes.draft_reading.engine_limits import limits_reading
+
+        root = (self.args.vllm_rules or {}).get("root") if self.args.engine == "vllm" else None
+        if not root:
+            return ()
+        limit = limits_reading(str(root), "vllm")["limits"].get("model_type") or {}
+        return tuple(limit.get("values") or ())
+
     def _load_draft(self) -> None:
         from orchestrator.lab.stand_in.field_fidelity import refused as refused_value
         from orchestrator.lab.stand_in.field_fidelity import unmodelled
@@ -195,7 +206,7 @@ class LabModelRunner:
         algorithm = "EAGLE3" if args.speculative_algorithm == "EAGLE3" else "EAGLE"  # is_eagle3() or not
         try:
             config, state, notes = read_state_dict(str(args.speculative_draft_model_path))
-            says = refused_value(flat_config(config))
+            says = refused_value(flat_config(config), self._mtp_model_types())
             if says is not None:  # the engine's own refusal at start, in its words
                 raise StartupError(says, kind="ValueError")
             refused = unmodelled(flat_config(config), args.engine,
