@@ -53,7 +53,9 @@ def test_tui_in_a_real_terminal(tmp_path: Path) -> None:
         _wait_screen(session, "playbook done")
         _wait_screen(session, "confirmed")
         _tmux("send-keys", "-t", session, "q")
-        assert wait_until(marker.exists, 20, interval=0.1), "the TUI never exited"
+        # the shell creates the file before `echo` writes the code into it: wait for the code, not the file
+        assert wait_until(lambda: marker.exists() and marker.read_text().strip(), 20, interval=0.1), \
+            "the TUI never exited"
         assert marker.read_text().strip() == "0"
     finally:
         _tmux("kill-session", "-t", session)
