@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -103,6 +104,10 @@ class ConsoleSink:
         try:
             self._show(event)
         except BrokenPipeError:
+            self._reader_gone()
+        except OSError as exc:  # a terminal that hung up answers EIO until SIGHUP's handler points it elsewhere
+            if exc.errno != errno.EIO:
+                raise
             self._reader_gone()
 
     def _reader_gone(self) -> None:

@@ -106,12 +106,18 @@ def open_session(
 
 
 async def run_with_signals(runner: PlaybookRunner) -> SessionOutcome:
-    """Run the runner; SIGINT/SIGTERM cancel the running step (``always:`` still runs), twice aborts."""
+    """Run the runner; SIGINT/SIGTERM cancel the running step (``always:`` still runs), twice aborts. SIGHUP (the
+    terminal closed) ends the showing only: the run goes on to its end, unseen (session/terminal.py)."""
+    from orchestrator.session.terminal import Terminal
+
     loop = asyncio.get_running_loop()
     installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    terminal = Terminal()
+    handlers: list[tuple[signal.Signals, Callable[[], None]]] = [
+        (signal.SIGINT, runner.cancel), (signal.SIGTERM, runner.cancel), (signal.SIGHUP, terminal.detach)]
+    for sig, handler in handlers:
         try:
-            loop.add_signal_handler(sig, runner.cancel)
+            loop.add_signal_handler(sig, handler)
             installed.append(sig)
         except (NotImplementedError, RuntimeError):  # not the main thread (TUI worker, tests)
             pass

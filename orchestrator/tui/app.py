@@ -8,6 +8,8 @@ one error dialog.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from textual.worker import Worker, WorkerState
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.session.reader import LoadedSession
+from orchestrator.session.terminal import Terminal
 from orchestrator.tui.commands import OrchestratorCommands
 from orchestrator.tui.control import Controller, ControllerMode
 from orchestrator.tui.messages import EventsArrived, TuiSink
@@ -30,6 +33,16 @@ from orchestrator.tui.widgets.panes import SessionPanes
 
 LIVE_ONLY = {"run_all", "next_step", "pause", "skip", "rerun", "edit_flags", "cancel", "read_source",
              "run_command", "note", "verdict"}
+
+
+class _Discard:
+    """What Textual's driver writes to once the terminal is gone: nothing (its WriterThread's interface)."""
+
+    def write(self, text: str) -> None:
+        del text
+
+    def stop(self) -> None:
+        return
 
 
 class OrchestratorApp(App[int]):
@@ -64,6 +77,8 @@ class OrchestratorApp(App[int]):
         self.model = SessionModel(line_cap=line_cap)
         self._session_worker: Worker[Any] | None = None
         self.exit_code = 0
+        self.terminal = Terminal()  # the descriptors that are a terminal, noted before Textual takes them over
+        self._sighup_before: Any = None  # the SIGHUP handler before the app's (restored when it unmounts)
         self.report_failures: list[str] = []  # reports that could not be written (said, and repeated on exit)
 
     # -- start ------------------------------------------------------------------------------------
@@ -81,6 +96,48 @@ class OrchestratorApp(App[int]):
             self.post_message(EventsArrived())
         self._session_worker = self.run_worker(self._run_session(), name="session", group="session",
                                                exclusive=True, exit_on_error=False)
+        self._hangup_loop = asyncio.get_running_loop()
+        with contextlib.suppress(ValueError):  # not the main thread (Pilot in a test): no terminal to lose
+            # signal.signal, not the loop's add_signal_handler: this must run before Textual's own SIGCONT handler,
+            # which the kernel sends with SIGHUP and which would restart its terminal threads on the dead terminal
+            # (Python runs pending handlers in signal-number order: SIGHUP is 1, SIGCONT 18)
+            self._sighup_before = signal.signal(signal.SIGHUP, self._on_sighup)
+
+    def on_unmount(self) -> None:
+        """The app is gone: SIGHUP is its process's again (a Pilot test runs the app in pytest's main thread)."""
+        if self._sighup_before is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGHUP, self._sighup_before)
+            self._sighup_before = None
+
+    def _on_sighup(self, _signum: int, _frame: object) -> None:
+        """SIGHUP: the terminal closed (its window, the SSH connection). Never the end of the investigation: the
+        terminal's descriptors are pointed away from it (session/terminal.py) and Textual stops drawing (its writer
+        thread may have died on the dead terminal's EIO already: a write to it would then block the app for ever);
+        then ``terminal_lost`` runs in the loop."""
+        self.terminal.detach()
+        driver = getattr(self, "_driver", None)  # Textual's LinuxDriver; private, held by tests/lab/test_terminal_hangup.py
+        if driver is not None:
+            driver._auto_restart = False  # SIGCONT would restart application mode on the terminal that is gone
+            if getattr(driver, "_writer_thread", None) is not None:
+                driver._writer_thread = _Discard()
+        self._hangup_loop.call_soon_threadsafe(self.terminal_lost)
+
+    def terminal_lost(self) -> None:
+        """A running session goes on to its end unseen; one waiting for a key (paused, one step, holding at the end)
+        ends as quitting ends it (always:, the servers stopped, the report); then the app exits with the session's
+        code."""
+        assert self.controller is not None
+        if self.controller.mode != "running":
+            self.controller.finish()
+        self.run_worker(self._exit_when_done(), name="hangup", group="quit", exit_on_error=False)
+
+    async def _exit_when_done(self) -> None:
+        if self._session_worker is not None:
+            with contextlib.suppress(Exception):  # its failure was recorded in the session already
+                await self._session_worker.wait()
+        self.terminal.release_input()  # Textual joins its input thread on the way out
+        self.exit(self.exit_code)
 
     async def _run_session(self) -> Any:
         assert self.controller is not None
@@ -116,6 +173,8 @@ class OrchestratorApp(App[int]):
         if main is None or self.controller is None:
             return
         mode = self.controller.mode
+        if mode == "holding" and self.terminal.lost:  # the playbook ran to its end unseen: nobody will press q
+            self.controller.finish()
         waiting = self.controller.gate.waiting
         parts: dict[ControllerMode, str] = {
             "paused": f"[b yellow]paused[/] before {waiting.step_id} {waiting.name or waiting.action}" if waiting
