@@ -4,10 +4,13 @@ test_flagship_vllm.py). One flagship run per scenario is shared by every asserti
 vllm_real_fixtures.py): what the adapter must get right on the real server (launcher, resolved flags, start-up
 decisions, per-position acceptance, errors) is asserted on the same servers the flagship started.
 
-Scenarios: ``seed-wiring`` (the default: the wiring fault found, the fix derived for vLLM 0.32 and verified on the
-real server) and ``direct-d2t`` (the d2t fault: the real server starts, then fails every request; the investigation
-must go on to a verdict, with the server's own error in the session and the report). One failed start (a draft whose
-weights do not fit) checks the cause read from vLLM's multi-process log.
+Scenario ``seed-wiring`` (the default: the wiring fault found, the fix derived for vLLM 0.32 and verified on the
+real server). One failed start (a draft whose weights do not fit) checks the cause read from vLLM's multi-process log.
+``direct-d2t`` on real vLLM (the server starts, then fails every request) is held in parts, one real start each
+instead of a flagship's three: the stand-in fails it as real vLLM does, in the same words (test_lab_vs_vllm.py
+``[direct-d2t]``), the flagship on the stand-in reaches the verdict past it (test_flagship_vllm.py), a real engine
+dying mid-benchmark fails the step with vLLM's own error (test_real_vllm_engine_kill.py); the real flagship on it is
+``bench/engine_scenarios.py --engine real-vllm --scenarios direct-d2t`` (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -147,43 +150,6 @@ async def test_real_vllm_start_decisions_and_per_position_acceptance(real_vllm_f
                                                                               lab.num_layers - 3])
     arch = next(f for f in inspect["findings"] if f["id"] == "architecture")
     assert arch["severity"] == "info" and "vllm 0.32.0" in arch["message"] and "SGLang" not in arch["message"], arch
-
-
-@pytest.mark.lab
-@pytest.mark.slow
-@pytest.mark.timeout(RUN_LIMIT)
-async def test_real_vllm_flagship_goes_on_past_a_server_that_fails_every_request(real_vllm_flagship: Flagship
-                                                                                 ) -> None:
-    """direct-d2t: d2t stored as target ids. The real server starts, then every request fails with HTTP 500; the
-    server's own error (its traceback's last frame and exception) is in the step, the session and the report, and
-    the flagship still reaches its verdict."""
-    run = await real_vllm_flagship("direct-d2t")
-    states = run.states
-    assert run.status == "ok", states
-    # the static finding stands and the derived fix addresses it: d2t rewritten as offsets in a copy beside the
-    # draft (the ids determine them), which the real server serves where every request of the candidate failed: a
-    # root cause with a verified fix (issue 26). The draft test read the map through those offsets, so the seed's
-    # wiring fault under it shows in the same run: the same copy carries the top-level ids it was trained on
-    dt = one(run, "Standalone draft test over candidate wirings")
-    assert dt["decision"] == "mismatch" and dt["parts"]["d2t_derived"], dt["verdict"]
-    assert dt["best"]["wiring"] == seed_wiring(12) or seed_wiring(12) in dt["best_tier"], dt["verdict"]
-    fix = one(run, "Derive the fix this host can serve")
-    assert fix["fix_status"] == "fix" and {c["what"] for c in fix["changes"]} >= {"d2t"}, fix
-    fixed = one(run, "Benchmark the fix")
-    assert fixed["accept_length_ci"][0] > 1.2, fixed
-    assert states["d2t_mapping"] == "confirmed" and states["wiring"] == "confirmed", states
-    # the mended copy is no longer slower than no speculation (stop 36 measured 0.67x with the wiring left)
-    assert states["residual_symptom"] != "supported", states
-    for hid in ("lm_head_missing", "wrong_algorithm"):
-        assert states[hid] == "refuted", states
-    spec = one(run, "Speculative benchmark")
-    said: Any = spec.get("server_error")
-    if spec.get("status") == "failed":  # vLLM 0.32.0 on CPU: every request answered 500
-        assert said and said["summary"] and said["error_lines"], spec
-        assert states["server_start"] == "confirmed"
-        assert said["summary"] in (run.directory / "report.md").read_text()
-    else:
-        assert said is None or said["summary"]
 
 
 @pytest.mark.lab

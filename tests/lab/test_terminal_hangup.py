@@ -1,11 +1,14 @@
-"""The terminal closing never ends an investigation (issue 41): the flagship on the lab in a real terminal (tmux),
-headless and in the TUI; once its first server is up the terminal is killed (SIGHUP, then EOF and EIO on its
-descriptors). The run goes on unseen to a complete session, ok, with its report, and every process it started is
-gone (the servers stopped as usual)."""
+"""A reader that goes away never ends an investigation (issue 41). Command 1 as a new user runs it (no inventory:
+the embedded lab; sessions in the default relative ./sessions), in a real terminal (tmux), headless piped into
+`head -1` and in the TUI; once its first server is up the terminal is killed (SIGHUP, then end-of-file and EIO on its
+descriptors). The run goes on unseen to a complete session, ok, with its verdict and report, every process it
+started gone (the servers stopped as usual); and command 1's report.html, opened in a real headless Chromium, shows
+every chart the Markdown report links, as decoded images (the page's document.images), not as HTML text."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,6 +21,7 @@ import pytest
 
 from orchestrator.lab.building.build import LabPaths
 from tests import realparts
+from tests.browser import chromium, open_page
 from tests.servers.conftest import processes_with
 from tests.waiting import wait_until
 
@@ -42,15 +46,17 @@ def _events(sessions: Path) -> list[dict[str, Any]]:
 @pytest.mark.lab
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("front_end", ["run", "tui"])
-def test_closing_the_terminal_mid_run_leaves_a_complete_session(front_end: str, lab: LabPaths,
+def test_command_one_outlives_its_reader_and_its_page_shows_every_chart(front_end: str, lab: LabPaths,
                                                                 tmp_path: Path) -> None:
     realparts.require(shutil.which("tmux"), "tmux is not installed")
     mark = uuid.uuid4().hex
     sessions = tmp_path / "sessions"
-    argv = [sys.executable, "-m", "orchestrator", front_end, str(FLAGSHIP), "--sessions-dir", str(sessions),
-            *(["--run"] if front_end == "tui" else [])]
+    if front_end == "run":
+        chromium()  # a missing browser says so before the minute of the run
+    argv = [sys.executable, "-m", "orchestrator", front_end, str(FLAGSHIP), *(["--run"] if front_end == "tui" else [])]
     command = (f"cd {shlex.quote(str(tmp_path))} && env ORCH_TEST_HANGUP={mark} PYTHONPATH={shlex.quote(str(REPO))} "
-               f"ORCHESTRATOR_LAB_DIR={shlex.quote(str(lab.root))} " + " ".join(map(shlex.quote, argv)))
+               f"ORCHESTRATOR_LAB_DIR={shlex.quote(str(lab.root))} " + " ".join(map(shlex.quote, argv))
+               + (" | head -1" if front_end == "run" else ""))  # `| head -1`: the pipe closes after one line
     terminal = f"orch-hangup-{mark[:8]}"
     subprocess.run(["tmux", "new-session", "-d", "-s", terminal, "-x", "120", "-y", "40", command], check=True)
     try:
@@ -68,5 +74,19 @@ def test_closing_the_terminal_mid_run_leaves_a_complete_session(front_end: str, 
     assert any(e.get("state") == "confirmed" for e in ended)  # the seed-wiring verdict was reached unseen
     assert wait_until(lambda: processes_with(f"ORCH_TEST_HANGUP={mark}") == [], 60, interval=0.2), \
         [_command_of(pid) for pid in processes_with(f"ORCH_TEST_HANGUP={mark}")]
-    [session] = list(sessions.iterdir())
+    [session] = list(sessions.iterdir())  # the default ./sessions, relative to where the user stands
     assert (session / "report.md").is_file() and (session / "report.html").is_file()
+    if front_end == "run":
+        _charts_render(session, tmp_path / "report.png")
+
+
+def _charts_render(session: Path, screenshot: Path) -> None:
+    """report.html in headless Chromium: one decoded image per chart report.md links, none said missing."""
+    markdown = (session / "report.md").read_text()
+    linked = re.findall(r"!\[[^\]]*\]\((artifacts/[^)]+\.svg)\)", markdown)
+    assert linked and all((session / chart).is_file() for chart in linked), linked
+    page = open_page(session / "report.html", screenshot=screenshot)
+    assert len(page.images) == len(linked), (page.images, linked)
+    assert all(image.shown for image in page.images), page.images
+    assert not re.search(r"chart “[^”]+” missing", page.text), page.text[:2000]
+    assert screenshot.stat().st_size > 10_000  # a full page drawn, not a blank one

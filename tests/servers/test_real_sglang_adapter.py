@@ -166,20 +166,20 @@ def events(sessions: Path) -> list[dict[str, Any]]:
 @pytest.mark.timeout(900)
 def test_kill_9_then_orchestrator_cleanup_leaves_no_sglang_process(
         sglang_host: SglangHost, lab_models: dict[str, str], tmp_path: Path) -> None:
-    """A real `orchestrator run` starts two SGLang servers and is SIGKILLed: both process trees outlive it (the
-    launcher, the scheduler, the detokenizer). One server's SGLang launcher is then SIGKILLed too: its children end
-    with it (SGLang's PR_SET_PDEATHSIG). `orchestrator cleanup` stops the orphaned server and removes the dead one's
-    pidfile: 0 processes of either, both ports free."""
+    """A real `orchestrator run` starts a SGLang server and is SIGKILLed: the server's whole process tree outlives
+    it (the launcher, the scheduler, the detokenizer). `orchestrator cleanup` stops the orphaned server and the run's
+    other command: 0 processes, the port free, no pidfile. (One server: a second one, whose launcher was killed too,
+    showed SGLang's own PR_SET_PDEATHSIG and the stale pidfile's removal, which tests/servers/test_reliability.py
+    holds on the lab; it cost a real SGLang start in CI.)"""
     marker = f"orch-sglang-crash-{uuid.uuid4().hex[:10]}"
     inventory = tmp_path / "inventory.json"
     inventory.write_text(json.dumps(inventory_doc(sglang_host, lab_models, tmp_path, marker)))
     flags = json.dumps(cpu_flags())
     playbook = tmp_path / "crash.yaml"
     playbook.write_text(f"""
-name: real SGLang servers, then a crash
+name: a real SGLang server, then a crash
 steps:
   - server: {{name: orphaned, flags: {flags}}}
-  - server: {{name: launcher-killed, flags: {flags}}}
   - shell: {{argv: [sleep, "900"]}}
 """)
     sessions = tmp_path / "sessions"
@@ -199,9 +199,9 @@ steps:
             return (any(command_of(pid)[:2] == ["sleep", "900"] for pid in processes_with(marker))
                     and bool(list((tmp_path / "state").glob("sessions/*/procs/run-*.json"))))
 
-        assert wait_until(lambda: (len(ready()) == 2 and sleeping()) or proc.poll() is not None, 600, interval=0.2), \
-            "two real SGLang servers not ready within 600 s"
-        assert len(ready()) == 2 and sleeping(), \
+        assert wait_until(lambda: (len(ready()) == 1 and sleeping()) or proc.poll() is not None, 600, interval=0.2), \
+            "the real SGLang server not ready within 600 s"
+        assert len(ready()) == 1 and sleeping(), \
             f"the run ended ({proc.returncode}): {stderr.read_text(errors='replace')[-3000:]}"
         servers = {e["server_id"]: e for e in ready()}
         sids.update(int(e["pgid"]) for e in servers.values())
@@ -212,12 +212,6 @@ steps:
         assert all(len(pids) >= 3 for pids in trees.values()), trees
         assert all(listening(int(e["port"])) for e in servers.values())
 
-        killed = servers["launcher-killed"]
-        os.kill(int(killed["pgid"]), signal.SIGKILL)  # SGLang's launcher (the group leader: the pgid's process)
-        # ... gone, zombies too (PID 1 reaps the children the launcher left it): the group has ended
-        assert wait_until(lambda: group_members(int(killed["pgid"])) == [], 30), \
-            f"SGLang's children outlived their launcher: {group_members(int(killed['pgid']))}"
-
         started = time.monotonic()
         cleanup = subprocess.run([sys.executable, "-m", "orchestrator", "cleanup", HOST, "-i", str(inventory),
                                   "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
@@ -226,7 +220,6 @@ steps:
         rows = {r["name"]: r for r in json.loads(cleanup.stdout)}
         assert rows["server-orphaned"]["action"] == "stopped" and rows["server-orphaned"]["owner"] == "gone", rows
         assert rows["server-orphaned"]["port_free"] is True
-        assert rows["server-launcher-killed"]["action"] == "removed stale pidfile", rows
         commands = [r["action"] for n, r in rows.items() if n.startswith("run-")]  # the sleep, and any stale record
         assert "stopped" in commands and set(commands) <= {"stopped", "removed stale pidfile"}, rows
         # 0 processes: of either server's session, of anything the run started (the marker), no port, no pidfile
