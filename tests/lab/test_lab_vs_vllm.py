@@ -78,8 +78,10 @@ def test_direct_d2t_fails_at_run_time_on_both_with_vllms_error(served: Callable[
 
 
 #: config fields held to real vLLM in CI (the whole table, norm_before_fc's ones included: bench/lab_fields_vs_vllm.py,
-#: BENCHMARKS.md): values both refuse at start with the same words, the cheapest cases (no server serves)
-CI_FIELDS = ("hidden_act", "model_type")
+#: BENCHMARKS.md): a value both refuse at start with the same words, the cheapest case (vLLM's API server refuses it
+#: before any engine process starts: ~20 s for both sides, where hidden_act's refusal in the worker took ~40 s; the
+#: worker's failed start is held by test_flagship_real_vllm.py's own)
+CI_FIELDS = ("model_type",)
 
 
 @pytest.mark.timeout(1200)
@@ -103,8 +105,6 @@ def test_the_lab_serves_a_config_field_as_real_vllm_does(case: str, lab: LabPath
     assert real.left_after_stop == [] and lab_side.left_after_stop == []
     agreement = vd.compare(lab_side, real)
     assert agreement.verdict == "agree", f"{agreement.reasons}\nlab {lab_side.to_dict()}\nvLLM {real.to_dict()}"
-    if case == "hidden_act":
-        assert real.outcome == "failed_start" and "Only silu is supported" in (real.exception or ""), real.to_dict()
     if case == "model_type":  # the speculative config's MTP rewrite (engine_limits.py), in the registry's words
         assert real.outcome == "failed_start", real.to_dict()
         assert "Model architectures ['Eagle3DeepSeekMTPModel'] are not supported" in (real.exception or ""), \
