@@ -233,8 +233,9 @@ def hosts_cmd() -> None:
     console = Console(stderr=True)
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="host-build") as pool:
-        builds: dict[str, Future[VllmHost | SglangHost]] = {"vLLM": pool.submit(ensure_vllm_host, None, lambda msg: console.print(f"vllm host: {msg}")),
-                  "SGLang": pool.submit(ensure_sglang_host, None, lambda msg: console.print(f"sglang host: {msg}"))}
+        builds: dict[str, Future[VllmHost | SglangHost]] = {
+            "vLLM": pool.submit(ensure_vllm_host, None, lambda msg: console.print(f"vllm host: {msg}")),
+            "SGLang": pool.submit(ensure_sglang_host, None, lambda msg: console.print(f"sglang host: {msg}"))}
     failed = []
     for name, build in builds.items():
         error = build.exception()

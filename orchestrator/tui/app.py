@@ -116,7 +116,8 @@ class OrchestratorApp(App[int]):
         thread may have died on the dead terminal's EIO already: a write to it would then block the app for ever);
         then ``terminal_lost`` runs in the loop."""
         self.terminal.detach()
-        driver = getattr(self, "_driver", None)  # Textual's LinuxDriver; private, held by tests/lab/test_terminal_hangup.py
+        # Textual's LinuxDriver; private attributes, held by tests/lab/test_terminal_hangup.py
+        driver = getattr(self, "_driver", None)
         if driver is not None:
             driver._auto_restart = False  # SIGCONT would restart application mode on the terminal that is gone
             if getattr(driver, "_writer_thread", None) is not None:
