@@ -39,6 +39,8 @@ from orchestrator.servers.prompts import (
     BUNDLED_PROMPTS as BUNDLED_PROMPTS,  # re-exported: tests and bench/ use it
 )
 from orchestrator.servers.prompts import load_prompts as load_prompts
+from orchestrator.traffic.acceptance import acceptance_line, traffic_acceptance
+from orchestrator.traffic.requests import TrafficRequest, load_traffic
 
 
 class BenchSettings(ActionArgs):
@@ -52,6 +54,12 @@ class BenchSettings(ActionArgs):
     ignore_eos: bool = False
     flush: bool = Field(default=True, description="POST /flush_cache before the run")
     prompts: str | None = Field(default=None, description="JSON prompt file (default: the bundled set)")
+    traffic: str | None = Field(default=None, description="a JSONL of the user's own requests (OpenAI chat or "
+                                "completion bodies, batch-API lines or log records, each with an optional category), "
+                                "replayed once each as written instead of prompts: acceptance per category and per "
+                                "sampling setting (orchestrator/traffic/)")
+    traffic_sample: int | None = Field(default=None, ge=1, description="replay this many requests of the file, "
+                                       "drawn once with a fixed seed (the same sample every run)")
     request_timeout: float = Field(default=600.0, gt=0)
 
 
@@ -76,6 +84,10 @@ class BenchArgs(BenchSettings):
     def _one_target(self) -> BenchArgs:
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("url must start with http:// or https://")
+        if self.traffic and self.ladder:
+            raise ValueError("a traffic replay has no context ladder: give ladder: 0 with traffic")
+        if self.traffic and self.prompts:
+            raise ValueError("give prompts or traffic, not both")
         return self
 
 
@@ -109,21 +121,48 @@ def with_intervals(result: dict[str, Any], distinct: int | None = None, confiden
 
 async def run_bench(client: Any, url: str, settings: BenchSettings) -> dict[str, Any]:
     """One benchmark through a ServerClient; :raises StepFailed: when no request succeeded."""
-    prompts = load_prompts(settings.prompts)
+    traffic = load_traffic(settings.traffic, sample=settings.traffic_sample) if settings.traffic else None
+    prompts = [] if traffic else load_prompts(settings.prompts)
     unsettled = await settle_warm_ups(client.transport)  # the session's warm-up imports end before it measures
+    n = len(traffic) if traffic else settings.n
     payload = {
-        "url": url.rstrip("/"), "prompts": prompts, "n": settings.n,
+        "url": url.rstrip("/"), "prompts": prompts, "n": n,
         "concurrency": settings.concurrency, "max_new_tokens": settings.max_new_tokens,
         "temperature": settings.temperature, "stream": settings.stream, "ignore_eos": settings.ignore_eos,
         "flush": settings.flush, "timeout": settings.request_timeout,
     }
-    result = await client.call("bench", payload, timeout=settings.request_timeout * settings.n + 120)
+    if traffic:
+        payload["traffic"] = [{"path": r.path, "body": r.sent(None, settings.max_new_tokens)} for r in traffic]
+    result = await client.call("bench", payload, timeout=settings.request_timeout * n + 120)
     if not result["completed"]:
         errors = "; ".join(result["errors"][:3]) or "no answer"
         raise StepFailed(f"bench: no request succeeded against {url}: {errors}", result)
     if unsettled:
         result = {**result, "measured_during_warm_up": unsettled}
+    if traffic:
+        return with_traffic(with_intervals(result), traffic, settings)
     return with_intervals(result, len(prompts))
+
+
+def with_traffic(result: dict[str, Any], traffic: list[TrafficRequest], settings: BenchSettings) -> dict[str, Any]:
+    """Each request's row named by its category and sampling setting (never its text), and acceptance per
+    category and per setting with intervals (orchestrator/traffic/acceptance.py)."""
+    rows = []
+    for row in result.get("per_request") or []:
+        index = row.get("index")
+        request = traffic[index] if isinstance(index, int) and 0 <= index < len(traffic) else None
+        rows.append({**row, **(request.public() if request is not None else {})})
+    failed = []
+    for miss in result.get("failed") or []:
+        index = miss.get("index")
+        if isinstance(index, int) and 0 <= index < len(traffic):
+            failed.append({**traffic[index].public(), "error": str(miss.get("error"))})
+    table: dict[str, Any] = dict(traffic_acceptance(rows, failed))
+    if not any(r.get("accept_length") is not None for r in rows):
+        table["unmeasured"] = ("the server gave no per-request accept length" +
+                               (" (vLLM's are read at concurrency 1 only)" if settings.concurrency > 1 else ""))
+    return {**result, "per_request": rows, "traffic": {"file": str(settings.traffic), "requests": len(traffic),
+                                                        "sample": settings.traffic_sample, **table}}
 
 
 async def _log_size(record: Any) -> int | None:
@@ -212,6 +251,15 @@ class BenchAction(Action[BenchArgs]):
                        f"{result['measured_during_warm_up']}\n")
         if result.get("ladder"):
             ctx.output(ladder_line(label, result["ladder"]))
+        if result.get("traffic"):
+            table = result["traffic"]
+            if table.get("unmeasured"):
+                ctx.output(f"bench {label}: traffic of {table['requests']} request(s): no acceptance by category: "
+                           f"{table['unmeasured']}\n")
+            else:
+                ctx.output(acceptance_line(label, table, "category"))
+                if len(table["by_sampling"]) > 1:
+                    ctx.output(acceptance_line(label, table, "sampling"))
         stats = result.get("spec_decode") or {}
         if stats.get("per_position_request"):
             ctx.output("per-position acceptance: " + ", ".join(

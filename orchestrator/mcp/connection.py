@@ -246,8 +246,12 @@ class McpConnection:
         return await self._guard(work())
 
     async def server_bench(self, *, server: str, n: int, max_new_tokens: int, concurrency: int, host: str | None,
-                           timeout: float | None) -> models.StepOutcome:
-        args = {"server": server, "n": n, "max_new_tokens": max_new_tokens, "concurrency": concurrency}
+                           timeout: float | None, traffic: str | None = None,
+                           traffic_sample: int | None = None) -> models.StepOutcome:
+        args: dict[str, Any] = {"server": server, "n": n, "max_new_tokens": max_new_tokens,
+                                "concurrency": concurrency}
+        if traffic is not None:  # the user's requests replayed: acceptance per category in the result's `traffic`
+            args.update(traffic=traffic, traffic_sample=traffic_sample)
 
         async def work() -> models.StepOutcome:
             finished = await self.actions.step("bench", args, name=f"benchmark {server}", host=host,

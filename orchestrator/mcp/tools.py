@@ -119,16 +119,22 @@ def build_server(session: McpConnection) -> MCPServer[Any]:
     async def server_stop(name: str = "server", host: Host = None, timeout: Timeout = None) -> models.StepOutcome:
         return await _tool(session, session.server_stop(name=name, host=host, timeout=timeout))
 
-    @server.tool(description="Benchmark a server this session started: tok/s and accept length with 95% intervals.")
+    @server.tool(description="Benchmark a server this session started: tok/s and accept length with 95% intervals. "
+                 "With traffic (a JSONL of the user's own chat/completion requests, each with an optional category): "
+                 "each request replayed as written, and acceptance per category and per sampling setting in the "
+                 "result's `traffic` (no prompt text).")
     async def server_bench(
         server: Annotated[str, Field(description="the server's name")] = "server",
         n: Annotated[int, Field(ge=1, le=100000, description="prompts")] = 8,
         max_new_tokens: Annotated[int, Field(ge=1, le=100000)] = 64,
         concurrency: Annotated[int, Field(ge=1, le=1024)] = 1,
+        traffic: Annotated[str | None, Field(description="a traffic file (JSONL) on the orchestrator's machine")] = None,
+        traffic_sample: Annotated[int | None, Field(ge=1, description="replay this many of its requests")] = None,
         host: Host = None, timeout: Timeout = None,
     ) -> models.StepOutcome:
         return await _tool(session, session.server_bench(server=server, n=n, max_new_tokens=max_new_tokens,
-                                                         concurrency=concurrency, host=host, timeout=timeout))
+                                                         concurrency=concurrency, host=host, timeout=timeout,
+                                                         traffic=traffic, traffic_sample=traffic_sample))
 
     @server.tool(description="Standalone draft test: scores the draft offline on candidate hidden-state wirings "
                  "against the one the server feeds; decision mismatch | fine | inconclusive.")

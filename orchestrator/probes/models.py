@@ -449,6 +449,7 @@ class BenchRequestRow(_Result):
     verify_ct: int | None = None
     finish: str | None = None
     spec_counts: SpecCounts | None = None  # vLLM at concurrency 1: this request's drafts and per-position accepts
+    index: int | None = None  # which request of the run (a traffic file's: its place in the replay)
 
 
 class ServerBenchResult(_Result):
@@ -471,6 +472,7 @@ class ServerBenchResult(_Result):
     server_info: dict[str, Any] | None = None  # read by the engine adapter (server_accept_length), then dropped
     server_info_path: str | None = None
     per_request: list[BenchRequestRow]
+    failed: list[dict[str, Any]] = []  # {index, error} per request that got no answer
 
 
 SERVER_CLIENT_RESULTS: dict[str, type[_Result]] = {

@@ -108,10 +108,11 @@ def notes_section(session: LoadedSession) -> list[Block]:
 def _investigation_sections() -> list[Section]:
     from orchestrator.session import report_sections as rs
     from orchestrator.session.report_acceptance import acceptance_section
+    from orchestrator.session.report_traffic import traffic_section
     from orchestrator.session.report_tuning import tuning_section
 
-    return [rs.verdict_section, acceptance_section, rs.hypotheses_section, rs.servers_section, rs.sweeps_section,
-            tuning_section, rs.draft_test_section, rs.sources_section, rs.environment_section]
+    return [rs.verdict_section, acceptance_section, traffic_section, rs.hypotheses_section, rs.servers_section,
+            rs.sweeps_section, tuning_section, rs.draft_test_section, rs.sources_section, rs.environment_section]
 
 
 SECTIONS: list[Section] = [header_section, *_investigation_sections(), timeline_section, notes_section]

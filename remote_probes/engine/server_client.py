@@ -28,7 +28,10 @@ on stdin with the other arguments, so they never appear on a command line.
   (``[{"name", "labels", "value"}]``). With ``metric_names`` (``{"drafts": counter, "accepted": counter}``) and
   concurrency 1, each request's accept length is ``1 + accepted/drafts`` over the counters' change across that
   request (vLLM's "Mean acceptance length" convention, bonus token included); with ``metric_names["per_position"]``
-  too, each request's ``spec_counts``: ``{"drafts", "accepted": [per draft position]}`` over the same change
+  too, each request's ``spec_counts``: ``{"drafts", "accepted": [per draft position]}`` over the same change.
+  With ``traffic`` (``[{"path": "/v1/chat/completions" | "/v1/completions", "body": {...}}]``, a user's own
+  requests) each is sent once, in order, as written with the served model's name; ``prompts`` and ``n`` are then
+  not read. Each row carries ``index``, its place in the run.
 """
 
 from __future__ import annotations
@@ -376,6 +379,40 @@ def _one_completion(url: str, prompt: str, params: Dict[str, Any], stream: bool,
             "finish": _finish(finish)}
 
 
+def _one_openai(url: str, body: Dict[str, Any], timeout: float, model: Optional[str],
+                api_key: Optional[str]) -> Dict[str, Any]:
+    """One request of a traffic file, sent as written to an OpenAI path (chat or completion) with the served
+    model's name: counts from ``usage``; SGLang's per-request speculative stats where its answer carries them
+    (``sglext.spec_tokens_details``, SGLang >= 0.5.2x)."""
+    sent = dict(body)
+    if model is not None:
+        sent["model"] = model
+    req = _request(url, json.dumps(sent).encode(), "POST", api_key)
+    started = time.monotonic()
+    try:
+        with _open(req, url, timeout, api_key) as resp:
+            doc = json.loads(resp.read().decode())
+    except urllib.error.HTTPError as exc:  # the server's own reason, not urllib's "Bad Request"
+        said = exc.read().decode("utf-8", "replace")[:500]
+        exc.close()
+        try:
+            message = (json.loads(said).get("error") or {}).get("message") or said
+        except (ValueError, AttributeError):
+            message = said
+        raise RuntimeError("HTTP %d: %s" % (exc.code, message)) from None
+    usage = doc.get("usage") or {}
+    choice = (doc.get("choices") or [{}])[0]
+    ext = doc.get("sglext") or choice.get("sglext") or {}
+    spec = ext.get("spec_tokens_details") if isinstance(ext, dict) else None
+    spec = spec[0] if isinstance(spec, list) and spec else spec
+    spec = spec if isinstance(spec, dict) else {}
+    return {"latency": time.monotonic() - started, "ttft": None,
+            "completion_tokens": int(usage.get("completion_tokens") or 0),
+            "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+            "accept_length": _number(spec.get("spec_accept_length")) or None,
+            "verify_ct": _number(spec.get("spec_verify_ct")) or None, "finish": _finish(choice.get("finish_reason"))}
+
+
 def _number(value: Any) -> Optional[float]:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -401,8 +438,12 @@ def _server_info(url: str, paths: List[str],
 
 
 def cmd_bench(args: Args) -> Dict[str, Any]:
-    url, prompts, n = _need(args, "url"), list(_need(args, "prompts")), int(_need(args, "n"))
-    if not prompts:
+    url = _need(args, "url")
+    # ``traffic``: the user's requests ([{"path", "body"}]), each sent once as written, in order, instead of prompts
+    traffic = list(args.get("traffic") or [])
+    prompts = [] if traffic else list(_need(args, "prompts"))
+    n = len(traffic) if traffic else int(_need(args, "n"))
+    if not prompts and not traffic:
         raise ProbeFailure("bad_args", "bench needs at least one prompt")
     stat_keys = dict(DEFAULT_STAT_KEYS, **(args.get("request_stat_keys") or {}))
     generate_url = url + str(args.get("generate_path") or "/generate")
@@ -415,7 +456,7 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
     if api not in ("sglang", "openai"):
         raise ProbeFailure("bad_args", "bench api must be 'sglang' or 'openai', got %r" % (api,))
     model = None
-    if api == "openai":
+    if api == "openai" or traffic:
         model = args.get("model") or _served_model(url, str(args.get("models_path") or "/v1/models"), api_key)
     metrics_url = url + str(args["metrics_path"]) if args.get("metrics_path") else None
     prefix = str(args.get("metric_prefix") or "")
@@ -428,9 +469,10 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
         flushed, _ = http(url + args["flush_path"], "POST", None, timeout=30, api_key=flush_key)
         if flushed in (401, 403):
             raise ProbeFailure("unauthorized", unauthorized_message(flushed, url + args["flush_path"], flush_key))
-    jobs = [prompts[i % len(prompts)] for i in range(n)]
+    jobs = [prompts[i % len(prompts)] for i in range(n)] if prompts else []
     results: List[Optional[Dict[str, Any]]] = [None] * n
     errors: List[str] = []
+    failed: List[Dict[str, Any]] = []
     lock = threading.Lock()
     cursor = [0]
     refused: List[str] = []
@@ -444,7 +486,11 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
                 return
             try:
                 before = _scrape(metrics_url, prefix, api_key) if per_request_metrics and metrics_url else None
-                row = _one_request(generate_url, jobs[i], params, stream, timeout, stat_keys, api_key, model)
+                if traffic:
+                    row = _one_openai(url + str(traffic[i]["path"]), traffic[i]["body"], timeout, model, api_key)
+                else:
+                    row = _one_request(generate_url, jobs[i], params, stream, timeout, stat_keys, api_key, model)
+                row["index"] = i
                 if before is not None and metrics_url:
                     after = _scrape(metrics_url, prefix, api_key)
                     row["accept_length"] = _delta_accept(before, after, names)
@@ -457,6 +503,7 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
             except Exception as exc:  # noqa: BLE001 - one failed request is a row, not a crash
                 with lock:
                     errors.append(f"request {i}: {type(exc).__name__}: {exc}")
+                    failed.append({"index": i, "error": "%s: %s" % (type(exc).__name__, exc)})
 
     metrics_before = _scrape(metrics_url, prefix, api_key) if metrics_url else None
     wall_start = time.monotonic()
@@ -488,6 +535,7 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
         "verify_ct": sum(verify) if verify else None, "server_info": info, "server_info_path": info_path,
         "api": api, "model": model, "metrics_before": metrics_before, "metrics_after": metrics_after,
         "per_request": [dict(r, latency=r4(r["latency"]), ttft=r4(r["ttft"])) for r in done],
+        "failed": sorted(failed, key=lambda f: f["index"]),
     }
 
 

@@ -3,11 +3,13 @@
 Shapes follow vLLM 0.33.0 (entrypoints/openai, entrypoints/serve): ``GET /health`` (200, empty body),
 ``GET /v1/models`` (``{"object": "list", "data": [{"id", "object": "model", "owned_by": "vllm", ...}]}``),
 ``POST /v1/completions`` (``choices[0].text``, ``finish_reason``; ``usage``; streamed as ``data:`` chunks, the usage
-chunk when ``stream_options.include_usage``), ``GET /metrics`` and ``GET /version``. ``--api-key`` guards the
+chunk when ``stream_options.include_usage``), ``POST /v1/chat/completions`` (``--chat-template`` or the tokenizer's;
+none: vLLM's refusal), ``GET /metrics`` and ``GET /version``. ``--api-key`` guards the
 ``/v1`` prefix only, as vLLM's AuthenticationMiddleware does (GUARDED_PREFIX). The counters follow
 v1/spec_decode/metrics.py: per verify cycle, one draft of K tokens, ``accepted`` = drafts the target agreed with,
 position k counted when the first k+1 drafts were accepted. Deviations, all visible: ``/version`` and the model card
-say it is the lab; temperature > 0 is served greedily.
+say it is the lab; a request that samples (temperature > 0, none written, or a penalty) is refused with a
+"lab (NOT vLLM)" 400, never served greedily in its place.
 """
 
 from __future__ import annotations
@@ -144,6 +146,8 @@ class VllmHandler(LabHandler):
                     "lab_note": LAB_NOTE.format(version=state.version)}]})
             if path == "/v1/completions" and method == "POST":
                 return self._dead(None) if state.dead else self._completion()
+            if path == "/v1/chat/completions" and method == "POST":
+                return self._dead(None) if state.dead else self._chat()
             return self._send(404, {"detail": "Not Found"})
         except RequestError as exc:
             return self._send(400, {"error": {"message": str(exc), "type": "BadRequestError", "param": None,
@@ -174,13 +178,7 @@ class VllmHandler(LabHandler):
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt:
             raise RequestError("the lab serves one non-empty string prompt per request")
-        max_tokens = body.get("max_tokens", 16)
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise RequestError("max_tokens must be a positive integer")
-        stop = body.get("stop") or []
-        opts = {"max_new_tokens": max_tokens, "stop": [stop] if isinstance(stop, str) else list(stop),
-                "stop_token_ids": list(body.get("stop_token_ids") or []),
-                "ignore_eos": bool(body.get("ignore_eos", False))}
+        opts = self._options(body)
         ids = state.models.tokenizer(prompt)["input_ids"]
         rid = f"cmpl-{uuid.uuid4().hex}"
         if body.get("stream"):
@@ -193,6 +191,70 @@ class VllmHandler(LabHandler):
                                 "choices": [{"index": 0, "text": text, "logprobs": None,
                                              "finish_reason": gen.finish_reason["type"], "stop_reason": None}],
                                 "usage": self._usage(gen)})
+
+    def _chat(self) -> None:
+        """``/v1/chat/completions``: the messages through the chat template (``--chat-template``, else the
+        tokenizer's; none: vLLM's own refusal), tokenized without special tokens as vLLM's renderer does, then
+        generated as a completion is."""
+        state = self.vstate
+        body = self._body()
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        if body.get("model") != state.args.served_model_name:
+            return self._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                              "type": "NotFoundError", "param": "model", "code": 404}})
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("messages must be a non-empty list")
+        tokenizer = state.models.tokenizer
+        template = state.args.chat_template or getattr(tokenizer, "chat_template", None)
+        if not template:  # renderers/hf.py (vLLM 0.32): ChatTemplateResolutionError, answered 400
+            raise RequestError("As of transformers v4.44, default chat template is no longer allowed, so you must "
+                               "provide a chat template if the tokenizer does not define one.")
+        kwargs = body.get("chat_template_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise RequestError("chat_template_kwargs must be an object")
+        try:
+            text = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                                 add_generation_prompt=bool(body.get("add_generation_prompt", True)),
+                                                 **kwargs)
+        except Exception as exc:  # noqa: BLE001 - a template error is the request's (vLLM answers 400)
+            raise RequestError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        opts = self._options(body)
+        with state.lock:
+            gen = self._run(ids, opts)
+        content = self._text(gen)
+        return self._send(200, {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+                                "created": int(time.time()), "model": state.args.served_model_name,
+                                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                             "logprobs": None, "finish_reason": gen.finish_reason["type"],
+                                             "stop_reason": None}],
+                                "usage": self._usage(gen)})
+
+    @staticmethod
+    def _options(body: dict[str, Any]) -> dict[str, Any]:
+        """The generation options of an OpenAI body. The lab decodes greedily only: a request that samples
+        (temperature > 0 written, or no temperature: vLLM then samples at the model's default, 1.0 for the lab's
+        generation_config) is refused, NOT as vLLM would answer, so that no lab figure is a greedy one passed off
+        as a sampled one; penalties likewise."""
+        temperature = body.get("temperature")
+        if temperature is None or (isinstance(temperature, (int, float)) and temperature > 0):
+            said = "no temperature (vLLM's default: 1.0)" if temperature is None else f"temperature {temperature}"
+            raise RequestError(f"lab (NOT vLLM): the lab's vLLM stand-in decodes greedily only; this request samples "
+                               f"({said}): give temperature 0, or replay it on a real vLLM")
+        for name in ("frequency_penalty", "presence_penalty"):
+            if body.get(name):
+                raise RequestError(f"lab (NOT vLLM): the lab's vLLM stand-in applies no {name}")
+        if body.get("repetition_penalty") not in (None, 1, 1.0):
+            raise RequestError("lab (NOT vLLM): the lab's vLLM stand-in applies no repetition_penalty")
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise RequestError("max_tokens must be a positive integer")
+        stop = body.get("stop") or []
+        return {"max_new_tokens": max_tokens, "stop": [stop] if isinstance(stop, str) else list(stop),
+                "stop_token_ids": list(body.get("stop_token_ids") or []),
+                "ignore_eos": bool(body.get("ignore_eos", False))}
 
     def _run(self, ids: list[int], opts: dict[str, Any], on_step: Any = None) -> Generation:
         state = self.vstate

@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--enforce-eager", action="store_true")
     s.add_argument("--trust-remote-code", action="store_true")
     s.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    s.add_argument("--chat-template", default=None)  # a file, or the template itself (vLLM's reading)
     lab = s.add_argument_group("lab-only flags (NOT vLLM flags)")
     lab.add_argument("--lab-capture-layers", default=None, help="HF hidden_states indices fed to the draft, "
                      "overriding vLLM's reading, to verify a wiring fix")
@@ -87,6 +88,23 @@ def vllm_rules(runner: str | None, model: str | None = None) -> dict[str, Any] |
     return rules
 
 
+def _chat_template(value: str | None) -> str | None:
+    """``--chat-template`` as vLLM reads it (renderers/chat_utils.py validate_chat_template): a file's text, or the
+    template itself when it holds Jinja's characters; anything else is refused in vLLM's words."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if path.is_file():
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise StartupError(f"--chat-template {value}: {exc.strerror or exc}") from None
+    if any(c in value for c in "{}\n"):
+        return value
+    raise StartupError(f"The supplied chat template string ({value}) appears path-like, but doesn't exist!",
+                       kind="VLLMValidationError")
+
+
 def resolve(ns: argparse.Namespace) -> tuple[LabServerArgs, dict[str, Any]]:
     """vLLM's reading of the command line -> the lab's args, and the speculative config as vLLM resolves it."""
     model = ns.model_tag or ns.model
@@ -99,7 +117,8 @@ def resolve(ns: argparse.Namespace) -> tuple[LabServerArgs, dict[str, Any]]:
                          served_model_name=(ns.served_model_name or [model])[0], host=ns.host or "0.0.0.0",
                          port=ns.port, api_key=ns.api_key, random_seed=ns.seed,
                          lab_capture_layers=_capture_list(ns.lab_capture_layers), lab_threads=max(1, ns.lab_threads),
-                         engine="vllm", vllm_rules=rules, sglang_version="none")
+                         engine="vllm", vllm_rules=rules, sglang_version="none",
+                         chat_template=_chat_template(ns.chat_template))
     spec = ns.speculative_config
     if spec is None:
         if args.lab_capture_layers is not None:

@@ -1,0 +1,94 @@
+"""Issue 40: a traffic file of the user's own requests replayed by `bench` against the lab's vLLM stand-in, as
+written (chat and completion bodies, each with its category and sampling), acceptance per category read from
+vLLM's /metrics counters around each request, with intervals; the session keeps categories and figures, never a
+prompt. The lab's models were trained on Python source only: English prose is a category it never saw."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.inventory import Inventory
+from tests.servers.conftest import REPO, make_inventory, run_playbook
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}assistant:{% endif %}")
+SECRET = "the-user's-private-prompt-7d3f"
+PROSE = ["Tell me about the history of the city of Lyon and its bridges.",
+         "Write a short letter thanking a friend for a birthday present.",
+         "What do people usually eat for breakfast in Norway?",
+         "Describe the weather on a cold autumn morning by the sea.",
+         "Why do leaves change colour in the autumn?",
+         "Explain how a bicycle stays upright when it moves."]
+
+
+def traffic_file(path: Path) -> Path:
+    code = [p["text"] for p in json.loads((REPO / "orchestrator/data/bench_prompts.json").read_text())["prompts"]
+            if p["kind"].startswith("code")]
+    lines = [{"prompt": text, "temperature": 0, "max_tokens": 32, "category": "python"} for text in code]
+    lines += [{"custom_id": f"c{i}", "method": "POST", "url": "/v1/chat/completions",
+               "body": {"model": "prod-model", "messages": [{"role": "user", "content": text}], "temperature": 0,
+                        "max_tokens": 32, "metadata": {"category": "prose"}}} for i, text in enumerate(PROSE)]
+    lines.append({"request": {"messages": [{"role": "user", "content": SECRET}], "temperature": 0.7,
+                              "max_tokens": 8}, "category": "sampled"})
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def vllm_inventory(state_dir: Path, lab_models: dict[str, str]) -> Inventory:
+    inv = make_inventory(state_dir, **lab_models)
+    inv.hosts["localhost"].vars["engine"] = "lab-vllm"
+    inv.hosts["localhost"].env["PYTHONPATH"] = str(REPO)
+    return inv
+
+
+def test_a_traffic_file_is_replayed_as_written_and_read_per_category(vllm_inventory: Inventory,
+                                                                     tmp_path: Path) -> None:
+    traffic = traffic_file(tmp_path / "traffic.jsonl")
+    template = tmp_path / "template.jinja"
+    template.write_text(TEMPLATE)
+    ran = run_playbook(f"""
+name: traffic
+steps:
+  - server: {{name: v, model: "{{{{ target }}}}", ready_timeout: 180,
+             flags: {{speculative-config: {{method: eagle3, model: "{{{{ draft }}}}", num_speculative_tokens: 5}},
+                     lab-capture-layers: "0,6,11", chat-template: "{template}"}}}}
+  - bench: {{server: v, traffic: "{traffic}"}}
+    register: b
+  - server: {{action: stop, name: v}}
+""", vllm_inventory, tmp_path / "sessions")
+    assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
+    b = ran.result("s2")["result"]
+    table = b["traffic"]
+    assert table["requests"] == 12 and b["n"] == 12 and b["completed"] == 11
+    groups = {e["category"]: e for e in table["by_category"]}
+    assert list(groups) == ["python", "prose", "sampled"]
+    for name, count in (("python", 5), ("prose", 6)):
+        entry = groups[name]
+        assert entry["requests"] == entry["measured"] == count and not entry["too_few"], entry
+        lo, hi = entry["accept_length_ci"]
+        assert 1.0 <= lo <= entry["accept_length"] <= hi, entry  # an accept length is at least 1
+    # a request that samples is refused by the stand-in in its own words, never served greedily in its place
+    assert groups["sampled"]["failed"] == 1 and groups["sampled"]["measured"] == 0
+    assert "lab (NOT vLLM)" in groups["sampled"]["error"] and "temperature 0.7" in groups["sampled"]["error"]
+    settings = {e["sampling"]: e for e in table["by_sampling"]}
+    assert set(settings) == {"temperature=0", "temperature=0.7"}
+    # each request's row names its category and setting, and every answered one its accept length
+    assert sorted(r["line"] for r in b["per_request"]) == list(range(1, 12))
+    assert all(r["accept_length"] >= 1.0 and r["category"] in ("python", "prose") for r in b["per_request"])
+    # the console says it per category, the failed group with its reason
+    said = "".join(e.get("text", "") for e in ran.of_type("output"))
+    assert "bench v by category: python " in said and "prose " in said and "sampled 1 request(s) failed" in said
+    # the report shows the groups and the chart; no prompt text anywhere in the session
+    report = (ran.directory / "report.md").read_text()
+    assert "## Acceptance on your traffic" in report and "| v | prose | 6 / 6 |" in report
+    assert (ran.directory / "artifacts" / "acceptance-traffic-by-category.svg").is_file()
+    for path in ran.directory.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert SECRET not in text and PROSE[0] not in text, path

@@ -1,0 +1,99 @@
+"""Issue 40: the traffic file as users' logs hold it — three line shapes, categories, sampling settings — with
+file:line:col for every line that is not a request, and acceptance per group that stays inside its range."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.errors import UserInputError
+from orchestrator.traffic.acceptance import MIN_REQUESTS, groups, lowest_apart, traffic_acceptance
+from orchestrator.traffic.requests import CHAT_PATH, COMPLETION_PATH, load_traffic
+
+
+def write(tmp_path: Path, *lines: object) -> Path:
+    path = tmp_path / "traffic.jsonl"
+    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def test_the_three_shapes_of_a_line(tmp_path: Path) -> None:
+    path = write(tmp_path,
+                 "# exported 2026-12-01",
+                 {"messages": [{"role": "user", "content": "hi"}], "temperature": 0.6, "top_p": 0.95,
+                  "category": "chat", "model": "prod"},
+                 "",
+                 {"custom_id": "a", "method": "POST", "url": COMPLETION_PATH,
+                  "body": {"prompt": "def f(", "max_tokens": 16, "metadata": {"category": "code"}}},
+                 {"request": {"messages": [{"role": "user", "content": "x"}],
+                              "chat_template_kwargs": {"enable_thinking": False}}, "response": {"id": "r"}})
+    chat, batch, logged = load_traffic(path)
+    assert (chat.line, chat.kind, chat.path, chat.category) == (2, "chat", CHAT_PATH, "chat")
+    assert chat.sampling == "temperature=0.6 top_p=0.95"
+    assert (batch.line, batch.kind, batch.category, batch.sampling) == (4, "completion", "code", "server defaults")
+    assert logged.category == "uncategorized" and logged.sampling == 'chat_template_kwargs={"enable_thinking": false}'
+    sent = chat.sent("served", 64)
+    assert sent["model"] == "served" and sent["stream"] is False and sent["max_tokens"] == 64
+    assert sent["top_p"] == 0.95 and "category" not in sent
+    assert batch.sent(None, 64)["max_tokens"] == 16  # as written
+    assert "content" not in json.dumps(chat.public()) and "hi" not in json.dumps(chat.public())
+
+
+@pytest.mark.parametrize(("line", "where", "said"), [
+    ('{"prompt": "a",', ":1:16", "not JSON"),
+    ('[1, 2]', ":1:1", "a JSON object"),
+    ('{"temperature": 0}', ":1:1", "needs either messages"),
+    ('{"prompt": "a", "messages": [{"role": "user", "content": "b"}]}', ":1:1", "not both"),
+    ('{"prompt": ""}', ":1:1", "non-empty string"),
+    ('{"messages": []}', ":1:1", "non-empty list"),
+    ('{"prompt": "a", "temperature": "hot"}', ":1:1", "temperature must be a number"),
+    ('{"prompt": "a", "max_tokens": 0}', ":1:1", "max_tokens must be a positive integer"),
+    ('{"prompt": "a", "category": 3}', ":1:1", "category must be a non-empty string"),
+    ('{"url": "/v1/embeddings", "body": {"prompt": "a"}}', ":1:1", "replays"),
+    ('{"url": "/v1/chat/completions", "body": {"prompt": "a"}}', ":1:1", "does not take a prompt"),
+])
+def test_a_line_that_is_not_a_request_is_named_by_its_place(tmp_path: Path, line: str, where: str,
+                                                             said: str) -> None:
+    path = write(tmp_path, line)
+    with pytest.raises(UserInputError) as caught:
+        load_traffic(path)
+    assert f"{path}{where}" in str(caught.value) and said in str(caught.value)
+
+
+def test_a_missing_or_empty_file_is_said(tmp_path: Path) -> None:
+    with pytest.raises(UserInputError, match="cannot read"):
+        load_traffic(tmp_path / "none.jsonl")
+    with pytest.raises(UserInputError, match="holds no request"):
+        load_traffic(write(tmp_path, "# nothing"))
+
+
+def test_a_sample_is_the_same_every_run_and_in_file_order(tmp_path: Path) -> None:
+    path = write(tmp_path, *({"prompt": f"p{i}"} for i in range(40)))
+    first, again = load_traffic(path, sample=7), load_traffic(path, sample=7)
+    assert [r.line for r in first] == [r.line for r in again] == sorted(r.line for r in first)
+    assert len(first) == 7 and len(load_traffic(path, sample=100)) == 40
+
+
+def test_groups_say_too_few_and_name_the_lowest_only_when_apart() -> None:
+    rows = ([{"category": "code", "sampling": "greedy", "accept_length": a} for a in (3.0, 3.2, 3.4, 3.1)]
+            + [{"category": "de", "sampling": "greedy", "accept_length": a} for a in (1.2, 1.3, 1.1, 1.25)]
+            + [{"category": "few", "sampling": "t", "accept_length": 1.0}])
+    table = traffic_acceptance(rows, [{"category": "gone", "sampling": "t", "error": "HTTP 400: no"}])
+    by = {e["category"]: e for e in table["by_category"]}
+    assert by["few"]["too_few"] and by["few"]["accept_length_ci"] is None
+    assert by["gone"] == {**by["gone"], "requests": 1, "measured": 0, "failed": 1, "error": "HTTP 400: no"}
+    assert table["lowest_category"]["category"] == "de" and table["lowest_category"]["against"] == "code"
+    overlapping = [{"category": c, "accept_length": a} for c, a in
+                   (("a", 2.0), ("a", 3.0), ("a", 2.5), ("b", 2.2), ("b", 2.9), ("b", 2.6))]
+    assert lowest_apart(groups(overlapping, "category"), "category") is None
+
+
+@given(st.lists(st.floats(min_value=1.0, max_value=16.0), min_size=MIN_REQUESTS, max_size=40))
+def test_an_accept_length_interval_never_leaves_its_range(values: list[float]) -> None:
+    [entry] = groups([{"category": "c", "accept_length": v} for v in values], "category")
+    lo, hi = entry["accept_length_ci"]
+    assert 1.0 <= lo <= hi and lo <= entry["accept_length"] + 1e-9 and entry["accept_length"] <= hi + 1e-9
