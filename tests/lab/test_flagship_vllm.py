@@ -79,9 +79,13 @@ async def test_flagship_on_the_vllm_stand_in_derives_and_verifies_a_servable_fix
         lab: LabPaths, tmp_path: Path) -> None:
     """The lab's vLLM stand-in, as a real vLLM host looks to the flagship (no ``fixed_flags``): the seed's embedding-first draft is
     served by top-level ids in vLLM's convention (HF indices, read by vLLM 0.33's runners), written beside the draft,
-    and the restart with ``--speculative-config`` pointed at it is verified on intervals."""
+    and the restart with ``--speculative-config`` pointed at it is verified on intervals. With the user's own traffic
+    (issue 40: playbooks/traffic-example.jsonl, ``-e traffic=``) replayed as written on the candidate and on the fix:
+    acceptance per category, with its hypothesis decided on intervals, and no prompt text in the session."""
     ensure_lab("seed-wiring", root=lab.root, engine="vllm")
     inventory = lab_inventory("seed-wiring", root=lab.root, engine="vllm", real_host=True)
+    traffic = REPO / "playbooks" / "traffic-example.jsonl"
+    inventory.hosts["lab"].vars["traffic"] = str(traffic)
     host_vars = inventory.host_vars("lab")
     assert "fixed_flags" not in host_vars
     playbook = load_playbook(FLAGSHIP, extra_names=host_vars)
@@ -106,3 +110,20 @@ async def test_flagship_on_the_vllm_stand_in_derives_and_verifies_a_servable_fix
         [h.evidence for h in wiring.history]
     verdict = (directory / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ", 1)[0]
     assert "**Fix**" in verdict and str(corrected) in verdict
+    # the traffic, replayed on both servers: every request answered and measured, per category with intervals
+    for step in ("Your traffic on the candidate configuration", "Your traffic on the fix"):
+        [replay] = [r.result for e in session.events if getattr(e, "name", "") == step
+                    for r in getattr(e, "results", [])]
+        table = replay["traffic"]
+        assert table["requests"] == 12 and [e["category"] for e in table["by_category"]] == ["python", "prose"]
+        assert all(e["measured"] == 6 and 1.0 <= e["accept_length_ci"][0] for e in table["by_category"]), table
+    traffic_entry = HypothesisBoard.from_events(session.events).entries["traffic_category"]
+    assert traffic_entry.state in ("supported", "inconclusive")  # decided on intervals, never confirmed
+    assert "your traffic on the fix" in (traffic_entry.history[-1].evidence or "")
+    report = (directory / "report.md").read_text()
+    assert "## Acceptance on your traffic" in report and "| fixed | prose | 6 / 6 |" in report
+    # its own prompts (the prose ones; the python ones are the bundled prompts the other steps send) never recorded
+    own = [json.loads(line)["prompt"] for line in traffic.read_text().splitlines()
+           if line.startswith("{") and json.loads(line)["category"] == "prose"]
+    logged = (directory / "events.jsonl").read_text() + report
+    assert len(own) == 6 and not [p for p in own if p in logged]
