@@ -31,7 +31,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.client import HTTPException, IncompleteRead
 from pathlib import Path
@@ -232,10 +232,11 @@ def _body(resp: Any) -> str:
 
 
 def lab_server(target: Path, spec: dict[str, Any], work: Path, rules_site: Path | None,
-               runner: str | None = "v1") -> ServerProcess:
+               runner: str | None = "v1", chat_template: Path | None = None) -> ServerProcess:
     port = free_port()
     argv = [sys.executable, "-m", "orchestrator.lab.stand_in.vllm_server", "serve", str(target), "--host", "127.0.0.1",
-            "--port", str(port), "--speculative-config", json.dumps(spec), *flags_argv(SERVE_FLAGS)]
+            "--port", str(port), "--speculative-config", json.dumps(spec), *flags_argv(SERVE_FLAGS),
+            *(["--chat-template", str(chat_template)] if chat_template else [])]
     if runner:
         argv += ["--lab-vllm-runner", runner]
     path = [str(REPO)] + ([str(rules_site)] if rules_site else [])
@@ -243,10 +244,12 @@ def lab_server(target: Path, spec: dict[str, Any], work: Path, rules_site: Path 
     return ServerProcess("lab", argv, env, work / "lab.log", port)
 
 
-def real_server(python: str, target: Path, spec: dict[str, Any], work: Path) -> ServerProcess:
+def real_server(python: str, target: Path, spec: dict[str, Any], work: Path,
+                chat_template: Path | None = None) -> ServerProcess:
     port = free_port()
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host", "127.0.0.1",
-            "--port", str(port), "--speculative-config", json.dumps(spec), *flags_argv(SERVE_FLAGS)]
+            "--port", str(port), "--speculative-config", json.dumps(spec), *flags_argv(SERVE_FLAGS),
+            *(["--chat-template", str(chat_template)] if chat_template else [])]
     tmp = make_socket_tmpdir(work / "vllm-tmp")  # vLLM's IPC sockets live there: a pytest tmp_path is too deep
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
@@ -278,6 +281,7 @@ class Served:
     left_after_stop: list[int] = field(default_factory=list)
     counters_consistent: bool | None = None   # the per-request deltas sum to the whole run's change
     exception: str | None = None              # a failed one's first exception, from its log
+    extra: Any = None                         # what ``serve``'s ``also`` measured while the server was up
 
     @property
     def ok_rows(self) -> list[RequestRow]:
@@ -388,8 +392,10 @@ def first_errors(text: str, limit: int = 6) -> list[str]:
     return lines[:limit]
 
 
-def serve(server: ServerProcess, prompts: list[str], max_tokens: int, ready_timeout: float) -> Served:
-    """Start, measure, stop; the server's process group is gone when this returns (else it says so)."""
+def serve(server: ServerProcess, prompts: list[str], max_tokens: int, ready_timeout: float,
+          also: Callable[[ServerProcess], Any] | None = None) -> Served:
+    """Start, measure, stop; the server's process group is gone when this returns (else it says so). ``also``: a
+    further measurement while the server is up (after the prompts), its return kept as ``extra``."""
     started = time.monotonic()
     server.start()
     result = Served(server.engine, started=False)
@@ -398,6 +404,8 @@ def serve(server: ServerProcess, prompts: list[str], max_tokens: int, ready_time
         if result.started:
             result.seconds_to_ready = round(time.monotonic() - started, 1)
             result.rows, result.counters_consistent = measure(server, prompts, max_tokens)
+            if also is not None:
+                result.extra = also(server)
     finally:
         result.left_after_stop = server.stop()
     if result.outcome != "served":

@@ -30,9 +30,10 @@ from orchestrator.errors import UserInputError
 
 CHAT_PATH, COMPLETION_PATH = "/v1/chat/completions", "/v1/completions"
 UNCATEGORIZED = "uncategorized"
-#: the request fields that choose how tokens are sampled (OpenAI's and the engines' extensions), in label order
+#: the request fields that choose how tokens are sampled (OpenAI's and the engines' extensions), in label order; a
+#: ``seed`` is sent as written but groups nothing (each request's own draw, not a setting)
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
-                   "repetition_penalty", "seed")
+                   "repetition_penalty")
 #: the fields that switch a chat template's parts (a thinking suffix): grouped like sampling, sent as written
 TEMPLATE_FIELDS = ("chat_template_kwargs",)
 #: fields the replay sets itself, whatever the line says
@@ -116,7 +117,7 @@ def _request_of(path: Path, number: int, record: dict[str, Any]) -> TrafficReque
         raise UserInputError(f"{place}: messages must be a non-empty list of {{role, content}} objects")
     if kind == "completion" and not (isinstance(prompt, str) and prompt):
         raise UserInputError(f"{place}: prompt must be a non-empty string (one prompt per request)")
-    for name in SAMPLING_FIELDS:
+    for name in (*SAMPLING_FIELDS, "seed"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise UserInputError(f"{place}: {name} must be a number, got {json.dumps(value)}")
