@@ -495,3 +495,43 @@ def write_field_case(healthy: Path, work: Path, name: str, change: dict[str, Any
         if f.name != "config.json" and not (dst / f.name).exists():
             (dst / f.name).symlink_to(f)
     return dst
+
+
+# ---------------------------------------------------------------- a traffic file (issue 40)
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
+PROSE = ["Tell me about the history of the city of Lyon and its bridges.",
+         "Write a short letter thanking a friend for a birthday present.",
+         "What do people usually eat for breakfast in Norway?",
+         "Describe the weather on a cold autumn morning by the sea."]
+
+
+def traffic_file(path: Path) -> Path:
+    """Issue 40's replay, shared by tests/lab/test_lab_vs_vllm.py and bench/traffic_vs_vllm.py: greedy completions (python, the bundled code prompts), greedy chat (prose, through the chat template) and
+    sampled chat (temperature 0.8, a seed each): what a user's log holds."""
+    from orchestrator.actions.bench import load_prompts
+
+    lines = [{"prompt": text, "temperature": 0, "max_tokens": 32, "category": "python"}
+             for text in load_prompts(None)[:4]]
+    lines += [{"messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": 32,
+               "category": "prose"} for text in PROSE]
+    lines += [{"messages": [{"role": "user", "content": text}], "temperature": 0.8, "seed": i, "max_tokens": 32,
+               "category": "sampled"} for i, text in enumerate(PROSE[:3])]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def replay(server: ServerProcess, path: Path) -> dict[str, Any]:
+    """The traffic replayed by the server client probe with the vLLM adapter's arguments, read as `bench` reads it
+    (orchestrator/actions/bench.py with_traffic): the product's path, less the transport."""
+    from orchestrator.actions.bench import BenchSettings, with_intervals, with_traffic
+    from orchestrator.servers.vllm import VllmAdapter
+    from orchestrator.traffic.requests import load_traffic
+    from remote_probes.engine.server_client import main as client
+
+    adapter, requests = VllmAdapter(), load_traffic(path)
+    result = client({**adapter.client_args("bench"), "command": "bench", "url": server.url, "prompts": [], "n": 0,
+                     "max_new_tokens": 32, "timeout": 300,
+                     "traffic": [{"path": r.path, "body": r.sent(None, 32)} for r in requests]})
+    settings = BenchSettings(traffic=str(path))
+    return with_traffic(with_intervals(adapter.read_bench(result)), requests, settings)["traffic"]

@@ -6,10 +6,7 @@ shared by the assertions through a session-scoped cache."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -38,8 +35,8 @@ def served(lab: LabPaths, vllm_host: VllmHost, tmp_path_factory: pytest.TempPath
     prompts = load_prompts(None)[:N]
     done: dict[str, tuple[vd.Served, vd.Served]] = {}
     template = work / "chat-template.jinja"
-    template.write_text(CHAT_TEMPLATE)
-    traffic = traffic_file(work / "traffic.jsonl")
+    template.write_text(vd.CHAT_TEMPLATE)
+    traffic = vd.traffic_file(work / "traffic.jsonl")
 
     def get(scenario: str) -> tuple[vd.Served, vd.Served]:
         if scenario not in done:
@@ -47,7 +44,7 @@ def served(lab: LabPaths, vllm_host: VllmHost, tmp_path_factory: pytest.TempPath
             spec = dict(vllm_scenarios(lab.root, lab.num_layers)[scenario].candidate["speculative-config"])
             here = work / scenario
             # a scenario that serves also replays a traffic file (issue 40), through the product's own bench path
-            also = (lambda server: replay(server, traffic)) if scenario == "seed-wiring" else None
+            also = (lambda server: vd.replay(server, traffic)) if scenario == "seed-wiring" else None
             lab_side = vd.serve(vd.lab_server(lab.target, spec, here, rules, chat_template=template), prompts,
                                 TOKENS, 300, also)
             real_side = vd.serve(vd.real_server(str(vllm_host.python), lab.target, spec, here,
@@ -70,45 +67,6 @@ def test_the_lab_serves_as_real_vllm_does(scenario: str, served: Callable[[str],
     if real.outcome == "served":
         assert real.counters_consistent and lab.counters_consistent, detail  # per-request deltas add up
         assert len(real.ok_rows) == N and len(lab.per_position()) == len(real.per_position()) == 7
-
-
-CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                 "{% if add_generation_prompt %}assistant:{% endif %}")
-PROSE = ["Tell me about the history of the city of Lyon and its bridges.",
-         "Write a short letter thanking a friend for a birthday present.",
-         "What do people usually eat for breakfast in Norway?",
-         "Describe the weather on a cold autumn morning by the sea."]
-
-
-def traffic_file(path: Path) -> Path:
-    """Greedy completions (python, the bundled code prompts), greedy chat (prose, through the chat template) and
-    sampled chat (temperature 0.8, a seed each): what a user's log holds."""
-    from orchestrator.actions.bench import load_prompts
-
-    lines = [{"prompt": text, "temperature": 0, "max_tokens": 32, "category": "python"}
-             for text in load_prompts(None)[:4]]
-    lines += [{"messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": 32,
-               "category": "prose"} for text in PROSE]
-    lines += [{"messages": [{"role": "user", "content": text}], "temperature": 0.8, "seed": i, "max_tokens": 32,
-               "category": "sampled"} for i, text in enumerate(PROSE[:3])]
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    return path
-
-
-def replay(server: vd.ServerProcess, path: Path) -> dict[str, Any]:
-    """The traffic replayed by the server client probe with the vLLM adapter's arguments, read as `bench` reads it
-    (orchestrator/actions/bench.py with_traffic): the product's path, less the transport."""
-    from orchestrator.actions.bench import BenchSettings, with_intervals, with_traffic
-    from orchestrator.servers.vllm import VllmAdapter
-    from orchestrator.traffic.requests import load_traffic
-    from remote_probes.engine.server_client import main as client
-
-    adapter, requests = VllmAdapter(), load_traffic(path)
-    result = client({**adapter.client_args("bench"), "command": "bench", "url": server.url, "prompts": [], "n": 0,
-                     "max_new_tokens": 32, "timeout": 300,
-                     "traffic": [{"path": r.path, "body": r.sent(None, 32)} for r in requests]})
-    settings = BenchSettings(traffic=str(path))
-    return with_traffic(with_intervals(adapter.read_bench(result)), requests, settings)["traffic"]
 
 
 @pytest.mark.timeout(1200)
