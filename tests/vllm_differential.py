@@ -535,3 +535,16 @@ def replay(server: ServerProcess, path: Path) -> dict[str, Any]:
                      "traffic": [{"path": r.path, "body": r.sent(None, 32)} for r in requests]})
     settings = BenchSettings(traffic=str(path))
     return with_traffic(with_intervals(adapter.read_bench(result)), requests, settings)["traffic"]
+
+
+def penalty_traffic_file(path: Path) -> Path:
+    """Every bundled prompt three times, one category: greedy, with ``frequency_penalty: 1`` and with
+    ``repetition_penalty: 1.3`` (vllm 48932: penalties reach the target's logits, not the draft's proposals)."""
+    from orchestrator.actions.bench import load_prompts
+
+    lines = []
+    for text in load_prompts(None):
+        for extra in ({}, {"frequency_penalty": 1.0}, {"repetition_penalty": 1.3}):
+            lines.append({"prompt": text, "temperature": 0, "max_tokens": 48, "category": "code", **extra})
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path

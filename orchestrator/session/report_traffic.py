@@ -47,11 +47,13 @@ def traffic_section(session: LoadedSession) -> list[Block]:
                              "—" if e.get("tok_s") is None else f"{e['tok_s']:.1f}"])
                 if e.get("accept_length") is not None and not e.get("too_few"):
                     points.append(Point(str(e[key]), label, e["accept_length"], e.get("accept_length_ci")))
-            low = table.get(f"lowest_{key}")
-            if low:
-                blocks.append(Para(f"**{low[key]}** is served worst on {label}: {_iv(low['accept_length'], low['accept_length_ci'])} "
-                                   f"against {low['against']} {_iv(low['against_accept_length'], low['against_ci'])}, "
-                                   "apart on 95% intervals."))
+            apart = table.get(f"below_best_{key}")
+            if apart:
+                best = apart["best"]
+                worse = ", ".join(f"**{e[key]}** {_iv(e['accept_length'], e['accept_length_ci'])}"
+                                  for e in apart["below"])
+                blocks.append(Para(f"Served worse than {best[key]} {_iv(best['accept_length'], best['accept_length_ci'])} "
+                                   f"on {label}, apart on 95% intervals: {worse}."))
             if table.get("unmeasured"):
                 blocks.append(Para(f"{label}: no acceptance by {key}: {table['unmeasured']}."))
         if len(rows) > 1 or key == "category":

@@ -3,8 +3,8 @@
 The request is the unit (tokens inside one answer are not independent): a group's accept length is the mean of
 its requests' accept lengths with the t interval of that mean, cut at 1 (an accept length is at least 1). A group
 of fewer than ``MIN_REQUESTS`` requests is said to be too few, with no interval: a t interval on one or two requests
-spans the whole scale and tells nothing apart. Groups whose intervals are disjoint differ; the lowest group is
-named when its interval lies wholly below every other decided group's (``lowest_apart``).
+spans the whole scale and tells nothing apart. A group whose interval lies wholly below the best-served group's is
+named as served worse (``below_best``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ MIN_REQUESTS = 3
 
 
 def groups(rows: Iterable[Mapping[str, Any]], key: str, confidence: float = 0.95,
-           failed: Iterable[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+           failed: Iterable[Mapping[str, Any]] = (), across: str | None = None) -> list[dict[str, Any]]:
     """One entry per value of ``rows[i][key]`` (first-seen order): requests, measured ones, accept length and its
     interval, tokens per second over the group's requests, and ``too_few`` when no interval is given. ``failed``:
-    the requests that got no answer (``{key, error}``), counted in their group with the first error said."""
+    the requests that got no answer (``{key, error}``), counted in their group with the first error said.
+    ``across``: the other key's values among the group's measured requests (``mixes``), so that a comparison of two
+    groups can tell when they differ in more than their own key."""
     by: dict[str, list[Mapping[str, Any]]] = {}
     misses: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
@@ -37,7 +39,8 @@ def groups(rows: Iterable[Mapping[str, Any]], key: str, confidence: float = 0.95
         few = len(accepts) < MIN_REQUESTS
         iv = None if few else mean_interval(accepts, confidence, low=1.0)
         lost = misses.get(name, [])
-        out.append({key: name, "requests": len(members) + len(lost), "measured": len(accepts),
+        mixes = sorted({str(r.get(across)) for r in members if r.get("accept_length") is not None}) if across else []
+        out.append({key: name, "requests": len(members) + len(lost), "measured": len(accepts), "mixes": mixes,
                     "failed": len(lost), "error": str(lost[0].get("error")) if lost else None,
                     "accept_length": round(sum(accepts) / len(accepts), 4) if accepts else None,
                     "accept_length_ci": iv.as_list() if iv is not None else None,
@@ -45,31 +48,35 @@ def groups(rows: Iterable[Mapping[str, Any]], key: str, confidence: float = 0.95
     return out
 
 
-def lowest_apart(entries: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
-    """The group whose whole interval lies below every other decided group's interval, if one does (two or more
-    decided groups needed): the category (or setting) the draft serves worst, told apart on intervals."""
+def below_best(entries: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """The groups served worse than the best-served one: each decided group whose whole interval lies below the
+    best group's interval (two or more decided groups needed). ``{"best": {...}, "below": [{...}, ...]}``, or None
+    when nothing is told apart. Each group is compared with the best alone (k - 1 comparisons at 95%, not every
+    pair), so a handful of groups keeps its meaning."""
     decided = [e for e in entries if e.get("accept_length_ci")]
     if len(decided) < 2:
         return None
-    low = min(decided, key=lambda e: e["accept_length_ci"][1])
-    others = [e for e in decided if e is not low]
-    if all(low["accept_length_ci"][1] < e["accept_length_ci"][0] for e in others):
-        best = max(others, key=lambda e: e["accept_length"])
-        return {key: low[key], "accept_length": low["accept_length"], "accept_length_ci": low["accept_length_ci"],
-                "against": best[key], "against_accept_length": best["accept_length"],
-                "against_ci": best["accept_length_ci"]}
-    return None
+    best = max(decided, key=lambda e: e["accept_length"])
+    below = [e for e in decided if e is not best and e["accept_length_ci"][1] < best["accept_length_ci"][0]]
+    if not below:
+        return None
+
+    def brief(e: dict[str, Any]) -> dict[str, Any]:
+        return {key: e[key], "accept_length": e["accept_length"], "accept_length_ci": e["accept_length_ci"],
+                "mixes": e.get("mixes") or []}
+
+    return {"best": brief(best), "below": [brief(e) for e in sorted(below, key=lambda e: e["accept_length"])]}
 
 
 def traffic_acceptance(rows: Sequence[Mapping[str, Any]], failed: Sequence[Mapping[str, Any]] = (),
                        confidence: float = 0.95) -> dict[str, Any]:
     """``by_category``, ``by_sampling`` and what is told apart, from per-request rows that carry ``category``,
     ``sampling`` and ``accept_length`` (None where the server gave none), and the requests that failed."""
-    by_category = groups(rows, "category", confidence, failed)
-    by_sampling = groups(rows, "sampling", confidence, failed)
+    by_category = groups(rows, "category", confidence, failed, across="sampling")
+    by_sampling = groups(rows, "sampling", confidence, failed, across="category")
     return {"by_category": by_category, "by_sampling": by_sampling,
-            "lowest_category": lowest_apart(by_category, "category"),
-            "lowest_sampling": lowest_apart(by_sampling, "sampling")}
+            "below_best_category": below_best(by_category, "category"),
+            "below_best_sampling": below_best(by_sampling, "sampling")}
 
 
 def acceptance_line(label: str, table: Mapping[str, Any], key: str = "category") -> str:
@@ -85,6 +92,7 @@ def acceptance_line(label: str, table: Mapping[str, Any], key: str = "category")
         else:
             lo, hi = e["accept_length_ci"]
             parts.append(f"{e[key]} {e['accept_length']:.2f} [{lo:.2f}, {hi:.2f}] ({e['measured']})")
-    low = table.get(f"lowest_{key}")
-    tail = (f"; {low[key]} lowest, apart from every other {key} on 95% intervals" if low else "")
+    apart = table.get(f"below_best_{key}")
+    tail = (f"; below {apart['best'][key]} on 95% intervals: " + ", ".join(e[key] for e in apart["below"])
+            if apart else "")
     return f"bench {label} by {key}: " + " · ".join(parts) + tail + "\n"

@@ -179,6 +179,12 @@ FLAGSHIP_READS = {
                  OLD: ("model_executor/models/llama_eagle3.py", None, "targets = base + self.draft_id_to_target_id")},
     "vllm_lm_head": {NEW: ("v1/spec_decode/llm_base_proposer.py", 0, "if not self.model.has_own_lm_head:"),
                      OLD: ("v1/spec_decode/eagle.py", 2, "self.model.lm_head = target_language_model.lm_head")},
+    # issue 40: a request's penalties on the target's logits, and the draft's unpenalised argmax
+    "target_penalties": {NEW: ("v1/sample/rejection_sampler.py", 0, "logits = self.apply_penalties("),
+                         OLD: ("v1/sample/sampler.py", 1, "apply_penalties(")},
+    "draft_proposal": {NEW: ("v1/spec_decode/llm_base_proposer.py", 0,
+                             "return self.model.compute_logits(hidden_states).argmax(dim=-1)"),
+                       OLD: ("v1/spec_decode/eagle.py", 1, "draft_token_ids = logits.argmax(dim=-1)")},
 }
 
 

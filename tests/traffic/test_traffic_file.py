@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.errors import UserInputError
-from orchestrator.traffic.acceptance import MIN_REQUESTS, groups, lowest_apart, traffic_acceptance
+from orchestrator.traffic.acceptance import MIN_REQUESTS, below_best, groups, traffic_acceptance
 from orchestrator.traffic.requests import CHAT_PATH, COMPLETION_PATH, load_traffic
 
 
@@ -78,7 +78,7 @@ def test_a_sample_is_the_same_every_run_and_in_file_order(tmp_path: Path) -> Non
     assert len(first) == 7 and len(load_traffic(path, sample=100)) == 40
 
 
-def test_groups_say_too_few_and_name_the_lowest_only_when_apart() -> None:
+def test_groups_say_too_few_and_name_those_below_the_best_only_when_apart() -> None:
     rows = ([{"category": "code", "sampling": "greedy", "accept_length": a} for a in (3.0, 3.2, 3.4, 3.1)]
             + [{"category": "de", "sampling": "greedy", "accept_length": a} for a in (1.2, 1.3, 1.1, 1.25)]
             + [{"category": "few", "sampling": "t", "accept_length": 1.0}])
@@ -86,10 +86,15 @@ def test_groups_say_too_few_and_name_the_lowest_only_when_apart() -> None:
     by = {e["category"]: e for e in table["by_category"]}
     assert by["few"]["too_few"] and by["few"]["accept_length_ci"] is None
     assert by["gone"] == {**by["gone"], "requests": 1, "measured": 0, "failed": 1, "error": "HTTP 400: no"}
-    assert table["lowest_category"]["category"] == "de" and table["lowest_category"]["against"] == "code"
+    apart = table["below_best_category"]
+    assert apart["best"]["category"] == "code" and [e["category"] for e in apart["below"]] == ["de"]
     overlapping = [{"category": c, "accept_length": a} for c, a in
                    (("a", 2.0), ("a", 3.0), ("a", 2.5), ("b", 2.2), ("b", 2.9), ("b", 2.6))]
-    assert lowest_apart(groups(overlapping, "category"), "category") is None
+    assert below_best(groups(overlapping, "category"), "category") is None
+    # two groups both below the best are both named, the lower first
+    three = overlapping + [{"category": "c", "accept_length": a} for a in (4.0, 4.1, 4.2)]
+    [first, second] = below_best(groups(three, "category"), "category")["below"]
+    assert (first["category"], second["category"]) == ("a", "b")
 
 
 @given(st.lists(st.floats(min_value=1.0, max_value=16.0), min_size=MIN_REQUESTS, max_size=40))

