@@ -89,6 +89,8 @@ class ServerRow:
     tok_s: float | None = None
     detail: str | None = None
     per_position: list[float] | None = None  # vLLM: acceptance rate by draft position (bench spec_decode)
+    #: a replayed traffic file's acceptance per category (category, accept length or None, too few to tell)
+    by_category: list[tuple[str, float | None, bool]] | None = None
 
     @property
     def running(self) -> bool:
@@ -196,6 +198,12 @@ class SessionModel:
                 continue
             target = self._server_for(outcome.get("host", ""), res, row.step_id)
             if target is None:
+                continue
+            traffic = res.get("traffic")
+            if isinstance(traffic, dict):  # the user's requests: per category, not over the bundled prompts' figures
+                target.by_category = [(str(e.get("category")), _number(e.get("accept_length")), bool(e.get("too_few")))
+                                      for e in traffic.get("by_category") or [] if isinstance(e, dict)]
+                changed = True
                 continue
             if res.get("accept_length") is not None:
                 target.accept_length = _number(res["accept_length"])

@@ -84,6 +84,19 @@ steps:
     # the console says it per category, the failed group with its reason
     said = "".join(e.get("text", "") for e in ran.of_type("output"))
     assert "bench v by category: python " in said and "prose " in said and "sampled 1 request(s) failed" in said
+    # the TUI's servers pane: the server's row carries the replay's categories (its acc/tok/s stay the bundled ones')
+    from orchestrator.events import parse_event
+    from orchestrator.tui.model import SessionModel
+
+    model = SessionModel()
+    for logged in ran.events:
+        event = parse_event(logged)
+        if event is not None:
+            model.apply(event)
+    [row] = [r for r in model.servers.values() if r.by_category]
+    assert [(name, few) for name, _value, few in row.by_category] == [("python", False), ("prose", False),
+                                                                      ("sampled", True)]
+    assert row.by_category[0][1] == groups["python"]["accept_length"] and row.by_category[2][1] is None
     # the report shows the groups and the chart; no prompt text anywhere in the session
     report = (ran.directory / "report.md").read_text()
     assert "## Acceptance on your traffic" in report and "| v | prose | 6 / 6 |" in report

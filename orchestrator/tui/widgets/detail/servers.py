@@ -1,5 +1,6 @@
 """The servers pane: engine, host:port, state, accept length, tok/s, flags (after vLLM's per-position acceptance,
-when its benchmark measured it); overridden flags flagged."""
+when its benchmark measured it, and a replayed traffic file's accept length per category); overridden flags
+flagged."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ def _flags(row: ServerRow) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     if row.per_position:  # vLLM's per-position acceptance from the last benchmark (its /metrics counters)
         text.append("acc/pos=" + ",".join(f"{r:.2f}" for r in row.per_position) + " ", style="cyan")
+    if row.by_category:  # a replayed traffic file: accept length per category ("few": too few requests to tell)
+        text.append("traffic " + " ".join(f"{name}={'few' if few or value is None else f'{value:.2f}'}"
+                                          for name, value, few in row.by_category) + " ", style="magenta")
     for key, value in row.flags.items():
         name = str(key).lstrip("-")
         short = name.replace("speculative-", "spec-")
