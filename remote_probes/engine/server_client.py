@@ -30,8 +30,9 @@ on stdin with the other arguments, so they never appear on a command line.
   request (vLLM's "Mean acceptance length" convention, bonus token included); with ``metric_names["per_position"]``
   too, each request's ``spec_counts``: ``{"drafts", "accepted": [per draft position]}`` over the same change.
   With ``traffic`` (``[{"path": "/v1/chat/completions" | "/v1/completions", "body": {...}}]``, a user's own
-  requests) each is sent once, in order, as written with the served model's name; ``prompts`` and ``n`` are then
-  not read. Each row carries ``index``, its place in the run.
+  requests) each is sent once, in order, as written with the served model's name (to an SGLang server, with
+  ``return_spec_tokens_details: true``: the one field the replay adds, which versions without it ignore);
+  ``prompts`` and ``n`` are then not read. Each row carries ``index``, its place in the run.
 """
 
 from __future__ import annotations
@@ -380,11 +381,12 @@ def _one_completion(url: str, prompt: str, params: Dict[str, Any], stream: bool,
 
 
 def _one_openai(url: str, body: Dict[str, Any], timeout: float, model: Optional[str],
-                api_key: Optional[str]) -> Dict[str, Any]:
+                api_key: Optional[str], extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """One request of a traffic file, sent as written to an OpenAI path (chat or completion) with the served
-    model's name: counts from ``usage``; SGLang's per-request speculative stats where its answer carries them
-    (``sglext.spec_tokens_details``, SGLang >= 0.5.2x)."""
-    sent = dict(body)
+    model's name (and ``extra``: SGLang's ``return_spec_tokens_details``): counts from ``usage``; SGLang's
+    per-request speculative stats where its answer carries them (``sglext.spec_tokens_details``: the 0.5.23 tree
+    has them, 0.5.15.post1's does not and ignores the field)."""
+    sent = dict(body, **(extra or {}))
     if model is not None:
         sent["model"] = model
     req = _request(url, json.dumps(sent).encode(), "POST", api_key)
@@ -487,7 +489,8 @@ def cmd_bench(args: Args) -> Dict[str, Any]:
             try:
                 before = _scrape(metrics_url, prefix, api_key) if per_request_metrics and metrics_url else None
                 if traffic:
-                    row = _one_openai(url + str(traffic[i]["path"]), traffic[i]["body"], timeout, model, api_key)
+                    row = _one_openai(url + str(traffic[i]["path"]), traffic[i]["body"], timeout, model, api_key,
+                                      {"return_spec_tokens_details": True} if api == "sglang" else None)
                 else:
                     row = _one_request(generate_url, jobs[i], params, stream, timeout, stat_keys, api_key, model)
                 row["index"] = i

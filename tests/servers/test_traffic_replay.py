@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,3 +106,49 @@ steps:
         if path.is_file():
             text = path.read_text(errors="replace")
             assert SECRET not in text and PROSE[0] not in text, path
+
+
+def sglang_inventory(state_dir: Path, lab_models: dict[str, str], tree: Path) -> Inventory:
+    inv = make_inventory(state_dir, **lab_models)
+    inv.hosts["localhost"].env["PYTHONPATH"] = f"{REPO}:{tree}"  # the stand-in speaks that SGLang's flags and API
+    return inv
+
+
+@pytest.mark.parametrize(("version", "measured"), [("0.5.23", True), ("0.5.12.post1", False)])
+def test_the_sglang_stand_in_replays_traffic_as_its_version_answers(
+        state_dir: Path, lab_models: dict[str, str], sglang_trees: Any, tmp_path: Path, version: str,
+        measured: bool) -> None:
+    """SGLang's OpenAI routes carry per-request speculative stats from the 0.5.23 tree on
+    (``sglext.spec_tokens_details``, asked by ``return_spec_tokens_details``); 0.5.12.post1's carry none, and the
+    replay says so rather than guess."""
+    inventory = sglang_inventory(state_dir, lab_models, sglang_trees(version))
+    traffic = traffic_file(tmp_path / "traffic.jsonl")
+    template = tmp_path / "template.jinja"
+    template.write_text(TEMPLATE)
+    ran = run_playbook(f"""
+name: traffic on sglang
+steps:
+  - server: {{name: s, model: "{{{{ target }}}}", ready_timeout: 180,
+             flags: {{speculative-algorithm: EAGLE3, speculative-draft-model-path: "{{{{ draft }}}}",
+                     speculative-num-steps: 5, speculative-eagle-topk: 1, speculative-num-draft-tokens: 6,
+                     lab-capture-layers: "0,6,11", chat-template: "{template}"}}}}
+  - bench: {{server: s, traffic: "{traffic}"}}
+    register: b
+  - server: {{action: stop, name: s}}
+""", inventory, tmp_path / "sessions")
+    assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
+    b = ran.result("s2")["result"]
+    table = b["traffic"]
+    groups = {e["category"]: e for e in table["by_category"]}
+    assert b["completed"] == 11 and groups["sampled"]["failed"] == 1
+    assert "lab (NOT SGLang)" in groups["sampled"]["error"]
+    if measured:
+        for name, count in (("python", 5), ("prose", 6)):
+            entry = groups[name]
+            assert entry["measured"] == count and 1.0 <= entry["accept_length_ci"][0], entry
+        assert "unmeasured" not in table
+    else:
+        assert table["unmeasured"] == "the server gave no per-request accept length"
+        assert all(e["measured"] == 0 for e in table["by_category"])
+        said = "".join(e.get("text", "") for e in ran.of_type("output"))
+        assert "no acceptance by category: the server gave no per-request accept length" in said

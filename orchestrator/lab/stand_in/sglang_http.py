@@ -3,7 +3,8 @@
 Requests are served one at a time (a lock around the models): the lab runs batch size 1.
 Deviations, all visible: /server_info carries ``"lab": true`` and a note; temperature > 0 is served greedily
 (the lab implements greedy decoding only) and says so in ``meta_info.lab_note``; batched requests cannot stream.
-``/ready`` answers 404 as 0.5.12.post1 does (the route exists from 0.5.13 on).
+``/ready`` answers 404 as 0.5.12.post1 does (the route exists from 0.5.13 on). The OpenAI routes a traffic file is
+replayed through are sglang_openai.py's.
 
 ``--api-key`` / ``--admin-api-key`` are enforced as SGLang's ``utils/auth.py`` does (``decide_request_auth``):
 ``/health*`` and ``/metrics*`` are always open; ``/flush_cache`` is ADMIN_OPTIONAL (the admin key when one is set,
@@ -27,6 +28,9 @@ from typing import Any
 
 from orchestrator.lab.stand_in.model_runner import Generation, LabModelRunner
 from orchestrator.lab.stand_in.sglang_args import LabServerArgs
+from orchestrator.lab.stand_in.sglang_openai import OpenAIRequestError, chat_prompt
+from orchestrator.lab.stand_in.sglang_openai import answer as openai_answer
+from orchestrator.lab.stand_in.sglang_openai import options as openai_options
 
 LAB_NOTE = ("This is the orchestrator lab's CPU stand-in for SGLang (python -m orchestrator.lab.stand_in.server), "
             "not SGLang. It speaks SGLang {version}'s flags and HTTP API and really runs greedy chain "
@@ -258,9 +262,19 @@ class LabHandler(BaseHTTPRequestHandler):
                 return self._send(200, FLUSH_TEXT)
             if path == "/generate":  # SGLang routes GET and POST here
                 return self._generate()
+            if path == "/v1/models":
+                return self._send(200, {"object": "list", "data": [{
+                    "id": state.args.served_model_name, "object": "model", "created": int(state.started),
+                    "owned_by": "sglang", "root": state.args.served_model_name, "parent": None,
+                    "max_model_len": state.server_info()["max_total_num_tokens"]}]})
+            if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
+                return self._openai("chat" if path.endswith("chat/completions") else "completion")
             return self._send(404, {"detail": "Not Found"})
         except RequestError as exc:
             return self._send(400, {"error": {"message": str(exc)}})
+        except OpenAIRequestError as exc:  # SGLang's OpenAI routes answer errors in OpenAI's shape
+            return self._send(400, {"object": "error", "message": str(exc), "type": "BadRequest", "param": None,
+                                    "code": 400})
         except (BrokenPipeError, ConnectionResetError):
             return None
 
@@ -290,6 +304,36 @@ class LabHandler(BaseHTTPRequestHandler):
                     raise RequestError(str(exc)) from None
                 results.append(state.response(gen, opts, rid if not batched else f"{rid}-{i}", started))
         return self._send(200, results if batched else results[0])
+
+    def _openai(self, kind: str) -> None:
+        """``/v1/completions`` and ``/v1/chat/completions`` (sglang_openai.py): one prompt, no streaming."""
+        state = self.state
+        body = self._body()
+        if not isinstance(body, dict):
+            raise OpenAIRequestError("the request body must be a JSON object")
+        if not state.ready or state.models is None:
+            return self._send(503, {"error": {"message": "the server is not ready yet"}})
+        if body.get("stream"):
+            raise OpenAIRequestError("lab (NOT SGLang): the lab's OpenAI routes do not stream")
+        opts = openai_options(body)
+        models = state.models
+        if kind == "chat":
+            prompt = chat_prompt(models.tokenizer, state.args.chat_template, body)
+        else:
+            text = body.get("prompt")
+            if not isinstance(text, str) or not text:
+                raise OpenAIRequestError("lab (NOT SGLang): the lab serves one non-empty string prompt per request")
+            prompt = list(models.tokenizer(text)["input_ids"])
+        started = time.monotonic()
+        with state.lock:
+            try:
+                gen = state.run(prompt, opts)
+            except ValueError as exc:
+                raise OpenAIRequestError(str(exc)) from None
+            done = state.response(gen, opts, uuid.uuid4().hex, started)
+        return self._send(200, openai_answer(kind, str(body.get("model") or state.args.served_model_name),
+                                             done["text"], done["meta_info"], state.args.sglang_version,
+                                             bool(body.get("return_spec_tokens_details"))))
 
     def _stream(self, prompt: list[int], opts: dict[str, Any], rid: str) -> None:
         state = self.state

@@ -1,0 +1,110 @@
+"""The lab SGLang stand-in's OpenAI-compatible routes (``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``),
+in SGLang's shapes (srt/entrypoints/openai): what a traffic file is replayed through (orchestrator/traffic/).
+
+SGLang answers these with no per-request speculative stats up to 0.5.15.post1 (its OpenAI protocol has no field for
+them) and, from the 0.5.23 tree on, with ``sglext.spec_tokens_details`` at the response's level when the request
+asks ``return_spec_tokens_details: true`` (protocol.py ``SglExt``; serving_completions.py and serving_chat.py build
+it from the request's meta_info). The lab follows the version it stands in for. The chat template is
+``--chat-template`` (a Jinja file), else the tokenizer's. Deviations, all visible: a request that samples
+(temperature > 0, none written, or a penalty) is refused with a "lab (NOT SGLang)" 400 instead of being served
+greedily in its place, so that no greedy figure passes for a sampled one.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+#: the first SGLang tree read here whose OpenAI answers carry per-request speculative stats (SglExt)
+SPEC_DETAILS_FROM = (0, 5, 23)
+
+
+class OpenAIRequestError(Exception):
+    """A request SGLang (or the lab) answers with 400 and ``{"object": "error", "message": ...}``."""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def spec_details_served(version: str) -> bool:
+    return _version(version) >= SPEC_DETAILS_FROM
+
+
+def options(body: dict[str, Any]) -> dict[str, Any]:
+    """The generation options of an OpenAI body; a request that samples is refused (module doc)."""
+    temperature = body.get("temperature")
+    if temperature is None or (isinstance(temperature, (int, float)) and temperature > 0):
+        said = "no temperature (SGLang's default: 1.0)" if temperature is None else f"temperature {temperature}"
+        raise OpenAIRequestError(f"lab (NOT SGLang): the lab's SGLang stand-in decodes greedily only; this request "
+                                 f"samples ({said}): give temperature 0, or replay it on a real SGLang")
+    for name in ("frequency_penalty", "presence_penalty"):
+        if body.get(name):
+            raise OpenAIRequestError(f"lab (NOT SGLang): the lab's SGLang stand-in applies no {name}")
+    if body.get("repetition_penalty") not in (None, 1, 1.0):
+        raise OpenAIRequestError("lab (NOT SGLang): the lab's SGLang stand-in applies no repetition_penalty")
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise OpenAIRequestError("max_tokens must be positive")
+    stop = body.get("stop") or []
+    return {"max_new_tokens": max_tokens, "stop": [stop] if isinstance(stop, str) else list(stop),
+            "stop_token_ids": list(body.get("stop_token_ids") or []), "ignore_eos": bool(body.get("ignore_eos")),
+            "temperature": 0.0}
+
+
+def chat_prompt(tokenizer: Any, chat_template: str | None, body: dict[str, Any]) -> list[int]:
+    """The messages through the chat template, as token ids (the template's own special tokens, none added)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise OpenAIRequestError("messages must be a non-empty list")
+    template = None
+    if chat_template:
+        path = Path(chat_template).expanduser()
+        if not path.is_file():
+            raise OpenAIRequestError(f"lab (NOT SGLang): --chat-template {chat_template}: the lab reads a Jinja file "
+                                     "only (SGLang's built-in template names are not served)")
+        template = path.read_text(encoding="utf-8")
+    template = template or getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise OpenAIRequestError("lab (NOT SGLang): the tokenizer has no chat template; give --chat-template FILE")
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise OpenAIRequestError("chat_template_kwargs must be an object")
+    try:
+        text = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                             add_generation_prompt=True, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - a template that fails is the request's error
+        raise OpenAIRequestError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def answer(kind: str, model: str, text: str, meta: dict[str, Any], version: str,
+           want_spec: bool) -> dict[str, Any]:
+    """A completion or chat answer in SGLang's shape; ``sglext.spec_tokens_details`` where the version serves it
+    and the request asked."""
+    finish = meta.get("finish_reason") or {}
+    reason = finish.get("type") if isinstance(finish, dict) else finish
+    usage = {"prompt_tokens": meta.get("prompt_tokens", 0), "completion_tokens": meta.get("completion_tokens", 0),
+             "total_tokens": int(meta.get("prompt_tokens", 0)) + int(meta.get("completion_tokens", 0))}
+    if kind == "chat":
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text,
+                                                          "reasoning_content": None, "tool_calls": None},
+                                  "logprobs": None, "finish_reason": reason, "matched_stop": None}
+        doc: dict[str, Any] = {"id": meta.get("id") or uuid.uuid4().hex, "object": "chat.completion"}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "matched_stop": None}
+        doc = {"id": meta.get("id") or uuid.uuid4().hex, "object": "text_completion"}
+    doc.update({"created": int(time.time()), "model": model, "choices": [choice], "usage": usage,
+                "metadata": {"weight_version": "default"}})
+    if want_spec and spec_details_served(version) and meta.get("spec_verify_ct"):
+        doc["sglext"] = {"spec_tokens_details": {
+            key: meta.get(key, 0) for key in ("spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts",
+                                              "spec_num_proposed_drafts", "spec_verify_ct")}
+            | {"spec_correct_drafts_histogram": list(meta.get("spec_correct_drafts_histogram") or [])}}
+    return doc
