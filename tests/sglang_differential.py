@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from contextlib import redirect_stderr
 from dataclasses import dataclass
 from io import StringIO
@@ -128,10 +129,13 @@ class Side:
     info: dict[str, Any]
     seconds: float
     left_after_stop: list[int]
+    extra: Any = None  # what ``serve``'s ``also`` measured while the server was up
 
 
-def serve(srv: vd.ServerProcess, prompts: list[str], tokens: int, ready_timeout: float) -> Side:
-    """Start, wait, send every prompt greedy (one at a time), read /server_info, stop (the whole group)."""
+def serve(srv: vd.ServerProcess, prompts: list[str], tokens: int, ready_timeout: float,
+          also: Callable[[vd.ServerProcess], Any] | None = None) -> Side:
+    """Start, wait, send every prompt greedy (one at a time), read /server_info, run ``also`` (a further
+    measurement, kept as ``extra``), stop (the whole group)."""
     import time
 
     started = time.monotonic()
@@ -151,10 +155,11 @@ def serve(srv: vd.ServerProcess, prompts: list[str], tokens: int, ready_timeout:
         status, text = vd.http(srv.url + "/server_info", timeout=60)
         assert status == 200, (srv.engine, status, text[:500])
         info = json.loads(text)
+        extra = also(srv) if also is not None else None
         seconds = time.monotonic() - started
     finally:
         left = srv.stop()
-    return Side(outputs, info, round(seconds, 1), left)
+    return Side(outputs, info, round(seconds, 1), left, extra)
 
 
 def compare_outputs(lab: Side, real: Side) -> dict[str, Any]:

@@ -521,20 +521,22 @@ def traffic_file(path: Path) -> Path:
     return path
 
 
-def replay(server: ServerProcess, path: Path) -> dict[str, Any]:
-    """The traffic replayed by the server client probe with the vLLM adapter's arguments, read as `bench` reads it
-    (orchestrator/actions/bench.py with_traffic): the product's path, less the transport."""
+def replay(server: ServerProcess, path: Path, adapter: Any = None) -> dict[str, Any]:
+    """The traffic replayed by the server client probe with the engine adapter's arguments (default vLLM's), read as
+    `bench` reads it (orchestrator/actions/bench.py with_traffic): the product's path, less the transport. The
+    result's ``per_request`` rows ride along under ``rows``."""
     from orchestrator.actions.bench import BenchSettings, with_intervals, with_traffic
     from orchestrator.servers.vllm import VllmAdapter
     from orchestrator.traffic.requests import load_traffic
     from remote_probes.engine.server_client import main as client
 
-    adapter, requests = VllmAdapter(), load_traffic(path)
+    adapter, requests = adapter or VllmAdapter(), load_traffic(path)
     result = client({**adapter.client_args("bench"), "command": "bench", "url": server.url, "prompts": [], "n": 0,
                      "max_new_tokens": 32, "timeout": 300,
                      "traffic": [{"path": r.path, "body": r.sent(None, 32)} for r in requests]})
     settings = BenchSettings(traffic=str(path))
-    return with_traffic(with_intervals(adapter.read_bench(result)), requests, settings)["traffic"]
+    read = with_traffic(with_intervals(adapter.read_bench(result)), requests, settings)
+    return {**read["traffic"], "rows": read["per_request"], "errors": read["errors"]}
 
 
 def penalty_traffic_file(path: Path) -> Path:

@@ -55,7 +55,9 @@ class ServerClient:
         payload = {**self.adapter.client_args(command), **keys, **args, "command": command}
         debugging = log.isEnabledFor(logging.DEBUG)
         if debugging:  # the keys stay out; the rest is redacted by the handler (orchestrator.debuglog)
-            log.debug("%s: server client %s %s", self.transport.host, command, clip(json.dumps(args, default=str)))
+            # a traffic file's requests stay out too: prompts may be private (orchestrator/traffic/requests.py)
+            shown = {**args, "traffic": f"<{len(args['traffic'])} requests>"} if args.get("traffic") else args
+            log.debug("%s: server client %s %s", self.transport.host, command, clip(json.dumps(shown, default=str)))
         try:
             result = await run_probe(self.transport, PROBE, payload, python=self.python, timeout=timeout,
                                      on_stderr=on_log, result_model=SERVER_CLIENT_RESULTS[command])

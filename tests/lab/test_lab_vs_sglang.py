@@ -6,13 +6,16 @@ the module (~20 s and ~3 s ready); the whole table, 64 tokens a request, is benc
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchestrator.lab.building.build import LabPaths
 from orchestrator.lab.sglang_host.host import SGLANG_VERSION, SglangHost
 from tests import sglang_differential as sd
+from tests import vllm_differential as vd
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 READY_S = 600  # a loaded 2-core machine; ~20 s alone
@@ -24,12 +27,20 @@ def both(lab: LabPaths, sglang_host: SglangHost, tmp_path_factory: pytest.TempPa
          ) -> tuple[sd.Side, sd.Side]:
     """(lab, real SGLang): each started once with the host's CPU flags, served every prompt, stopped."""
     from orchestrator.servers.prompts import load_prompts
+    from orchestrator.servers.sglang import SglangAdapter
 
     work = tmp_path_factory.mktemp("lab-vs-sglang")
     prompts = load_prompts(None)[:N]
     site = sd.tree_site(sd.real_root(sglang_host), work)  # the lab parses with the real server's own tree
-    lab_side = sd.serve(sd.lab_server(lab.target, work / "lab", site), prompts, TOKENS, READY_S)
-    real_side = sd.serve(sd.real_server(sglang_host, lab.target, work / "real"), prompts, TOKENS, READY_S)
+    traffic = work / "traffic.jsonl"  # issue 40: greedy completions replayed through SGLang's OpenAI route
+    traffic.write_text("".join(json.dumps({"prompt": p, "temperature": 0, "max_tokens": TOKENS, "category": "code"})
+                               + "\n" for p in prompts[:4]))
+
+    def replay(server: vd.ServerProcess) -> dict[str, Any]:
+        return vd.replay(server, traffic, SglangAdapter())
+
+    lab_side = sd.serve(sd.lab_server(lab.target, work / "lab", site), prompts, TOKENS, READY_S, replay)
+    real_side = sd.serve(sd.real_server(sglang_host, lab.target, work / "real"), prompts, TOKENS, READY_S, replay)
     return lab_side, real_side
 
 
@@ -41,6 +52,19 @@ def test_the_lab_answers_generate_greedy_with_real_sglangs_token_ids(both: tuple
     assert compared["requests"] == N and compared["identical"] == N, compared["rows"]
     assert all(o["completion_tokens"] == TOKENS and o["finish"] == {"type": "length", "length": TOKENS}
                for o in real.outputs), real.outputs
+
+
+@pytest.mark.timeout(900)
+def test_the_lab_replays_traffic_through_the_openai_route_as_real_sglang(both: tuple[sd.Side, sd.Side]) -> None:
+    """Issue 40: the replay's requests (with the one field it adds, ``return_spec_tokens_details``) are answered by a
+    real SGLang 0.5.15.post1's /v1/completions as by the lab standing in for that version: every request, the same
+    token counts, and no per-request speculative stats on either (that version's OpenAI answers carry none)."""
+    lab, real = both
+    for side in (lab, real):
+        assert side.extra["errors"] == [] and len(side.extra["rows"]) == 4, side.extra
+        assert side.extra["unmeasured"] == "the server gave no per-request accept length", side.extra
+    assert ([(r["prompt_tokens"], r["completion_tokens"]) for r in lab.extra["rows"]]
+            == [(r["prompt_tokens"], r["completion_tokens"]) for r in real.extra["rows"]]), (lab.extra, real.extra)
 
 
 @pytest.mark.timeout(900)

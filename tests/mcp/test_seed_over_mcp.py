@@ -49,6 +49,14 @@ async def test_seed_investigation_over_mcp(lab: LabPaths, tmp_path: Path) -> Non
         assert overridden["speculative_num_draft_tokens"]["requested"] in (16, "16")
         spec_bench = await call(client, "server_bench", server="spec", n=4, max_new_tokens=32)
         assert spec_bench["status"] == "ok" and spec_bench["result"]["accept_length"] > 0
+        # the user's own traffic over MCP (issue 40): replayed, grouped by category; the lab stands in for SGLang
+        # 0.5.12.post1 here, whose OpenAI answers carry no per-request stats, and the result says so
+        example = Path(__file__).resolve().parents[2] / "playbooks" / "traffic-example.jsonl"
+        replay = await call(client, "server_bench", server="spec", traffic=str(example))
+        assert replay["status"] == "ok", replay["error"]
+        table = replay["result"]["traffic"]
+        assert table["requests"] == 12 and [e["category"] for e in table["by_category"]] == ["python", "prose"]
+        assert table["unmeasured"] == "the server gave no per-request accept length"
         await call(client, "server_stop", name="spec")
 
         # 3. the draft, statically
@@ -96,8 +104,12 @@ async def test_seed_investigation_over_mcp(lab: LabPaths, tmp_path: Path) -> Non
     started = {e.step_id: e for e in loaded.of_type("step_started") if e.section == "adhoc"}
     assert {e.author for e in started.values()} == {"mcp"}
     kinds = [(e.action, e.args.get("action") or e.args.get("name") or e.args.get("file")) for e in started.values()]
-    assert kinds[:4] == [("read_source", "srt/speculative/eagle_worker.py"), ("server", "start"), ("bench", None),
-                         ("server", "stop")]
+    assert kinds[:5] == [("read_source", "srt/speculative/eagle_worker.py"), ("server", "start"), ("bench", None),
+                         ("bench", None), ("server", "stop")]
+    # the traffic replay is recorded by its file and figures, never its prompts
+    replayed = [e for e in started.values() if e.action == "bench" and e.args.get("traffic")]
+    assert len(replayed) == 1 and replayed[0].args["traffic"].endswith("traffic-example.jsonl")
+    assert "Tell me about the history" not in (directory / "events.jsonl").read_text()
     assert ("draft_test", None) in kinds
     manual = [(e.hypothesis_id, e.state, e.author) for e in loaded.of_type("hypothesis_updated") if e.source == "manual"]
     assert manual == [("wiring", "confirmed", "mcp"), ("flags_override", "refuted", "mcp")]
