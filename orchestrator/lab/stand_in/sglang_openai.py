@@ -37,25 +37,32 @@ def spec_details_served(version: str) -> bool:
     return _version(version) >= SPEC_DETAILS_FROM
 
 
-def options(body: dict[str, Any]) -> dict[str, Any]:
-    """The generation options of an OpenAI body; a request that samples is refused (module doc)."""
+def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
+                   max_tokens_said: str = "max_tokens must be positive") -> dict[str, Any]:
+    """The generation options of an OpenAI body, for either stand-in (``engine`` names it in the refusals, ``error``
+    is its 400); a request that samples is refused (module doc)."""
     temperature = body.get("temperature")
     if temperature is None or (isinstance(temperature, (int, float)) and temperature > 0):
-        said = "no temperature (SGLang's default: 1.0)" if temperature is None else f"temperature {temperature}"
-        raise OpenAIRequestError(f"lab (NOT SGLang): the lab's SGLang stand-in decodes greedily only; this request "
-                                 f"samples ({said}): give temperature 0, or replay it on a real SGLang")
+        said = f"no temperature ({engine}'s default: 1.0)" if temperature is None else f"temperature {temperature}"
+        raise error(f"lab (NOT {engine}): the lab's {engine} stand-in decodes greedily only; this request "
+                    f"samples ({said}): give temperature 0, or replay it on a real {engine}")
     for name in ("frequency_penalty", "presence_penalty"):
         if body.get(name):
-            raise OpenAIRequestError(f"lab (NOT SGLang): the lab's SGLang stand-in applies no {name}")
+            raise error(f"lab (NOT {engine}): the lab's {engine} stand-in applies no {name}")
     if body.get("repetition_penalty") not in (None, 1, 1.0):
-        raise OpenAIRequestError("lab (NOT SGLang): the lab's SGLang stand-in applies no repetition_penalty")
+        raise error(f"lab (NOT {engine}): the lab's {engine} stand-in applies no repetition_penalty")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
     if not isinstance(max_tokens, int) or max_tokens < 1:
-        raise OpenAIRequestError("max_tokens must be positive")
+        raise error(max_tokens_said)
     stop = body.get("stop") or []
     return {"max_new_tokens": max_tokens, "stop": [stop] if isinstance(stop, str) else list(stop),
             "stop_token_ids": list(body.get("stop_token_ids") or []), "ignore_eos": bool(body.get("ignore_eos")),
             "temperature": 0.0}
+
+
+def options(body: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's stand-in's options (``greedy_options``)."""
+    return greedy_options(body, "SGLang", OpenAIRequestError)
 
 
 def chat_prompt(tokenizer: Any, chat_template: str | None, body: dict[str, Any]) -> list[int]:

@@ -28,6 +28,7 @@ from typing import Any
 from orchestrator.lab.stand_in.model_runner import DraftStepError, Generation, LabModelRunner
 from orchestrator.lab.stand_in.sglang_args import LabServerArgs
 from orchestrator.lab.stand_in.sglang_http import LabHandler, RequestError
+from orchestrator.lab.stand_in.sglang_openai import greedy_options
 
 #: what vLLM answers every request with once its EngineCore is dead (v1/engine/exceptions.py), HTTP 500
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
@@ -169,12 +170,9 @@ class VllmHandler(LabHandler):
 
     def _completion(self) -> None:
         state = self.vstate
-        body = self._body()
-        if not isinstance(body, dict):
-            raise RequestError("the request body must be a JSON object")
-        if body.get("model") != state.args.served_model_name:
-            return self._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
-                                              "type": "NotFoundError", "param": "model", "code": 404}})
+        body = self._openai_body()
+        if body is None:
+            return None
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt:
             raise RequestError("the lab serves one non-empty string prompt per request")
@@ -197,12 +195,9 @@ class VllmHandler(LabHandler):
         tokenizer's; none: vLLM's own refusal), tokenized without special tokens as vLLM's renderer does, then
         generated as a completion is."""
         state = self.vstate
-        body = self._body()
-        if not isinstance(body, dict):
-            raise RequestError("the request body must be a JSON object")
-        if body.get("model") != state.args.served_model_name:
-            return self._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
-                                              "type": "NotFoundError", "param": "model", "code": 404}})
+        body = self._openai_body()
+        if body is None:
+            return None
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise RequestError("messages must be a non-empty list")
@@ -237,24 +232,19 @@ class VllmHandler(LabHandler):
         """The generation options of an OpenAI body. The lab decodes greedily only: a request that samples
         (temperature > 0 written, or no temperature: vLLM then samples at the model's default, 1.0 for the lab's
         generation_config) is refused, NOT as vLLM would answer, so that no lab figure is a greedy one passed off
-        as a sampled one; penalties likewise."""
-        temperature = body.get("temperature")
-        if temperature is None or (isinstance(temperature, (int, float)) and temperature > 0):
-            said = "no temperature (vLLM's default: 1.0)" if temperature is None else f"temperature {temperature}"
-            raise RequestError(f"lab (NOT vLLM): the lab's vLLM stand-in decodes greedily only; this request samples "
-                               f"({said}): give temperature 0, or replay it on a real vLLM")
-        for name in ("frequency_penalty", "presence_penalty"):
-            if body.get(name):
-                raise RequestError(f"lab (NOT vLLM): the lab's vLLM stand-in applies no {name}")
-        if body.get("repetition_penalty") not in (None, 1, 1.0):
-            raise RequestError("lab (NOT vLLM): the lab's vLLM stand-in applies no repetition_penalty")
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise RequestError("max_tokens must be a positive integer")
-        stop = body.get("stop") or []
-        return {"max_new_tokens": max_tokens, "stop": [stop] if isinstance(stop, str) else list(stop),
-                "stop_token_ids": list(body.get("stop_token_ids") or []),
-                "ignore_eos": bool(body.get("ignore_eos", False))}
+        as a sampled one; penalties likewise (sglang_openai.greedy_options, both stand-ins')."""
+        return greedy_options(body, "vLLM", RequestError, "max_tokens must be a positive integer")
+
+    def _openai_body(self) -> dict[str, Any] | None:
+        """An OpenAI request's body, or None once vLLM's 404 for another model's name is sent."""
+        body = self._body()
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        if body.get("model") != self.vstate.args.served_model_name:
+            self._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                       "type": "NotFoundError", "param": "model", "code": 404}})
+            return None
+        return body
 
     def _run(self, ids: list[int], opts: dict[str, Any], on_step: Any = None) -> Generation:
         state = self.vstate
