@@ -507,12 +507,13 @@ PROSE = ["Tell me about the history of the city of Lyon and its bridges.",
 
 
 def traffic_file(path: Path) -> Path:
-    """Issue 40's replay, shared by tests/lab/test_lab_vs_vllm.py and bench/traffic_vs_vllm.py: greedy completions (python, the bundled code prompts), greedy chat (prose, through the chat template) and
-    sampled chat (temperature 0.8, a seed each): what a user's log holds."""
+    """Issue 40's replay, shared by tests/lab/test_lab_vs_vllm.py and bench/traffic_vs_vllm.py: greedy completions
+    (python, the bundled code prompts, each also with ``frequency_penalty: 1``), greedy chat (prose, through the chat
+    template) and sampled chat (temperature 0.8, a seed each): what a user's log holds."""
     from orchestrator.actions.bench import load_prompts
 
-    lines = [{"prompt": text, "temperature": 0, "max_tokens": 32, "category": "python"}
-             for text in load_prompts(None)[:4]]
+    lines = [{"prompt": text, "temperature": 0, "max_tokens": 32, "category": "python", **extra}
+             for extra in ({}, {"frequency_penalty": 1.0}) for text in load_prompts(None)[:4]]
     lines += [{"messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": 32,
                "category": "prose"} for text in PROSE]
     lines += [{"messages": [{"role": "user", "content": text}], "temperature": 0.8, "seed": i, "max_tokens": 32,

@@ -115,15 +115,22 @@ async def test_flagship_on_the_vllm_stand_in_derives_and_verifies_a_servable_fix
         [replay] = [r.result for e in session.events if getattr(e, "name", "") == step
                     for r in getattr(e, "results", [])]
         table = replay["traffic"]
-        assert table["requests"] == 12 and [e["category"] for e in table["by_category"]] == ["python", "prose"]
-        assert all(e["measured"] == 6 and 1.0 <= e["accept_length_ci"][0] for e in table["by_category"]), table
-    traffic_entry = HypothesisBoard.from_events(session.events).entries["traffic_category"]
+        assert table["requests"] == 24 and [e["category"] for e in table["by_category"]] == ["python", "prose"]
+        assert all(e["measured"] == 12 and 1.0 <= e["accept_length_ci"][0] for e in table["by_category"]), table
+    board = HypothesisBoard.from_events(session.events)
+    traffic_entry = board.entries["traffic_category"]
     assert traffic_entry.state in ("supported", "inconclusive")  # decided on intervals, never confirmed
     assert "your traffic on the fix" in (traffic_entry.history[-1].evidence or "")
+    # the same requests with frequency_penalty 1: the stand-in penalises the target's logits as vLLM does, and the
+    # verdict cites the installed vLLM's lines for it (held against real vLLM in test_lab_vs_vllm.py)
+    sampling = board.entries["traffic_sampling"]
+    assert sampling.state == "supported", [h.evidence for h in sampling.history]
+    said = sampling.history[-1].evidence or ""
+    assert "temperature=0 frequency_penalty=1" in said and "v1/sample/rejection_sampler.py:" in said, said
     report = (directory / "report.md").read_text()
-    assert "## Acceptance on your traffic" in report and "| fixed | prose | 6 / 6 |" in report
+    assert "## Acceptance on your traffic" in report and "| fixed | prose | 12 / 12 |" in report
     # its own prompts (the prose ones; the python ones are the bundled prompts the other steps send) never recorded
     own = [json.loads(line)["prompt"] for line in traffic.read_text().splitlines()
            if line.startswith("{") and json.loads(line)["category"] == "prose"]
     logged = (directory / "events.jsonl").read_text() + report
-    assert len(own) == 6 and not [p for p in own if p in logged]
+    assert len(own) == 12 and not [p for p in own if p in logged]

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from orchestrator.lab.stand_in.penalties import NONE as NO_PENALTIES
+from orchestrator.lab.stand_in.penalties import Penalties, penalised_argmax
 from orchestrator.lab.stand_in.sglang_args import LAB_ARCHITECTURES, LabServerArgs, StartupError
 
 if TYPE_CHECKING:
@@ -335,9 +337,10 @@ class LabModelRunner:
 
     # -- forward helpers --------------------------------------------------------------------------------------
     def _target(self, ids: torch.Tensor, cache: Any, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The target's logits for every position of ``ids`` ([positions, vocab]) and the captured states."""
         out = self.target(input_ids=ids, cache=cache, use_cache=True, output_hidden_states=hidden)
         aux = torch.cat([out.hidden_states[i] for i in self.capture], dim=-1) if hidden else None
-        return out.logits[0].argmax(-1), aux
+        return out.logits[0], aux
 
     def _draft_chain(self, tokens: torch.Tensor, aux: torch.Tensor, dcache: Any, steps: int) -> list[int]:
         draft = self.draft
@@ -360,8 +363,10 @@ class LabModelRunner:
 
     # -- public -----------------------------------------------------------------------------------------------
     def generate(self, input_ids: list[int], *, max_new_tokens: int, stop: list[str], stop_token_ids: list[int],
-                 ignore_eos: bool, on_step: Callable[[list[int]], None] | None = None) -> Generation:
-        """Greedy generation (speculative when a draft is loaded); ``on_step`` gets the ids so far."""
+                 ignore_eos: bool, on_step: Callable[[list[int]], None] | None = None,
+                 penalties: Penalties = NO_PENALTIES) -> Generation:
+        """Greedy generation (speculative when a draft is loaded); ``on_step`` gets the ids so far. ``penalties``
+        reach the target's logits only, as vLLM applies them (stand_in/penalties.py)."""
         if not input_ids:
             raise ValueError("the prompt is empty")
         limit = int(getattr(self.config, "max_position_embeddings", 2048))
@@ -393,26 +398,28 @@ class LabModelRunner:
             cache = self._cache_cls(config=self.config)
             ids = torch.tensor([input_ids])
             use_spec = self.draft is not None
-            preds, aux = self._target(ids, cache, hidden=use_spec)
+            logits, aux = self._target(ids, cache, hidden=use_spec)
+            first = penalised_argmax(logits[-1:], input_ids, [out], penalties)
             took = time.monotonic() - started
             self.log(f"Prefill batch, #new-seq: 1, #new-token: {len(input_ids)}, #cached-token: 0, token usage: 0.00, "
                      f"#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, "
                      f"input throughput (token/s): {len(input_ids) / max(took, 1e-9):.2f}")
             self.stats.mark = time.monotonic()
-            done = max_new_tokens <= 0 or accept([int(preds[-1])])
+            done = max_new_tokens <= 0 or accept(first)
             if use_spec and not done:
-                self._spec_loop(ids, aux, cache, out, accept, spec, hist, on_step)
+                self._spec_loop(ids, aux, cache, out, accept, spec, hist, on_step, penalties)
             else:
                 while not done:
                     if on_step:
                         on_step(out)
-                    preds, _ = self._target(torch.tensor([[out[-1]]]), cache, hidden=False)
+                    logits, _ = self._target(torch.tensor([[out[-1]]]), cache, hidden=False)
                     self._count_forward(1, None, cache.get_seq_length())
-                    done = accept([int(preds[-1])])
+                    done = accept(penalised_argmax(logits[-1:], input_ids, [out], penalties))
         return Generation(output_ids=out, prompt_tokens=len(input_ids), finish_reason=finish, spec=spec,
                           histogram=hist, seconds=time.monotonic() - started)
 
-    def _spec_loop(self, ids, aux, cache, out, accept, spec: SpecCounters, hist: list[int], on_step) -> None:
+    def _spec_loop(self, ids, aux, cache, out, accept, spec: SpecCounters, hist: list[int], on_step,
+                   penalties: Penalties) -> None:
         steps = int(self.args.speculative_num_steps or 1)
         dcache = self.draft_cache()
         n = ids.shape[1]                       # verified positions 0..n-1 in both caches
@@ -423,9 +430,12 @@ class LabModelRunner:
                 on_step(out)
             proposal = self._draft_chain(draft_tokens, draft_aux, dcache, steps)
             verify_in = torch.tensor([[out[-1], *proposal]])
-            preds, vaux = self._target(verify_in, cache, hidden=True)
+            logits, vaux = self._target(verify_in, cache, hidden=True)
             assert vaux is not None  # hidden=True
-            preds_l = preds.tolist()
+            # position k is verified against the output so far and the k draft tokens before it (vLLM's
+            # _combine_outputs_with_spec_tokens); unpenalised, a plain argmax
+            prompt = ids[0].tolist() if not penalties.neutral else []
+            preds_l = penalised_argmax(logits, prompt, [out + proposal[:k] for k in range(steps + 1)], penalties)
             m = 0
             while m < steps and proposal[m] == preds_l[m]:
                 m += 1

@@ -7,7 +7,8 @@ asks ``return_spec_tokens_details: true`` (protocol.py ``SglExt``; serving_compl
 it from the request's meta_info). The lab follows the version it stands in for. The chat template is
 ``--chat-template`` (a Jinja file), else the tokenizer's. Deviations, all visible: a request that samples
 (temperature > 0, none written, or a penalty) is refused with a "lab (NOT SGLang)" 400 instead of being served
-greedily in its place, so that no greedy figure passes for a sampled one.
+greedily in its place, so that no greedy figure passes for a sampled one. (SGLang verifies with a "relaxed"
+penalty, eagle_info.py: the lab's vLLM stand-in applies vLLM's, this one none yet.)
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from orchestrator.lab.stand_in.penalties import NONE as NO_PENALTIES
+from orchestrator.lab.stand_in.penalties import penalties_of
 
 #: the first SGLang tree read here whose OpenAI answers carry per-request speculative stats (SglExt)
 SPEC_DETAILS_FROM = (0, 5, 23)
@@ -38,26 +42,28 @@ def spec_details_served(version: str) -> bool:
 
 
 def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
-                   max_tokens_said: str = "max_tokens must be positive") -> dict[str, Any]:
+                   max_tokens_said: str = "max_tokens must be positive", penalties: bool = False) -> dict[str, Any]:
     """The generation options of an OpenAI body, for either stand-in (``engine`` names it in the refusals, ``error``
-    is its 400); a request that samples is refused (module doc)."""
+    is its 400); a request that samples is refused (module doc). ``penalties``: the stand-in applies a greedy
+    request's penalties as its engine does (``opts["penalties"]``, stand_in/penalties.py); else one is refused."""
     temperature = body.get("temperature")
     if temperature is None or (isinstance(temperature, (int, float)) and temperature > 0):
         said = f"no temperature ({engine}'s default: 1.0)" if temperature is None else f"temperature {temperature}"
         raise error(f"lab (NOT {engine}): the lab's {engine} stand-in decodes greedily only; this request "
                     f"samples ({said}): give temperature 0, or replay it on a real {engine}")
-    for name in ("frequency_penalty", "presence_penalty"):
-        if body.get(name):
-            raise error(f"lab (NOT {engine}): the lab's {engine} stand-in applies no {name}")
-    if body.get("repetition_penalty") not in (None, 1, 1.0):
-        raise error(f"lab (NOT {engine}): the lab's {engine} stand-in applies no repetition_penalty")
+    asked = penalties_of(body, error)
+    if not penalties:
+        for name, value in (("frequency_penalty", asked.frequency), ("presence_penalty", asked.presence),
+                            ("repetition_penalty", asked.repetition != 1.0)):
+            if value:
+                raise error(f"lab (NOT {engine}): the lab's {engine} stand-in applies no {name}")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise error(max_tokens_said)
     stop = body.get("stop") or []
     return {"max_new_tokens": max_tokens, "stop": [stop] if isinstance(stop, str) else list(stop),
             "stop_token_ids": list(body.get("stop_token_ids") or []), "ignore_eos": bool(body.get("ignore_eos")),
-            "temperature": 0.0}
+            "temperature": 0.0, "penalties": asked if penalties else NO_PENALTIES}
 
 
 def options(body: dict[str, Any]) -> dict[str, Any]:

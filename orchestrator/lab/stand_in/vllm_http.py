@@ -8,8 +8,9 @@ none: vLLM's refusal), ``GET /metrics`` and ``GET /version``. ``--api-key`` guar
 ``/v1`` prefix only, as vLLM's AuthenticationMiddleware does (GUARDED_PREFIX). The counters follow
 v1/spec_decode/metrics.py: per verify cycle, one draft of K tokens, ``accepted`` = drafts the target agreed with,
 position k counted when the first k+1 drafts were accepted. Deviations, all visible: ``/version`` and the model card
-say it is the lab; a request that samples (temperature > 0, none written, or a penalty) is refused with a
-"lab (NOT vLLM)" 400, never served greedily in its place.
+say it is the lab; a request that samples (temperature > 0, or none written) is refused with a "lab (NOT vLLM)" 400,
+never served greedily in its place. A greedy request's penalties are served as vLLM serves them
+(stand_in/penalties.py): on the target's logits, not the draft's.
 """
 
 from __future__ import annotations
@@ -232,8 +233,9 @@ class VllmHandler(LabHandler):
         """The generation options of an OpenAI body. The lab decodes greedily only: a request that samples
         (temperature > 0 written, or no temperature: vLLM then samples at the model's default, 1.0 for the lab's
         generation_config) is refused, NOT as vLLM would answer, so that no lab figure is a greedy one passed off
-        as a sampled one; penalties likewise (sglang_openai.greedy_options, both stand-ins')."""
-        return greedy_options(body, "vLLM", RequestError, "max_tokens must be a positive integer")
+        as a sampled one. A greedy request's penalties are applied as vLLM applies them, to the target's logits
+        and not the draft's (stand_in/penalties.py)."""
+        return greedy_options(body, "vLLM", RequestError, "max_tokens must be a positive integer", penalties=True)
 
     def _openai_body(self) -> dict[str, Any] | None:
         """An OpenAI request's body, or None once vLLM's 404 for another model's name is sent."""
@@ -251,7 +253,7 @@ class VllmHandler(LabHandler):
         try:
             gen = state.models.generate(ids, max_new_tokens=opts["max_new_tokens"], stop=opts["stop"],
                                         stop_token_ids=opts["stop_token_ids"], ignore_eos=opts["ignore_eos"],
-                                        on_step=on_step)
+                                        on_step=on_step, penalties=opts["penalties"])
         except ValueError as exc:
             raise RequestError(str(exc)) from None
         state.count(gen)  # under the lock: the counters move before the answer is sent, as one request's
