@@ -73,7 +73,7 @@ def test_the_lab_serves_as_real_vllm_does(scenario: str, served: Callable[[str],
 def test_the_lab_replays_traffic_as_real_vllm_does(served: Callable[[str], tuple[vd.Served, vd.Served]]) -> None:
     """Issue 40: the same traffic file on both, chat through the same --chat-template: per category the accept-length
     intervals overlap where both answer, a greedy request's frequency penalty included (both penalise the target's
-    logits and not the draft's: stand_in/penalties.py); a sampled request real vLLM serves (rejection sampling, its
+    logits and not the draft's: remote_probes/evaluation/penalties.py); a sampled request real vLLM serves (rejection sampling, its
     counters move) the lab refuses in its own words rather than serve it greedily."""
     lab, real = served("seed-wiring")
     lab_groups = {e["category"]: e for e in lab.extra["by_category"]}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from orchestrator.lab.building.build import LabPaths
-from orchestrator.lab.stand_in.penalties import NONE, Penalties, penalised_argmax, penalties_of
+from remote_probes.evaluation.penalties import NONE, Penalties, penalised_argmax
 from tests.lab.test_rules import models_for, spec_argv
 
 
@@ -35,13 +35,13 @@ def test_each_penalty_moves_the_greedy_token_as_vllm_computes_it() -> None:
 
 
 def test_penalties_are_checked_with_vllms_words() -> None:
-    assert penalties_of({"frequency_penalty": 1, "repetition_penalty": 1.3}, Refused) == Penalties(1.0, 0.0, 1.3)
+    assert Penalties.from_body({"frequency_penalty": 1, "repetition_penalty": 1.3}, Refused) == Penalties(1.0, 0.0, 1.3)
     for body, said in (({"frequency_penalty": 3}, "frequency_penalty must be in [-2, 2], got 3.0."),
                        ({"presence_penalty": -2.5}, "presence_penalty must be in [-2, 2], got -2.5."),
                        ({"repetition_penalty": 0}, "repetition_penalty must be greater than zero, got 0.0."),
                        ({"repetition_penalty": "high"}, "repetition_penalty must be a number, got 'high'")):
         with pytest.raises(Refused, match=None) as caught:
-            penalties_of(body, Refused)
+            Penalties.from_body(body, Refused)
         assert str(caught.value) == said
 
 

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from orchestrator.lab.stand_in.penalties import NONE as NO_PENALTIES
-from orchestrator.lab.stand_in.penalties import Penalties, penalised_argmax
 from orchestrator.lab.stand_in.sglang_args import LAB_ARCHITECTURES, LabServerArgs, StartupError
+from remote_probes.evaluation.penalties import NONE as NO_PENALTIES
+from remote_probes.evaluation.penalties import Penalties, penalised_argmax
 
 if TYPE_CHECKING:
     from remote_probes.eagle3.draft import Eagle3Draft
@@ -366,7 +366,7 @@ class LabModelRunner:
                  ignore_eos: bool, on_step: Callable[[list[int]], None] | None = None,
                  penalties: Penalties = NO_PENALTIES) -> Generation:
         """Greedy generation (speculative when a draft is loaded); ``on_step`` gets the ids so far. ``penalties``
-        reach the target's logits only, as vLLM applies them (stand_in/penalties.py)."""
+        reach the target's logits only, as vLLM applies them (remote_probes/evaluation/penalties.py)."""
         if not input_ids:
             raise ValueError("the prompt is empty")
         limit = int(getattr(self.config, "max_position_embeddings", 2048))

@@ -18,8 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from orchestrator.lab.stand_in.penalties import NONE as NO_PENALTIES
-from orchestrator.lab.stand_in.penalties import penalties_of
+from remote_probes.evaluation.penalties import NONE as NO_PENALTIES
+from remote_probes.evaluation.penalties import Penalties
 
 #: the first SGLang tree read here whose OpenAI answers carry per-request speculative stats (SglExt)
 SPEC_DETAILS_FROM = (0, 5, 23)
@@ -45,13 +45,13 @@ def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
                    max_tokens_said: str = "max_tokens must be positive", penalties: bool = False) -> dict[str, Any]:
     """The generation options of an OpenAI body, for either stand-in (``engine`` names it in the refusals, ``error``
     is its 400); a request that samples is refused (module doc). ``penalties``: the stand-in applies a greedy
-    request's penalties as its engine does (``opts["penalties"]``, stand_in/penalties.py); else one is refused."""
+    request's penalties as its engine does (``opts["penalties"]``, remote_probes/evaluation/penalties.py); else one is refused."""
     temperature = body.get("temperature")
     if temperature is None or (isinstance(temperature, (int, float)) and temperature > 0):
         said = f"no temperature ({engine}'s default: 1.0)" if temperature is None else f"temperature {temperature}"
         raise error(f"lab (NOT {engine}): the lab's {engine} stand-in decodes greedily only; this request "
                     f"samples ({said}): give temperature 0, or replay it on a real {engine}")
-    asked = penalties_of(body, error)
+    asked = Penalties.from_body(body, error)
     if not penalties:
         for name, value in (("frequency_penalty", asked.frequency), ("presence_penalty", asked.presence),
                             ("repetition_penalty", asked.repetition != 1.0)):

@@ -10,7 +10,7 @@ v1/spec_decode/metrics.py: per verify cycle, one draft of K tokens, ``accepted``
 position k counted when the first k+1 drafts were accepted. Deviations, all visible: ``/version`` and the model card
 say it is the lab; a request that samples (temperature > 0, or none written) is refused with a "lab (NOT vLLM)" 400,
 never served greedily in its place. A greedy request's penalties are served as vLLM serves them
-(stand_in/penalties.py): on the target's logits, not the draft's.
+(remote_probes/evaluation/penalties.py): on the target's logits, not the draft's.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ class VllmHandler(LabHandler):
         (temperature > 0 written, or no temperature: vLLM then samples at the model's default, 1.0 for the lab's
         generation_config) is refused, NOT as vLLM would answer, so that no lab figure is a greedy one passed off
         as a sampled one. A greedy request's penalties are applied as vLLM applies them, to the target's logits
-        and not the draft's (stand_in/penalties.py)."""
+        and not the draft's (remote_probes/evaluation/penalties.py)."""
         return greedy_options(body, "vLLM", RequestError, "max_tokens must be a positive integer", penalties=True)
 
     def _openai_body(self) -> dict[str, Any] | None:
