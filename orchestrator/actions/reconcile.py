@@ -37,6 +37,8 @@ from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFai
 from orchestrator.actions.bench import load_prompts
 from orchestrator.actions.probe import run_probe_step
 from orchestrator.probes.models import StatesFrom, no_states_source, states_source_line
+from orchestrator.traffic.reconciled import reconcile_traffic, traffic_lines
+from orchestrator.traffic.requests import load_traffic
 
 Decision = Literal["reconciled", "discrepancy", "undecided"]
 
@@ -71,6 +73,13 @@ class ReconcileArgs(ActionArgs):
     confidence: float = Field(default=0.95, gt=0.5, lt=0.999)
     states_from: StatesFrom | None = Field(default=None, description="the target's hidden states from a server "
                                            "started with capture: (its states_from), as draft_test takes them")
+    traffic: str | None = Field(default=None, description="the traffic file the servers' benchmarks replayed (bench: "
+                                "{traffic}): each greedy request replayed offline as the server serves it (its chat "
+                                "template, its max_tokens, its penalties on the target's logits) and reconciled "
+                                "per category and per sampling setting (orchestrator/traffic/reconciled.py)")
+    traffic_sample: int | None = Field(default=None, ge=1, description="the benchmarks' traffic_sample")
+    chat_template: str | None = Field(default=None, description="the chat template file the servers apply, on the "
+                                      "host (default: the first server's --chat-template, else the tokenizer's)")
     python: str | None = None
 
     @field_validator("states_from", mode="before")
@@ -206,6 +215,8 @@ class ReconcileAction(Action[ReconcileArgs]):
     summary = "The draft test's prediction for the served configuration beside the server's measurement."
 
     async def run(self, args: ReconcileArgs, ctx: ActionContext) -> dict[str, Any]:
+        if args.traffic:
+            return await self._traffic(args, ctx)
         try:
             prompts = load_prompts(args.prompts)
         except Exception as exc:  # UserInputError names the file
@@ -259,6 +270,49 @@ class ReconcileAction(Action[ReconcileArgs]):
                    "reconciled" if decisions == {"reconciled"} else "undecided")
         return {"decision": overall, "servers": outs, "by_name": {o["name"]: o for o in outs},
                 "states": states,
+                "verdict": "; ".join(f"{o['name']}: {o['verdict']}" for o in outs)}
+
+
+    async def _traffic(self, args: ReconcileArgs, ctx: ActionContext) -> dict[str, Any]:
+        """Each server's traffic replay against the same requests replayed offline (one capture for all)."""
+        try:
+            requests = load_traffic(str(args.traffic), sample=args.traffic_sample)
+        except Exception as exc:  # UserInputError names file:line:col
+            raise StepFailed(f"reconcile: {exc}") from None
+        cfgs = [served_config(server, args.engine) for server in args.servers]
+        measured = [i for i, server in enumerate(args.servers) if (server.bench.get("traffic") or {}).get("by_category")
+                    and not (server.bench.get("traffic") or {}).get("unmeasured")]
+        outs: list[dict[str, Any]] = [{"decision": "undecided", **cfg, "name": server.name, "by_category": [],
+                                       "by_sampling": [], "draft_penalised": [],
+                                       "verdict": "the server measured no accept length per request: nothing to "
+                                                  "reconcile"}
+                                      for server, cfg in zip(args.servers, cfgs, strict=True)]
+        if measured:
+            template = args.chat_template or next((str(t) for i in measured
+                                                   if (t := _get(args.servers[i].flags, "chat-template"))), None)
+            configs = [{"draft": cfgs[i]["draft"], "algorithm": cfgs[i]["algorithm"], "steps": cfgs[i]["steps"],
+                        "wiring": cfgs[i]["wiring"], "count_first_token": args.engine == "sglang"} for i in measured]
+            result = await run_probe_step(ctx, "draft_reconcile", {
+                "target": args.target, "engine": args.engine, "configs": configs,
+                "requests": [{"body": r.sent(None, args.max_new_tokens)} for r in requests],
+                **({"chat_template_path": template} if template else {}),
+                "max_new_tokens": args.max_new_tokens, "device": args.device, "dtype": args.dtype,
+                "confidence": args.confidence}, python=args.python)
+            skipped = result.get("skipped") or []
+            for i, scored in zip(measured, result.get("configs") or [], strict=True):
+                if scored.get("error"):
+                    outs[i]["verdict"] = f"the draft test cannot build this server's draft ({scored['error']})"
+                    continue
+                per_request = (scored.get("row") or {}).get("per_request") or []
+                out = reconcile_traffic(per_request, skipped, requests, args.servers[i].bench, args.confidence)
+                outs[i] = {**out, **cfgs[i], "wiring": scored["wiring"], "name": args.servers[i].name}
+        for out in outs:
+            for line in traffic_lines(out["name"], out):
+                ctx.output(line + "\n", "stdout")
+        decisions = {o["decision"] for o in outs}
+        overall = ("discrepancy" if "discrepancy" in decisions else
+                   "reconciled" if decisions == {"reconciled"} else "undecided")
+        return {"decision": overall, "servers": outs, "by_name": {o["name"]: o for o in outs}, "traffic": True,
                 "verdict": "; ".join(f"{o['name']}: {o['verdict']}" for o in outs)}
 
 

@@ -672,6 +672,7 @@ class DraftReconcileResult(_Result):
     ladder_prompts: int = 0  # the benchmarks' context-ladder prompts, scored into by_length only
     engine: str
     seconds: float
+    skipped: list[dict[str, Any]] | None = None  # a traffic replay's requests not replayed offline ({index, reason})
 
 
 class DraftTestResult(_Result):

@@ -28,6 +28,51 @@ def _figure(entry: dict[str, Any]) -> str:
     return _iv(entry["accept_length"], entry.get("accept_length_ci"))
 
 
+def _offline(session: LoadedSession) -> list[tuple[str, dict[str, Any]]]:
+    """Each server of the traffic reconciles (a ``reconcile`` with ``traffic``: orchestrator/traffic/reconciled.py)."""
+    return [(str(server.get("name")), server) for e in session.of_type(StepFinished) if e.action == "reconcile"
+            for r in e.results if isinstance(r.result, dict) and r.result.get("traffic")
+            for server in r.result.get("servers") or [] if isinstance(server, dict)]
+
+
+def _pair(value: Any, ci: Any) -> str:
+    return "—" if value is None else (_iv(value, ci) if ci else f"{value:.2f} (too few)")
+
+
+def offline_blocks(session: LoadedSession) -> list[Block]:
+    """The traffic replayed offline as each server serves it, group by group beside the measurement, and the draft
+    penalised as the target where a setting penalises."""
+    servers = _offline(session)
+    if not servers:
+        return []
+    rows, cf_rows = [], []
+    for name, rc in servers:
+        for key in ("category", "sampling"):
+            for e in rc.get(f"by_{key}") or []:
+                said = {None: "undecided", True: "**disjoint**", False: "overlap"}[e.get("disjoint")]
+                rows.append([name, key, str(e.get(key)), _pair(e.get("predicted"), e.get("predicted_ci")),
+                             _pair(e.get("measured"), e.get("measured_ci")), said])
+        for e in rc.get("draft_penalised") or []:
+            cf_rows.append([name, str(e["sampling"]), str(e["requests"]), _pair(e["served"], e.get("served_ci")),
+                            _pair(e["draft_penalised"], e.get("draft_penalised_ci")),
+                            "—" if e.get("gain") is None else f"{_pair(e['gain'], e.get('gain_ci'))}x"])
+    blocks: list[Block] = [Heading("Your traffic offline, as the server serves it", 3),
+                           Para("Each greedy request replayed offline (its chat template, max_tokens and penalties "
+                                "on the target's logits, as the engine applies them), grouped as the server's "
+                                "measurements are; disjoint 95% intervals mean the server serves that group otherwise "
+                                "than the offline model of it. " + "; ".join(
+                                    f"{name}: {rc.get('decision')}" for name, rc in servers) + "."),
+                           Table(["server", "by", "group", "predicted offline [95%]", "measured [95%]", "intervals"],
+                                 rows)]
+    if cf_rows:
+        blocks += [Para("A penalised setting with the draft's logits penalised as the target's (the engine change "
+                        "that would mend a penalty's cost; both engines propose unpenalised): its prediction beside "
+                        "the served one's, and their paired gain over the same requests."),
+                   Table(["server", "sampling", "requests", "served (predicted)", "draft penalised too", "gain"],
+                         cf_rows)]
+    return blocks
+
+
 def traffic_section(session: LoadedSession) -> list[Block]:
     replays = _replays(session)
     if not replays:
@@ -61,4 +106,4 @@ def traffic_section(session: LoadedSession) -> list[Block]:
                        Table(["server", key, "measured / requests", "accept length [95%]", "tok/s"], rows)]
             blocks += _chart(session, f"traffic-by-{key}", points, f"accept length by {title}", "accept length",
                              floor=1.0)
-    return blocks
+    return blocks + offline_blocks(session)

@@ -240,6 +240,9 @@ class ReconciledServer(BaseModel):
     draft: str | None = None
     decision: str | None = None
     verdict: str | None = None
+    # a traffic reconcile's (orchestrator/traffic/reconciled.py): groups side by side, the penalised-draft counterfactual
+    by_sampling: list[dict[str, Any]] = Field(default_factory=list)
+    draft_penalised: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Reconcile(Registered):

@@ -3,7 +3,9 @@
 
 Args (JSON): {"target": dir, "engine": "sglang" | "vllm", "prompts": [str, ..] (the benchmark's), "max_new_tokens": 64,
 "configs": [{"draft": dir, "algorithm": "EAGLE3" | "EAGLE", "steps": K, "wiring": "served" | [HF indices],
-"count_first_token": bool, "ladder"?: bool}, ..], "extra_prompts"?: [str, ..] (the benchmarks' context ladders,
+"count_first_token": bool, "ladder"?: bool}, ..], "requests"?: [{"body": {...}}, ..] (a traffic replay's bodies, as
+sent, instead of prompts: traffic_offline.py), "chat_template_path"?: the server's --chat-template file,
+"extra_prompts"?: [str, ..] (the benchmarks' context ladders,
 scored into ``by_length`` only, for the configurations with ``ladder``), "extra_max_new_tokens"?: their new tokens
 (default max_new_tokens), "device"?, "dtype"?, "confidence"?: 0.95, "batch_size"?: 16, "states_from"?: the capture server (draft_test.py)}.
 
@@ -12,7 +14,11 @@ captured ONCE (the hidden states every configuration's wiring needs), and each c
 that capture with the parts its engine serves (eagle3_served), its own draft tokens per cycle and its own wiring
 ("served": what the engine's rule reads from that draft's config). Result: ``configs``, one per configuration, each
 the draft test's figures for its one wiring (tau_serving, tau_request, per_position, by_length, with intervals),
-``parts`` and ``wiring``. Greedy, no chat template: the benchmark sends raw text.
+``parts`` and ``wiring``. Greedy, no chat template: the benchmark sends raw text. With ``requests`` (a traffic
+replay), the requests are tokenised and generated as the server serves them (traffic_offline.py), and each
+configuration's row also carries ``per_request`` (``index``: the request's place in ``requests``,
+``accept_length``, and for a penalised request ``draft_penalised``: the same with the draft's logits penalised as
+the target's, the engine change that would mend a penalty's cost); ``skipped`` lists the requests not reproduced.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from remote_probes.evaluation.draft_test import (
     load_drafts,
     load_target_for,
     parse_args,
+    run_tally,
     score_wiring,
     states_source,
 )
+from remote_probes.evaluation.traffic_offline import capture_traffic, parse_requests
 
 
 def parse(args: Dict[str, Any]) -> Dict[str, Any]:
@@ -41,7 +49,8 @@ def parse(args: Dict[str, Any]) -> Dict[str, Any]:
         raise ProbeFailure("bad_args", "configs must be a non-empty list", field="configs")
     first = configs[0] if isinstance(configs[0], dict) else {}
     # the shared arguments are checked by draft_test's own parser (one configuration stands in for the draft)
-    common = {k: v for k, v in args.items() if k not in ("configs", "extra_prompts", "extra_max_new_tokens")}
+    common = {k: v for k, v in args.items() if k not in ("configs", "extra_prompts", "extra_max_new_tokens",
+                                                         "requests", "chat_template_path")}
     a = parse_args(dict(common, draft=first.get("draft"), chat_template=False))
     out = []
     for i, c in enumerate(configs):
@@ -64,6 +73,11 @@ def parse(args: Dict[str, Any]) -> Dict[str, Any]:
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise ProbeFailure("bad_args", "extra_max_new_tokens must be a positive integer", field="extra_max_new_tokens")
     a["extra_max_new_tokens"] = tokens
+    a["requests"] = parse_requests(args["requests"]) if args.get("requests") is not None else None
+    template = args.get("chat_template_path")
+    if template is not None and not isinstance(template, str):
+        raise ProbeFailure("bad_args", "chat_template_path must be a file path", field="chat_template_path")
+    a["chat_template_path"] = template
     return a
 
 
@@ -98,10 +112,18 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
                                                                                                 c["draft"]))
         loaded.append({"config": c, "draft": draft, "parts": parts, "wiring": wiring, "index": index})
     needed = sorted({i for item in loaded for i in item["wiring"]})
-    prompts = a["prompts"][:a["num_prompts"]] if a["prompts"] else []
-    if not prompts:
-        raise ProbeFailure("bad_args", "prompts (the benchmark's) are required", field="prompts")
-    runs = capture_runs(torch, tokenizer, model, prompts, a, needed, n_layers)
+    order: List[int] = []
+    skipped: List[Dict[str, Any]] = []
+    if a["requests"] is not None:
+        runs, order, skipped = capture_traffic(torch, tokenizer, model, a["requests"], a, needed)
+        if not runs:
+            raise ProbeFailure("bad_args", "no request of the traffic can be replayed offline: %s"
+                               % skipped[0]["reason"], field="requests")
+    else:
+        prompts = a["prompts"][:a["num_prompts"]] if a["prompts"] else []
+        if not prompts:
+            raise ProbeFailure("bad_args", "prompts (the benchmark's) are required", field="prompts")
+        runs = capture_runs(torch, tokenizer, model, prompts, a, needed, n_layers)
     # the benchmarks' context ladders (bench_ladder.py): captured apart (one batch would pad every short prompt to
     # the longest), scored only into by_length; the headline figures stay the benchmark's own prompts'. A rung the
     # capture server refuses (its context may be shorter than the benchmarked server's) is skipped and said
@@ -118,15 +140,34 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
         mine = ladder if c["ladder"] else []
         stats = score_wiring(torch, item["draft"], runs, item["wiring"], c["steps"], a["confidence"],
                              c["count_first_token"], length_runs=mine)
-        stats.pop("_units", None)
+        units = stats.pop("_units", None)
+        if a["requests"] is not None and units is not None:
+            stats["per_request"] = per_request(torch, item["draft"], runs, order, a["requests"], item["wiring"], c,
+                                               units)
         stats["ladder_prompts"] = len(mine)
         progress("%s %s: tau %s" % (c["draft"], item["wiring"], stats["tau_serving"]))
         rows[item["index"]] = {"draft": c["draft"], "algorithm": c["algorithm"], "steps": c["steps"],
                                "wiring": item["wiring"], "parts": item["parts"], "row": dict(stats, wiring=item["wiring"])}
     out = [rows[i] for i in range(len(a["configs"]))]  # the configs' order, one row each
     return {"configs": out, "prompts": len(runs), "ladder_prompts": len(ladder), "engine": a["engine"],
+            **({"skipped": skipped} if a["requests"] is not None else {}),
             "states": states_source(a["states_from"], needed, n_layers, [], round(captured - started, 2)),
             "seconds": round(time.monotonic() - started, 2)}
+
+
+def per_request(torch: Any, draft: Any, runs: List[Any], order: List[int], requests: List[Dict[str, Any]],
+                wiring: List[int], c: Dict[str, Any], units: Any) -> List[Dict[str, Any]]:
+    """Each replayed request's accept length (tokens / verify cycles, as the server counts it) and, for a
+    penalised one, the same with the draft penalised as the target (run_tally's counterfactual)."""
+    rows = []
+    for run, index, tokens, cycles in zip(runs, order, units[0], units[1]):  # noqa: B905 (py3.9 hosts)
+        row: Dict[str, Any] = {"index": index, "accept_length": round(tokens / cycles, 4) if cycles else None}
+        penalties = requests[index]["penalties"]
+        if not penalties.neutral:
+            tally = run_tally(torch, draft, run, wiring, c["steps"], c["count_first_token"], penalties)
+            row["draft_penalised"] = round(tally.tokens / tally.cycles, 4) if tally.cycles else None
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

@@ -432,28 +432,40 @@ def score_wiring(torch: Any, draft: Any, runs: List[Tuple[Any, int, Dict[int, An
     paired comparisons (removed before the result is returned). ``count_first_token``: tau_serving counts the token
     the prefill produced, as SGLang's accept length does (completion tokens / verify forwards). ``length_runs``
     (a benchmark's context ladder) count in ``by_length`` only."""
-    tallies = []
-    dtype = next(draft.parameters()).dtype
     every = runs + (length_runs or [])
-    for seq, prompt_len, hs in every:
-        length = seq.shape[1]
-        aux = torch.cat([hs[j] for j in wiring], dim=-1)[:, :length - 1].to(dtype)
-        nxt = torch.cat([seq[:, 1:], seq.new_zeros(1, steps)], dim=1)
-        with torch.no_grad():
-            outs = draft.ttt_forward(aux, nxt, steps=steps)
-        preds = torch.stack([o.token_ids[0] for o in outs], dim=1).tolist()  # [columns, K]
-        tokens = seq[0].tolist()
-        hits = [[(preds[t][k] == tokens[t + 2 + k]) if t + 2 + k < length else None for k in range(steps)]
-                for t in range(length - 1)]
-        tally = Tally(steps)
-        tally.add(hits, prompt_len - 1)
-        if count_first_token and tally.cycles:
-            tally.tokens += 1
-        tallies.append(tally)
+    tallies = [run_tally(torch, draft, run, wiring, steps, count_first_token) for run in every]
     out = summarize(tallies[:len(runs)], confidence)
     out["by_length"] = by_length(tallies, [prompt_len for _seq, prompt_len, _hs in every], confidence)
     out["_units"] = ([t.tokens for t in tallies[:len(runs)]], [t.cycles for t in tallies[:len(runs)]])
     return out
+
+
+def run_tally(torch: Any, draft: Any, run: Tuple[Any, int, Dict[int, Any]], wiring: List[int], steps: int,
+              count_first_token: bool = False, penalties: Any = None) -> Tally:
+    """One run's tally: the draft's K chained proposals from every column against the target's tokens.
+    ``penalties`` (penalties.Penalties): the draft's logits penalised as the target's are, with the output so far
+    (a counterfactual: the engines propose unpenalised)."""
+    seq, prompt_len, hs = run
+    length = seq.shape[1]
+    dtype = next(draft.parameters()).dtype
+    aux = torch.cat([hs[j] for j in wiring], dim=-1)[:, :length - 1].to(dtype)
+    nxt = torch.cat([seq[:, 1:], seq.new_zeros(1, steps)], dim=1)
+    with torch.no_grad():
+        outs = draft.ttt_forward(aux, nxt, steps=steps)
+    if penalties is not None and not penalties.neutral:
+        from remote_probes.evaluation.traffic_offline import penalised_proposals
+
+        preds = penalised_proposals(torch, draft, outs, seq, prompt_len, penalties)
+    else:
+        preds = torch.stack([o.token_ids[0] for o in outs], dim=1).tolist()  # [columns, K]
+    tokens = seq[0].tolist()
+    hits = [[(preds[t][k] == tokens[t + 2 + k]) if t + 2 + k < length else None for k in range(steps)]
+            for t in range(length - 1)]
+    tally = Tally(steps)
+    tally.add(hits, prompt_len - 1)
+    if count_first_token and tally.cycles:
+        tally.tokens += 1
+    return tally
 
 
 def assign_tiers(results: List[Dict[str, Any]]) -> None:

@@ -126,9 +126,21 @@ async def test_flagship_on_the_vllm_stand_in_derives_and_verifies_a_servable_fix
     sampling = board.entries["traffic_sampling"]
     assert sampling.state == "supported", [h.evidence for h in sampling.history]
     said = sampling.history[-1].evidence or ""
-    assert "temperature=0 frequency_penalty=1" in said and "v1/sample/rejection_sampler.py:" in said, said
+    settings = ["temperature=0", "temperature=0 frequency_penalty=1"]
+    assert settings[1] in said and "v1/sample/rejection_sampler.py:" in said, said
+    # replayed offline as the stand-in serves it (penalties on the target's logits): every group's prediction
+    # overlaps what the server measured, and the counterfactual penalises the draft too
+    [offline] = [r.result for e in session.events if getattr(e, "name", "") ==
+                 "Your traffic offline, reconciled with the servers" for r in getattr(e, "results", [])]
+    assert offline["decision"] == "reconciled", offline["verdict"]
+    fixed_offline = offline["by_name"]["fixed"]
+    assert [r["sampling"] for r in fixed_offline["by_sampling"]] == ["temperature=0", settings[1]]
+    [mended] = fixed_offline["draft_penalised"]
+    assert mended["sampling"] == settings[1] and mended["requests"] == 12, mended
+    assert "the offline replay reproduces it" in said, said
     report = (directory / "report.md").read_text()
     assert "## Acceptance on your traffic" in report and "| fixed | prose | 12 / 12 |" in report
+    assert "### Your traffic offline, as the server serves it" in report
     # its own prompts (the prose ones; the python ones are the bundled prompts the other steps send) never recorded
     own = [json.loads(line)["prompt"] for line in traffic.read_text().splitlines()
            if line.startswith("{") and json.loads(line)["category"] == "prose"]

@@ -102,3 +102,30 @@ def test_an_accept_length_interval_never_leaves_its_range(values: list[float]) -
     [entry] = groups([{"category": "c", "accept_length": v} for v in values], "category")
     lo, hi = entry["accept_length_ci"]
     assert 1.0 <= lo <= hi and lo <= entry["accept_length"] + 1e-9 and entry["accept_length"] <= hi + 1e-9
+
+
+def test_a_replay_reconciles_group_by_group_with_its_offline_prediction(tmp_path: Path) -> None:
+    """orchestrator/traffic/reconciled.py: each measured group beside the same group predicted offline; a group
+    whose intervals are disjoint is a discrepancy; the penalised-draft counterfactual is paired per request."""
+    from orchestrator.traffic.acceptance import traffic_acceptance
+    from orchestrator.traffic.reconciled import reconcile_traffic
+
+    path = tmp_path / "t.jsonl"
+    lines = [{"prompt": f"p{i}", "temperature": 0, "category": "code"} for i in range(4)]
+    lines += [{"prompt": f"q{i}", "temperature": 0, "frequency_penalty": 1, "category": "code"} for i in range(4)]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    requests = load_traffic(path)
+    measured = [3.0, 3.2, 2.8, 3.1, 1.8, 1.9, 1.7, 1.8]
+    rows = [{**r.public(), "accept_length": a} for r, a in zip(requests, measured, strict=True)]
+    bench = {"traffic": traffic_acceptance(rows)}
+    same = [{"index": i, "accept_length": a, **({"draft_penalised": a + 0.3} if i >= 4 else {})}
+            for i, a in enumerate(measured)]
+    rc = reconcile_traffic(same, [], requests, bench)
+    assert rc["decision"] == "reconciled" and all(r["disjoint"] is False for r in rc["by_sampling"]), rc
+    [cf] = rc["draft_penalised"]
+    assert cf["sampling"] == "temperature=0 frequency_penalty=1" and cf["requests"] == 4
+    assert cf["gain_ci"][0] > 1.0 and cf["draft_penalised"] == pytest.approx(2.1), cf
+    higher = [{"index": i, "accept_length": a + (1.0 if i >= 4 else 0.0)} for i, a in enumerate(measured)]
+    off = reconcile_traffic(higher, [{"index": 8, "reason": "samples"}], requests, bench)
+    assert off["decision"] == "discrepancy" and "temperature=0 frequency_penalty=1" in off["verdict"], off
+    assert off["skipped"] == 1 and "1 request(s) not replayed offline (samples)" in off["verdict"]

@@ -73,6 +73,19 @@ def reconciled_servers(ctx: RuleContext) -> list[dict[str, Any]]:
     return out
 
 
+@fact("reconciled_traffic_servers")
+def reconciled_traffic_servers(ctx: RuleContext) -> list[dict[str, Any]]:
+    """Every speculative server whose traffic replay (issue 40) measured, with that replay as its benchmark."""
+    out = []
+    for name, server, bench in (("spec", "spec_srv", "spec_traffic"), ("fixed", "fixed_srv", "fixed_traffic")):
+        srv, replay = ctx.server(server), ctx.bench(bench)
+        table = replay.raw.get("traffic") if replay.ok else None
+        if srv.ok and isinstance(table, dict) and not table.get("unmeasured"):
+            out.append({"name": name, "bench": replay.raw, "flags": srv.flags, "effective": srv.raw.get("effective"),
+                        "decisions": srv.raw.get("decisions")})
+    return out
+
+
 @fact("states_from")
 def states_from(ctx: RuleContext) -> dict[str, Any]:
     """Where the draft test, the counterfactuals and the reconcile read the target's hidden states: the capture

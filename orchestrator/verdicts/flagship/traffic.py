@@ -78,14 +78,53 @@ def _where(ctx: RuleContext, rid: str) -> str | None:
     return f"{extra.get('file')}:{extra.get('start')}-{extra.get('end')}" if read.found and extra.get("file") else None
 
 
+def _offline(ctx: RuleContext, settings: list[str], best: dict[str, Any]) -> str:
+    """What the offline replay (``traffic_rc``: orchestrator/traffic/reconciled.py) says of the settings below: the
+    server's figure reproduced offline or not, and the counterfactual with the draft penalised as the target: it
+    mends the setting where its interval reaches the best-served setting's, recovers a part where the paired gain
+    is above 1 but it stays below, and nothing otherwise."""
+    rc = ctx.reconcile("traffic_rc")
+    server = rc.by_name.get("fixed") or rc.by_name.get("spec")
+    if server is None:
+        return ""
+    said = []
+    for row in server.by_sampling:
+        if row.get("sampling") in settings and row.get("disjoint") is not None:
+            said.append(f"offline, {row['sampling']} predicted {num(row['predicted'])} {ci(row['predicted_ci'])} "
+                        f"where the server measured {num(row['measured'])} {ci(row['measured_ci'])}: "
+                        + ("disjoint, the offline model does not reproduce it" if row["disjoint"] else
+                           "the offline replay reproduces it"))
+    for cf in server.draft_penalised:
+        if cf.get("sampling") not in settings or not cf.get("gain_ci"):
+            continue
+        head = (f"with the draft's logits penalised as the target's, offline {num(cf['draft_penalised'])} "
+                f"{ci(cf['draft_penalised_ci'])} against {num(cf['served'])} {ci(cf['served_ci'])} "
+                f"(paired gain {num(cf['gain'])}x {ci(cf['gain_ci'])} over {cf['requests']} requests)")
+        top = best.get("accept_length_ci")
+        reaches = bool(cf.get("draft_penalised_ci") and top and cf["draft_penalised_ci"][1] >= top[0])
+        against = f"{best.get('sampling')} {num(best.get('accept_length'))} {ci(top)}"
+        if cf["gain_ci"][0] > 1.0 and reaches:
+            said.append(head + f", up to {against}: penalising the draft's proposals too would mend it, an engine "
+                               "change no flag makes; not verified on a server")
+        elif cf["gain_ci"][0] > 1.0:
+            said.append(head + f": penalising the draft too recovers a part offline, still below {against}: the "
+                               "rest is the penalised text itself, harder to draft")
+        else:
+            said.append(head + f": penalising the draft too does not recover it offline (against {against}): the "
+                               "penalised text itself is harder to draft")
+    return ("; " + "; ".join(said)) if said else ""
+
+
 @verdict_rule("traffic_sampling_apart", decides=("traffic_sampling",),
-              reads=("fixed_traffic", "spec_traffic", "vllm_sampling"))
+              reads=("fixed_traffic", "spec_traffic", "vllm_sampling", "traffic_rc"))
 def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
     """Supported when a sampling setting's accept-length interval lies below the best-served setting's on the latest
     replay; for a penalty, the reason is the installed engine's own lines (``vllm_sampling``: the penalties
-    applied to the target's logits in the rejection sampler, the draft's proposal an argmax of its own logits);
-    inconclusive when two or more settings are decided and none is told apart, or when the setting below was sent
-    on other categories than the best (the category may be the cause)."""
+    applied to the target's logits in the rejection sampler, the draft's proposal an argmax of its own logits),
+    and where the traffic was replayed offline (``traffic_rc``), whether that reproduces the server's figure and
+    whether the draft penalised as the target would recover (never confirmed: no restart applies it); inconclusive
+    when two or more settings are decided and none is told apart, or when the setting below was sent on other
+    categories than the best (the category may be the cause)."""
     found = _replay(ctx)
     if found is None:
         return None
@@ -108,6 +147,7 @@ def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
             else:
                 because += (": a penalty reaches the target's logits and not the draft's proposals; where this engine "
                             "applies it was not read on this host")
+            because += _offline(ctx, settings, apart["best"])
         elif any("temperature" in setting for setting in settings):
             because += (": sampling accepts a draft token as often as the target's distribution agrees with the "
                         "draft's (rejection sampling), less often than greedy")

@@ -1,0 +1,112 @@
+"""A traffic replay reconciled with its offline prediction, per category and per sampling setting (issue 40).
+
+The reconcile's probe (remote_probes/evaluation/draft_reconcile.py with ``requests``) replays each greedy request
+of the file offline as the server serves it and gives its accept length; here those are grouped exactly as the
+server's measurements are (acceptance.py) and each group's two 95% intervals are set side by side: disjoint is a
+discrepancy (the server serves that group otherwise than the offline model of it), overlapping is reconciled. A
+request that samples is not predicted (the probe says why) and its group stays undecided.
+
+For a penalised setting the probe also scores the draft with its logits penalised as the target's (the engine
+change that would mend a penalty's cost: both engines propose unpenalised); ``draft_penalised`` gives, per such
+setting, that counterfactual beside the served prediction with their paired gain over the same requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestrator.traffic.acceptance import groups
+from orchestrator.traffic.requests import TrafficRequest
+from remote_probes.evaluation.interval_stats import mean_interval, paired_ratio_interval
+
+
+def _disjoint(a: Sequence[float] | None, b: Sequence[float] | None) -> bool | None:
+    if not a or not b:
+        return None
+    return a[1] < b[0] or b[1] < a[0]
+
+
+def _fmt(value: float | None, ci: Sequence[float] | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{value:.2f} (too few)"
+
+
+def side_by_side(predicted: list[dict[str, Any]], measured: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """One row per measured group: its prediction, its measurement and whether their intervals are disjoint."""
+    by_name = {e[key]: e for e in predicted}
+    rows = []
+    for m in measured:
+        p = by_name.get(m[key]) or {}
+        rows.append({key: m[key], "predicted": p.get("accept_length"), "predicted_ci": p.get("accept_length_ci"),
+                     "predicted_requests": p.get("measured", 0), "measured": m.get("accept_length"),
+                     "measured_ci": m.get("accept_length_ci"), "measured_requests": m.get("measured", 0),
+                     "disjoint": _disjoint(p.get("accept_length_ci"), m.get("accept_length_ci"))})
+    return rows
+
+
+def draft_penalised(per_request: Sequence[Mapping[str, Any]], requests: Sequence[TrafficRequest],
+                    confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Per penalised setting: the served prediction, the counterfactual with the draft penalised as the target,
+    and their paired gain (the mean accept length's ratio over the same requests) with its interval."""
+    by: dict[str, list[tuple[float, float]]] = {}
+    for row in per_request:
+        if row.get("draft_penalised") is None or row.get("accept_length") is None:
+            continue
+        by.setdefault(requests[int(row["index"])].sampling, []).append(
+            (float(row["accept_length"]), float(row["draft_penalised"])))
+    out = []
+    for setting, pairs in by.items():
+        served = [a for a, _ in pairs]
+        mended = [b for _, b in pairs]
+        s_iv, m_iv = mean_interval(served, confidence, low=1.0), mean_interval(mended, confidence, low=1.0)
+        ones = [1.0] * len(pairs)
+        gain = paired_ratio_interval(mended, ones, served, ones, confidence)
+        out.append({"sampling": setting, "requests": len(pairs),
+                    "served": round(sum(served) / len(served), 4),
+                    "served_ci": s_iv.as_list() if s_iv is not None else None,
+                    "draft_penalised": round(sum(mended) / len(mended), 4),
+                    "draft_penalised_ci": m_iv.as_list() if m_iv is not None else None,
+                    "gain": round(gain.estimate, 4) if gain is not None else None,
+                    "gain_ci": gain.as_list() if gain is not None else None})
+    return out
+
+
+def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequence[Mapping[str, Any]],
+                      requests: Sequence[TrafficRequest], bench: Mapping[str, Any],
+                      confidence: float = 0.95) -> dict[str, Any]:
+    """The offline prediction of one server's traffic replay beside its measurement, group by group."""
+    rows = [{**requests[int(r["index"])].public(), "accept_length": r.get("accept_length")} for r in per_request]
+    table = bench.get("traffic") or {}
+    by_category = side_by_side(groups(rows, "category", confidence), table.get("by_category") or [], "category")
+    by_sampling = side_by_side(groups(rows, "sampling", confidence), table.get("by_sampling") or [], "sampling")
+    decided = [r for r in by_category + by_sampling if r["disjoint"] is not None]
+    off = [r for r in decided if r["disjoint"]]
+    decision = "discrepancy" if off else ("reconciled" if decided else "undecided")
+    cf = draft_penalised(per_request, requests, confidence)
+    parts = [f"{r.get('category', r.get('sampling'))}: predicted {_fmt(r['predicted'], r['predicted_ci'])}, "
+             f"measured {_fmt(r['measured'], r['measured_ci'])}" for r in by_category + by_sampling]
+    if decision == "discrepancy":
+        verdict = ("your traffic offline against the server, disjoint for "
+                   + ", ".join(str(r.get("category") or r.get("sampling")) for r in off)
+                   + ": the server serves these requests otherwise than the offline model of it")
+    elif decision == "reconciled":
+        verdict = "your traffic offline against the server: every decided group's intervals overlap"
+    else:
+        verdict = "your traffic offline against the server: no group has an interval on both sides"
+    verdict += " (" + "; ".join(parts) + ")"
+    if skipped:
+        verdict += f"; {len(skipped)} request(s) not replayed offline ({skipped[0].get('reason')})"
+    return {"decision": decision, "verdict": verdict, "by_category": by_category, "by_sampling": by_sampling,
+            "draft_penalised": cf, "skipped": len(skipped), "predicted_requests": len(rows)}
+
+
+def traffic_lines(name: str, rc: Mapping[str, Any]) -> list[str]:
+    """The console's view (the TUI and MCP show the step's output too)."""
+    lines = [f"reconcile {name} traffic: {rc['decision']}: {rc['verdict']}"]
+    for e in rc.get("draft_penalised") or []:
+        lines.append(f"  {e['sampling']}: draft penalised as the target {_fmt(e['draft_penalised'], e['draft_penalised_ci'])}"
+                     f" against served {_fmt(e['served'], e['served_ci'])}, gain {_fmt(e['gain'], e['gain_ci'])}x "
+                     f"over {e['requests']} request(s)")
+    return lines

@@ -1,0 +1,161 @@
+"""A user's traffic replayed offline as the engine serves it (issue 40): the reconcile's side of a traffic file.
+
+Each request (the body a benchmark sent: ``prompt`` or ``messages``, its ``max_tokens``, its sampling fields) is
+tokenised as the server does: a completion's prompt with the tokenizer's special tokens, a chat request through
+the chat template the server applies (its ``--chat-template`` file, else the tokenizer's), with the request's
+``chat_template_kwargs`` and the generation prompt, tokenised without special tokens (vLLM's renderer, SGLang's
+serving_chat). The target then generates greedily with the request's penalties applied to its logits as vLLM
+applies them (penalties.py), and one forward captures the hidden states the drafts need. A request that samples
+(temperature > 0, or none written) is not reproduced: greedy tokens would stand in for sampled ones, and the
+rejection sampler's acceptance in expectation is not modelled yet; it is counted in ``skipped`` with the reason.
+
+``penalised_proposals`` is the counterfactual of the engine change that would mend a penalty's cost: the draft's
+logits penalised with the same output so far as the target's, before its argmax.
+
+Public API: ``parse_requests(raw)``, ``capture_traffic(torch, tokenizer, model, requests, a, needed)``,
+``penalised_proposals(torch, draft, outs, seq, prompt_len, penalties)``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from remote_probes.agent.protocol import ProbeFailure, progress
+from remote_probes.evaluation.penalties import Penalties
+
+
+def parse_requests(raw: Any) -> List[Dict[str, Any]]:
+    """``[{"body": {...}}, ...]``: each the body a benchmark sent (``prompt`` or ``messages``)."""
+    if not isinstance(raw, list) or not raw:
+        raise ProbeFailure("bad_args", "requests must be a non-empty list of {body}", field="requests")
+    out = []
+    for i, item in enumerate(raw):
+        body = item.get("body") if isinstance(item, dict) else None
+        if not isinstance(body, dict) or (body.get("prompt") is None) == (body.get("messages") is None):
+            raise ProbeFailure("bad_args", "requests[%d] needs a body with a prompt or messages" % i, field="requests")
+        tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ProbeFailure("bad_args", "requests[%d].body.max_tokens must be a positive integer" % i,
+                               field="requests")
+
+        class _Bad(Exception):
+            pass
+
+        try:
+            penalties = Penalties.from_body(body, _Bad)
+        except _Bad as exc:
+            raise ProbeFailure("bad_args", "requests[%d]: %s" % (i, exc), field="requests") from None
+        temperature = body.get("temperature")
+        sampled = temperature is None or (isinstance(temperature, (int, float)) and temperature > 0)
+        out.append({"body": body, "max_tokens": tokens, "penalties": penalties, "sampled": sampled})
+    return out
+
+
+def _template(tokenizer: Any, path: Optional[str]) -> Optional[str]:
+    if path:
+        if not os.path.isfile(path):
+            raise ProbeFailure("bad_args", "chat_template %s is not a file on this host" % path, field="chat_template")
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    return getattr(tokenizer, "chat_template", None) or None
+
+
+def encode(tokenizer: Any, body: Dict[str, Any], template: Optional[str]) -> List[int]:
+    """The request's prompt ids as the server builds them."""
+    if body.get("prompt") is not None:
+        return list(tokenizer(body["prompt"])["input_ids"])
+    if not template:
+        raise ProbeFailure("bad_args", "a chat request needs a chat template: the server's --chat-template or the "
+                           "tokenizer's (it has none)", field="chat_template")
+    kwargs = body.get("chat_template_kwargs") or {}
+    text = tokenizer.apply_chat_template(body["messages"], chat_template=template, tokenize=False,
+                                         add_generation_prompt=bool(body.get("add_generation_prompt", True)),
+                                         **kwargs)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _processor(torch: Any, prompt_len: int, penalties: Penalties) -> Any:
+    """A transformers LogitsProcessor applying vLLM's penalties (penalties.penalise) during generate."""
+    from transformers import LogitsProcessor
+
+    from remote_probes.evaluation.penalties import penalise
+
+    class VllmPenalties(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            vocab = scores.shape[-1]
+            counts = torch.zeros(scores.shape[0], vocab, dtype=torch.float32, device=scores.device)
+            out_ids = input_ids[:, prompt_len:]
+            if out_ids.shape[1]:
+                counts.scatter_add_(1, out_ids, torch.ones_like(out_ids, dtype=torch.float32))
+            seen = torch.zeros(vocab, dtype=torch.bool, device=scores.device)
+            seen[input_ids[0, :prompt_len]] = True
+            return penalise(scores, seen, counts, penalties).to(scores.dtype)
+
+    return VllmPenalties()
+
+
+def capture_traffic(torch: Any, tokenizer: Any, model: Any, requests: List[Dict[str, Any]], a: Dict[str, Any],
+                    needed: List[int]) -> Tuple[List[Tuple[Any, int, Dict[int, Any]]], List[int], List[Dict[str, Any]]]:
+    """(runs, the request index of each run, skipped requests ``{index, reason}``): each greedy request generated
+    one at a time (no padding a repetition penalty could count) with its own max_tokens and penalties."""
+    if a.get("states_from") is not None:
+        raise ProbeFailure("bad_args", "a traffic replay offline takes the target's states from transformers here; "
+                           "engine-captured states do not carry a request's penalties yet", field="states_from")
+    from transformers import LogitsProcessorList
+
+    template = _template(tokenizer, a.get("chat_template_path"))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+    runs, order, skipped = [], [], []
+    for index, req in enumerate(requests):
+        if req["sampled"]:
+            skipped.append({"index": index, "reason": "samples (temperature > 0 or none written): greedy tokens "
+                            "would stand in for sampled ones"})
+            continue
+        prompt_ids = encode(tokenizer, req["body"], template)
+        ids = torch.tensor([prompt_ids], device=model.device)
+        processors = LogitsProcessorList([] if req["penalties"].neutral else
+                                         [_processor(torch, len(prompt_ids), req["penalties"])])
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=req["max_tokens"],
+                                 do_sample=False, pad_token_id=pad, logits_processor=processors)
+        generated = out[0, len(prompt_ids):].tolist()
+        if eos is not None and eos in generated:
+            generated = generated[:generated.index(eos) + 1]
+        seq = torch.tensor([prompt_ids + generated], device=model.device)
+        with torch.no_grad():
+            hidden = model(input_ids=seq, output_hidden_states=True).hidden_states
+        runs.append((seq, len(prompt_ids), {j: hidden[j] for j in needed}))
+        order.append(index)
+        del hidden
+        progress("request %d/%d replayed offline" % (index + 1, len(requests)), prompt=index + 1,
+                 prompts=len(requests), tokens=int(seq.shape[1]))
+    return runs, order, skipped
+
+
+def penalised_proposals(torch: Any, draft: Any, outs: List[Any], seq: Any, prompt_len: int,
+                        penalties: Penalties) -> List[List[int]]:
+    """[columns, K] target ids: the draft's step-k proposal from column t with its logits penalised by the output
+    before that token (``seq[prompt_len : t + 2 + k]``: teacher-forced, as ttt_forward's chain is), through d2t."""
+    from remote_probes.evaluation.penalties import penalise
+
+    tokens = seq[0]
+    length = int(tokens.shape[0])
+    draft_vocab = int(outs[0].logits.shape[-1])
+    to_target = draft.to_target_ids(torch.arange(draft_vocab, device=tokens.device))
+    vocab = int(max(int(to_target.max()) + 1, int(tokens.max()) + 1))
+    onehot = torch.zeros(length, vocab, dtype=torch.float32, device=tokens.device)
+    onehot[torch.arange(prompt_len, length), tokens[prompt_len:]] = 1.0
+    # counts[i]: the output tokens among positions < i
+    counts = torch.cat([onehot.new_zeros(1, vocab), onehot.cumsum(0)], dim=0)
+    seen = torch.zeros(vocab, dtype=torch.bool, device=tokens.device)
+    seen[tokens[:prompt_len]] = True
+    seen_d = seen[to_target]
+    columns = int(outs[0].logits.shape[1])
+    per_step = []
+    for k, out in enumerate(outs):
+        upto = torch.clamp(torch.arange(columns, device=tokens.device) + 2 + k, max=length)
+        logits = penalise(out.logits[0], seen_d, counts[upto][:, to_target], penalties)
+        per_step.append(to_target[logits.argmax(-1)])
+    return torch.stack(per_step, dim=1).tolist()

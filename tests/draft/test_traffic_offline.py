@@ -1,0 +1,62 @@
+"""A traffic file replayed offline (issue 40): the reconcile's probe with ``requests`` tokenises, generates and
+penalises each request as the lab's vLLM stand-in serves it, and scores the draft on it, per request; a request
+that samples is said and skipped. The served side is held against real vLLM in tests/lab/test_lab_vs_vllm.py."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests import realparts
+
+realparts.importorskip("torch")
+realparts.importorskip("transformers")
+
+from tests.draft.test_end_to_end import lab_pair, run_draft_test  # noqa: E402,F401 (the fixture)
+
+pytestmark = [pytest.mark.lab, pytest.mark.torch, pytest.mark.timeout(900)]
+
+TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+def test_the_offline_replay_generates_each_request_as_the_stand_in_serves_it(lab_pair, tmp_path) -> None:  # noqa: F811
+    from orchestrator.actions.bench import load_prompts
+    from orchestrator.lab.stand_in.model_runner import LabModelRunner
+    from orchestrator.lab.stand_in.sglang_args import build_parser, resolve
+    from remote_probes.evaluation.penalties import Penalties
+
+    target, draft, _wiring, _n = lab_pair
+    template = tmp_path / "chat.jinja"
+    template.write_text(TEMPLATE)
+    code = load_prompts(None)[:2]
+    bodies = [{"prompt": code[0], "temperature": 0, "max_tokens": 24},
+              {"prompt": code[0], "temperature": 0, "max_tokens": 24, "frequency_penalty": 1.0},
+              {"prompt": code[1], "temperature": 0, "max_tokens": 24, "repetition_penalty": 1.3},
+              {"messages": [{"role": "user", "content": "def add(a, b):"}], "temperature": 0, "max_tokens": 24},
+              {"prompt": code[1], "temperature": 0.8, "max_tokens": 24}]
+    rc = run_draft_test(tmp_path, {"target": str(target), "engine": "vllm", "max_new_tokens": 24,
+                                   "requests": [{"body": b} for b in bodies], "chat_template_path": str(template),
+                                   "configs": [{"draft": str(draft), "algorithm": "EAGLE3", "steps": 3}]},
+                        probe="draft_reconcile")
+    assert rc["prompts"] == 4 and [s["index"] for s in rc["skipped"]] == [4], rc["skipped"]
+    assert "samples" in rc["skipped"][0]["reason"]
+    rows = rc["configs"][0]["row"]["per_request"]
+    assert [r["index"] for r in rows] == [0, 1, 2, 3]
+    assert all(r["accept_length"] >= 1.0 for r in rows), rows
+    assert "draft_penalised" not in rows[0] and rows[1]["draft_penalised"] >= 1.0 and "draft_penalised" in rows[2]
+
+    # the stand-in (speculative, its penalties on the target's logits) serves the same tokens, and the same accept
+    # length, as the offline replay predicts for the draft it serves
+    ns = build_parser().parse_args(["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+                                    "--speculative-draft-model-path", str(draft), "--speculative-num-steps", "3",
+                                    "--speculative-eagle-topk", "1"])
+    runner = LabModelRunner(resolve(ns, target_architecture="LlamaForCausalLM"), log=logging.getLogger("t").debug)
+    tokenizer = runner.tokenizer
+    for body, row in zip(bodies[:3], rows[:3], strict=True):
+        gen = runner.generate(tokenizer(body["prompt"])["input_ids"], max_new_tokens=24, stop=[], stop_token_ids=[],
+                              ignore_eos=False, penalties=Penalties.from_body(body, ValueError))
+        served = len(gen.output_ids) / gen.spec.verify_ct  # the first token counted, as vLLM's counters do not
+        assert gen.spec.verify_ct and abs(row["accept_length"] - (gen.spec.accepted_tokens / gen.spec.verify_ct)) \
+            < 1e-3, (body, row, served, gen.spec)
