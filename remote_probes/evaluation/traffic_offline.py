@@ -8,6 +8,8 @@ serving_chat). The target then generates greedily with the request's penalties a
 applies them (penalties.py), and one forward captures the hidden states the drafts need. A request that samples
 (temperature > 0, or none written) is not reproduced: greedy tokens would stand in for sampled ones, and the
 rejection sampler's acceptance in expectation is not modelled yet; it is counted in ``skipped`` with the reason.
+So is a penalised request on SGLang: its relaxed penalty (penalties.py ``RULES["sglang"]``) feeds one token per
+verify cycle, so what is served depends on the draft's acceptance and is not greedy penalised decoding.
 
 ``penalised_proposals`` is the counterfactual of the engine change that would mend a penalty's cost: the draft's
 logits penalised with the same output so far as the target's, before its argmax.
@@ -112,6 +114,11 @@ def capture_traffic(torch: Any, tokenizer: Any, model: Any, requests: List[Dict[
         if req["sampled"]:
             skipped.append({"index": index, "reason": "samples (temperature > 0 or none written): greedy tokens "
                             "would stand in for sampled ones"})
+            continue
+        if a.get("engine") == "sglang" and not req["penalties"].neutral:
+            skipped.append({"index": index, "reason": "penalised on SGLang, whose relaxed penalty (one token fed "
+                            "per verify cycle) makes the served tokens depend on the draft's acceptance, cycle by "
+                            "cycle: not replayed offline yet"})
             continue
         prompt_ids = encode(tokenizer, req["body"], template)
         ids = torch.tensor([prompt_ids], device=model.device)

@@ -51,7 +51,7 @@ async def test_seed_investigation_over_mcp(lab: LabPaths, tmp_path: Path) -> Non
         assert spec_bench["status"] == "ok" and spec_bench["result"]["accept_length"] > 0
         # the user's own traffic over MCP (issue 40): replayed, grouped by category; the lab stands in for SGLang
         # 0.5.12.post1 here, whose OpenAI answers carry no per-request stats, and the result says so; the penalised
-        # half of the example is refused in the lab's own words (its SGLang stand-in applies no penalty)
+        # half of the example is served too (by SGLang's relaxed rule: remote_probes/evaluation/penalties.py)
         example = Path(__file__).resolve().parents[2] / "playbooks" / "traffic-example.jsonl"
         replay = await call(client, "server_bench", server="spec", traffic=str(example))
         assert replay["status"] == "ok", replay["error"]
@@ -59,7 +59,7 @@ async def test_seed_investigation_over_mcp(lab: LabPaths, tmp_path: Path) -> Non
         assert table["requests"] == 24 and [e["category"] for e in table["by_category"]] == ["python", "prose"]
         assert table["unmeasured"] == "the server gave no per-request accept length"
         penalised = next(e for e in table["by_sampling"] if "frequency_penalty" in e["sampling"])
-        assert penalised["failed"] == 12 and "lab (NOT SGLang)" in penalised["error"], penalised
+        assert penalised["requests"] == 12 and penalised["failed"] == 0, penalised
         await call(client, "server_stop", name="spec")
 
         # 3. the draft, statically

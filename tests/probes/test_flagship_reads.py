@@ -13,6 +13,9 @@ The reads are taken from the playbook itself, so a drifting playbook fails here.
 | capture_loop        | models/llama.py LlamaModel.forward (appends hidden_states + residual) | same (capture_output to the layer) |
 | aux_ids             | model_executor/model_runner.py (ModelRunner)           | model_runner_components/spec_aux_hidden_state.py |
 | topk_rule           | srt/server_args.py                                     | srt/arg_groups/speculative_hook.py              |
+| sglang_target_penalties | speculative/eagle_info_v2.py (verify: one penalty per cycle) | speculative/eagle_utils.py             |
+| sglang_penalty_history  | eagle_info_v2.py (the last output token, once per cycle) | managers/schedule_batch.py cumulate_penalty_output_tokens |
+| sglang_draft_proposal   | eagle_worker_v2.py fast_topk over the draft's own probs | same                                          |
 """
 
 from __future__ import annotations
@@ -68,6 +71,13 @@ EXPECTED: dict[str, dict[str, Expected]] = {
         "topk_rule": ("srt/server_args.py", None, 1, [
             "self.speculative_eagle_topk == 1",
             "self.speculative_num_draft_tokens = self.speculative_num_steps + 1"]),
+        # issue 40: a request's penalties in speculative decoding (spec v2's verify and prepare-for-decode)
+        "sglang_target_penalties": ("srt/speculative/eagle_info_v2.py", None, 1, [
+            "# This is a relaxed version of penalties for speculative decoding.",
+            "if sampling_info.acc_additive_penalties is not None:"]),
+        "sglang_penalty_history": ("srt/speculative/eagle_info_v2.py", None, 1, [
+            "req.output_ids[-1]", "batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens("]),
+        "sglang_draft_proposal": (V2_WORKER, None, None, ["topk_p, topk_index = fast_topk(probs, self.topk, dim=-1)"]),
     },
     NEW: {
         **COMMON,
@@ -87,6 +97,12 @@ EXPECTED: dict[str, dict[str, Expected]] = {
         "topk_rule": ("srt/arg_groups/speculative_hook.py", None, 0, [
             "cfg.speculative_eagle_topk == 1",
             "speculative_num_draft_tokens=cfg.speculative_num_steps + 1"]),
+        "sglang_target_penalties": ("srt/speculative/eagle_utils.py", None, 0, [
+            "# This is a relaxed version of penalties for speculative decoding.",
+            "if sampling_info.acc_additive_penalties is not None:"]),
+        "sglang_penalty_history": ("srt/managers/schedule_batch.py", "ScheduleBatch.cumulate_penalty_output_tokens", 0,
+                                   ["req.output_ids[-1] if len(req.output_ids) else req.origin_input_ids[-1]"]),
+        "sglang_draft_proposal": (V2_WORKER, None, None, ["topk_p, topk_index = fast_topk(probs, self.topk, dim=-1)"]),
     },
 }
 

@@ -27,10 +27,15 @@ PROSE = ["Tell me about the history of the city of Lyon and its bridges.",
          "Explain how a bicycle stays upright when it moves."]
 
 
-def traffic_file(path: Path) -> Path:
+def traffic_file(path: Path, penalised: bool = False) -> Path:
+    """Greedy code completions, greedy chat (a batch-API line each), one sampled request; ``penalised``: the code
+    prompts again with ``frequency_penalty: 1``."""
     code = [p["text"] for p in json.loads((REPO / "orchestrator/data/bench_prompts.json").read_text())["prompts"]
             if p["kind"].startswith("code")]
     lines = [{"prompt": text, "temperature": 0, "max_tokens": 32, "category": "python"} for text in code]
+    if penalised:
+        lines += [{"prompt": text, "temperature": 0, "max_tokens": 32, "category": "python",
+                   "frequency_penalty": 1} for text in code]
     lines += [{"custom_id": f"c{i}", "method": "POST", "url": "/v1/chat/completions",
                "body": {"model": "prod-model", "messages": [{"role": "user", "content": text}], "temperature": 0,
                         "max_tokens": 32, "metadata": {"category": "prose"}}} for i, text in enumerate(PROSE)]
@@ -120,9 +125,9 @@ def test_the_sglang_stand_in_replays_traffic_as_its_version_answers(
         measured: bool) -> None:
     """SGLang's OpenAI routes carry per-request speculative stats from the 0.5.23 tree on
     (``sglext.spec_tokens_details``, asked by ``return_spec_tokens_details``); 0.5.12.post1's carry none, and the
-    replay says so rather than guess."""
+    replay says so rather than guess. A greedy request's penalty is served, by SGLang's relaxed rule."""
     inventory = sglang_inventory(state_dir, lab_models, sglang_trees(version))
-    traffic = traffic_file(tmp_path / "traffic.jsonl")
+    traffic = traffic_file(tmp_path / "traffic.jsonl", penalised=True)
     template = tmp_path / "template.jinja"
     template.write_text(TEMPLATE)
     ran = run_playbook(f"""
@@ -140,12 +145,14 @@ steps:
     b = ran.result("s2")["result"]
     table = b["traffic"]
     groups = {e["category"]: e for e in table["by_category"]}
-    assert b["completed"] == 11 and groups["sampled"]["failed"] == 1
+    assert b["completed"] == 16 and groups["sampled"]["failed"] == 1
     assert "lab (NOT SGLang)" in groups["sampled"]["error"]
     if measured:
-        for name, count in (("python", 5), ("prose", 6)):
+        for name, count in (("python", 10), ("prose", 6)):
             entry = groups[name]
             assert entry["measured"] == count and 1.0 <= entry["accept_length_ci"][0], entry
+        penalised = next(e for e in table["by_sampling"] if e["sampling"] == "temperature=0 frequency_penalty=1")
+        assert penalised["measured"] == 5 and penalised["failed"] == 0, penalised
         assert "unmeasured" not in table
     else:
         assert table["unmeasured"] == "the server gave no per-request accept length"

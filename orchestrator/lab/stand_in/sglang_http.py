@@ -31,6 +31,7 @@ from orchestrator.lab.stand_in.sglang_args import LabServerArgs
 from orchestrator.lab.stand_in.sglang_openai import OpenAIRequestError, chat_prompt
 from orchestrator.lab.stand_in.sglang_openai import answer as openai_answer
 from orchestrator.lab.stand_in.sglang_openai import options as openai_options
+from remote_probes.evaluation.penalties import NONE, RULES, Penalties
 
 LAB_NOTE = ("This is the orchestrator lab's CPU stand-in for SGLang (python -m orchestrator.lab.stand_in.server), "
             "not SGLang. It speaks SGLang {version}'s flags and HTTP API and really runs greedy chain "
@@ -129,7 +130,9 @@ class ServerState:
             raise RequestError("sampling_params must be an object")
         opts = {"max_new_tokens": sp.get("max_new_tokens", 128), "stop": sp.get("stop") or [],
                 "stop_token_ids": sp.get("stop_token_ids") or [], "ignore_eos": bool(sp.get("ignore_eos", False)),
-                "temperature": sp.get("temperature", 1.0)}
+                "temperature": sp.get("temperature", 1.0),
+                # served by SGLang's relaxed rule in speculative decoding (remote_probes/evaluation/penalties.py)
+                "penalties": Penalties.from_body(sp, RequestError, RULES["sglang"])}
         if not isinstance(opts["max_new_tokens"], int) or opts["max_new_tokens"] < 0:
             raise RequestError("sampling_params.max_new_tokens must be a non-negative integer")
         if isinstance(opts["stop"], str):
@@ -148,7 +151,8 @@ class ServerState:
         models = self.models
         assert models is not None
         return models.generate(prompt, max_new_tokens=opts["max_new_tokens"], stop=opts["stop"],
-                               stop_token_ids=opts["stop_token_ids"], ignore_eos=opts["ignore_eos"], on_step=on_step)
+                               stop_token_ids=opts["stop_token_ids"], ignore_eos=opts["ignore_eos"], on_step=on_step,
+                               penalties=opts.get("penalties", NONE), rule=RULES["sglang"])
 
     def response(self, gen: Generation, opts: dict[str, Any], rid: str, started: float) -> dict[str, Any]:
         models = self.models

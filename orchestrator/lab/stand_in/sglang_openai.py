@@ -7,8 +7,8 @@ asks ``return_spec_tokens_details: true`` (protocol.py ``SglExt``; serving_compl
 it from the request's meta_info). The lab follows the version it stands in for. The chat template is
 ``--chat-template`` (a Jinja file), else the tokenizer's. Deviations, all visible: a request that samples
 (temperature > 0, none written, or a penalty) is refused with a "lab (NOT SGLang)" 400 instead of being served
-greedily in its place, so that no greedy figure passes for a sampled one. (SGLang verifies with a "relaxed"
-penalty, eagle_info.py: the lab's vLLM stand-in applies vLLM's, this one none yet.)
+greedily in its place, so that no greedy figure passes for a sampled one. A greedy request's penalties are served
+by SGLang's own "relaxed" rule in speculative decoding (remote_probes/evaluation/penalties.py ``RULES["sglang"]``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_probes.evaluation.penalties import NONE as NO_PENALTIES
-from remote_probes.evaluation.penalties import Penalties
+from remote_probes.evaluation.penalties import RULES, Penalties
 
 #: the first SGLang tree read here whose OpenAI answers carry per-request speculative stats (SglExt)
 SPEC_DETAILS_FROM = (0, 5, 23)
@@ -51,7 +51,7 @@ def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
         said = f"no temperature ({engine}'s default: 1.0)" if temperature is None else f"temperature {temperature}"
         raise error(f"lab (NOT {engine}): the lab's {engine} stand-in decodes greedily only; this request "
                     f"samples ({said}): give temperature 0, or replay it on a real {engine}")
-    asked = Penalties.from_body(body, error)
+    asked = Penalties.from_body(body, error, RULES[engine.lower()])
     if not penalties:
         for name, value in (("frequency_penalty", asked.frequency), ("presence_penalty", asked.presence),
                             ("repetition_penalty", asked.repetition != 1.0)):
@@ -63,12 +63,12 @@ def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
     stop = body.get("stop") or []
     return {"max_new_tokens": max_tokens, "stop": [stop] if isinstance(stop, str) else list(stop),
             "stop_token_ids": list(body.get("stop_token_ids") or []), "ignore_eos": bool(body.get("ignore_eos")),
-            "temperature": 0.0, "penalties": asked if penalties else NO_PENALTIES}
+            "temperature": 0.0, "penalties": asked if penalties else NO_PENALTIES, "rule": RULES[engine.lower()]}
 
 
 def options(body: dict[str, Any]) -> dict[str, Any]:
-    """SGLang's stand-in's options (``greedy_options``)."""
-    return greedy_options(body, "SGLang", OpenAIRequestError)
+    """SGLang's stand-in's options (``greedy_options``): a greedy request's penalties served by SGLang's rule."""
+    return greedy_options(body, "SGLang", OpenAIRequestError, penalties=True)
 
 
 def chat_prompt(tokenizer: Any, chat_template: str | None, body: dict[str, Any]) -> list[int]:

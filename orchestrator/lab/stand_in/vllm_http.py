@@ -253,7 +253,7 @@ class VllmHandler(LabHandler):
         try:
             gen = state.models.generate(ids, max_new_tokens=opts["max_new_tokens"], stop=opts["stop"],
                                         stop_token_ids=opts["stop_token_ids"], ignore_eos=opts["ignore_eos"],
-                                        on_step=on_step, penalties=opts["penalties"])
+                                        on_step=on_step, penalties=opts["penalties"], rule=opts["rule"])
         except ValueError as exc:
             raise RequestError(str(exc)) from None
         state.count(gen)  # under the lock: the counters move before the answer is sent, as one request's

@@ -72,8 +72,8 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
 PENALTIES = ("frequency_penalty", "presence_penalty", "repetition_penalty")
 
 
-def _where(ctx: RuleContext, rid: str) -> str | None:
-    read = ctx.reads("vllm_sampling").read(rid)
+def _where(ctx: RuleContext, rid: str, register: str = "vllm_sampling") -> str | None:
+    read = ctx.reads(register).read(rid)
     extra = read.model_extra or {}
     return f"{extra.get('file')}:{extra.get('start')}-{extra.get('end')}" if read.found and extra.get("file") else None
 
@@ -115,12 +115,33 @@ def _offline(ctx: RuleContext, settings: list[str], best: dict[str, Any]) -> str
     return ("; " + "; ".join(said)) if said else ""
 
 
+def _penalty_reason(ctx: RuleContext) -> str:
+    """Where the installed engine applies a request's penalties and how its draft proposes, from its own lines."""
+    target, draft = _where(ctx, "target_penalties"), _where(ctx, "draft_proposal")
+    if target and draft:
+        return (f": vLLM {ctx.reads('vllm_sampling').version} applies a request's penalties to the target's logits "
+                f"({target}) while the draft proposes the argmax of its own logits, unpenalised ({draft}): the draft "
+                "proposes tokens the penalised target rejects")
+    target = _where(ctx, "sglang_target_penalties", "sglang_sampling")
+    fed = _where(ctx, "sglang_penalty_history", "sglang_sampling")
+    draft = _where(ctx, "sglang_draft_proposal", "sglang_sampling")
+    if target and fed and draft:
+        return (f": SGLang {ctx.reads('sglang_sampling').version} penalises the target's logits in verification, one "
+                f"penalty for every position of a verify cycle ({target}), from the output tokens its penalisers are "
+                f"fed, the last one once per cycle ({fed}), while the draft proposes the top-k of its own logits, "
+                f"unpenalised ({draft}): the draft proposes tokens the penalised target rejects, and the tokens "
+                "accepted inside a cycle are never counted")
+    return (": a penalty reaches the target's logits and not the draft's proposals; where this engine applies it was "
+            "not read on this host")
+
+
 @verdict_rule("traffic_sampling_apart", decides=("traffic_sampling",),
-              reads=("fixed_traffic", "spec_traffic", "vllm_sampling", "traffic_rc"))
+              reads=("fixed_traffic", "spec_traffic", "vllm_sampling", "sglang_sampling", "traffic_rc"))
 def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
     """Supported when a sampling setting's accept-length interval lies below the best-served setting's on the latest
     replay; for a penalty, the reason is the installed engine's own lines (``vllm_sampling``: the penalties
-    applied to the target's logits in the rejection sampler, the draft's proposal an argmax of its own logits),
+    applied to the target's logits in the rejection sampler, the draft's proposal an argmax of its own logits;
+    ``sglang_sampling``: SGLang's relaxed penalty, one per verify cycle from a history fed once per cycle),
     and where the traffic was replayed offline (``traffic_rc``), whether that reproduces the server's figure and
     whether the draft penalised as the target would recover (never confirmed: no restart applies it); inconclusive
     when two or more settings are decided and none is told apart, or when the setting below was sent on other
@@ -138,16 +159,7 @@ def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
         settings = [str(e["sampling"]) for e in apart["below"]]
         because = _below(what, apart, "sampling")
         if any(p in setting for setting in settings for p in PENALTIES):
-            target, draft = _where(ctx, "target_penalties"), _where(ctx, "draft_proposal")
-            version = ctx.reads("vllm_sampling").version
-            if target and draft:
-                because += (f": vLLM {version} applies a request's penalties to the target's logits ({target}) "
-                            f"while the draft proposes the argmax of its own logits, unpenalised ({draft}): the "
-                            "draft proposes tokens the penalised target rejects")
-            else:
-                because += (": a penalty reaches the target's logits and not the draft's proposals; where this engine "
-                            "applies it was not read on this host")
-            because += _offline(ctx, settings, apart["best"])
+            because += _penalty_reason(ctx) + _offline(ctx, settings, apart["best"])
         elif any("temperature" in setting for setting in settings):
             because += (": sampling accepts a draft token as often as the target's distribution agrees with the "
                         "draft's (rejection sampling), less often than greedy")
