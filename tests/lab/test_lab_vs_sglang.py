@@ -37,11 +37,50 @@ def both(lab: LabPaths, sglang_host: SglangHost, tmp_path_factory: pytest.TempPa
                                + "\n" for p in prompts[:4]))
 
     def replay(server: vd.ServerProcess) -> dict[str, Any]:
-        return vd.replay(server, traffic, SglangAdapter())
+        return {**vd.replay(server, traffic, SglangAdapter()), "penalised": penalised(server, prompts[:3])}
 
     lab_side = sd.serve(sd.lab_server(lab.target, work / "lab", site), prompts, TOKENS, READY_S, replay)
     real_side = sd.serve(sd.real_server(sglang_host, lab.target, work / "real"), prompts, TOKENS, READY_S, replay)
     return lab_side, real_side
+
+
+#: greedy requests with penalties (issue 40): SGLang's penalisers (penaltylib) on plain decoding, where every token
+#: is fed; the repetition penalty counts the output only, where vLLM's counts the prompt too
+PENALTIES = ({"frequency_penalty": 1.0}, {"repetition_penalty": 1.3})
+
+
+def penalised(server: vd.ServerProcess, prompts: list[str]) -> list[list[int]]:
+    """The output ids of each prompt under each of PENALTIES, greedy, through /generate."""
+    out = []
+    for extra in PENALTIES:
+        for prompt in prompts:
+            body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": TOKENS, **extra}}
+            status, text = vd.http(server.url + "/generate", body, timeout=600)
+            assert status == 200, (server.engine, status, text[:500])
+            out.append(json.loads(text)["output_ids"])
+    return out
+
+
+@pytest.mark.timeout(900)
+def test_the_lab_penalises_as_real_sglang(both: tuple[sd.Side, sd.Side], lab: LabPaths) -> None:
+    """The same token ids under a frequency and a repetition penalty on both; and vLLM's rule (the prompt counted by
+    the repetition penalty) would have served other ids here, so the comparison tells the two rules apart."""
+    import logging
+
+    from orchestrator.lab.stand_in.model_runner import LabModelRunner
+    from orchestrator.lab.stand_in.sglang_args import build_parser, resolve
+    from orchestrator.servers.prompts import load_prompts
+    from remote_probes.evaluation.penalties import RULES, Penalties
+
+    real_ids, lab_ids = both[1].extra["penalised"], both[0].extra["penalised"]
+    assert lab_ids == real_ids, (lab_ids, real_ids)
+    runner = LabModelRunner(resolve(build_parser().parse_args(["--model-path", str(lab.target)]),
+                                    target_architecture="LlamaForCausalLM"), log=logging.getLogger("t").debug)
+    prompts = load_prompts(None)[:3]
+    as_vllm = [runner.generate(runner.tokenizer(p)["input_ids"], max_new_tokens=TOKENS, stop=[], stop_token_ids=[],
+                               ignore_eos=False, penalties=Penalties(repetition=1.3),
+                               rule=RULES["vllm"]).output_ids for p in prompts]
+    assert as_vllm != real_ids[len(prompts):], "vLLM's repetition rule serves these prompts as SGLang's does"
 
 
 @pytest.mark.timeout(900)
