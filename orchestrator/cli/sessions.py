@@ -108,6 +108,10 @@ def report(
     fmt: Annotated[str, typer.Option("--format", "-f", help="md or html.")] = "md",
     sessions_dir: SessionsOpt = None,
     stdout: Annotated[bool, typer.Option("--stdout", help="Print instead of writing into the session.")] = False,
+    with_prompts: Annotated[bool, typer.Option(
+        "--with-prompts", help="Add a replayed traffic file's requests one by one, each with the start of its prompt, "
+                               "read from the file now; printed only (implies --stdout), never kept in the session."
+    )] = False,
 ) -> None:
     """Write the postmortem report (report.md / report.html) into the session directory."""
     from orchestrator.errors import UserInputError
@@ -118,8 +122,8 @@ def report(
         raise UserInputError(f"--format must be md or html (got {fmt!r})")
     directory = find_session(session, sessions_dir)
     failures: list[str] = []
-    if stdout:
-        typer.echo(render_report(directory, fmt=fmt, failures=failures))
+    if stdout or with_prompts:
+        typer.echo(render_report(directory, fmt=fmt, failures=failures, with_prompts=with_prompts))
     else:
         typer.echo(str(write_report(directory, fmt=fmt, failures=failures)))
     for failure in failures:  # the report says it too, in the section's place

@@ -134,12 +134,17 @@ def build_blocks(session: LoadedSession, failures: list[str] | None = None) -> l
 
 
 def render_report(directory: str | Path, *, fmt: str = "md", failures: list[str] | None = None,
-                  session: LoadedSession | None = None) -> str:
+                  session: LoadedSession | None = None, with_prompts: bool = False) -> str:
     """The report of the session in ``directory`` (``session``: that session read already, so the md and html
-    reports of a run read its log once)."""
+    reports of a run read its log once). ``with_prompts``: a replayed traffic file's requests, one by one with the
+    start of each prompt, read from the file now (report_traffic.prompt_blocks); never written into the session."""
     directory = Path(directory)
     session = session if session is not None else read_session(directory)
     blocks = build_blocks(session, failures)
+    if with_prompts:
+        from orchestrator.session.report_traffic import prompt_blocks
+
+        blocks += prompt_blocks(session)
     if fmt == "html":
         return to_html(blocks, directory, f"Postmortem {session.name}")
     return to_markdown(blocks, directory)

@@ -1,9 +1,12 @@
 """The report's section on a replayed traffic file (issue 40): acceptance per category and per sampling setting of
 every `bench` that replayed the user's requests, as tables and as a chart with 95% intervals. Categories, settings
-and figures only: a prompt never reaches the report."""
+and figures only: a prompt never reaches the report written into the session. ``prompt_blocks`` is what
+``orchestrator report --with-prompts`` adds to a report it only prints: each request with the start of its prompt,
+read from the traffic file at that moment (the session keeps its path and line numbers, not its text)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from orchestrator.events import StepFinished
@@ -107,3 +110,50 @@ def traffic_section(session: LoadedSession) -> list[Block]:
             blocks += _chart(session, f"traffic-by-{key}", points, f"accept length by {title}", "accept length",
                              floor=1.0)
     return blocks + offline_blocks(session)
+
+
+#: how much of a prompt a row shows (its start; the last message of a chat request)
+PROMPT_CHARS = 100
+
+
+def _prompt_text(body: dict[str, Any]) -> str:
+    if isinstance(body.get("prompt"), str):
+        return str(body["prompt"])
+    messages = body.get("messages") or []
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    content = last.get("content")
+    text = content if isinstance(content, str) else json.dumps(content)
+    return f"[{last.get('role', '?')}] {text}"
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= PROMPT_CHARS else flat[:PROMPT_CHARS] + "…"
+
+
+def prompt_blocks(session: LoadedSession) -> list[Block]:
+    """Each replayed request, per server: its line, category, setting, accept length and the start of its prompt."""
+    from orchestrator.traffic.requests import load_traffic
+
+    blocks: list[Block] = []
+    for step, res in _replays(session):
+        table = res["traffic"]
+        label = str(res.get("server") or step.name)
+        path = str(table.get("file"))
+        try:
+            by_line = {r.line: r for r in load_traffic(path)}
+        except Exception as exc:  # noqa: BLE001 - a moved or edited file is said, the report goes on
+            blocks += [Heading(f"Your traffic on {label}, request by request", 3),
+                       Para(f"{path} cannot be read now ({type(exc).__name__}: {exc}): no prompt to show.")]
+            continue
+        rows = []
+        for row in res.get("per_request") or []:
+            request = by_line.get(int(row.get("line") or 0))
+            figure = row.get("accept_length")
+            rows.append([str(row.get("line")), str(row.get("category")), str(row.get("sampling")),
+                         "failed" if row.get("error") else ("—" if figure is None else f"{figure:.2f}"),
+                         _excerpt(_prompt_text(request.body)) if request is not None else "(not in the file now)"])
+        blocks += [Heading(f"Your traffic on {label}, request by request", 3),
+                   Para(f"From {path}, read when this report was printed (the session keeps no prompt)."),
+                   Table(["line", "category", "sampling", "accept length", "prompt (start)"], rows)]
+    return blocks

@@ -111,6 +111,15 @@ steps:
         if path.is_file():
             text = path.read_text(errors="replace")
             assert SECRET not in text and PROSE[0] not in text, path
+    # only when asked, and only printed: each request with the start of its prompt, read from the file now
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    printed = CliRunner().invoke(app, ["report", str(ran.directory), "--with-prompts"])
+    assert printed.exit_code == 0, printed.output
+    assert "### Your traffic on v, request by request" in printed.output and PROSE[0] in printed.output
+    assert not [p for p in ran.directory.rglob("*") if p.is_file() and PROSE[0] in p.read_text(errors="replace")]
 
 
 def sglang_inventory(state_dir: Path, lab_models: dict[str, str], tree: Path) -> Inventory:
