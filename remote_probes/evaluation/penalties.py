@@ -24,7 +24,7 @@ The lab feeds the cycle's last output token as it stands before the cycle; under
 may lag a cycle (the last prompt token on the first decode: schedule_batch.py's comment), which is not modelled.
 
 Public API: ``Penalties`` (``from_body``), ``NONE``, ``Rule``, ``RULES``, ``penalise(logits, prompt_seen, counts,
-penalties, rule)``, ``penalised_argmax(logits, prompt, histories, penalties, rule)``.
+penalties, rule)``, ``penalised_logits(logits, prompt, histories, penalties, rule)``, ``penalised_argmax(...)``.
 """
 
 from __future__ import annotations
@@ -115,11 +115,19 @@ def penalised_argmax(logits: Any, prompt: List[int], histories: List[List[int]],
                      rule: Rule = RULES["vllm"]) -> List[int]:
     """The greedy token of each row of ``logits`` ([rows, vocab]) once row i is penalised with the output
     ``histories[i]`` (and, for vLLM's repetition penalty, the prompt), as the engine of ``rule`` does."""
+    if penalties.neutral:
+        return [int(t) for t in logits.argmax(-1).tolist()]
+    return [int(t) for t in penalised_logits(logits, prompt, histories, penalties, rule).argmax(-1).tolist()]
+
+
+def penalised_logits(logits: Any, prompt: List[int], histories: List[List[int]], penalties: Penalties,
+                     rule: Rule = RULES["vllm"]) -> Any:
+    """``logits`` ([rows, vocab]) with row i penalised by the output ``histories[i]`` (``penalise``), float32."""
     import torch
 
     rows, vocab = logits.shape
     if penalties.neutral:
-        return [int(t) for t in logits.argmax(-1).tolist()]
+        return logits.to(torch.float32)
     counts = torch.zeros(rows, vocab, dtype=torch.float32)
     for i, history in enumerate(histories):
         if history:
@@ -127,4 +135,4 @@ def penalised_argmax(logits: Any, prompt: List[int], histories: List[List[int]],
     seen_prompt = torch.zeros(vocab, dtype=torch.bool)
     if prompt:
         seen_prompt[torch.tensor(prompt)] = True
-    return [int(t) for t in penalise(logits, seen_prompt, counts, penalties, rule).argmax(-1).tolist()]
+    return penalise(logits, seen_prompt, counts, penalties, rule)

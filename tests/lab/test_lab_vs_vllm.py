@@ -72,9 +72,9 @@ def test_the_lab_serves_as_real_vllm_does(scenario: str, served: Callable[[str],
 @pytest.mark.timeout(1200)
 def test_the_lab_replays_traffic_as_real_vllm_does(served: Callable[[str], tuple[vd.Served, vd.Served]]) -> None:
     """Issue 40: the same traffic file on both, chat through the same --chat-template: per category the accept-length
-    intervals overlap where both answer, a greedy request's frequency penalty included (both penalise the target's
-    logits and not the draft's: remote_probes/evaluation/penalties.py); a sampled request real vLLM serves (rejection sampling, its
-    counters move) the lab refuses in its own words rather than serve it greedily."""
+    intervals overlap, a greedy request's frequency penalty included (both penalise the target's logits and not the
+    draft's: remote_probes/evaluation/penalties.py), and the sampled requests too (rejection sampling of a draft
+    without probabilities: token_choice.py; equal in distribution, not draw for draw)."""
     lab, real = served("seed-wiring")
     lab_groups = {e["category"]: e for e in lab.extra["by_category"]}
     real_groups = {e["category"]: e for e in real.extra["by_category"]}
@@ -85,8 +85,9 @@ def test_the_lab_replays_traffic_as_real_vllm_does(served: Callable[[str], tuple
         (alo, ahi), (blo, bhi) = a["accept_length_ci"], b["accept_length_ci"]
         assert alo <= bhi and blo <= ahi, f"{name}: lab {a} vs vLLM {b}"
     sampled_real, sampled_lab = real_groups["sampled"], lab_groups["sampled"]
-    assert sampled_real["measured"] == 3 and sampled_real["accept_length"] >= 1.0, sampled_real
-    assert sampled_lab["failed"] == 3 and "lab (NOT vLLM)" in sampled_lab["error"], sampled_lab
+    assert sampled_real["measured"] == sampled_lab["measured"] == 3, (sampled_lab, sampled_real)
+    (alo, ahi), (blo, bhi) = sampled_lab["accept_length_ci"], sampled_real["accept_length_ci"]
+    assert alo <= bhi and blo <= ahi, f"sampled: lab {sampled_lab} vs vLLM {sampled_real}"
     settings = ["temperature=0", "temperature=0 frequency_penalty=1", "temperature=0.8"]
     assert [e["sampling"] for e in real.extra["by_sampling"]] == settings, real.extra["by_sampling"]
     lab_penalised, real_penalised = (next(e for e in side.extra["by_sampling"] if e["sampling"] == settings[1])

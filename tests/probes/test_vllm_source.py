@@ -185,6 +185,8 @@ FLAGSHIP_READS = {
     "draft_proposal": {NEW: ("v1/spec_decode/llm_base_proposer.py", 0,
                              "return self.model.compute_logits(hidden_states).argmax(dim=-1)"),
                        OLD: ("v1/spec_decode/eagle.py", 1, "draft_token_ids = logits.argmax(dim=-1)")},
+    "sampled_acceptance": {NEW: ("v1/sample/rejection_sampler.py", None, "draft_prob = 1"),
+                           OLD: ("v1/sample/rejection_sampler.py", None, "draft_prob = 1")},
 }
 
 

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from orchestrator.lab.stand_in.sglang_args import LAB_ARCHITECTURES, LabServerArgs, StartupError
+from orchestrator.lab.stand_in.token_choice import Decoding, TokenChooser
 from remote_probes.evaluation.penalties import NONE as NO_PENALTIES
-from remote_probes.evaluation.penalties import RULES, Penalties, Rule, penalised_argmax
+from remote_probes.evaluation.penalties import RULES, Penalties, Rule
 
 if TYPE_CHECKING:
     from remote_probes.eagle3.draft import Eagle3Draft
@@ -364,10 +365,12 @@ class LabModelRunner:
     # -- public -----------------------------------------------------------------------------------------------
     def generate(self, input_ids: list[int], *, max_new_tokens: int, stop: list[str], stop_token_ids: list[int],
                  ignore_eos: bool, on_step: Callable[[list[int]], None] | None = None,
-                 penalties: Penalties = NO_PENALTIES, rule: Rule = RULES["vllm"]) -> Generation:
+                 penalties: Penalties = NO_PENALTIES, rule: Rule = RULES["vllm"], temperature: float = 0.0,
+                 seed: int | None = None) -> Generation:
         """Greedy generation (speculative when a draft is loaded); ``on_step`` gets the ids so far. ``penalties``
         reach the target's logits only, as the engine of ``rule`` applies them (remote_probes/evaluation/penalties.py:
-        vLLM's exact penalised greedy decoding, or SGLang's relaxed one in speculative decoding)."""
+        vLLM's exact penalised greedy decoding, or SGLang's relaxed one in speculative decoding). ``temperature``
+        > 0 samples, verifying drafts as vLLM's rejection sampler does (token_choice.py; ``seed`` its generator)."""
         if not input_ids:
             raise ValueError("the prompt is empty")
         limit = int(getattr(self.config, "max_position_embeddings", 2048))
@@ -399,8 +402,9 @@ class LabModelRunner:
             cache = self._cache_cls(config=self.config)
             ids = torch.tensor([input_ids])
             use_spec = self.draft is not None
+            choose = TokenChooser(Decoding(penalties, rule, temperature, seed), input_ids)
             logits, aux = self._target(ids, cache, hidden=use_spec)
-            first = penalised_argmax(logits[-1:], input_ids, [out], penalties, rule)
+            first = [choose.next(logits[-1:], out)]
             took = time.monotonic() - started
             self.log(f"Prefill batch, #new-seq: 1, #new-token: {len(input_ids)}, #cached-token: 0, token usage: 0.00, "
                      f"#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, "
@@ -408,19 +412,19 @@ class LabModelRunner:
             self.stats.mark = time.monotonic()
             done = max_new_tokens <= 0 or accept(first)
             if use_spec and not done:
-                self._spec_loop(ids, aux, cache, out, accept, spec, hist, on_step, penalties, rule)
+                self._spec_loop(ids, aux, cache, out, accept, spec, hist, on_step, choose)
             else:
                 while not done:
                     if on_step:
                         on_step(out)
                     logits, _ = self._target(torch.tensor([[out[-1]]]), cache, hidden=False)
                     self._count_forward(1, None, cache.get_seq_length())
-                    done = accept(penalised_argmax(logits[-1:], input_ids, [out], penalties, rule))
+                    done = accept([choose.next(logits[-1:], out)])
         return Generation(output_ids=out, prompt_tokens=len(input_ids), finish_reason=finish, spec=spec,
                           histogram=hist, seconds=time.monotonic() - started)
 
     def _spec_loop(self, ids, aux, cache, out, accept, spec: SpecCounters, hist: list[int], on_step,
-                   penalties: Penalties, rule: Rule) -> None:
+                   choose: TokenChooser) -> None:
         steps = int(self.args.speculative_num_steps or 1)
         dcache = self.draft_cache()
         n = ids.shape[1]                       # verified positions 0..n-1 in both caches
@@ -436,18 +440,14 @@ class LabModelRunner:
             assert vaux is not None  # hidden=True
             # vLLM: position k is verified against the output so far and the k draft tokens before it
             # (_combine_outputs_with_spec_tokens); SGLang: every position against the tokens its penaliser was fed,
-            # the last output token before each cycle (penalties.py); unpenalised, a plain argmax
-            prompt = ids[0].tolist() if not penalties.neutral else []
-            if rule.per_position:
+            # the last output token before each cycle (penalties.py); unpenalised, a plain argmax or draw
+            if choose.decoding.rule.per_position:
                 histories = [out + proposal[:k] for k in range(steps + 1)]
             else:
                 fed.append(out[-1])
                 histories = [fed] * (steps + 1)
-            preds_l = penalised_argmax(logits, prompt, histories, penalties, rule)
-            m = 0
-            while m < steps and proposal[m] == preds_l[m]:
-                m += 1
-            new = proposal[:m] + [preds_l[m]]
+            m, after = choose.verify(logits, histories, proposal)
+            new = proposal[:m] + [after]
             cycle = SpecCounters(verify_ct=1, accepted_tokens=m + 1, correct_drafts=m, proposed_drafts=steps)
             spec.add(cycle)
             hist[m] += 1

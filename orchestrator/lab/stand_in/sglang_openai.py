@@ -42,15 +42,28 @@ def spec_details_served(version: str) -> bool:
 
 
 def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
-                   max_tokens_said: str = "max_tokens must be positive", penalties: bool = False) -> dict[str, Any]:
+                   max_tokens_said: str = "max_tokens must be positive", penalties: bool = False,
+                   samples: bool = False) -> dict[str, Any]:
     """The generation options of an OpenAI body, for either stand-in (``engine`` names it in the refusals, ``error``
-    is its 400); a request that samples is refused (module doc). ``penalties``: the stand-in applies a greedy
-    request's penalties as its engine does (``opts["penalties"]``, remote_probes/evaluation/penalties.py); else one is refused."""
+    is its 400). ``penalties``: a request's penalties are applied as the engine does (``opts["penalties"]``,
+    remote_probes/evaluation/penalties.py), else refused. ``samples``: a temperature > 0 (none written: the engine's
+    default, 1.0 for the lab's target, whose generation_config sets none) is sampled as vLLM's rejection sampler
+    does (token_choice.py; ``seed`` kept), with no top-k/top-p/min-p (refused); else a request that samples is
+    refused, never served greedily in its place (module doc)."""
     temperature = body.get("temperature")
-    if temperature is None or (isinstance(temperature, (int, float)) and temperature > 0):
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                    or temperature < 0):
+        raise error(f"temperature must be a non-negative number, got {temperature!r}")
+    sampled = temperature is None or temperature > 0
+    if sampled and not samples:
         said = f"no temperature ({engine}'s default: 1.0)" if temperature is None else f"temperature {temperature}"
         raise error(f"lab (NOT {engine}): the lab's {engine} stand-in decodes greedily only; this request "
                     f"samples ({said}): give temperature 0, or replay it on a real {engine}")
+    if sampled:
+        for name, neutral in (("top_p", (None, 1, 1.0)), ("top_k", (None, 0, -1)), ("min_p", (None, 0, 0.0))):
+            if body.get(name) not in neutral:
+                raise error(f"lab (NOT {engine}): the lab's {engine} stand-in samples with a temperature only; "
+                            f"this request sets {name}={body.get(name)}: replay it on a real {engine}")
     asked = Penalties.from_body(body, error, RULES[engine.lower()])
     if not penalties:
         for name, value in (("frequency_penalty", asked.frequency), ("presence_penalty", asked.presence),
@@ -61,9 +74,12 @@ def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise error(max_tokens_said)
     stop = body.get("stop") or []
+    seed = body.get("seed")
     return {"max_new_tokens": max_tokens, "stop": [stop] if isinstance(stop, str) else list(stop),
             "stop_token_ids": list(body.get("stop_token_ids") or []), "ignore_eos": bool(body.get("ignore_eos")),
-            "temperature": 0.0, "penalties": asked if penalties else NO_PENALTIES, "rule": RULES[engine.lower()]}
+            "temperature": (1.0 if temperature is None else float(temperature)) if sampled else 0.0,
+            "seed": int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else None,
+            "penalties": asked if penalties else NO_PENALTIES, "rule": RULES[engine.lower()]}
 
 
 def options(body: dict[str, Any]) -> dict[str, Any]:

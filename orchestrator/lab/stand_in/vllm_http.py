@@ -8,9 +8,10 @@ none: vLLM's refusal), ``GET /metrics`` and ``GET /version``. ``--api-key`` guar
 ``/v1`` prefix only, as vLLM's AuthenticationMiddleware does (GUARDED_PREFIX). The counters follow
 v1/spec_decode/metrics.py: per verify cycle, one draft of K tokens, ``accepted`` = drafts the target agreed with,
 position k counted when the first k+1 drafts were accepted. Deviations, all visible: ``/version`` and the model card
-say it is the lab; a request that samples (temperature > 0, or none written) is refused with a "lab (NOT vLLM)" 400,
-never served greedily in its place. A greedy request's penalties are served as vLLM serves them
-(remote_probes/evaluation/penalties.py): on the target's logits, not the draft's.
+say it is the lab; a request that samples is sampled with vLLM's rejection rule for a draft without probabilities
+(token_choice.py: equal to vLLM's in distribution, not draw for draw), and one that sets top-k, top-p or min-p is
+refused with a "lab (NOT vLLM)" 400. Penalties are served as vLLM serves them (remote_probes/evaluation/penalties.py):
+on the target's logits, not the draft's.
 """
 
 from __future__ import annotations
@@ -230,12 +231,13 @@ class VllmHandler(LabHandler):
 
     @staticmethod
     def _options(body: dict[str, Any]) -> dict[str, Any]:
-        """The generation options of an OpenAI body. The lab decodes greedily only: a request that samples
-        (temperature > 0 written, or no temperature: vLLM then samples at the model's default, 1.0 for the lab's
-        generation_config) is refused, NOT as vLLM would answer, so that no lab figure is a greedy one passed off
-        as a sampled one. A greedy request's penalties are applied as vLLM applies them, to the target's logits
-        and not the draft's (remote_probes/evaluation/penalties.py)."""
-        return greedy_options(body, "vLLM", RequestError, "max_tokens must be a positive integer", penalties=True)
+        """The generation options of an OpenAI body. A request that samples (temperature > 0 written, or none: vLLM
+        then samples at the model's default, 1.0 for the lab's generation_config) is sampled as vLLM's rejection
+        sampler verifies an EAGLE draft (token_choice.py), with a temperature only (top-k/top-p/min-p refused,
+        "lab (NOT vLLM)"). Penalties are applied as vLLM applies them, to the target's logits and not the draft's
+        (remote_probes/evaluation/penalties.py)."""
+        return greedy_options(body, "vLLM", RequestError, "max_tokens must be a positive integer", penalties=True,
+                              samples=True)
 
     def _openai_body(self) -> dict[str, Any] | None:
         """An OpenAI request's body, or None once vLLM's 404 for another model's name is sent."""
@@ -253,7 +255,8 @@ class VllmHandler(LabHandler):
         try:
             gen = state.models.generate(ids, max_new_tokens=opts["max_new_tokens"], stop=opts["stop"],
                                         stop_token_ids=opts["stop_token_ids"], ignore_eos=opts["ignore_eos"],
-                                        on_step=on_step, penalties=opts["penalties"], rule=opts["rule"])
+                                        on_step=on_step, penalties=opts["penalties"], rule=opts["rule"],
+                                        temperature=opts["temperature"], seed=opts["seed"])
         except ValueError as exc:
             raise RequestError(str(exc)) from None
         state.count(gen)  # under the lock: the counters move before the answer is sent, as one request's

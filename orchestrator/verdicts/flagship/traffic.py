@@ -161,8 +161,14 @@ def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
         if any(p in setting for setting in settings for p in PENALTIES):
             because += _penalty_reason(ctx) + _offline(ctx, settings, apart["best"])
         elif any("temperature" in setting for setting in settings):
-            because += (": sampling accepts a draft token as often as the target's distribution agrees with the "
-                        "draft's (rejection sampling), less often than greedy")
+            where = _where(ctx, "sampled_acceptance")
+            if where:
+                because += (f": vLLM {ctx.reads('vllm_sampling').version} keeps a draft token with the target's "
+                            f"probability of it, the draft giving none ({where}): sampled, a token greedy decoding "
+                            "would accept is kept only as often as the target would draw it")
+            else:
+                because += (": sampling accepts a draft token as often as the target's distribution agrees with the "
+                            "draft's (rejection sampling), less often than greedy")
         return Verdict("supported", because)
     if len(decided) >= 2:
         listed = ", ".join(f"{e['sampling']} {num(e['accept_length'])} {ci(e['accept_length_ci'])}" for e in decided)
