@@ -114,9 +114,11 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     needed = sorted({i for item in loaded for i in item["wiring"]})
     order: List[int] = []
     skipped: List[Dict[str, Any]] = []
+    simulated: List[int] = []
     if a["requests"] is not None:
         runs, order, skipped = capture_traffic(torch, tokenizer, model, a["requests"], a, needed)
-        if not runs:
+        simulated = [i for i, r in enumerate(a["requests"]) if r.get("simulate")]
+        if not runs and not simulated:
             raise ProbeFailure("bad_args", "no request of the traffic can be replayed offline: %s"
                                % skipped[0]["reason"], field="requests")
     else:
@@ -138,12 +140,15 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     for item in loaded:
         c = item["config"]
         mine = ladder if c["ladder"] else []
-        stats = score_wiring(torch, item["draft"], runs, item["wiring"], c["steps"], a["confidence"],
-                             c["count_first_token"], length_runs=mine)
+        stats: Dict[str, Any] = score_wiring(torch, item["draft"], runs, item["wiring"], c["steps"],
+                                             a["confidence"], c["count_first_token"], length_runs=mine) \
+            if runs else {"tau_serving": None}
         units = stats.pop("_units", None)
-        if a["requests"] is not None and units is not None:
-            stats["per_request"] = per_request(torch, item["draft"], runs, order, a["requests"], item["wiring"], c,
-                                               units)
+        if a["requests"] is not None:
+            rows_of = per_request(torch, item["draft"], runs, order, a["requests"], item["wiring"], c,
+                                  units) if units is not None else []
+            rows_of += simulated_rows(torch, model, tokenizer, item, c, a, simulated)
+            stats["per_request"] = sorted(rows_of, key=lambda r: r["index"])
         stats["ladder_prompts"] = len(mine)
         progress("%s %s: tau %s" % (c["draft"], item["wiring"], stats["tau_serving"]))
         rows[item["index"]] = {"draft": c["draft"], "algorithm": c["algorithm"], "steps": c["steps"],
@@ -167,6 +172,30 @@ def per_request(torch: Any, draft: Any, runs: List[Any], order: List[int], reque
             tally = run_tally(torch, draft, run, wiring, c["steps"], c["count_first_token"], penalties)
             row["draft_penalised"] = round(tally.tokens / tally.cycles, 4) if tally.cycles else None
         rows.append(row)
+    return rows
+
+
+def simulated_rows(torch: Any, model: Any, tokenizer: Any, item: Dict[str, Any], c: Dict[str, Any],
+                   a: Dict[str, Any], simulated: List[int]) -> List[Dict[str, Any]]:
+    """The requests one generation cannot predict, served again offline by this configuration's draft, cycle by
+    cycle, by the engine's rule (spec_simulation.py): one draw each, seeded by its ``seed``, else its index."""
+    from remote_probes.evaluation.decoding import Decoding
+    from remote_probes.evaluation.penalties import RULES
+    from remote_probes.evaluation.spec_simulation import simulate
+    from remote_probes.evaluation.traffic_offline import default_temperature
+
+    rows = []
+    default = default_temperature(a["target"])
+    for index in simulated:
+        req = a["requests"][index]
+        temperature = (default if req["temperature"] is None else float(req["temperature"])) if req["sampled"] else 0.0
+        seed = req["seed"] if isinstance(req["seed"], int) and not isinstance(req["seed"], bool) else index
+        decoding = Decoding(req["penalties"], RULES.get(c["engine"], RULES["vllm"]), temperature, seed)
+        tokens, cycles = simulate(torch, model, item["draft"], req["prompt_ids"], item["wiring"], c["steps"],
+                                  req["max_tokens"], decoding, tokenizer.eos_token_id, c["count_first_token"])
+        rows.append({"index": index, "accept_length": round(tokens / cycles, 4) if cycles else None,
+                     "simulated": True})
+        progress("request %d simulated offline (%s)" % (index + 1, "sampled" if req["sampled"] else "penalised"))
     return rows
 
 

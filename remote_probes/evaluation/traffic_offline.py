@@ -6,10 +6,12 @@ the chat template the server applies (its ``--chat-template`` file, else the tok
 ``chat_template_kwargs`` and the generation prompt, tokenised without special tokens (vLLM's renderer, SGLang's
 serving_chat). The target then generates greedily with the request's penalties applied to its logits as vLLM
 applies them (penalties.py), and one forward captures the hidden states the drafts need. A request that samples
-(temperature > 0, or none written) is not reproduced: greedy tokens would stand in for sampled ones, and the
-rejection sampler's acceptance in expectation is not modelled yet; it is counted in ``skipped`` with the reason.
-So is a penalised request on SGLang: its relaxed penalty (penalties.py ``RULES["sglang"]``) feeds one token per
-verify cycle, so what is served depends on the draft's acceptance and is not greedy penalised decoding.
+(temperature > 0, or none written: the target's generation_config temperature, else 1.0) cannot be predicted from
+one generation, since what is served depends on the draws; nor can a penalised request on SGLang, whose relaxed
+penalty (penalties.py ``RULES["sglang"]``) feeds one token per verify cycle. Those are served again offline, cycle
+by cycle, by each configuration's draft (spec_simulation.py: vLLM's rejection rule; one draw per request, its
+``seed`` else its index). A sampled request on SGLang, or one with top-k/top-p/min-p, is not modelled and is counted
+in ``skipped`` with the reason.
 
 ``penalised_proposals`` is the counterfactual of the engine change that would mend a penalty's cost: the draft's
 logits penalised with the same output so far as the target's, before its argmax.
@@ -50,8 +52,43 @@ def parse_requests(raw: Any) -> List[Dict[str, Any]]:
             raise ProbeFailure("bad_args", "requests[%d]: %s" % (i, exc), field="requests") from None
         temperature = body.get("temperature")
         sampled = temperature is None or (isinstance(temperature, (int, float)) and temperature > 0)
-        out.append({"body": body, "max_tokens": tokens, "penalties": penalties, "sampled": sampled})
+        out.append({"body": body, "max_tokens": tokens, "penalties": penalties, "sampled": sampled,
+                    "temperature": temperature, "seed": body.get("seed")})
     return out
+
+
+def default_temperature(target: str) -> float:
+    """The temperature an engine samples a request that writes none at: the target's generation_config's, else 1.0
+    (vLLM's ``--generation-config auto`` and SGLang read it)."""
+    import json
+
+    try:
+        with open(os.path.join(target, "generation_config.json"), encoding="utf-8") as handle:
+            value = json.load(handle).get("temperature")
+    except (OSError, ValueError):
+        return 1.0
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1.0
+
+
+#: sampling fields the simulation does not model: a request setting one is not predicted
+UNMODELLED = {"top_p": (None, 1, 1.0), "top_k": (None, 0, -1), "min_p": (None, 0, 0.0)}
+
+
+def how_replayed(req: Dict[str, Any], engine: str) -> Tuple[str, str]:
+    """("capture", "") for a request one greedy generation predicts; ("simulate", "") for one whose served tokens
+    depend on the draws or the cycles (spec_simulation.py); ("skip", why) for one not modelled."""
+    body = req["body"]
+    if req["sampled"]:
+        if engine != "vllm":
+            return "skip", ("samples on %s, whose sampled verification is not modelled (the simulation follows "
+                            "vLLM's rejection rule)" % engine)
+        unmodelled = [name for name, neutral in UNMODELLED.items() if body.get(name) not in neutral]
+        if unmodelled:
+            return "skip", "samples with %s, not modelled offline" % ", ".join(unmodelled)
+        return "simulate", ""
+    if engine == "sglang" and not req["penalties"].neutral:
+        return "simulate", ""
+    return "capture", ""
 
 
 def _template(tokenizer: Any, path: Optional[str]) -> Optional[str]:
@@ -111,16 +148,16 @@ def capture_traffic(torch: Any, tokenizer: Any, model: Any, requests: List[Dict[
     eos = tokenizer.eos_token_id
     runs, order, skipped = [], [], []
     for index, req in enumerate(requests):
-        if req["sampled"]:
-            skipped.append({"index": index, "reason": "samples (temperature > 0 or none written): greedy tokens "
-                            "would stand in for sampled ones"})
-            continue
-        if a.get("engine") == "sglang" and not req["penalties"].neutral:
-            skipped.append({"index": index, "reason": "penalised on SGLang, whose relaxed penalty (one token fed "
-                            "per verify cycle) makes the served tokens depend on the draft's acceptance, cycle by "
-                            "cycle: not replayed offline yet"})
+        how, why = how_replayed(req, str(a.get("engine")))
+        if how == "skip":
+            skipped.append({"index": index, "reason": why})
             continue
         prompt_ids = encode(tokenizer, req["body"], template)
+        req["prompt_ids"] = prompt_ids
+        if how == "simulate":
+            req["simulate"] = True
+            continue
+        req["simulate"] = False
         ids = torch.tensor([prompt_ids], device=model.device)
         processors = LogitsProcessorList([] if req["penalties"].neutral else
                                          [_processor(torch, len(prompt_ids), req["penalties"])])

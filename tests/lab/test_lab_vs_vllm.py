@@ -74,7 +74,7 @@ def test_the_lab_replays_traffic_as_real_vllm_does(served: Callable[[str], tuple
     """Issue 40: the same traffic file on both, chat through the same --chat-template: per category the accept-length
     intervals overlap, a greedy request's frequency penalty included (both penalise the target's logits and not the
     draft's: remote_probes/evaluation/penalties.py), and the sampled requests too (rejection sampling of a draft
-    without probabilities: token_choice.py; equal in distribution, not draw for draw)."""
+    without probabilities: remote_probes/evaluation/decoding.py; equal in distribution, not draw for draw)."""
     lab, real = served("seed-wiring")
     lab_groups = {e["category"]: e for e in lab.extra["by_category"]}
     real_groups = {e["category"]: e for e in real.extra["by_category"]}

@@ -1,5 +1,5 @@
 """A sampled request in the lab's vLLM stand-in (issue 40): vLLM's rejection rule for a draft that gives no
-probabilities (token_choice.py), checked on its own terms; held against real vLLM 0.32 in distribution by
+probabilities (remote_probes/evaluation/decoding.py), checked on its own terms; held against real vLLM 0.32 in distribution by
 tests/lab/test_lab_vs_vllm.py (the traffic replay's temperature 0.8 requests)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from orchestrator.lab.building.build import LabPaths
-from orchestrator.lab.stand_in.token_choice import Decoding, TokenChooser
+from remote_probes.evaluation.decoding import Decoding, TokenChooser
 from remote_probes.evaluation.interval_stats import mean_interval
 from tests.lab.test_rules import models_for, spec_argv
 

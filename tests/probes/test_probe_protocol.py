@@ -24,6 +24,7 @@ BEGIN, END = f"@@ORCH-RESULT-BEGIN {NONCE}@@", f"@@ORCH-RESULT-END {NONCE}@@"
 TORCH_FILES = {"eagle3/checkpoint.py", "eagle3/draft.py", "eagle3/mla.py", "eagle3/validate.py",
                "evaluation/draft_test.py", "evaluation/counterfactual.py", "evaluation/light_target.py",
                "evaluation/target_model.py", "evaluation/penalties.py", "evaluation/traffic_offline.py",
+               "evaluation/decoding.py", "evaluation/spec_simulation.py",
                "engine/engine_states.py", "engine/sglang_states.py"}
 # Imported by the serving engine itself (vLLM loads it as its KV connector), never by a probe: the engine's own
 # packages, on the engine's Python.

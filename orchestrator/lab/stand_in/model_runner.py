@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from orchestrator.lab.stand_in.sglang_args import LAB_ARCHITECTURES, LabServerArgs, StartupError
-from orchestrator.lab.stand_in.token_choice import Decoding, TokenChooser
+from remote_probes.evaluation.decoding import Decoding, TokenChooser
 from remote_probes.evaluation.penalties import NONE as NO_PENALTIES
 from remote_probes.evaluation.penalties import RULES, Penalties, Rule
 
@@ -370,7 +370,7 @@ class LabModelRunner:
         """Greedy generation (speculative when a draft is loaded); ``on_step`` gets the ids so far. ``penalties``
         reach the target's logits only, as the engine of ``rule`` applies them (remote_probes/evaluation/penalties.py:
         vLLM's exact penalised greedy decoding, or SGLang's relaxed one in speculative decoding). ``temperature``
-        > 0 samples, verifying drafts as vLLM's rejection sampler does (token_choice.py; ``seed`` its generator)."""
+        > 0 samples, verifying drafts as vLLM's rejection sampler does (remote_probes/evaluation/decoding.py; ``seed`` its generator)."""
         if not input_ids:
             raise ValueError("the prompt is empty")
         limit = int(getattr(self.config, "max_position_embeddings", 2048))

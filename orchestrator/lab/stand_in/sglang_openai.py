@@ -48,7 +48,7 @@ def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
     is its 400). ``penalties``: a request's penalties are applied as the engine does (``opts["penalties"]``,
     remote_probes/evaluation/penalties.py), else refused. ``samples``: a temperature > 0 (none written: the engine's
     default, 1.0 for the lab's target, whose generation_config sets none) is sampled as vLLM's rejection sampler
-    does (token_choice.py; ``seed`` kept), with no top-k/top-p/min-p (refused); else a request that samples is
+    does (remote_probes/evaluation/decoding.py; ``seed`` kept), with no top-k/top-p/min-p (refused); else a request that samples is
     refused, never served greedily in its place (module doc)."""
     temperature = body.get("temperature")
     if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))

@@ -9,7 +9,7 @@ none: vLLM's refusal), ``GET /metrics`` and ``GET /version``. ``--api-key`` guar
 v1/spec_decode/metrics.py: per verify cycle, one draft of K tokens, ``accepted`` = drafts the target agreed with,
 position k counted when the first k+1 drafts were accepted. Deviations, all visible: ``/version`` and the model card
 say it is the lab; a request that samples is sampled with vLLM's rejection rule for a draft without probabilities
-(token_choice.py: equal to vLLM's in distribution, not draw for draw), and one that sets top-k, top-p or min-p is
+(remote_probes/evaluation/decoding.py: equal to vLLM's in distribution, not draw for draw), and one that sets top-k, top-p or min-p is
 refused with a "lab (NOT vLLM)" 400. Penalties are served as vLLM serves them (remote_probes/evaluation/penalties.py):
 on the target's logits, not the draft's.
 """
@@ -233,7 +233,7 @@ class VllmHandler(LabHandler):
     def _options(body: dict[str, Any]) -> dict[str, Any]:
         """The generation options of an OpenAI body. A request that samples (temperature > 0 written, or none: vLLM
         then samples at the model's default, 1.0 for the lab's generation_config) is sampled as vLLM's rejection
-        sampler verifies an EAGLE draft (token_choice.py), with a temperature only (top-k/top-p/min-p refused,
+        sampler verifies an EAGLE draft (remote_probes/evaluation/decoding.py), with a temperature only (top-k/top-p/min-p refused,
         "lab (NOT vLLM)"). Penalties are applied as vLLM applies them, to the target's logits and not the draft's
         (remote_probes/evaluation/penalties.py)."""
         return greedy_options(body, "vLLM", RequestError, "max_tokens must be a positive integer", penalties=True,

@@ -1,0 +1,95 @@
+"""Speculative decoding simulated offline, cycle by cycle, for the requests a captured run cannot predict (issue 40).
+
+The draft test scores a draft on ONE greedy generation of the target (teacher-forced columns): exact for greedy
+decoding, and for vLLM's penalties, where what is served is penalised greedy decoding whatever the draft proposes.
+Two cases break that: a sampled request (vLLM's rejection sampler keeps a draft token with the target's
+probability of it, so what is served depends on the draws) and SGLang's relaxed penalty (one token fed to its
+penalisers per verify cycle, so what is served depends on where the cycles fall). For those, this runs the serving
+loop itself on the target (a transformers copy, its KV cache cropped to the verified prefix) and the served draft
+(remote_probes.eagle3.draft, incremental with its own cache): the draft proposes K tokens, the target verifies them
+in one forward and the engine's rule (decoding.py, penalties.py) keeps m of them plus one, both caches go back to
+the verified prefix, and so on to the request's max_tokens or its EOS. The figure is the request's accept length as
+the server counts it (tokens per verify cycle: vLLM's 1 + accepted / drafts cycles; SGLang's completion tokens /
+verify forwards); a sampled request's is one draw (its ``seed``, else the request's index), the interval then over
+requests.
+
+Public API: ``simulate(torch, model, draft, prompt_ids, wiring, steps, max_tokens, decoding, eos, count_first_token)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, List, Optional, Tuple
+
+from remote_probes.evaluation.decoding import Decoding, TokenChooser
+
+
+def _crop(cache: Any, length: int) -> None:
+    """Keep the first ``length`` positions (a negative count drops from the end in transformers 4.x and 5.x)."""
+    drop = cache.get_seq_length() - length
+    if drop > 0:
+        cache.crop(-drop)
+
+
+def _forward(model: Any, ids: Any, cache: Any, wiring: List[int]) -> Tuple[Any, Any]:
+    """(logits [positions, vocab], the wiring's hidden states concatenated [1, positions, width])."""
+    import torch
+
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True, output_hidden_states=True, **{key: cache})
+    aux = torch.cat([out.hidden_states[i] for i in wiring], dim=-1)
+    return out.logits[0], aux
+
+
+def simulate(torch: Any, model: Any, draft: Any, prompt_ids: List[int], wiring: List[int], steps: int,
+             max_tokens: int, decoding: Decoding, eos: Optional[int], count_first_token: bool = False
+             ) -> Tuple[int, int]:
+    """(tokens counted, verify cycles) of one request served by speculative decoding (module doc)."""
+    from transformers import DynamicCache
+
+    from remote_probes.eagle3.draft import DraftKVCache
+
+    choose = TokenChooser(decoding, prompt_ids)
+    dtype = next(draft.parameters()).dtype
+    cache = DynamicCache(config=model.config) if "config" in inspect.signature(DynamicCache).parameters \
+        else DynamicCache()
+    ids = torch.tensor([prompt_ids], device=model.device)
+    logits, aux = _forward(model, ids, cache, wiring)
+    out = [choose.next(logits[-1:], [])]
+    n = len(prompt_ids)
+    dcache = DraftKVCache()
+    draft_tokens = torch.tensor([prompt_ids[1:] + out[-1:]], device=model.device)
+    draft_aux = aux.to(dtype)
+    fed: List[int] = []
+    tokens, cycles = 0, 0
+    while len(out) < max_tokens and (eos is None or out[-1] != eos):
+        with torch.no_grad():
+            step = draft.forward(tokens=draft_tokens, hidden=draft_aux, cache=dcache)
+            tok, hid = step.token_ids[:, -1:], step.hidden[:, -1:]
+            proposal = [int(tok)]
+            while len(proposal) < steps:
+                step = draft.forward(tokens=tok, hidden=hid, cache=dcache)
+                tok, hid = step.token_ids, step.hidden
+                proposal.append(int(tok))
+        logits, vaux = _forward(model, torch.tensor([[out[-1], *proposal]], device=model.device), cache, wiring)
+        if decoding.rule.per_position:
+            histories = [out + proposal[:k] for k in range(steps + 1)]
+        else:
+            fed.append(out[-1])
+            histories = [list(fed)] * (steps + 1)
+        m, after = choose.verify(logits, histories, proposal)
+        new = proposal[:m] + [after]
+        tokens += m + 1  # as the servers count a cycle (the lab's and vLLM's counters), whatever the stop cuts
+        cycles += 1
+        if eos is not None and eos in new:
+            new = new[:new.index(eos) + 1]
+        out.extend(new[:max_tokens - len(out)])
+        _crop(cache, n + m + 1)
+        dcache.crop(n)
+        draft_tokens = torch.tensor([proposal[:m] + [after]], device=model.device)
+        draft_aux = vaux[:, :m + 1].to(dtype)
+        n += m + 1
+    if count_first_token and cycles:
+        tokens += 1
+    return tokens, cycles
