@@ -169,6 +169,7 @@ def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
             else:
                 because += (": sampling accepts a draft token as often as the target's distribution agrees with the "
                             "draft's (rejection sampling), less often than greedy")
+            because += _offline(ctx, settings, apart["best"])
         return Verdict("supported", because)
     if len(decided) >= 2:
         listed = ", ".join(f"{e['sampling']} {num(e['accept_length'])} {ci(e['accept_length_ci'])}" for e in decided)
