@@ -410,6 +410,19 @@ class Eagle3Draft(nn.Module):
         return draft_ids + self.d2t[draft_ids]
 
     # -- incremental decoding -------------------------------------------------------------------------------
+    def propose(self, tokens: torch.Tensor, hidden: torch.Tensor, cache: "DraftKVCache", steps: int) -> List[int]:
+        """A chain of ``steps`` proposals (target ids): the columns ``tokens``/``hidden`` run after the cached ones,
+        then each proposal fed back with its pre-norm hidden (the module doc's loop; the lab's server and the
+        offline simulation both serve with it)."""
+        out = self.forward(tokens=tokens, hidden=hidden, cache=cache)
+        tok, hid = out.token_ids[:, -1:], out.hidden[:, -1:]
+        proposal = [int(tok)]
+        while len(proposal) < steps:
+            out = self.forward(tokens=tok, hidden=hid, cache=cache)
+            tok, hid = out.token_ids, out.hidden
+            proposal.append(int(tok))
+        return proposal
+
     def forward(self, tokens: torch.Tensor, hidden: torch.Tensor,
                 cache: Optional[DraftKVCache] = None) -> DraftOutput:
         """Run columns ``tokens[:, i]`` / ``hidden[:, i]`` after the ``cache.length`` cached ones (causal)."""

@@ -65,13 +65,7 @@ def simulate(torch: Any, model: Any, draft: Any, prompt_ids: List[int], wiring: 
     tokens, cycles = 0, 0
     while len(out) < max_tokens and (eos is None or out[-1] != eos):
         with torch.no_grad():
-            step = draft.forward(tokens=draft_tokens, hidden=draft_aux, cache=dcache)
-            tok, hid = step.token_ids[:, -1:], step.hidden[:, -1:]
-            proposal = [int(tok)]
-            while len(proposal) < steps:
-                step = draft.forward(tokens=tok, hidden=hid, cache=dcache)
-                tok, hid = step.token_ids, step.hidden
-                proposal.append(int(tok))
+            proposal = draft.propose(draft_tokens, draft_aux, dcache, steps)
         logits, vaux = _forward(model, torch.tensor([[out[-1], *proposal]], device=model.device), cache, wiring)
         if decoding.rule.per_position:
             histories = [out + proposal[:k] for k in range(steps + 1)]

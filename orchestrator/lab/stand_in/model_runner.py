@@ -353,14 +353,7 @@ class LabModelRunner:
                 raise DraftStepError(exc, FC_INPUT) from None
         if self.vllm_d2t_targets is not None:
             self._vllm_compute_logits()
-        out = draft.forward(tokens=tokens, hidden=aux, cache=dcache)
-        tok, hid = out.token_ids[:, -1:], out.hidden[:, -1:]
-        proposal = [int(tok)]
-        while len(proposal) < steps:
-            out = draft.forward(tokens=tok, hidden=hid, cache=dcache)
-            tok, hid = out.token_ids, out.hidden
-            proposal.append(int(tok))
-        return proposal
+        return draft.propose(tokens, aux, dcache, steps)
 
     # -- public -----------------------------------------------------------------------------------------------
     def generate(self, input_ids: list[int], *, max_new_tokens: int, stop: list[str], stop_token_ids: list[int],
