@@ -135,6 +135,28 @@ def _penalty_reason(ctx: RuleContext) -> str:
             "not read on this host")
 
 
+def _sampled(setting: str) -> bool:
+    """A sampling label (orchestrator/traffic/requests.py ``sampling_label``) that samples: a temperature above 0."""
+    for part in setting.split():
+        name, _, value = part.partition("=")
+        if name == "temperature":
+            try:
+                return float(value) > 0
+            except ValueError:
+                return False
+    return False
+
+
+def _temperature_reason(ctx: RuleContext) -> str:
+    where = _where(ctx, "sampled_acceptance")
+    if where:
+        return (f": vLLM {ctx.reads('vllm_sampling').version} keeps a draft token with the target's probability of "
+                f"it, the draft giving none ({where}): sampled, a token greedy decoding would accept is kept only as "
+                "often as the target would draw it")
+    return (": sampling accepts a draft token as often as the target's distribution agrees with the draft's "
+            "(rejection sampling), less often than greedy")
+
+
 @verdict_rule("traffic_sampling_apart", decides=("traffic_sampling",),
               reads=("fixed_traffic", "spec_traffic", "vllm_sampling", "sglang_sampling", "traffic_rc"))
 def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
@@ -158,17 +180,13 @@ def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
     if apart:
         settings = [str(e["sampling"]) for e in apart["below"]]
         because = _below(what, apart, "sampling")
-        if any(p in setting for setting in settings for p in PENALTIES):
-            because += _penalty_reason(ctx) + _offline(ctx, settings, apart["best"])
-        elif any("temperature" in setting for setting in settings):
-            where = _where(ctx, "sampled_acceptance")
-            if where:
-                because += (f": vLLM {ctx.reads('vllm_sampling').version} keeps a draft token with the target's "
-                            f"probability of it, the draft giving none ({where}): sampled, a token greedy decoding "
-                            "would accept is kept only as often as the target would draw it")
-            else:
-                because += (": sampling accepts a draft token as often as the target's distribution agrees with the "
-                            "draft's (rejection sampling), less often than greedy")
+        penalised = any(p in setting for setting in settings for p in PENALTIES)
+        sampled = any(_sampled(setting) for setting in settings)
+        if penalised:
+            because += _penalty_reason(ctx)
+        if sampled:
+            because += ("; and at a temperature" if penalised else "") + _temperature_reason(ctx)
+        if penalised or sampled:
             because += _offline(ctx, settings, apart["best"])
         return Verdict("supported", because)
     if len(decided) >= 2:
