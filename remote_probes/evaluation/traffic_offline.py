@@ -152,7 +152,13 @@ def capture_traffic(torch: Any, tokenizer: Any, model: Any, requests: List[Dict[
         if how == "skip":
             skipped.append({"index": index, "reason": why})
             continue
-        prompt_ids = encode(tokenizer, req["body"], template)
+        try:
+            prompt_ids = encode(tokenizer, req["body"], template)
+        except ProbeFailure:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's template or kwargs: said with the request, no traceback
+            raise ProbeFailure("bad_args", "requests[%d]: the chat template failed: %s: %s"
+                               % (index, type(exc).__name__, exc), field="requests") from None
         req["prompt_ids"] = prompt_ids
         if how == "simulate":
             req["simulate"] = True
