@@ -12,6 +12,7 @@ import pytest
 from orchestrator.lab.stand_in.sglang_args import (
     W_DRAFT_TOKENS,
     W_MAX_RUNNING,
+    W_SPEC_V2,
     StartupError,
     build_parser,
     resolve,
@@ -51,10 +52,37 @@ def test_max_running_requests_reset_to_48_only_when_unset():
     assert _resolve().max_running_requests is None  # no speculative decoding: untouched
 
 
-def test_auto_params_for_llama_are_tree_drafting_which_the_lab_refuses_clearly():
-    with pytest.raises(StartupError) as info:
-        _resolve(*SPEC)
-    assert "speculative_eagle_topk=4" in str(info.value) and "auto-chosen" in str(info.value)
+def test_auto_params_for_llama_are_a_tree_the_lab_drafts():
+    args = _resolve(*SPEC)
+    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (5, 4, 8)
+    # SGLang 0.5.12.post1 decides spec v1/v2 (server_args.py:3748-3771) before it auto-chooses topk (3807-3816)
+    assert not args.disable_overlap_schedule and W_SPEC_V2 in args.warnings
+    args = _resolve(*SPEC, "--speculative-num-steps", "5", "--speculative-eagle-topk", "4")
+    assert args.disable_overlap_schedule and W_SPEC_V2 not in args.warnings
+
+
+@pytest.mark.parametrize(("version", "fields", "words"), [
+    ("0.5.12.post1", {"attention_backend": "trtllm_mha"}, "^trtllm_mha backend only supports topk = 1"),
+    ("0.5.12.post1", {"page_size": 16}, "^speculative_eagle_topk > 1 with page_size > 1 is unstable"),
+    ("0.5.23", {"page_size": 16}, r"^speculative_eagle_topk > 1 with page_size > 1 is only supported on "
+                                  r"\('flashinfer', 'fa3', 'triton'\); got attention_backend=None"),
+])
+def test_tree_drafting_is_refused_where_sglang_refuses_it(version, fields, words):
+    from orchestrator.lab.stand_in.sglang_args import LabServerArgs, _tree_rules
+
+    args = LabServerArgs(model_path="/m", tokenizer_path="/m", served_model_name="/m", speculative_num_steps=3,
+                         speculative_eagle_topk=4, speculative_num_draft_tokens=8, sglang_version=version, **fields)
+    with pytest.raises(StartupError, match=words) as info:
+        _tree_rules(args)
+    assert info.value.kind == "ValueError"
+    _tree_rules(LabServerArgs(model_path="/m", tokenizer_path="/m", served_model_name="/m", speculative_num_steps=3,
+                              speculative_eagle_topk=4, speculative_num_draft_tokens=8, sglang_version=version,
+                              page_size=16, attention_backend="flashinfer"))  # the backend SGLang allows
+
+
+def test_page_size_reaches_the_tree_rules_from_the_command_line():
+    with pytest.raises(StartupError, match="page_size > 1"):
+        _resolve(*SPEC, "--speculative-num-steps", "3", "--speculative-eagle-topk", "4", "--page-size", "16")
 
 
 def test_auto_params_for_other_architectures_are_3_1_4():

@@ -21,7 +21,7 @@ from orchestrator.probes import (
 NONCE = "n0nce"
 BEGIN, END = f"@@ORCH-RESULT-BEGIN {NONCE}@@", f"@@ORCH-RESULT-END {NONCE}@@"
 # Every pushed script is checked; these may also import what any SGLang host has (draft_test's model code).
-TORCH_FILES = {"eagle3/checkpoint.py", "eagle3/draft.py", "eagle3/mla.py", "eagle3/validate.py",
+TORCH_FILES = {"eagle3/checkpoint.py", "eagle3/draft.py", "eagle3/mla.py", "eagle3/validate.py", "eagle3/tree.py",
                "evaluation/draft_test.py", "evaluation/counterfactual.py", "evaluation/light_target.py",
                "evaluation/target_model.py", "evaluation/penalties.py", "evaluation/traffic_offline.py",
                "evaluation/decoding.py", "evaluation/spec_simulation.py",

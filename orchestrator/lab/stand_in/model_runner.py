@@ -30,7 +30,7 @@ import torch
 from orchestrator.lab.stand_in.sglang_args import LAB_ARCHITECTURES, LabServerArgs, StartupError
 from remote_probes.evaluation.decoding import Decoding, TokenChooser
 from remote_probes.evaluation.penalties import NONE as NO_PENALTIES
-from remote_probes.evaluation.penalties import RULES, Penalties, Rule
+from remote_probes.evaluation.penalties import RULES, Penalties, Rule, penalised_argmax
 
 if TYPE_CHECKING:
     from remote_probes.eagle3.draft import Eagle3Draft
@@ -404,7 +404,9 @@ class LabModelRunner:
                      f"input throughput (token/s): {len(input_ids) / max(took, 1e-9):.2f}")
             self.stats.mark = time.monotonic()
             done = max_new_tokens <= 0 or accept(first)
-            if use_spec and not done:
+            if use_spec and not done and int(self.args.speculative_eagle_topk or 1) > 1:
+                self._tree_loop(ids, aux, cache, out, accept, spec, hist, on_step, choose)
+            elif use_spec and not done:
                 self._spec_loop(ids, aux, cache, out, accept, spec, hist, on_step, choose)
             else:
                 while not done:
@@ -449,6 +451,55 @@ class LabModelRunner:
             dcache.crop(n)                     # draft columns 0..n-1 are verified; redo the speculative ones
             draft_tokens = torch.tensor([new])
             draft_aux = vaux[:, : m + 1]
+            n += m + 1
+            if accept(new):
+                return
+
+    def _tree_loop(self, ids, aux, cache, out, accept, spec: SpecCounters, hist: list[int], on_step,
+                   choose: TokenChooser) -> None:
+        """SGLang's tree drafting (``--speculative-eagle-topk`` > 1; remote_probes/eagle3/tree.py): the draft's tree
+        of ``num_draft_tokens`` nodes verified in one target forward under the tree mask, the accepted path walked
+        greedily, the target's KV cut to the prefix and that path."""
+        from remote_probes.eagle3.tree import greedy_walk, keep_positions, propose_tree, tree_attention
+
+        draft = self.draft
+        assert draft is not None
+        if choose.decoding.sampled:
+            raise ValueError("the lab verifies a draft tree greedily only (temperature 0)")
+        steps, topk = int(self.args.speculative_num_steps or 1), int(self.args.speculative_eagle_topk or 1)
+        budget = int(self.args.speculative_num_draft_tokens or steps + 1)
+        dcache = self.draft_cache()
+        n = ids.shape[1]
+        draft_tokens = torch.cat([ids[:, 1:], torch.tensor([[out[-1]]])], dim=1)
+        draft_aux = aux
+        fed: list[int] = []                    # SGLang's penaliser: one token fed per verify cycle
+        while True:
+            if on_step:
+                on_step(out)
+            tree = propose_tree(draft, draft_tokens, draft_aux, dcache, out[-1], steps, topk, budget)
+            mask, positions = tree_attention(tree, n)
+            result = self.target(input_ids=torch.tensor([tree.tokens]), cache=cache, use_cache=True,
+                                 output_hidden_states=True, attention_mask=mask, position_ids=positions)
+            logits = result.logits[0]
+            vaux = torch.cat([result.hidden_states[i] for i in self.capture], dim=-1)
+            if choose.decoding.rule.per_position:
+                histories = [out + [tree.tokens[p] for p in tree.path(node)] for node in range(len(tree.tokens))]
+            else:
+                fed.append(out[-1])
+                histories = [fed] * len(tree.tokens)
+            d = choose.decoding
+            preds = penalised_argmax(logits, choose.prompt, histories, d.penalties, d.rule)
+            path, after = greedy_walk(tree, preds)
+            m = len(path)
+            new = [tree.tokens[p] for p in path] + [after]
+            cycle = SpecCounters(verify_ct=1, accepted_tokens=m + 1, correct_drafts=m, proposed_drafts=tree.drafts)
+            spec.add(cycle)
+            hist[m] += 1
+            keep_positions(cache, list(range(n)) + [n + p for p in [0, *path]])
+            self._count_forward(m + 1, cycle, n + m + 1)
+            dcache.crop(n)
+            draft_tokens = torch.tensor([new])
+            draft_aux = vaux[:, [0, *path]]
             n += m + 1
             if accept(new):
                 return

@@ -74,6 +74,7 @@ class LabServerArgs:
     chunked_prefill_size: int | None = None
     tp_size: int = 1
     attention_backend: str | None = None
+    page_size: int = 1
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
     log_level: str = "info"
@@ -198,6 +199,7 @@ def _subset_parser() -> argparse.ArgumentParser:
     p.add_argument("--attention-backend", default=None,
                    choices=["triton", "torch_native", "flex_attention", "flashinfer", "fa3", "fa4", "flashmla",
                             "cutlass_mla", "trtllm_mla", "trtllm_mha", "aiter", "wave", "intel_amx", "ascend"])
+    p.add_argument("--page-size", type=int, default=None)
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--log-level", default="info")
@@ -258,6 +260,37 @@ def _check_grpc_port(args: LabServerArgs, tree: SglangTree | None) -> None:
         raise StartupError(f"SGLANG_GRPC_PORT ({grpc}) must be between 1 and 65535")
 
 
+#: the attention backends that draft a tree over pages larger than one token, by version (0.5.12.post1
+#: server_args.py:3839-3846; 0.5.23 arg_groups/speculative_hook.py:1268-1285, which adds triton and reworded the error)
+PAGED_TREE_BACKENDS = {"0.5.12.post1": ("flashinfer", "fa3"), "0.5.23": ("flashinfer", "fa3", "triton")}
+
+
+def _tree_rules(args: LabServerArgs) -> None:
+    """SGLang's rules for ``--speculative-eagle-topk`` > 1 (tree drafting), in its words; the lab then drafts the tree
+    as SGLang does (remote_probes/eagle3/tree.py)."""
+    if args.attention_backend == "trtllm_mha":  # 0.5.12.post1 server_args.py:3818-3826, 0.5.23 hook 1176-1180
+        raise StartupError("trtllm_mha backend only supports topk = 1 for speculative decoding.", kind="ValueError")
+    backends = PAGED_TREE_BACKENDS.get(args.sglang_version, PAGED_TREE_BACKENDS[SGLANG_VERSION])
+    if args.page_size > 1 and args.attention_backend not in backends:
+        if args.sglang_version == SGLANG_VERSION:
+            raise StartupError("speculative_eagle_topk > 1 with page_size > 1 is unstable and produces incorrect "
+                               "results for paged attention backends. This combination is only supported for the "
+                               "'flashinfer' backend.", kind="ValueError")
+        raise StartupError(f"speculative_eagle_topk > 1 with page_size > 1 is only supported on {backends}; got "
+                           f"attention_backend={args.attention_backend!r}. Use page_size == 1 or one of those "
+                           "backends.", kind="ValueError")
+    from remote_probes.eagle3.tree import candidate_count
+
+    steps, topk, budget = args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
+    assert steps is not None and topk is not None and budget is not None  # resolved by the caller
+    if budget < 1 or budget - 1 > candidate_count(steps, topk):
+        # SGLang accepts the flags and fails in organize_draft_results' torch.topk on the first draft (its start-up
+        # warm-up): the lab refuses at start-up with torch's own words
+        raise StartupError(f"selected index k out of range (--speculative-num-draft-tokens {budget}: "
+                           f"organize_draft_results ranks {candidate_count(steps, topk)} candidates of "
+                           f"{steps} steps x topk {topk} for num_draft_tokens - 1)", kind="RuntimeError")
+
+
 def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArgs:
     """Apply SGLang's speculative-decoding rules to parsed flags. Raises StartupError as SGLang would fail."""
     tree: SglangTree | None = getattr(ns, "sglang_tree", None)
@@ -275,7 +308,8 @@ def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArg
         max_running_requests=get("max_running_requests"), context_length=_as_int(get("context_length")),
         max_total_tokens=_as_int(get("max_total_tokens")), chunked_prefill_size=_as_int(get("chunked_prefill_size")),
         tp_size=get("tp_size", 1),
-        attention_backend=get("attention_backend"), disable_cuda_graph=bool(get("disable_cuda_graph", False)),
+        attention_backend=get("attention_backend"), page_size=_as_int(get("page_size")) or 1,
+        disable_cuda_graph=bool(get("disable_cuda_graph", False)),
         cuda_graph_max_bs=get("cuda_graph_max_bs", get("cuda_graph_max_bs_decode")), log_level=get("log_level", "info"),
         decode_log_interval=get("decode_log_interval", 40), random_seed=get("random_seed", 0),
         enable_mixed_chunk=bool(get("enable_mixed_chunk", False)),
@@ -356,12 +390,7 @@ def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArg
     if args.speculative_num_steps < 1:
         raise StartupError(f"speculative_num_steps must be >= 1, got {args.speculative_num_steps}")
     if args.speculative_eagle_topk > 1:
-        raise StartupError(
-            f"speculative_eagle_topk={args.speculative_eagle_topk} asks for tree drafting, which the orchestrator lab "
-            "does not implement (it runs greedy chain drafting only). Pass --speculative-num-steps N "
-            "--speculative-eagle-topk 1 (SGLang then uses num_draft_tokens = N + 1)."
-            + (" These values were auto-chosen for a Llama target because all three were unset."
-               if ns.speculative_num_steps is None else ""))
+        _tree_rules(args)
     if args.speculative_draft_model_path is None:
         raise StartupError(f"{algo} speculative decoding needs --speculative-draft-model-path on the lab")
     return args
