@@ -140,8 +140,8 @@ class SweepAction(Action[SweepArgs]):
             failure = (getattr(exc, "result", None) or {}).get("failure") or {}
             return {**row, "status": "failed", "reason": exc.message.splitlines()[0], "cause": failure.get("cause"),
                     "log_tail": getattr(exc, "result", {}).get("log_tail")}
-        keys = ("tok_s", "accept_length", "server_accept_length", "latency_p50", "latency_p99", "ttft_p50",
-                "verify_ct", "completed", "completion_tokens")
+        keys = ("tok_s", "tok_s_ci", "accept_length", "accept_length_ci", "server_accept_length", "latency_p50",
+                "latency_p99", "ttft_p50", "verify_ct", "completed", "completion_tokens")
         row.update({k: result.get(k) for k in keys})
         row["overrides"] = record.diff.get("overrides", [])
         row["port"] = record.spec.port

@@ -57,8 +57,12 @@ def test_auto_params_for_llama_are_a_tree_the_lab_drafts():
     assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (5, 4, 8)
     # SGLang 0.5.12.post1 decides spec v1/v2 (server_args.py:3748-3771) before it auto-chooses topk (3807-3816)
     assert not args.disable_overlap_schedule and W_SPEC_V2 in args.warnings
-    args = _resolve(*SPEC, "--speculative-num-steps", "5", "--speculative-eagle-topk", "4")
+    args = _resolve(*SPEC, "--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
+                    "--speculative-num-draft-tokens", "8")
     assert args.disable_overlap_schedule and W_SPEC_V2 not in args.warnings
+    with pytest.raises(StartupError, match="set --speculative-num-draft-tokens") as info:  # SGLang leaves it None
+        _resolve(*SPEC, "--speculative-num-steps", "5", "--speculative-eagle-topk", "4")
+    assert info.value.kind == "TypeError"
 
 
 @pytest.mark.parametrize(("version", "fields", "words"), [
@@ -82,7 +86,8 @@ def test_tree_drafting_is_refused_where_sglang_refuses_it(version, fields, words
 
 def test_page_size_reaches_the_tree_rules_from_the_command_line():
     with pytest.raises(StartupError, match="page_size > 1"):
-        _resolve(*SPEC, "--speculative-num-steps", "3", "--speculative-eagle-topk", "4", "--page-size", "16")
+        _resolve(*SPEC, "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+                 "--speculative-num-draft-tokens", "8", "--page-size", "16")
 
 
 def test_auto_params_for_other_architectures_are_3_1_4():

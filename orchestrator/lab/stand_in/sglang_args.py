@@ -386,7 +386,11 @@ def resolve(ns: argparse.Namespace, *, target_architecture: str) -> LabServerArg
                            "speculative_eagle_topk > 1 with topk unset: set --speculative-eagle-topk with "
                            "--speculative-num-steps)", kind="TypeError")
     if args.speculative_num_draft_tokens is None:
-        args.speculative_num_draft_tokens = args.speculative_num_steps + 1
+        # topk > 1 here (topk 1 was adjusted above): SGLang leaves the budget None (0.5.12.post1 server_args.py
+        # 3828-3835 sets it for topk 1 only) and its EAGLE worker fails on it; the lab refuses at start-up instead
+        raise StartupError("unsupported operand type(s) for -: 'NoneType' and 'int' (SGLang leaves "
+                           "speculative_num_draft_tokens unset when speculative_eagle_topk > 1, and drafting "
+                           "subtracts 1 from it: set --speculative-num-draft-tokens)", kind="TypeError")
     if args.speculative_num_steps < 1:
         raise StartupError(f"speculative_num_steps must be >= 1, got {args.speculative_num_steps}")
     if args.speculative_eagle_topk > 1:
