@@ -116,6 +116,15 @@ def served_config(args: ServedBench, engine: str) -> dict[str, Any]:
         algorithm = str(args.algorithm or _get(eff, "speculative_algorithm") or _get(flags, "speculative-algorithm")
                         or "EAGLE3").upper()
         steps = args.steps or _get(eff, "speculative_num_steps") or _get(flags, "speculative-num-steps")
+    tree: dict[str, int] = {}
+    if engine != "vllm":  # SGLang's tree drafting: topk > 1 with its draft-token budget (remote_probes/eagle3/tree.py)
+        topk = _get(eff, "speculative_eagle_topk") or _get(flags, "speculative-eagle-topk")
+        budget = _get(eff, "speculative_num_draft_tokens") or _get(flags, "speculative-num-draft-tokens")
+        if topk is not None and int(topk) > 1:
+            if budget is None:
+                raise StepFailed("reconcile: the server drafts a tree (topk > 1) and names no "
+                                 "speculative-num-draft-tokens")
+            tree = {"topk": int(topk), "num_draft_tokens": int(budget)}
     wiring: Any = args.wiring
     if wiring is None:
         forced = _get(flags, "lab-capture-layers")  # the lab's simulated engine change: it captures these
@@ -125,7 +134,19 @@ def served_config(args: ServedBench, engine: str) -> dict[str, Any]:
         raise StepFailed(f"reconcile: the server's flags name no {'draft' if not draft else 'number of draft tokens'}")
     if algorithm not in ("EAGLE3", "EAGLE"):
         raise StepFailed(f"reconcile: the draft test scores EAGLE3 or EAGLE, the server ran {algorithm}")
-    return {"draft": str(draft), "algorithm": algorithm, "steps": int(steps), "wiring": wiring}
+    return {"draft": str(draft), "algorithm": algorithm, "steps": int(steps), "wiring": wiring, **tree}
+
+
+def unpredicted(error: str) -> str:
+    """Why a server stays undecided: its draft cannot be built offline, or its tree cannot be served there."""
+    if error.startswith("tree_offline: "):
+        return f"the draft test cannot serve this server's tree offline ({error.removeprefix('tree_offline: ')})"
+    return f"the draft test cannot build this server's draft ({error})"
+
+
+def _tree_of(cfg: dict[str, Any]) -> dict[str, int]:
+    """The tree a served configuration drafts (topk, num_draft_tokens), empty for a chain."""
+    return {k: cfg[k] for k in ("topk", "num_draft_tokens") if k in cfg}
 
 
 def disjoint(a: list[float] | None, b: list[float] | None) -> bool | None:
@@ -232,7 +253,7 @@ class ReconcileAction(Action[ReconcileArgs]):
             n = args.n or int(args.servers[measured[0]].bench.get("n") or len(prompts))
             sent = prompts[:min(n, len(prompts))]  # request i used prompt i % len(prompts): the distinct ones
             configs = [{"draft": cfgs[i]["draft"], "algorithm": cfgs[i]["algorithm"], "steps": cfgs[i]["steps"],
-                        "wiring": cfgs[i]["wiring"],
+                        "wiring": cfgs[i]["wiring"], **_tree_of(cfgs[i]),
                         # SGLang's accept length is completion tokens / verify forwards (the prefill's token
                         # counted); vLLM's is 1 + accepted / drafts
                         "count_first_token": args.engine == "sglang",
@@ -257,7 +278,7 @@ class ReconcileAction(Action[ReconcileArgs]):
                 ctx.output(line + "\n", "stdout")
             for i, scored in zip(measured, result.get("configs") or [], strict=True):
                 if scored.get("error"):  # this server's draft cannot be built offline: it stays undecided
-                    outs[i]["verdict"] = f"the draft test cannot build this server's draft ({scored['error']})"
+                    outs[i]["verdict"] = unpredicted(scored["error"])
                     continue
                 out = compare(scored["row"], args.servers[i].bench, args.confidence)
                 outs[i] = {**out, **cfgs[i], "wiring": scored["wiring"], "parts": scored.get("parts"),
@@ -291,7 +312,8 @@ class ReconcileAction(Action[ReconcileArgs]):
             template = args.chat_template or next((str(t) for i in measured
                                                    if (t := _get(args.servers[i].flags, "chat-template"))), None)
             configs = [{"draft": cfgs[i]["draft"], "algorithm": cfgs[i]["algorithm"], "steps": cfgs[i]["steps"],
-                        "wiring": cfgs[i]["wiring"], "count_first_token": args.engine == "sglang"} for i in measured]
+                        "wiring": cfgs[i]["wiring"], "count_first_token": args.engine == "sglang",
+                        **_tree_of(cfgs[i])} for i in measured]
             result = await run_probe_step(ctx, "draft_reconcile", {
                 "target": args.target, "engine": args.engine, "configs": configs,
                 "requests": [{"body": r.sent(None, args.max_new_tokens)} for r in requests],
@@ -301,7 +323,7 @@ class ReconcileAction(Action[ReconcileArgs]):
             skipped = result.get("skipped") or []
             for i, scored in zip(measured, result.get("configs") or [], strict=True):
                 if scored.get("error"):
-                    outs[i]["verdict"] = f"the draft test cannot build this server's draft ({scored['error']})"
+                    outs[i]["verdict"] = unpredicted(scored["error"])
                     continue
                 per_request = (scored.get("row") or {}).get("per_request") or []
                 out = reconcile_traffic(per_request, skipped, requests, args.servers[i].bench, args.confidence)
@@ -318,8 +340,10 @@ class ReconcileAction(Action[ReconcileArgs]):
 
 def profile_lines(rc: dict[str, Any]) -> list[str]:
     """The console's view of a reconcile (the TUI and MCP show the same lines as the step's output)."""
-    lines = [f"reconcile {rc.get('name') or ''} wiring {rc.get('wiring')}, {rc.get('steps')} draft tokens: "
-             f"{rc['decision']}: {rc['verdict']}"]
+    shape = (f"a tree of {rc['num_draft_tokens']} tokens ({rc.get('steps')} steps, topk {rc['topk']})"
+             if rc.get("topk") else f"{rc.get('steps')} draft tokens")
+    lines = [f"reconcile {rc.get('name') or ''} wiring {rc.get('wiring')}, {shape}: {rc['decision']}: "
+             f"{rc['verdict']}"]
     pos = rc.get("per_position") or []
     if pos:
         lines.append(f"{'position':>8} {'predicted':>20} {'measured':>20}")

@@ -62,8 +62,15 @@ def parse(args: Dict[str, Any]) -> Dict[str, Any]:
         if wiring != "served" and not (isinstance(wiring, list) and all(isinstance(x, int) for x in wiring)):
             raise ProbeFailure("bad_args", "configs[%d].wiring must be \"served\" or a list of indices" % i,
                                field="configs")
+        topk, budget = c.get("topk", 1), c.get("num_draft_tokens")
+        if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+            raise ProbeFailure("bad_args", "configs[%d].topk must be a positive integer" % i, field="configs")
+        if topk > 1 and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise ProbeFailure("bad_args", "configs[%d]: a tree (topk > 1) needs num_draft_tokens" % i,
+                               field="configs")
         out.append(dict(one, wiring=wiring, count_first_token=bool(c.get("count_first_token", False)),
-                        ladder=bool(c.get("ladder", False))))
+                        ladder=bool(c.get("ladder", False)), topk=topk,
+                        num_draft_tokens=budget if topk > 1 else one["steps"] + 1))
     a["configs"] = out
     extra = args.get("extra_prompts") or []
     if not isinstance(extra, list) or not all(isinstance(x, str) and x for x in extra):
@@ -139,6 +146,9 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
         rows[i] = {"draft": c["draft"], "algorithm": c["algorithm"], "steps": c["steps"], "error": why}
     for item in loaded:
         c = item["config"]
+        if c["topk"] > 1:
+            rows[item["index"]] = tree_row(torch, model, tokenizer, item, c, a, runs)
+            continue
         mine = ladder if c["ladder"] else []
         stats: Dict[str, Any] = score_wiring(torch, item["draft"], runs, item["wiring"], c["steps"],
                                              a["confidence"], c["count_first_token"], length_runs=mine) \
@@ -158,6 +168,46 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
             **({"skipped": skipped} if a["requests"] is not None else {}),
             "states": states_source(a["states_from"], needed, n_layers, [], round(captured - started, 2)),
             "seconds": round(time.monotonic() - started, 2)}
+
+
+def tree_row(torch: Any, model: Any, tokenizer: Any, item: Dict[str, Any], c: Dict[str, Any], a: Dict[str, Any],
+             runs: List[Any]) -> Dict[str, Any]:
+    """A server that drafts SGLang's tree: each benchmark prompt served again offline, cycle by cycle, by the tree
+    (spec_simulation.simulate_tree: one target forward per cycle, so the target's own copy runs; engine-captured
+    states hold one generation, which a tree's cycles cannot be read from). The row's figures are the requests'
+    accept lengths with their interval; no per-position acceptance (the engine reports none for a tree)."""
+    from remote_probes.evaluation.decoding import GREEDY
+    from remote_probes.evaluation.interval_stats import mean_interval
+    from remote_probes.evaluation.spec_simulation import simulate
+
+    head = {"draft": c["draft"], "algorithm": c["algorithm"], "steps": c["steps"], "topk": c["topk"],
+            "num_draft_tokens": c["num_draft_tokens"]}
+    if a["states_from"] is not None or requests_of(a):
+        why = ("the target's hidden states come from the serving engine, one generation per prompt; a tree is "
+               "verified by a target forward per cycle" if a["states_from"] is not None else
+               "a traffic replay of a tree is not simulated offline yet")
+        return dict(head, error="tree_offline: %s" % why)
+    values, total_tokens, total_cycles = [], 0, 0
+    for seq, prompt_len, _states in runs:
+        prompt_ids = [int(t) for t in seq.reshape(-1)[:prompt_len].tolist()]
+        tokens, cycles = simulate(torch, model, item["draft"], prompt_ids, item["wiring"], c["steps"],
+                                  a["max_new_tokens"], GREEDY, tokenizer.eos_token_id, c["count_first_token"],
+                                  topk=c["topk"], num_draft_tokens=c["num_draft_tokens"])
+        if cycles:
+            values.append(tokens / cycles)
+            total_tokens, total_cycles = total_tokens + tokens, total_cycles + cycles
+    iv = mean_interval(values, a["confidence"], low=1.0) if values else None
+    row = {"tau_serving": round(total_tokens / total_cycles, 4) if total_cycles else None, "tau_serving_ci": None,
+           "tau_request": round(sum(values) / len(values), 4) if values else None,
+           "tau_request_ci": iv.as_list() if iv is not None else None, "prompts": len(values),
+           "per_position": [], "by_length": [], "simulated": "tree", "wiring": item["wiring"]}
+    progress("%s %s: a tree of %d (topk %d), tau %s" % (c["draft"], item["wiring"], c["num_draft_tokens"],
+                                                        c["topk"], row["tau_request"]))
+    return dict(head, wiring=item["wiring"], parts=item["parts"], row=row)
+
+
+def requests_of(a: Dict[str, Any]) -> bool:
+    return a["requests"] is not None
 
 
 def per_request(torch: Any, draft: Any, runs: List[Any], order: List[int], requests: List[Dict[str, Any]],

@@ -13,7 +13,8 @@ the server counts it (tokens per verify cycle: vLLM's 1 + accepted / drafts cycl
 verify forwards); a sampled request's is one draw (its ``seed``, else the request's index), the interval then over
 requests.
 
-Public API: ``simulate(torch, model, draft, prompt_ids, wiring, steps, max_tokens, decoding, eos, count_first_token)``.
+Public API: ``simulate(torch, model, draft, prompt_ids, wiring, steps, max_tokens, decoding, eos, count_first_token,
+topk=1, num_draft_tokens=None)``, ``simulate_tree(...)`` (the same for SGLang's tree drafting, greedy).
 """
 
 from __future__ import annotations
@@ -43,9 +44,13 @@ def _forward(model: Any, ids: Any, cache: Any, wiring: List[int]) -> Tuple[Any, 
 
 
 def simulate(torch: Any, model: Any, draft: Any, prompt_ids: List[int], wiring: List[int], steps: int,
-             max_tokens: int, decoding: Decoding, eos: Optional[int], count_first_token: bool = False
-             ) -> Tuple[int, int]:
-    """(tokens counted, verify cycles) of one request served by speculative decoding (module doc)."""
+             max_tokens: int, decoding: Decoding, eos: Optional[int], count_first_token: bool = False,
+             topk: int = 1, num_draft_tokens: Optional[int] = None) -> Tuple[int, int]:
+    """(tokens counted, verify cycles) of one request served by speculative decoding (module doc); ``topk`` > 1
+    drafts SGLang's tree of ``num_draft_tokens`` nodes instead of the chain (greedy only: simulate_tree)."""
+    if topk > 1:
+        return simulate_tree(torch, model, draft, prompt_ids, wiring, steps, topk,
+                             num_draft_tokens or steps + 1, max_tokens, decoding, eos, count_first_token)
     from transformers import DynamicCache
 
     from remote_probes.eagle3.draft import DraftKVCache
@@ -83,6 +88,65 @@ def simulate(torch: Any, model: Any, draft: Any, prompt_ids: List[int], wiring: 
         dcache.crop(n)
         draft_tokens = torch.tensor([proposal[:m] + [after]], device=model.device)
         draft_aux = vaux[:, :m + 1].to(dtype)
+        n += m + 1
+    if count_first_token and cycles:
+        tokens += 1
+    return tokens, cycles
+
+
+def simulate_tree(torch: Any, model: Any, draft: Any, prompt_ids: List[int], wiring: List[int], steps: int, topk: int,
+                  num_draft_tokens: int, max_tokens: int, decoding: Decoding, eos: Optional[int],
+                  count_first_token: bool = False) -> Tuple[int, int]:
+    """One request served by SGLang's tree drafting (remote_probes/eagle3/tree.py), cycle by cycle: the draft's tree,
+    one target forward over it under the tree mask, the greedy walk, the target's cache cut to the accepted path.
+    The lab's server serves with the same steps (orchestrator/lab/stand_in/model_runner.py ``_tree_loop``)."""
+    from transformers import DynamicCache
+
+    from remote_probes.eagle3.draft import DraftKVCache
+    from remote_probes.eagle3.tree import greedy_walk, keep_positions, propose_tree, tree_attention
+    from remote_probes.evaluation.penalties import penalised_argmax
+
+    if decoding.sampled:
+        raise ValueError("a draft tree is verified greedily only (temperature 0)")
+    choose = TokenChooser(decoding, prompt_ids)
+    dtype = next(draft.parameters()).dtype
+    cache = DynamicCache(config=model.config) if "config" in inspect.signature(DynamicCache).parameters \
+        else DynamicCache()
+    logits, aux = _forward(model, torch.tensor([prompt_ids], device=model.device), cache, wiring)
+    out = [choose.next(logits[-1:], [])]
+    n = len(prompt_ids)
+    dcache = DraftKVCache()
+    draft_tokens = torch.tensor([prompt_ids[1:] + out[-1:]], device=model.device)
+    draft_aux = aux.to(dtype)
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    fed: List[int] = []
+    tokens, cycles = 0, 0
+    while len(out) < max_tokens and (eos is None or out[-1] != eos):
+        with torch.no_grad():
+            tree = propose_tree(draft, draft_tokens, draft_aux, dcache, out[-1], steps, topk, num_draft_tokens)
+            mask, positions = tree_attention(tree, n)
+            result = model(input_ids=torch.tensor([tree.tokens], device=model.device), use_cache=True,
+                           output_hidden_states=True, attention_mask=mask.to(model.device),
+                           position_ids=positions.to(model.device), **{key: cache})
+        vaux = torch.cat([result.hidden_states[i] for i in wiring], dim=-1)
+        if decoding.rule.per_position:
+            histories = [out + [tree.tokens[p] for p in tree.path(node)] for node in range(len(tree.tokens))]
+        else:
+            fed.append(out[-1])
+            histories = [list(fed)] * len(tree.tokens)
+        preds = penalised_argmax(result.logits[0], choose.prompt, histories, decoding.penalties, decoding.rule)
+        path, after = greedy_walk(tree, preds)
+        m = len(path)
+        new = [tree.tokens[p] for p in path] + [after]
+        tokens += m + 1
+        cycles += 1
+        if eos is not None and eos in new:
+            new = new[:new.index(eos) + 1]
+        out.extend(new[:max_tokens - len(out)])
+        keep_positions(cache, list(range(n)) + [n + p for p in [0, *path]])
+        dcache.crop(n)
+        draft_tokens = torch.tensor([[tree.tokens[p] for p in path] + [after]], device=model.device)
+        draft_aux = vaux[:, [0, *path]].to(dtype)
         n += m + 1
     if count_first_token and cycles:
         tokens += 1

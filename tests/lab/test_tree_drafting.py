@@ -145,3 +145,76 @@ def test_a_budget_above_the_candidates_is_torchs_error_at_start_up():
     assert info.value.kind == "RuntimeError" and candidate_count(2, 2) == 6
     with pytest.raises(RuntimeError, match="selected index k out of range"):  # torch's own words, as SGLang meets them
         torch.topk(torch.zeros(candidate_count(2, 2)), 8 - 1)
+
+
+def test_the_offline_simulation_serves_the_tree_the_lab_serves(lab: LabPaths, prompts: list[str]):
+    """The reconcile's offline side (spec_simulation.simulate with topk) counts what the lab's server counts, cycle
+    for cycle: the same draft, target and rules give the same tokens and verify forwards per request."""
+    from remote_probes.evaluation.decoding import GREEDY
+    from remote_probes.evaluation.spec_simulation import simulate
+
+    runner = _runner(lab, *_spec(lab, 5, 4, 16))
+    for text in prompts[:4]:
+        ids = runner.tokenizer(text)["input_ids"]
+        served = runner.generate(ids, max_new_tokens=40, stop=[], stop_token_ids=[], ignore_eos=True)
+        tokens, cycles = simulate(torch, runner.target, runner.draft, ids, runner.capture, 5, 40, GREEDY, None,
+                                  count_first_token=True, topk=4, num_draft_tokens=16)
+        assert cycles == served.spec.verify_ct
+        assert tokens == served.spec.accepted_tokens + 1  # the first token, from the prefill, counted as SGLang does
+
+
+TREE_PLAYBOOK = """
+name: tree-reconcile
+description: A tree server benchmarked and reconciled with the draft test.
+vars:
+  tree_flags: {}
+steps:
+  - name: Start a tree server
+    server: {action: start, name: tree, flags: "{{ tree_flags }}"}
+    register: srv
+  - name: Benchmark it
+    bench: {server: tree, n: 6, max_new_tokens: 40}
+    register: b
+  - name: Reconcile it
+    reconcile:
+      target: "{{ target }}"
+      engine: sglang
+      n: 6
+      max_new_tokens: 40
+      servers: [{name: tree, bench: "{{ b }}", flags: "{{ srv.flags }}", effective: "{{ srv.effective }}"}]
+    register: rc
+always:
+  - server: {action: stop_all}
+"""
+
+
+@pytest.mark.lab
+async def test_a_tree_server_is_reconciled_with_the_tree_offline(lab: LabPaths, tmp_path):
+    """The user's path (a playbook, the lab's server, its bench, the reconcile step): the offline side serves the
+    server's tree, not a chain of its steps, and the two agree within their intervals."""
+    from orchestrator.lab.building.inventory import ensure_lab, lab_inventory
+    from orchestrator.playbook.loader import load_playbook
+    from orchestrator.session.reader import read_session
+    from orchestrator.session.recording import build_runner, run_with_signals
+
+    ensure_lab("seed-wiring", root=lab.root)
+    inventory = lab_inventory("seed-wiring", root=lab.root)
+    book = tmp_path / "tree.yaml"
+    book.write_text(TREE_PLAYBOOK)
+    playbook = load_playbook(book, extra_names=inventory.host_vars("lab"))
+    flags = {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": str(lab.drafts["healthy"]),
+             "speculative-num-steps": 5, "speculative-eagle-topk": 4, "speculative-num-draft-tokens": 16}
+    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
+                                     extra_vars={"tree_flags": flags})
+    outcome = await run_with_signals(engine)
+    assert outcome.status == "ok"
+    session = read_session(directory)
+    rc = next(r.result for e in session.events if getattr(e, "type", "") == "step_finished"
+              and e.action == "reconcile" for r in e.results)
+    server = rc["by_name"]["tree"]
+    assert (server["topk"], server["num_draft_tokens"], server["steps"]) == (4, 16, 5)
+    assert server["decision"] == "reconciled", server["verdict"]
+    # a chain of 5 on the same draft accepts at most 6 per cycle and measures well under the tree here
+    assert server["predicted"]["accept_length"] > 1.0
+    assert "a tree of 16 tokens (5 steps, topk 4)" in "\n".join(
+        e.text for e in session.events if getattr(e, "type", "") == "output")
