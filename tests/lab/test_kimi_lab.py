@@ -117,3 +117,30 @@ def test_the_vllm_stand_in_refuses_the_wrapper_as_real_vllm_does(kimi_lab: Path)
     assert ran.returncode == 1, ran.stderr[-2000:]
     assert f"OSError: Can't load image processor for '{target}'" in ran.stderr
     assert "preprocessor_config.json" in ran.stderr
+
+
+@pytest.mark.lab
+def test_an_mla_draft_drafts_a_tree_on_the_seeds_class(kimi_lab: Path) -> None:
+    """Tree drafting (issue 39) with the MLA draft on the wrapper's DeepSeek-V3: the rows draft on copies of the
+    draft's latent cache, the target verifies under the tree mask, and the tokens served are plain greedy's."""
+    import logging
+
+    from orchestrator.lab.stand_in.model_runner import LabModelRunner
+    from orchestrator.lab.stand_in.sglang_args import build_parser, resolve
+
+    arch = json.loads((kimi_lab / "target" / "config.json").read_text())["architectures"][0]
+    prompts = json.loads((kimi_lab / "target" / "prompts.json").read_text())[:3]
+
+    def runner(*flags: str) -> LabModelRunner:
+        ns = build_parser().parse_args(["--model-path", str(kimi_lab / "target"), *flags])
+        return LabModelRunner(resolve(ns, target_architecture=arch), log=logging.getLogger("t").debug)
+
+    plain = runner()
+    tree = runner("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
+                  str(kimi_lab / "drafts" / "healthy"), "--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
+                  "--speculative-num-draft-tokens", "16")
+    for text in prompts:
+        ids = plain.tokenizer(text)["input_ids"]
+        want = plain.generate(ids, max_new_tokens=32, stop=[], stop_token_ids=[], ignore_eos=True).output_ids
+        got = tree.generate(ids, max_new_tokens=32, stop=[], stop_token_ids=[], ignore_eos=True)
+        assert got.output_ids == want and got.spec.verify_ct < len(want)  # lossless, and the tree is accepted
