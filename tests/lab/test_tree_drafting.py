@@ -218,3 +218,21 @@ async def test_a_tree_server_is_reconciled_with_the_tree_offline(lab: LabPaths, 
     assert server["predicted"]["accept_length"] > 1.0
     assert "a tree of 16 tokens (5 steps, topk 4)" in "\n".join(
         e.text for e in session.events if getattr(e, "type", "") == "output")
+
+
+def test_a_penalised_tree_is_served_as_the_offline_simulation_serves_it(lab: LabPaths, prompts: list[str]):
+    """SGLang's relaxed penalty (one token fed to its penalisers per verify cycle: penalties.py) on a tree: the lab's
+    server and the offline simulation, each by the same rule, count the same cycles and tokens."""
+    from remote_probes.evaluation.decoding import Decoding
+    from remote_probes.evaluation.penalties import RULES, Penalties
+    from remote_probes.evaluation.spec_simulation import simulate
+
+    runner = _runner(lab, *_spec(lab, 5, 4, 16))
+    penalty, rule = Penalties(frequency=1.0), RULES["sglang"]
+    for text in prompts[:3]:
+        ids = runner.tokenizer(text)["input_ids"]
+        served = runner.generate(ids, max_new_tokens=40, stop=[], stop_token_ids=[], ignore_eos=True,
+                                 penalties=penalty, rule=rule)
+        tokens, cycles = simulate(torch, runner.target, runner.draft, ids, runner.capture, 5, 40,
+                                  Decoding(penalty, rule), None, count_first_token=True, topk=4, num_draft_tokens=16)
+        assert (tokens, cycles) == (served.spec.accepted_tokens + 1, served.spec.verify_ct)
