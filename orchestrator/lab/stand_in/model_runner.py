@@ -1,4 +1,5 @@
-"""The lab server's model runner: plain greedy decoding and greedy CHAIN speculative decoding (EAGLE / EAGLE-3).
+"""The lab server's model runner: plain greedy decoding and greedy speculative decoding (EAGLE / EAGLE-3), a chain
+(topk 1) or SGLang's tree (``--speculative-eagle-topk`` > 1: remote_probes/eagle3/tree.py, ``_tree_loop``).
 
 Batch size 1, one request at a time. Speculative decoding really runs: the draft proposes ``num_steps`` tokens,
 the target verifies them in one forward, the longest agreeing prefix plus the target's bonus token is kept and
