@@ -30,6 +30,7 @@ from orchestrator.actions.base import Action, ActionContext, StepFailed
 from orchestrator.actions.bench import BenchSettings
 from orchestrator.actions.server import ServerLaunchArgs, launch_parts
 from orchestrator.errors import OrchestratorError
+from orchestrator.tuning.cost_model import per_request_rate
 
 
 class TuneArgs(ServerLaunchArgs):
@@ -42,6 +43,11 @@ class TuneArgs(ServerLaunchArgs):
     baseline: dict[str, Any] | None = Field(default=None, description="a registered no-speculation bench result "
                                             "(with per_request), instead of a baseline restart")
     bench: BenchSettings = Field(default_factory=lambda: BenchSettings(n=12))
+    topk: list[int] = Field(default_factory=lambda: [1], description="SGLang's --speculative-eagle-topk values; "
+                            "above 1 adds trees of each candidate's steps (orchestrator/tuning/tree_space.py)")
+    draft_tokens: list[int] = Field(default_factory=lambda: [8, 16], description="the trees' "
+                                    "--speculative-num-draft-tokens budgets (those SGLang serves for the steps and "
+                                    "topk)")
 
     @model_validator(mode="after")
     def _shape(self) -> TuneArgs:
@@ -49,6 +55,18 @@ class TuneArgs(ServerLaunchArgs):
             raise ValueError("candidates: a non-empty list of draft token counts >= 1")
         if len(set(self.candidates)) > 64:
             raise ValueError("candidates: at most 64 configurations")
+        if not self.topk or any(t < 1 for t in self.topk) or any(b < 2 for b in self.draft_tokens):
+            raise ValueError("topk: values >= 1; draft_tokens: budgets >= 2")
+        if any(t > 1 for t in self.topk) and not self.draft_tokens:
+            raise ValueError("draft_tokens: a tree (topk > 1) needs at least one budget")
+        if any(t > 1 for t in self.topk) and isinstance(self.flags, dict):
+            from orchestrator.servers.flags import flag_key
+
+            if any(flag_key(str(name)) == "speculative_config" for name in self.flags):
+                raise ValueError("topk: a topk above 1 asks for trees, which the installed vLLM does not draft "
+                                 "(vLLM 0.32 and 0.33 have num_speculative_tokens only; 0.11's "
+                                 "speculative_token_tree needs its GPU tree_attn backend): tune vLLM's chains with "
+                                 "topk [1]")
         return self
 
 
@@ -107,7 +125,7 @@ class TuneAction(Action[TuneArgs]):
     summary = "Predict the fastest chain speculative configuration from a baseline and one probe, then verify a few."
 
     async def run(self, args: TuneArgs, ctx: ActionContext) -> dict[str, Any]:
-        from orchestrator.tuning.cost_model import fit, per_request_rate, predict
+        from orchestrator.tuning.cost_model import fit, predict
 
         try:
             adapter, base_spec, client_python, auto = launch_parts(args, ctx)
@@ -170,9 +188,16 @@ class TuneAction(Action[TuneArgs]):
         result = self._summary(args, model, predictions, measured, base_rate, base_ci, k_probe)
         for row in result["rows"]:  # the curve of the last model (every measurement in it), beside the prediction
             row.update(model_tok_s=final[row["k"]].tok_s, model_tok_s_ci=final[row["k"]].tok_s_ci)  # made before
+        trees: dict[str, Any] = {}
+        if any(t > 1 for t in args.topk):
+            trees = await self._trees(args, ctx, adapter, base_spec, client_python, auto, model, final, result,
+                                      base_rate, base_ci)
+            restarts += trees.get("restarts", 0)
         result.update(restarts=restarts, baseline={"tok_s": base_rate, "tok_s_ci": base_ci, "source": base_source},
                       restarts_counted={"baseline": int(base_source == "measured"), "probe": 1,
                                         "verify": verified, "top_predicted": top, "rankings": rankings,
+                                        **({"tree_probe": trees.get("probe"), "tree_verify": trees.get("verify", [])}
+                                           if trees else {}),
                                         "what": "server starts of this step: the no-speculation baseline (unless "
                                                 "given), the probe at k_probe, and each top prediction not "
                                                 "already measured, one at a time, the costs refitted after each"})
@@ -180,11 +205,143 @@ class TuneAction(Action[TuneArgs]):
         result["lines"].insert(len(result["lines"]) - 1 if result["recommended"] else len(result["lines"]),
                                f"tune: {restarts} server starts (baseline {base_source}; the probe k={k_probe}; "
                                f"verify restarts {verified or 'none'} for the top predicted {top}); the grid of "
-                               f"these candidates is {len(set(ks) | {k_probe}) + 1} (one per k plus the baseline)")
+                               f"these candidates is {len(set(ks) | {k_probe}) + 1 + trees.get('count', 0)} (one "
+                               f"per k{' and per tree' if trees else ''} plus the baseline)"
+                               + (f"; trees: the probe {trees['probe']}, verify restarts {trees['verify'] or 'none'}"
+                                  if trees.get("probe") else ""))
         self._write(ctx, result)
         for line in result["lines"]:
             ctx.output(line + "\n")
         return result
+
+    async def _trees(self, args: TuneArgs, ctx: ActionContext, adapter: Any, base_spec: Any, client_python: str,
+                     auto: bool, model: Any, chains: dict[int, Any], result: dict[str, Any], base_rate: float,
+                     base_ci: list[float]) -> dict[str, Any]:
+        """SGLang's trees beside the chains (orchestrator/tuning/tree_space.py): every tree's acceptance from the draft
+        test offline, one tree probe (the widest) for the cost of verifying more tokens, then a restart for each of
+        the ``verify`` best predictions overall that is a tree not yet measured; the recommendation is recomputed
+        over every measured point. Adds the tree rows and lines to ``result``; returns what it counted."""
+        from orchestrator.actions.probe import run_probe_step
+        from orchestrator.servers.prompts import load_prompts
+        from orchestrator.tuning.tree_space import (
+            TreeConfig,
+            fit_trees,
+            predict_tree,
+            tree_configs,
+            tree_flags,
+        )
+
+        configs = tree_configs(sorted(set(args.candidates)), args.topk, args.draft_tokens)
+        if not configs:
+            result["lines"].insert(len(result["lines"]) - (1 if result.get("recommended") else 0), f"tune: no tree of topk {args.topk} and draft tokens {args.draft_tokens} is "
+                                   f"served at steps {sorted(set(args.candidates))}")
+            return {"count": 0, "restarts": 0}
+        probe = max(configs, key=lambda c: (c.extra_verified, c.topk, c.steps))
+        flags = args.flags
+        forced = flags.get("lab-capture-layers")  # the lab's simulated engine change: its server captures these
+        wiring: Any = [int(x) for x in str(forced).split(",")] if forced is not None else "served"
+        sent = load_prompts(args.bench.prompts)
+        sent = sent[:min(args.bench.n, len(sent))]  # request i sends prompt i % len(prompts): the distinct ones
+        offline = await run_probe_step(ctx, "draft_reconcile", {
+            "target": base_spec.model, "engine": "sglang", "prompts": sent, "num_prompts": len(sent),
+            "max_new_tokens": args.bench.max_new_tokens,
+            "configs": [{"draft": str(flags.get("speculative-draft-model-path")),
+                         "algorithm": str(flags.get("speculative-algorithm", "EAGLE3")).upper(), "steps": c.steps,
+                         "topk": c.topk, "num_draft_tokens": c.draft_tokens, "wiring": wiring,
+                         "count_first_token": True} for c in configs]})
+        accepts = {c: ((row.get("row") or {}).get("accepts") or []) for c, row in
+                   zip(configs, offline.get("configs") or [], strict=True)}
+        missing = [c.label for c, a in accepts.items() if not a]
+        if missing:
+            raise StepFailed(f"tune: the draft test predicts no accept length for {missing}: "
+                             + "; ".join(str(r.get("error")) for r in offline.get("configs") or [] if r.get("error")))
+        measured: dict[Any, dict[str, Any]] = {probe: await self._measure(args, ctx, adapter, base_spec, client_python,
+                                                                          auto, probe.label, tree_flags(flags, probe),
+                                                                          tolerate=True)}
+        restarts = 1
+
+        def points() -> dict[TreeConfig, list[Any]]:
+            return {c: requests_of(r, speculative=True) for c, r in measured.items() if r.get("status") == "ok"}
+
+        try:
+            fitted = fit_trees(model, points())
+        except ValueError as exc:  # said before the chains' recommendation, which stays the last line
+            result["lines"].insert(len(result["lines"]) - (1 if result.get("recommended") else 0),
+                                   f"tune: trees not predicted: the tree probe {probe.label} "
+                                   f"{measured[probe].get('reason') or exc}")
+            return {"count": len(configs), "restarts": restarts, "probe": probe.label, "verify": []}
+        predictions = {c: predict_tree(model, fitted, c, accepts[c]) for c in configs}
+        # up to `verify` restarts, one at a time, as the chains': the best predicted configuration overall (chains
+        # with their last model) when it is a tree not measured yet; each refits w and v, each verified tree keeps
+        # the prediction made BEFORE it was measured
+        verify: list[TreeConfig] = []
+        before: dict[TreeConfig, Any] = {}
+        while len(verify) < args.verify:
+            joint: list[tuple[float, TreeConfig | None]] = sorted(
+                [(p.tok_s, None) for p in chains.values()] + [(p.tok_s, c) for c, p in predictions.items()],
+                key=lambda x: -x[0])
+            pending = [c for _rate, c in joint[:args.verify] if c is not None and c not in measured]
+            if not pending:
+                break
+            config = pending[0]
+            before[config] = predictions[config]
+            measured[config] = await self._measure(args, ctx, adapter, base_spec, client_python, auto, config.label,
+                                                   tree_flags(flags, config), tolerate=True)
+            verify.append(config)
+            restarts += 1
+            try:
+                fitted = fit_trees(model, points())
+            except ValueError as exc:
+                ctx.output(f"tune [{config.label}]: not used to refit the tree costs ({exc})\n")
+            predictions = {c: predict_tree(model, fitted, c, accepts[c]) for c in configs}
+        predictions.update(before)
+        rows = []
+        for config, p in predictions.items():
+            row: dict[str, Any] = {"k": config.steps, "topk": config.topk, "draft_tokens": config.draft_tokens,
+                                   "label": config.label, "flags": tree_flags(flags, config),
+                                   "predicted_accept_length": p.accept_length,
+                                   "predicted_accept_length_ci": p.accept_length_ci, "predicted_tok_s": p.tok_s,
+                                   "predicted_tok_s_ci": p.tok_s_ci, "extrapolated": False, "probe": config == probe,
+                                   "accept_source": "the draft test offline (the tree served cycle by cycle)"}
+            got = measured.get(config)
+            if got is not None and got.get("status") == "ok":
+                rate, ci = per_request_rate(requests_of(got, speculative=True))
+                row.update(measured_tok_s=rate, measured_tok_s_ci=ci, measured_accept_length=got.get("accept_length"),
+                           measured_accept_length_ci=got.get("accept_length_ci"), agrees=_overlap(ci, p.tok_s_ci),
+                           accept_agrees=_overlap(got.get("accept_length_ci"), p.accept_length_ci))
+            elif got is not None:
+                row.update(measured_status="failed", reason=got.get("reason"))
+            rows.append(row)
+        lines = [f"tune trees: a draft step over the rows adds {fitted.w * 1000:.2f} ms [{fitted.w_ci[0] * 1000:.2f}, "
+                 f"{fitted.w_ci[1] * 1000:.2f}] over a chain's, each verified token beyond a chain's "
+                 f"{fitted.v * 1000:.2f} ms [{fitted.v_ci[0] * 1000:.2f}, {fitted.v_ci[1] * 1000:.2f}] (fitted on "
+                 f"{[c.label for c in fitted.points]}{'; ' + fitted.assumption if fitted.assumption else ''}); "
+                 f"acceptance: the draft test offline, {len(sent)} prompts"]
+        for r in rows:
+            measured_text = (f"measured {r['measured_tok_s']:.1f} [{r['measured_tok_s_ci'][0]:.1f}, "
+                             f"{r['measured_tok_s_ci'][1]:.1f}] ({'agrees' if r['agrees'] else 'DISAGREES'}), "
+                             f"accept {r['measured_accept_length']} "
+                             f"({'agrees' if r['accept_agrees'] else 'DISAGREES'} with offline)"
+                             if r.get("measured_tok_s") is not None else "not measured")
+            lines.append(f"tune {r['label']}: predicted {r['predicted_tok_s']:.1f} [{r['predicted_tok_s_ci'][0]:.1f}, "
+                         f"{r['predicted_tok_s_ci'][1]:.1f}] tok/s, accept {r['predicted_accept_length']:.2f} "
+                         f"[{r['predicted_accept_length_ci'][0]:.2f}, {r['predicted_accept_length_ci'][1]:.2f}] "
+                         f"offline; {measured_text}")
+        if result.get("recommended"):
+            result["lines"].pop()  # the chains' recommendation: recomputed over chains and trees
+        result["lines"].extend(lines)
+        result["rows"].extend(rows)
+        recommended, line = self._recommend(result["rows"], model, base_rate, base_ci)
+        result["recommended"] = recommended
+        if line:
+            result["lines"].append(line)
+        done = [r for r in rows if r.get("measured_tok_s") is not None]
+        result["agreement"].update(trees_measured=len(done), trees_agree=sum(1 for r in done if r.get("agrees")),
+                                   trees_accept_agree=sum(1 for r in done if r.get("accept_agrees")))
+        result["tree_cost"] = {"w_s": round(fitted.w, 6), "w_ci": fitted.w_ci, "v_s": round(fitted.v, 6),
+                               "v_ci": fitted.v_ci, "probe": probe.label, "fitted_on": [c.label for c in fitted.points],
+                               "assumption": fitted.assumption}
+        return {"count": len(configs), "restarts": restarts, "probe": probe.label, "verify": [c.label for c in verify]}
 
     async def _measure(self, args: TuneArgs, ctx: ActionContext, adapter: Any, base_spec: Any, client_python: str,
                        auto: bool, label: str, flags: dict[str, Any], *, tolerate: bool = False) -> dict[str, Any]:
@@ -196,7 +353,7 @@ class TuneAction(Action[TuneArgs]):
         try:
             _record, result = await start_bench_stop(args, ctx, adapter, replace(base_spec, flags=dict(flags)),
                                                      client_python, auto, name=f"tune-{ctx.step_id}-"
-                                                     f"{label.replace('=', '')}")
+                                                     f"{label.replace('=', '').replace(' ', '-')}")
         except (StepFailed, OrchestratorError) as exc:
             reason = exc.message.splitlines()[0]
             if tolerate:
@@ -227,7 +384,6 @@ class TuneAction(Action[TuneArgs]):
                 row.update(measured_status="failed", reason=got.get("reason"))
             rows.append(row)
         done = [r for r in rows if r.get("measured_tok_s") is not None]
-        best = max(done, key=lambda r: r["measured_tok_s"]) if done else None
         per_cycle = (f"speculation adds {model.c0 * 1000:.1f} ms [{model.c0_ci[0] * 1000:.1f}, "
                      f"{model.c0_ci[1] * 1000:.1f}] per cycle and " if len(model.ks_fitted) > 1 else
                      "(one chain length measured: no per-cycle cost can be told apart, assumed 0) ")
@@ -242,27 +398,9 @@ class TuneAction(Action[TuneArgs]):
             lines.append(f"tune k={r['k']}: predicted {r['predicted_tok_s']:.1f} [{r['predicted_tok_s_ci'][0]:.1f}, "
                          f"{r['predicted_tok_s_ci'][1]:.1f}] tok/s, accept {r['predicted_accept_length']:.2f}"
                          f"{' (extrapolated)' if r['extrapolated'] else ''}; {measured_text}")
-        recommended = None
-        if best is not None:
-            best["recommended"] = True
-            lo, hi = best["measured_tok_s_ci"]
-            beats = "yes" if lo > base_ci[1] else "no" if hi < base_ci[0] else "inconclusive"
-            speedup = round(best["measured_tok_s"] / base_rate, 3) if base_rate else None
-            tied = [r["k"] for r in done if r is not best and _overlap(r["measured_tok_s_ci"], best["measured_tok_s_ci"])]
-            recommended = {"k": best["k"], "flags": best["flags"], "tok_s": best["measured_tok_s"],
-                           "tok_s_ci": best["measured_tok_s_ci"], "predicted_tok_s": best["predicted_tok_s"],
-                           "speedup": speedup, "beats_baseline": beats, "tied_with": tied}
-            if beats == "no":
-                lines.append(f"tune: no configuration beats the baseline ({base_rate:.1f} tok/s [{base_ci[0]:.1f}, "
-                             f"{base_ci[1]:.1f}]): the best, k={best['k']}, measured {best['measured_tok_s']:.1f}; "
-                             f"speculating costs {model.c0 / model.t1:.2f} plain steps per cycle and each draft token "
-                             f"{model.c / model.t1:.2f} more, and the draft's acceptance "
-                             f"({', '.join(f'{x:.2f}' for x in model.profile)}) does not repay it")
-            else:
-                lines.append(f"tune: recommended k={best['k']}: {best['measured_tok_s']:.1f} tok/s measured "
-                             f"({speedup}x the baseline {base_rate:.1f}; beats it on intervals: {beats}), "
-                             f"{best['predicted_tok_s']:.1f} predicted"
-                             + (f"; tied on intervals with k={tied}" if tied else ""))
+        recommended, line = TuneAction._recommend(rows, model, base_rate, base_ci)
+        if line:
+            lines.append(line)
         return {"rows": rows, "recommended": recommended, "lines": lines,
                 "cost": {"t1_s": round(model.t1, 6), "t1_ci": model.t1_ci, "c_s": round(model.c, 6), "c_ci": model.c_ci,
                          "c0_s": round(model.c0, 6), "c0_ci": model.c0_ci, "ks_fitted": model.ks_fitted,
@@ -272,6 +410,42 @@ class TuneAction(Action[TuneArgs]):
                 "agreement": {"measured": len(done), "agree": sum(1 for r in done if r.get("agrees")),
                               "independent": sum(1 for r in done if not r["probe"]),
                               "independent_agree": sum(1 for r in done if not r["probe"] and r.get("agrees"))}}
+
+    @staticmethod
+    def _recommend(rows: list[dict[str, Any]], model: Any, base_rate: float, base_ci: list[float]
+                   ) -> tuple[dict[str, Any] | None, str | None]:
+        """The fastest MEASURED configuration (chain or tree), whether it beats the baseline on intervals, and the
+        line that says so (None without a measured point)."""
+        done = [r for r in rows if r.get("measured_tok_s") is not None]
+        for r in rows:
+            r.pop("recommended", None)
+        best = max(done, key=lambda r: r["measured_tok_s"]) if done else None
+        if best is None:
+            return None, None
+        best["recommended"] = True
+        name = best.get("label") or f"k={best['k']}"
+        lo, hi = best["measured_tok_s_ci"]
+        beats = "yes" if lo > base_ci[1] else "no" if hi < base_ci[0] else "inconclusive"
+        speedup = round(best["measured_tok_s"] / base_rate, 3) if base_rate else None
+        tied = [r.get("label") or r["k"] for r in done
+                if r is not best and _overlap(r["measured_tok_s_ci"], best["measured_tok_s_ci"])]
+        recommended = {"k": best["k"], "flags": best["flags"], "tok_s": best["measured_tok_s"],
+                       "tok_s_ci": best["measured_tok_s_ci"], "predicted_tok_s": best["predicted_tok_s"],
+                       "speedup": speedup, "beats_baseline": beats, "tied_with": tied,
+                       **({"topk": best["topk"], "draft_tokens": best["draft_tokens"], "label": best["label"]}
+                          if best.get("topk") else {})}
+        if beats == "no":
+            return recommended, (
+                f"tune: no configuration beats the baseline ({base_rate:.1f} tok/s [{base_ci[0]:.1f}, "
+                f"{base_ci[1]:.1f}]): the best, {name}, measured {best['measured_tok_s']:.1f}; "
+                f"speculating costs {model.c0 / model.t1:.2f} plain steps per cycle and each draft token "
+                f"{model.c / model.t1:.2f} more, and the draft's acceptance "
+                f"({', '.join(f'{x:.2f}' for x in model.profile)}) does not repay it")
+        return recommended, (
+            f"tune: recommended {name}: {best['measured_tok_s']:.1f} tok/s measured "
+            f"({speedup}x the baseline {base_rate:.1f}; beats it on intervals: {beats}), "
+            f"{best['predicted_tok_s']:.1f} predicted"
+            + (f"; tied on intervals with {'k=' if all(isinstance(t, int) for t in tied) else ''}{tied}" if tied else ""))
 
     @staticmethod
     def _write(ctx: ActionContext, result: dict[str, Any]) -> None:

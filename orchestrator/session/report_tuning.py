@@ -49,11 +49,20 @@ def tuning_section(session: LoadedSession) -> list[Block]:
         for row in res.get("rows") or []:
             measured = _interval(row.get("measured_tok_s"), row.get("measured_tok_s_ci"))
             agrees = {True: "yes", False: "**no**", None: "—"}[row.get("agrees")]
-            label = f"k={row['k']}" + (" (probe)" if row.get("probe") else "") + (" ★" if row.get("recommended") else "")
-            rows.append([label, _interval(row.get("predicted_accept_length"), None),
+            label = ((row.get("label") or f"k={row['k']}") + (" (probe)" if row.get("probe") else "")
+                     + (" ★" if row.get("recommended") else ""))
+            rows.append([label, _interval(row.get("predicted_accept_length"), row.get("predicted_accept_length_ci")
+                                          if row.get("topk") else None),
                          _interval(row.get("predicted_tok_s"), row.get("predicted_tok_s_ci"))
                          + (" (extrapolated)" if row.get("extrapolated") else ""), measured, agrees])
-        blocks.append(Table(["chain", "predicted accept length", "predicted tok/s [95%]", "measured tok/s [95%]",
+        trees = res.get("tree_cost") or {}
+        if trees:
+            blocks.append(Para(
+                f"Trees (SGLang's topk > 1): a draft step over the rows adds {trees.get('w_s', 0) * 1000:.2f} ms over a "
+                f"chain's, each verified token beyond a chain's {trees.get('v_s', 0) * 1000:.2f} ms (fitted on "
+                f"{', '.join(trees.get('fitted_on') or [])}{'; ' + trees['assumption'] if trees.get('assumption') else ''}"
+                "); each tree's accept length is the draft test's, the tree served offline cycle by cycle."))
+        blocks.append(Table(["configuration", "predicted accept length", "predicted tok/s [95%]", "measured tok/s [95%]",
                              "agree"], rows))
         blocks.append(Para(f"No speculation: {_interval(base.get('tok_s'), base.get('tok_s_ci'))} tok/s. "
                            + ((res.get("lines") or [""])[-1])))

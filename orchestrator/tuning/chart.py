@@ -1,5 +1,6 @@
 """The tuner's picture: predicted tok/s per chain length (line, interval band) and the measured points (dots with
-interval bars), the no-speculation baseline as a dashed line. Hand-written SVG, like the sweep's chart."""
+interval bars), SGLang's trees as dashed series per (topk, draft tokens) with square measured points, the
+no-speculation baseline as a dashed line. Hand-written SVG, like the sweep's chart."""
 
 from __future__ import annotations
 
@@ -7,12 +8,19 @@ from collections.abc import Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
+#: one dashed series per tree shape (topk, draft tokens) beside the chains' curve
+TREE_COLORS = ("#6a1b9a", "#00838f", "#ad1457", "#4e342e", "#558b2f", "#283593")
+
 
 def svg_curve(rows: Sequence[dict[str, Any]], baseline: dict[str, Any] | None, *, title: str) -> str:
-    """``rows``: one per k with ``predicted_tok_s(_ci)`` and, where measured, ``measured_tok_s(_ci)``."""
+    """``rows``: one per k with ``predicted_tok_s(_ci)`` and, where measured, ``measured_tok_s(_ci)``; rows with a
+    ``topk`` are trees (tree_space.py), drawn as one dashed series per (topk, draft tokens) with square points."""
+    trees = [r for r in rows if r.get("topk")]
+    every = list(rows)
+    rows = [r for r in rows if not r.get("topk")]
     width, height, left, right, top, bottom = 640, 360, 60, 20, 40, 50
-    ks = [int(r["k"]) for r in rows] or [1]
-    values = [float(v) for r in rows for v in (r.get("predicted_tok_s_ci") or []) + (r.get("measured_tok_s_ci") or [])]
+    ks = [int(r["k"]) for r in every] or [1]
+    values = [float(v) for r in every for v in (r.get("predicted_tok_s_ci") or []) + (r.get("measured_tok_s_ci") or [])]
     values += [float(v) for v in (baseline or {}).get("tok_s_ci") or []]
     hi: float = max(values + [1.0]) * 1.08
     x0, x1 = min(ks + [0]), max(ks)
@@ -60,6 +68,25 @@ def svg_curve(rows: Sequence[dict[str, Any]], baseline: dict[str, Any] | None, *
         out.append(f'<line x1="{cx:.1f}" y1="{y(lo):.1f}" x2="{cx:.1f}" y2="{y(hi_):.1f}" stroke="{color}" '
                    'stroke-width="2"/>')
         out.append(f'<circle cx="{cx:.1f}" cy="{y(r["measured_tok_s"]):.1f}" r="5" fill="{color}"/>')
+    shapes = sorted({(int(r["topk"]), int(r["draft_tokens"])) for r in trees})
+    for i, shape in enumerate(shapes):
+        color = TREE_COLORS[i % len(TREE_COLORS)]
+        series = sorted((r for r in trees if (int(r["topk"]), int(r["draft_tokens"])) == shape), key=lambda r: r["k"])
+        points = " ".join(f"{x(r['k']):.1f},{y(r['predicted_tok_s']):.1f}" for r in series)
+        out.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.5" '
+                   'stroke-dasharray="6,3"/>')
+        out.append(f'<text x="{width - right - 150}" y="{top + 14 + 14 * i}" fill="{color}">tree topk {shape[0]}, '
+                   f'{shape[1]} tokens</text>')
+        for r in series:
+            if r.get("measured_tok_s") is None:
+                continue
+            cx = x(r["k"]) + 4
+            lo, hi_ = (float(v) for v in (r.get("measured_tok_s_ci") or [r["measured_tok_s"]] * 2))
+            fill = "#2e7d32" if r.get("recommended") else color
+            out.append(f'<line x1="{cx:.1f}" y1="{y(lo):.1f}" x2="{cx:.1f}" y2="{y(hi_):.1f}" stroke="{fill}" '
+                       'stroke-width="2"/>')
+            out.append(f'<rect x="{cx - 4:.1f}" y="{y(r["measured_tok_s"]) - 4:.1f}" width="8" height="8" '
+                       f'fill="{fill}"/>')
     if baseline and baseline.get("tok_s"):
         by = y(baseline["tok_s"])
         out.append(f'<line x1="{left}" y1="{by:.1f}" x2="{width - right}" y2="{by:.1f}" stroke="#555" '

@@ -200,7 +200,8 @@ def tree_row(torch: Any, model: Any, tokenizer: Any, item: Dict[str, Any], c: Di
     row = {"tau_serving": round(total_tokens / total_cycles, 4) if total_cycles else None, "tau_serving_ci": None,
            "tau_request": round(sum(values) / len(values), 4) if values else None,
            "tau_request_ci": iv.as_list() if iv is not None else None, "prompts": len(values),
-           "per_position": [], "by_length": [], "simulated": "tree", "wiring": item["wiring"]}
+           "per_position": [], "by_length": [], "simulated": "tree", "wiring": item["wiring"],
+           "accepts": [round(v, 4) for v in values]}
     progress("%s %s: a tree of %d (topk %d), tau %s" % (c["draft"], item["wiring"], c["num_draft_tokens"],
                                                         c["topk"], row["tau_request"]))
     return dict(head, wiring=item["wiring"], parts=item["parts"], row=row)

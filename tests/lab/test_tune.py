@@ -67,3 +67,42 @@ async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, t
     started = {e.server_id for e in session.of_type(ServerEvent) if e.type == "server_ready"}
     stopped = {e.server_id for e in session.of_type(ServerEvent) if e.type == "server_stopped"}
     assert len(started) == tuned["restarts"] and started <= stopped
+
+
+@pytest.mark.lab
+async def test_tune_predicts_trees_beside_chains_on_the_lab(lab: LabPaths, tmp_path: Path) -> None:
+    """playbooks/tune.yaml with SGLang's trees (topk 4, two budgets): every servable tree predicted from the draft
+    test's offline acceptance and the tree probe's cost, the probe's and each verified tree's measured accept length
+    within the offline interval (the lab serves trees as the offline simulation does), restarts counted against the
+    grid, and the recommendation the fastest measured point, chain or tree."""
+    ensure_lab("seed-wiring", root=lab.root)
+    inventory = lab_inventory("seed-wiring", root=lab.root)
+    playbook = load_playbook(TUNE, extra_names=inventory.host_vars("lab"))
+    extra = {"tune_candidates": [3, 5], "tune_verify": 1, "tune_topk": [1, 4], "tune_draft_tokens": [8, 16],
+             "bench_n": 6, "bench_tokens": 48}
+    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
+                                     extra_vars=extra)
+    outcome = await run_with_signals(engine)
+    write_reports(directory)
+    assert outcome.status == "ok"
+    session = read_session(directory)
+    tuned = next(r.result for e in session.events if getattr(e, "type", "") == "step_finished"
+                 and e.action == "tune" for r in e.results)
+    trees = {r["label"]: r for r in tuned["rows"] if r.get("topk")}
+    assert set(trees) == {"k=3 topk=4 tokens=8", "k=3 topk=4 tokens=16", "k=5 topk=4 tokens=8", "k=5 topk=4 tokens=16"}
+    probe = [r for r in trees.values() if r["probe"]]
+    assert [r["label"] for r in probe] == ["k=3 topk=4 tokens=16"]  # the widest: most tokens beyond a chain's
+    measured = [r for r in trees.values() if r.get("measured_tok_s") is not None]
+    counted = tuned["restarts_counted"]
+    assert len(measured) == 1 + len(counted["tree_verify"]) and len(counted["tree_verify"]) <= 1
+    assert tuned["restarts"] == 2 + len(counted["verify"]) + len(measured)  # baseline, chain probe, verifies, trees
+    for row in measured:
+        assert row["accept_agrees"] is True, row  # the draft test's tree is the lab's tree
+        assert isinstance(row["agrees"], bool)
+    everything = [r for r in tuned["rows"] if r.get("measured_tok_s") is not None]
+    assert tuned["recommended"]["tok_s"] == max(r["measured_tok_s"] for r in everything)
+    assert "tree_cost" in tuned and tuned["tree_cost"]["fitted_on"]
+    report = (directory / "report.md").read_text()
+    assert "k=3 topk=4 tokens=16 (probe)" in report and "Trees (SGLang's topk > 1)" in report
+    chart = next((directory / rel).read_text() for rel in tuned["artifacts"] if rel.endswith(".svg"))
+    assert "tree topk 4, 16 tokens" in chart and "<rect x=" in chart
