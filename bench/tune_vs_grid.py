@@ -12,6 +12,7 @@ Usage:
   python bench/tune_vs_grid.py --real-vllm healthy              # the lab's models on the REAL vLLM host
   python bench/tune_vs_grid.py -i inventory.yaml --host vllm1   # any host of an inventory
   python bench/tune_vs_grid.py --ks 1 2 3 4 5 6 7 8 --verify 2 --n 12 --tokens 64 --repeat 2
+  python bench/tune_vs_grid.py --ks 2 3 4 5 6 7 8 --topk 1 2 4 --draft-tokens 6 8 16 32   # SGLang's trees too
   python bench/tune_vs_grid.py --only grid --save DIR; ... --only tuner --compare DIR/grid-0.json   # apart
   python bench/tune_vs_grid.py --replay DIR/grid-0.json --verify 2   # the tuner's part of a saved grid run
 
@@ -50,6 +51,11 @@ def run_tune(sessions: Path, extra: list[str]) -> tuple[dict, float, int, Path]:
         if event.get("type") == "step_finished" and event.get("action") == "tune":
             return event["results"][0]["result"] or {}, seconds, proc.returncode, new[-1]
     raise SystemExit(f"{new[-1]}: the tune step left no result (rc {proc.returncode}): {proc.stdout[-1500:]}")
+
+
+def _name(row: dict) -> str:
+    """A row's or recommendation's configuration: a chain's k, a tree's label (tree_space.TreeConfig)."""
+    return str(row.get("label") or f"k={row.get('k')}")
 
 
 def fmt(ci: list[float] | None) -> str:
@@ -123,6 +129,8 @@ def main() -> int:
                     "to both (the flagship's, as -e tune_after_fix=true reuses it)")
     ap.add_argument("--ks", type=int, nargs="+", default=list(range(1, 16)))  # the seed went to 15
     ap.add_argument("--verify", type=int, default=2)
+    ap.add_argument("--topk", type=int, nargs="+", default=[1], help="SGLang topk values: above 1 adds trees")
+    ap.add_argument("--draft-tokens", type=int, nargs="+", default=[8, 16], help="the trees' budgets")
     ap.add_argument("--n", type=int, default=12)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=1, help="pairs of runs (their order alternates)")
@@ -149,7 +157,11 @@ def main() -> int:
     if args.real_vllm:
         where = ["-i", str(real_vllm_inventory_file(args.real_vllm, args.vllm_host, scratch)), "--host", "lab"]
     common = where + ["-e", f"bench_n={args.n}", "-e", f"bench_tokens={args.tokens}",
-                      "-e", f"tune_candidates={json.dumps(args.ks)}"]
+                      "-e", f"tune_candidates={json.dumps(args.ks)}", "-e", f"tune_topk={json.dumps(args.topk)}",
+                      "-e", f"tune_draft_tokens={json.dumps(args.draft_tokens)}"]
+    from orchestrator.tuning.tree_space import tree_configs
+
+    space = len(args.ks) + len(tree_configs(args.ks, args.topk, args.draft_tokens))
     sessions = scratch / "sessions"
     kinds = (args.only,) if args.only else ("grid", "tuner")
     with open("/proc/loadavg") as f:
@@ -161,7 +173,7 @@ def main() -> int:
         if args.compare:
             results["grid"] = json.loads(Path(args.compare).read_text())
         for kind in (kinds if run % 2 == 0 else kinds[::-1]):
-            verify = len(args.ks) if kind == "grid" else args.verify
+            verify = space if kind == "grid" else args.verify  # the grid: every chain and every tree measured
             res, seconds, rc, session = run_tune(sessions, common + ["-e", f"tune_verify={verify}"])
             rec = res.get("recommended") or {}
             results[kind] = res
@@ -172,14 +184,14 @@ def main() -> int:
             agreement = res.get("agreement") or {}
             with open("/proc/loadavg") as f:
                 load = " ".join(f.read().split()[:3])
-            print(f"[{run}] {kind:5s}: k={rec.get('k')} {rec.get('tok_s')} {fmt(rec.get('tok_s_ci'))} tok/s "
+            print(f"[{run}] {kind:5s}: {_name(rec)} {rec.get('tok_s')} {fmt(rec.get('tok_s_ci'))} tok/s "
                   f"({rec.get('speedup')}x baseline {res.get('baseline', {}).get('tok_s')}; beats it: "
                   f"{rec.get('beats_baseline')}), {res.get('restarts')} restarts {res.get('restarts_counted', {})}, "
                   f"{seconds:.0f} s, rc {rc}; predicted/measured agree {agreement.get('agree')}/"
                   f"{agreement.get('measured')} (without the probe: {agreement.get('independent_agree')}/"
                   f"{agreement.get('independent')}); profile {res.get('profile')}; load {load}; {session}")
             for row in res.get("rows") or []:
-                print(f"    k={row['k']}: predicted {row['predicted_tok_s']:.1f} {fmt(row['predicted_tok_s_ci'])}"
+                print(f"    {_name(row)}: predicted {row['predicted_tok_s']:.1f} {fmt(row['predicted_tok_s_ci'])}"
                       + (f", measured {row['measured_tok_s']:.1f} {fmt(row['measured_tok_s_ci'])} agrees "
                          f"{row['agrees']}" if row.get("measured_tok_s") is not None else "")
                       + (" (probe)" if row.get("probe") else ""))
@@ -188,11 +200,11 @@ def main() -> int:
         grid, tuner = results["grid"].get("recommended") or {}, results["tuner"].get("recommended") or {}
         if grid and tuner:
             gci, tci = grid["tok_s_ci"], tuner["tok_s_ci"]
-            same = tuner["k"] == grid["k"] or (tci[0] <= gci[1] and gci[0] <= tci[1])
+            same = _name(tuner) == _name(grid) or (tci[0] <= gci[1] and gci[0] <= tci[1])
             held += same
             ratio = results["tuner"]["restarts"] / results["grid"]["restarts"]
-            print(f"[{run}] same optimum within intervals: {same} (grid k={grid['k']} {fmt(gci)}, tuner "
-                  f"k={tuner['k']} {fmt(tci)}); restarts {results['tuner']['restarts']} vs "
+            print(f"[{run}] same optimum within intervals: {same} (grid {_name(grid)} {fmt(gci)}, tuner "
+                  f"{_name(tuner)} {fmt(tci)}); restarts {results['tuner']['restarts']} vs "
                   f"{results['grid']['restarts']} ({ratio:.2f} of the grid's)")
     print(f"held {held}/{args.repeat}")
     return 0
