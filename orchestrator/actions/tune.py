@@ -82,6 +82,18 @@ def chain_flags(flags: dict[str, Any], k: int) -> dict[str, Any]:
     return {**flags, "speculative-num-steps": k, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": k + 1}
 
 
+def paste_flags(flags: dict[str, Any]) -> str:
+    """The recommended configuration's speculative flags as a shell-quoted command-line fragment, ready to paste
+    after the engine's launch command (servers/flags.py ``flags_to_argv``: a vLLM speculative-config as one JSON
+    word)."""
+    import shlex
+
+    from orchestrator.servers.flags import flag_key, flags_to_argv
+
+    spec = {k: v for k, v in flags.items() if flag_key(str(k)).startswith("speculative_")}
+    return " ".join(shlex.quote(word) for word in flags_to_argv(spec))
+
+
 def requests_of(result: dict[str, Any], *, speculative: bool) -> list[Any]:
     """The bench result's completed requests as cost-model requests."""
     from orchestrator.tuning.cost_model import Request
@@ -429,7 +441,8 @@ class TuneAction(Action[TuneArgs]):
         speedup = round(best["measured_tok_s"] / base_rate, 3) if base_rate else None
         tied = [r.get("label") or r["k"] for r in done
                 if r is not best and _overlap(r["measured_tok_s_ci"], best["measured_tok_s_ci"])]
-        recommended = {"k": best["k"], "flags": best["flags"], "tok_s": best["measured_tok_s"],
+        recommended = {"k": best["k"], "flags": best["flags"], "paste": paste_flags(best["flags"]),
+                       "tok_s": best["measured_tok_s"],
                        "tok_s_ci": best["measured_tok_s_ci"], "predicted_tok_s": best["predicted_tok_s"],
                        "speedup": speedup, "beats_baseline": beats, "tied_with": tied,
                        **({"topk": best["topk"], "draft_tokens": best["draft_tokens"], "label": best["label"]}
@@ -445,7 +458,8 @@ class TuneAction(Action[TuneArgs]):
             f"tune: recommended {name}: {best['measured_tok_s']:.1f} tok/s measured "
             f"({speedup}x the baseline {base_rate:.1f}; beats it on intervals: {beats}), "
             f"{best['predicted_tok_s']:.1f} predicted"
-            + (f"; tied on intervals with {'k=' if all(isinstance(t, int) for t in tied) else ''}{tied}" if tied else ""))
+            + (f"; tied on intervals with {'k=' if all(isinstance(t, int) for t in tied) else ''}{tied}" if tied else "")
+            + f"; flags: {recommended['paste']}")
 
     @staticmethod
     def _write(ctx: ActionContext, result: dict[str, Any]) -> None:

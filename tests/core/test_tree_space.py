@@ -73,3 +73,17 @@ def test_trees_on_vllm_are_refused_before_any_restart():
     assert TuneArgs(flags=vllm, topk=[1]).topk == [1]
     with pytest.raises(ValidationError, match="budgets >= 2"):
         TuneArgs(flags={}, topk=[4], draft_tokens=[1])
+
+
+def test_the_recommendation_is_ready_to_paste():
+    from orchestrator.actions.tune import paste_flags
+
+    sglang = {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "/models/my draft",
+              "speculative-num-steps": 5, "speculative-eagle-topk": 4, "speculative-num-draft-tokens": 16,
+              "tp-size": 8}
+    assert paste_flags(sglang) == ("--speculative-algorithm EAGLE3 --speculative-draft-model-path '/models/my draft' "
+                                   "--speculative-num-steps 5 --speculative-eagle-topk 4 "
+                                   "--speculative-num-draft-tokens 16")
+    vllm = {"speculative-config": {"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}}
+    assert paste_flags(vllm) == ("--speculative-config "
+                                 "'{\"method\": \"eagle3\", \"model\": \"/d\", \"num_speculative_tokens\": 3}'")

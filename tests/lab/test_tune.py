@@ -53,6 +53,7 @@ async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, t
     rec = tuned["recommended"]
     assert rec["k"] in {r["k"] for r in measured} and rec["beats_baseline"] in ("yes", "no", "inconclusive")
     assert rec["tok_s"] == max(r["measured_tok_s"] for r in measured)
+    assert f"--speculative-num-steps {rec['k']}" in rec["paste"] and rec["paste"] in tuned["lines"][-1]
     board = HypothesisBoard.from_events(session.events)
     expected = {"yes": "confirmed", "no": "refuted", "inconclusive": "inconclusive"}[rec["beats_baseline"]]
     assert board.entries["speculation_pays"].state == expected
@@ -101,6 +102,8 @@ async def test_tune_predicts_trees_beside_chains_on_the_lab(lab: LabPaths, tmp_p
         assert isinstance(row["agrees"], bool)
     everything = [r for r in tuned["rows"] if r.get("measured_tok_s") is not None]
     assert tuned["recommended"]["tok_s"] == max(r["measured_tok_s"] for r in everything)
+    topk = tuned["recommended"].get("topk", 1)
+    assert f"--speculative-eagle-topk {topk}" in tuned["recommended"]["paste"]
     assert "tree_cost" in tuned and tuned["tree_cost"]["fitted_on"]
     report = (directory / "report.md").read_text()
     assert "k=3 topk=4 tokens=16 (probe)" in report and "Trees (SGLang's topk > 1)" in report
