@@ -14,6 +14,8 @@ Usage:
   python bench/tune_vs_grid.py --ks 1 2 3 4 5 6 7 8 --verify 2 --n 12 --tokens 64 --repeat 2
   python bench/tune_vs_grid.py --ks 2 3 4 5 6 7 8 --topk 1 2 4 --draft-tokens 6 8 16 32   # SGLang's trees too
   python bench/tune_vs_grid.py --only grid --save DIR; ... --only tuner --compare DIR/grid-0.json   # apart
+  python bench/tune_vs_grid.py --concurrency 1 4     # a concurrency profile: each start benched at 1 and 4,
+                                                    # the optimum compared per concurrency, the crossover printed
   python bench/tune_vs_grid.py --replay DIR/grid-0.json --verify 2   # the tuner's part of a saved grid run
 
 ``--replay``: the grid run starts the baseline, then the probe at the largest k, then every other k in the order of
@@ -131,10 +133,13 @@ def main() -> int:
     ap.add_argument("--verify", type=int, default=2)
     ap.add_argument("--topk", type=int, nargs="+", default=[1], help="SGLang topk values: above 1 adds trees")
     ap.add_argument("--draft-tokens", type=int, nargs="+", default=[8, 16], help="the trees' budgets")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=None, help="a concurrency profile (tune_concurrency)")
     ap.add_argument("--n", type=int, default=12)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=1, help="pairs of runs (their order alternates)")
     args = ap.parse_args()
+    if args.replay and args.concurrency and len(set(args.concurrency)) > 1:
+        raise SystemExit("--replay reads one concurrency's rankings: run the tuner with a profile instead")
     if args.replay:
         grid = json.loads(Path(args.replay).read_text())
         tuner, g = replay(grid, args.verify, baseline_given=args.baseline_given), grid["recommended"]
@@ -159,6 +164,8 @@ def main() -> int:
     common = where + ["-e", f"bench_n={args.n}", "-e", f"bench_tokens={args.tokens}",
                       "-e", f"tune_candidates={json.dumps(args.ks)}", "-e", f"tune_topk={json.dumps(args.topk)}",
                       "-e", f"tune_draft_tokens={json.dumps(args.draft_tokens)}"]
+    if args.concurrency:
+        common += ["-e", f"tune_concurrency={json.dumps(sorted(set(args.concurrency)))}"]
     from orchestrator.tuning.tree_space import tree_configs
 
     space = len(args.ks) + len(tree_configs(args.ks, args.topk, args.draft_tokens))
@@ -195,8 +202,26 @@ def main() -> int:
                       + (f", measured {row['measured_tok_s']:.1f} {fmt(row['measured_tok_s_ci'])} agrees "
                          f"{row['agrees']}" if row.get("measured_tok_s") is not None else "")
                       + (" (probe)" if row.get("probe") else ""))
+            for entry in (res.get("by_concurrency") or []) if len(res.get("by_concurrency") or []) > 1 else []:
+                r, a = entry.get("recommended") or {}, entry.get("agreement") or {}
+                print(f"    concurrency {entry['concurrency']}: {_name(r)} {r.get('tok_s')} {fmt(r.get('tok_s_ci'))} "
+                      f"({r.get('speedup')}x baseline {entry['baseline']['tok_s']} {fmt(entry['baseline']['tok_s_ci'])}; "
+                      f"pays: {r.get('beats_baseline')}); agree {a.get('agree')}/{a.get('measured')}"
+                      + (f", trees {a.get('trees_agree')}/{a.get('trees_measured')} (accept "
+                         f"{a.get('trees_accept_agree')})" if a.get("trees_measured") else ""))
+            if res.get("crossover"):
+                print(f"    {res['crossover'].get('line')}")
         if "grid" not in results or "tuner" not in results:
             continue
+        pairs = zip(results["grid"].get("by_concurrency") or [], results["tuner"].get("by_concurrency") or [],
+                    strict=False)
+        for g_entry, t_entry in pairs if len(results["tuner"].get("by_concurrency") or []) > 1 else []:
+            g, t = g_entry.get("recommended") or {}, t_entry.get("recommended") or {}
+            if g and t:
+                same = _name(t) == _name(g) or (t["tok_s_ci"][0] <= g["tok_s_ci"][1]
+                                                and g["tok_s_ci"][0] <= t["tok_s_ci"][1])
+                print(f"[{run}] concurrency {g_entry['concurrency']}: same optimum within intervals: {same} (grid "
+                      f"{_name(g)} {fmt(g['tok_s_ci'])}, tuner {_name(t)} {fmt(t['tok_s_ci'])})")
         grid, tuner = results["grid"].get("recommended") or {}, results["tuner"].get("recommended") or {}
         if grid and tuner:
             gci, tci = grid["tok_s_ci"], tuner["tok_s_ci"]

@@ -89,6 +89,23 @@ async def start_bench_stop(args: SweepArgs | Any, ctx: ActionContext, adapter: A
         await manager.stop(name)
 
 
+async def start_bench_each(args: Any, ctx: ActionContext, adapter: Any, spec: Any, client_python: str, auto: bool,
+                           *, name: str, concurrencies: list[int]) -> dict[int, dict[str, Any]]:
+    """``start_bench_stop`` with one benchmark per concurrency against the one server start (the tuner's concurrency
+    profile; SGLang's bench_speculative.py loops its batch sizes inside each server the same way), in the order
+    given. :raises StepFailed: a bench; :raises OrchestratorError: the start."""
+    manager = ctx.services.servers
+    record = await manager.start(
+        name=name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter, spec=spec,
+        client_python=client_python, ready_timeout=args.ready_timeout, grace=args.grace, step_id=ctx.step_id,
+        on_log=manager.log_forwarder(ctx.step_id, ctx.host), auto_port=auto, preflight=args.preflight)
+    try:
+        return {c: await run_bench(record.client, record.url, args.bench.model_copy(update={"concurrency": c}))
+                for c in concurrencies}
+    finally:
+        await manager.stop(name)
+
+
 def label_for(varied: dict[str, Any]) -> str:
     short = {"speculative-num-steps": "steps", "speculative-eagle-topk": "topk",
              "speculative-num-draft-tokens": "draft", "speculative-algorithm": "algo"}

@@ -22,6 +22,7 @@ and measured are compared on intervals for every measured point.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -48,6 +49,14 @@ class TuneArgs(ServerLaunchArgs):
     draft_tokens: list[int] = Field(default_factory=lambda: [8, 16], description="the trees' "
                                     "--speculative-num-draft-tokens budgets (those SGLang serves for the steps and "
                                     "topk)")
+    concurrency: list[int] = Field(default_factory=list, description="the concurrency profile: every server start "
+                                   "is benchmarked at each (one start, one bench per concurrency), and the costs are "
+                                   "fitted, predicted, verified and recommended per concurrency, with the crossover "
+                                   "where speculation stops paying (default: the bench's one concurrency)")
+
+    def profile(self) -> list[int]:
+        """The concurrencies to tune for, ascending (the bench's own when no profile is given)."""
+        return sorted(set(self.concurrency)) or [self.bench.concurrency]
 
     @model_validator(mode="after")
     def _shape(self) -> TuneArgs:
@@ -57,6 +66,11 @@ class TuneArgs(ServerLaunchArgs):
             raise ValueError("candidates: at most 64 configurations")
         if not self.topk or any(t < 1 for t in self.topk) or any(b < 2 for b in self.draft_tokens):
             raise ValueError("topk: values >= 1; draft_tokens: budgets >= 2")
+        if any(c < 1 or c > 1024 for c in self.concurrency) or len(set(self.concurrency)) > 8:
+            raise ValueError("concurrency: at most 8 values, each 1..1024")
+        if self.baseline is not None and len(self.profile()) > 1:
+            raise ValueError("baseline: a registered bench holds one concurrency; with a concurrency profile the "
+                             "tuner measures its own baseline at each")
         if any(t > 1 for t in self.topk) and not self.draft_tokens:
             raise ValueError("draft_tokens: a tree (topk > 1) needs at least one budget")
         if any(t > 1 for t in self.topk) and isinstance(self.flags, dict):
@@ -131,6 +145,58 @@ def _overlap(a: list[float] | None, b: list[float] | None) -> bool | None:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
+def _ranked(predictions: dict[int, Any]) -> list[int]:
+    return sorted(predictions, key=lambda k: -predictions[k].tok_s)
+
+
+def _pending(rankings: list[list[Any]], verify: int, measured: Any) -> list[Any]:
+    """The configurations to verify next, best first: rank by rank over the concurrencies' rankings, each one in
+    some concurrency's top ``verify`` and not measured yet (one concurrency: its top ``verify`` not measured)."""
+    out: list[Any] = []
+    for rank in range(verify):
+        for ranking in rankings:
+            if rank < len(ranking) and ranking[rank] not in measured and ranking[rank] not in out:
+                out.append(ranking[rank])
+    return out
+
+
+class _Run:
+    """One tune step's server starts: each configuration started once, benchmarked at every concurrency of the
+    profile, stopped."""
+
+    def __init__(self, args: TuneArgs, ctx: ActionContext, adapter: Any, base_spec: Any, client_python: str,
+                 auto: bool) -> None:
+        self.args, self.ctx, self.adapter = args, ctx, adapter
+        self.base_spec, self.client_python, self.auto = base_spec, client_python, auto
+        self.profile = args.profile()
+
+    def at(self, c: int) -> str:
+        return f" at concurrency {c}" if len(self.profile) > 1 else ""
+
+    async def measure(self, label: str, flags: dict[str, Any], *, tolerate: bool = False) -> dict[int, dict[str, Any]]:
+        """Start -> bench at each concurrency -> stop. A verify point that fails is a row with its reason at every
+        concurrency (``tolerate``); the baseline or the probe failing fails the step, since nothing can be
+        predicted without them."""
+        from orchestrator.actions.sweep import start_bench_each
+
+        ctx, args = self.ctx, self.args
+        ctx.output(f"tune [{label}]: starting\n")
+        try:
+            results = await start_bench_each(
+                args, ctx, self.adapter, replace(self.base_spec, flags=dict(flags)), self.client_python, self.auto,
+                name=f"tune-{ctx.step_id}-{label.replace('=', '').replace(' ', '-')}", concurrencies=self.profile)
+        except (StepFailed, OrchestratorError) as exc:
+            reason = exc.message.splitlines()[0]
+            if tolerate:
+                ctx.output(f"tune [{label}]: failed ({reason})\n")
+                return {c: {"status": "failed", "reason": reason, "flags": flags} for c in self.profile}
+            raise StepFailed(f"tune [{label}]: {reason}") from None
+        for c, result in results.items():
+            ctx.output(f"tune [{label}]{self.at(c)}: {result.get('tok_s')} tok/s, accept length "
+                       f"{result.get('accept_length')}\n")
+        return {c: {**result, "status": "ok", "flags": flags} for c, result in results.items()}
+
+
 class TuneAction(Action[TuneArgs]):
     kind = "tune"
     Args = TuneArgs
@@ -143,96 +209,152 @@ class TuneAction(Action[TuneArgs]):
             adapter, base_spec, client_python, auto = launch_parts(args, ctx)
         except OrchestratorError as exc:
             raise StepFailed(exc.message) from None
+        run = _Run(args, ctx, adapter, base_spec, client_python, auto)
+        profile = run.profile
         ks = sorted(set(args.candidates))
         k_probe = args.probe or ks[-1]
-        restarts = 0
         if args.baseline is not None:
-            base_result, base_source = args.baseline, "given"
+            base_results, base_source = {profile[0]: args.baseline}, "given"
         else:
-            base_result = await self._measure(args, ctx, adapter, base_spec, client_python, auto, "baseline",
-                                              adapter.baseline_flags(args.flags))
-            restarts, base_source = restarts + 1, "measured"
-        baseline = requests_of(base_result, speculative=False)
-        if not baseline:
-            raise StepFailed("tune: the baseline benchmark has no completed request with tokens and latency")
-        probe_result = await self._measure(args, ctx, adapter, base_spec, client_python, auto, f"k={k_probe}",
-                                           chain_flags(args.flags, k_probe))
-        restarts += 1
-        probe = requests_of(probe_result, speculative=True)
+            base_results = await run.measure("baseline", adapter.baseline_flags(args.flags))
+            base_source = "measured"
+        baseline = {c: requests_of(base_results[c], speculative=False) for c in profile}
+        if not all(baseline.values()):
+            raise StepFailed("tune: the baseline benchmark has no completed request with tokens and latency"
+                             + (f" at concurrency {[c for c in profile if not baseline[c]]}" if len(profile) > 1
+                                else ""))
+        probe_results = await run.measure(f"k={k_probe}", chain_flags(args.flags, k_probe))
+        probe = {c: requests_of(probe_results[c], speculative=True) for c in profile}
+        measured: dict[int, dict[int, dict[str, Any]]] = {k_probe: probe_results}
+
+        def fit_at(c: int) -> Any:
+            points = {m: requests_of(r[c], speculative=True) for m, r in measured.items()
+                      if m != k_probe and r[c].get("status") == "ok"}
+            return fit(baseline[c], probe[c], k_probe, served_profile(probe_results[c]), points=points)
+
         try:
-            model = fit(baseline, probe, k_probe, served_profile(probe_result))
+            models = {c: fit_at(c) for c in profile}
         except ValueError as exc:
             raise StepFailed(f"tune: {exc}") from None
         grid = sorted(set(ks + [k_probe]))
-        predictions = {p.k: p for p in predict(model, grid)}
-        measured: dict[int, dict[str, Any]] = {k_probe: probe_result}
-        # Up to `verify` restarts, one at a time: the best predicted configuration not measured yet among the model's
-        # current top `verify` (the probe is measured already: it is one of them when it ranks there). Each
-        # measurement refits the per-cycle and per-token costs (cost_model: a second chain length tells them
-        # apart), so the next pick is the better model's; each verified point keeps the prediction made BEFORE it
-        # was measured, the only one its measurement tests.
-        top = sorted(predictions, key=lambda k: -predictions[k].tok_s)[:args.verify]
+        predictions = {c: {p.k: p for p in predict(models[c], grid)} for c in profile}
+        # Up to `verify` restarts per concurrency, one at a time: the best predicted configuration not measured yet
+        # among the model's current top `verify` at any concurrency (rank by rank; the probe is measured already:
+        # it is one of them when it ranks there). Every restart is benchmarked at every concurrency, and each
+        # refits the per-cycle and per-token costs there (cost_model: a second chain length tells them apart), so
+        # the next pick is the better models'; each verified point keeps the prediction made BEFORE it was
+        # measured, the only one its measurement tests.
+        top = {c: _ranked(predictions[c])[:args.verify] for c in profile}
         verified: list[int] = []
-        before: dict[int, Any] = {}
-        rankings: list[list[int]] = []  # the model's ranking at each pick (bench/tune_vs_grid.py --replay reads it)
-        while len(verified) < args.verify:
-            ranking = sorted(predictions, key=lambda k: -predictions[k].tok_s)
-            rankings.append(ranking)
-            pending = [k for k in ranking[:args.verify] if k not in measured]
+        before: dict[int, dict[int, Any]] = {c: {} for c in profile}
+        rankings: dict[int, list[list[int]]] = {c: [] for c in profile}  # bench/tune_vs_grid.py --replay reads them
+        while len(verified) < args.verify * len(profile):
+            ranked = {c: _ranked(predictions[c]) for c in profile}
+            for c in profile:
+                rankings[c].append(ranked[c])
+            pending = _pending([ranked[c] for c in profile], args.verify, measured)
             if not pending:
                 break
             k = pending[0]
-            before[k] = predictions[k]
-            measured[k] = await self._measure(args, ctx, adapter, base_spec, client_python, auto, f"k={k}",
-                                              chain_flags(args.flags, k), tolerate=True)
+            for c in profile:
+                before[c][k] = predictions[c][k]
+            measured[k] = await run.measure(f"k={k}", chain_flags(args.flags, k), tolerate=True)
             verified.append(k)
-            restarts += 1
-            points = {m: requests_of(r, speculative=True) for m, r in measured.items()
-                      if m != k_probe and r.get("status") == "ok"}
-            try:
-                model = fit(baseline, probe, k_probe, served_profile(probe_result), points=points)
-            except ValueError as exc:  # a verify point without usable requests: say so, keep the last model
-                ctx.output(f"tune [k={k}]: not used to refit the costs ({exc})\n")
-            predictions = {p.k: p for p in predict(model, grid)}
-        final = dict(predictions)
-        predictions.update(before)
-        base_rate, base_ci = per_request_rate(baseline)
-        result = self._summary(args, model, predictions, measured, base_rate, base_ci, k_probe)
-        for row in result["rows"]:  # the curve of the last model (every measurement in it), beside the prediction
-            row.update(model_tok_s=final[row["k"]].tok_s, model_tok_s_ci=final[row["k"]].tok_s_ci)  # made before
+            for c in profile:
+                try:
+                    models[c] = fit_at(c)
+                except ValueError as exc:  # a verify point without usable requests: say so, keep the last model
+                    ctx.output(f"tune [k={k}]{run.at(c)}: not used to refit the costs ({exc})\n")
+                predictions[c] = {p.k: p for p in predict(models[c], grid)}
+        by_c: dict[int, dict[str, Any]] = {}
+        for c in profile:
+            final = dict(predictions[c])
+            predictions[c].update(before[c])
+            base_rate, base_ci = per_request_rate(baseline[c])
+            result = self._summary(args, models[c], predictions[c], {m: r[c] for m, r in measured.items()},
+                                   base_rate, base_ci, k_probe)
+            for row in result["rows"]:  # the curve of the last model (every measurement in it), beside the
+                row.update(model_tok_s=final[row["k"]].tok_s, model_tok_s_ci=final[row["k"]].tok_s_ci)  # prediction
+            result["baseline"] = {"tok_s": base_rate, "tok_s_ci": base_ci, "source": base_source,
+                                  "throughput_tok_s": base_results[c].get("tok_s")}
+            by_c[c] = result
         trees: dict[str, Any] = {}
         if any(t > 1 for t in args.topk):
-            trees = await self._trees(args, ctx, adapter, base_spec, client_python, auto, model, final, result,
-                                      base_rate, base_ci)
-            restarts += trees.get("restarts", 0)
-        result.update(restarts=restarts, baseline={"tok_s": base_rate, "tok_s_ci": base_ci, "source": base_source},
-                      restarts_counted={"baseline": int(base_source == "measured"), "probe": 1,
-                                        "verify": verified, "top_predicted": top, "rankings": rankings,
-                                        **({"tree_probe": trees.get("probe"), "tree_verify": trees.get("verify", [])}
-                                           if trees else {}),
-                                        "what": "server starts of this step: the no-speculation baseline (unless "
-                                                "given), the probe at k_probe, and each top prediction not "
-                                                "already measured, one at a time, the costs refitted after each"})
-        # before the recommendation, which stays the last line (the playbooks' `because`)
-        result["lines"].insert(len(result["lines"]) - 1 if result["recommended"] else len(result["lines"]),
-                               f"tune: {restarts} server starts (baseline {base_source}; the probe k={k_probe}; "
-                               f"verify restarts {verified or 'none'} for the top predicted {top}); the grid of "
-                               f"these candidates is {len(set(ks) | {k_probe}) + 1 + trees.get('count', 0)} (one "
-                               f"per k{' and per tree' if trees else ''} plus the baseline)"
-                               + (f"; trees: the probe {trees['probe']}, verify restarts {trees['verify'] or 'none'}"
-                                  if trees.get("probe") else ""))
+            trees = await self._trees(run, models, {c: {p.k: p for p in predict(models[c], grid)} for c in profile},
+                                      by_c)
+        restarts = int(base_source == "measured") + 1 + len(verified) + trees.get("restarts", 0)
+        counted = {"baseline": int(base_source == "measured"), "probe": 1, "verify": verified,
+                   "top_predicted": top[profile[0]], "rankings": rankings[profile[0]],
+                   **({"top_predicted_by_concurrency": top, "rankings_by_concurrency": rankings}
+                      if len(profile) > 1 else {}),
+                   **({"tree_probe": trees.get("probe"), "tree_verify": trees.get("verify", [])} if trees else {}),
+                   "what": "server starts of this step: the no-speculation baseline (unless given), the probe at "
+                           "k_probe, and each top prediction not already measured, one at a time, the costs "
+                           "refitted after each" + (f"; each start benchmarked at every concurrency {profile}"
+                                                   if len(profile) > 1 else "")}
+        started = (f"tune: {restarts} server starts (baseline {base_source}; the probe k={k_probe}; verify restarts "
+                   f"{verified or 'none'} for the top predicted "
+                   f"{top[profile[0]] if len(profile) == 1 else {c: top[c] for c in profile}}); the grid of these "
+                   f"candidates is {len(set(ks) | {k_probe}) + 1 + trees.get('count', 0)} (one per "
+                   f"k{' and per tree' if trees else ''} plus the baseline)"
+                   + (f"; trees: the probe {trees['probe']}, verify restarts {trees['verify'] or 'none'}"
+                      if trees.get("probe") else "")
+                   + (f"; each start benchmarked at concurrency {', '.join(map(str, profile))}"
+                      if len(profile) > 1 else ""))
+        if len(profile) > 1 and str(getattr(adapter, "name", "")).startswith("lab"):
+            started += ("; the lab serves one request at a time (batch 1): above concurrency 1 its requests queue "
+                        "rather than batch, so its answer per concurrency is a batch-1 server's, not a GPU engine's")
+        result = self._combine(profile, by_c, started)
+        result.update(restarts=restarts, restarts_counted=counted)
         self._write(ctx, result)
         for line in result["lines"]:
             ctx.output(line + "\n")
         return result
 
-    async def _trees(self, args: TuneArgs, ctx: ActionContext, adapter: Any, base_spec: Any, client_python: str,
-                     auto: bool, model: Any, chains: dict[int, Any], result: dict[str, Any], base_rate: float,
-                     base_ci: list[float]) -> dict[str, Any]:
+    @staticmethod
+    def _combine(profile: list[int], by_c: dict[int, dict[str, Any]], started: str) -> dict[str, Any]:
+        """The step's result: the first concurrency's rows, model and recommendation at the top (one concurrency:
+        all of it), every concurrency's in ``by_concurrency``, and, for a profile, the answer per concurrency and
+        the crossover (orchestrator/tuning/concurrency.py) as the last line (the playbooks' `because`)."""
+        from orchestrator.tuning.concurrency import ConcurrencyAnswer, answer
+
+        first = by_c[profile[0]]
+        result = {**first, "concurrency": profile[0], "lines": list(first["lines"])}
+        # the restarts line before the recommendation, which stays the last line
+        result["lines"].insert(len(result["lines"]) - 1 if first["recommended"] else len(result["lines"]), started)
+        result["by_concurrency"] = [{"concurrency": c, **{key: by_c[c].get(key) for key in (
+            "rows", "recommended", "cost", "profile", "baseline", "agreement", "tree_cost", "lines")}}
+            for c in profile]
+        if len(profile) == 1:
+            return result
+        points = []
+        summary = []
+        for entry in result["by_concurrency"]:
+            c, rec, base = entry["concurrency"], entry["recommended"], entry["baseline"]
+            if not rec:
+                summary.append(f"tune at concurrency {c}: no configuration measured")
+                continue
+            name = rec.get("label") or f"k={rec['k']}"
+            points.append(ConcurrencyAnswer(c, name, float(rec.get("speedup") or 0.0), rec["beats_baseline"]))
+            summary.append(f"tune at concurrency {c}: {name} {rec['tok_s']:.1f} [{rec['tok_s_ci'][0]:.1f}, "
+                           f"{rec['tok_s_ci'][1]:.1f}] tok/s per request, {rec.get('speedup')}x the baseline "
+                           f"{base['tok_s']:.1f} [{base['tok_s_ci'][0]:.1f}, {base['tok_s_ci'][1]:.1f}] (pays: "
+                           f"{rec['beats_baseline']}); flags: {rec['paste']}")
+        crossing = answer(points)
+        result["crossover"] = crossing
+        lines = [started]
+        for entry in result["by_concurrency"]:
+            lines += [line.replace("tune", f"tune c={entry['concurrency']}", 1) for line in entry["lines"] or []]
+        result["lines"] = lines + summary + [f"tune: {crossing['line']}"]
+        return result
+
+    async def _trees(self, run: _Run, models: dict[int, Any], chains: dict[int, dict[int, Any]],
+                     by_c: dict[int, dict[str, Any]]) -> dict[str, Any]:
         """SGLang's trees beside the chains (orchestrator/tuning/tree_space.py): every tree's acceptance from the draft
         test offline, one tree probe (the widest) for the cost of verifying more tokens, then a restart for each of
-        the ``verify`` best predictions overall that is a tree not yet measured; the recommendation is recomputed
-        over every measured point. Adds the tree rows and lines to ``result``; returns what it counted."""
+        the ``verify`` best predictions overall (at any concurrency) that is a tree not yet measured; the
+        recommendation is recomputed over every measured point. Adds the tree rows and lines to each concurrency's
+        result in ``by_c``; returns what it counted."""
         from orchestrator.actions.probe import run_probe_step
         from orchestrator.servers.prompts import load_prompts
         from orchestrator.tuning.tree_space import (
@@ -243,10 +365,17 @@ class TuneAction(Action[TuneArgs]):
             tree_flags,
         )
 
+        args, ctx, profile = run.args, run.ctx, run.profile
+
+        def said(c: int, line: str) -> None:  # before the chains' recommendation, which stays the last line
+            lines = by_c[c]["lines"]
+            lines.insert(len(lines) - (1 if by_c[c].get("recommended") else 0), line)
+
         configs = tree_configs(sorted(set(args.candidates)), args.topk, args.draft_tokens)
         if not configs:
-            result["lines"].insert(len(result["lines"]) - (1 if result.get("recommended") else 0), f"tune: no tree of topk {args.topk} and draft tokens {args.draft_tokens} is "
-                                   f"served at steps {sorted(set(args.candidates))}")
+            for c in profile:
+                said(c, f"tune: no tree of topk {args.topk} and draft tokens {args.draft_tokens} is served at steps "
+                        f"{sorted(set(args.candidates))}")
             return {"count": 0, "restarts": 0}
         probe = max(configs, key=lambda c: (c.extra_verified, c.topk, c.steps))
         flags = args.flags
@@ -255,7 +384,7 @@ class TuneAction(Action[TuneArgs]):
         sent = load_prompts(args.bench.prompts)
         sent = sent[:min(args.bench.n, len(sent))]  # request i sends prompt i % len(prompts): the distinct ones
         offline = await run_probe_step(ctx, "draft_reconcile", {
-            "target": base_spec.model, "engine": "sglang", "prompts": sent, "num_prompts": len(sent),
+            "target": run.base_spec.model, "engine": "sglang", "prompts": sent, "num_prompts": len(sent),
             "max_new_tokens": args.bench.max_new_tokens,
             "configs": [{"draft": str(flags.get("speculative-draft-model-path")),
                          "algorithm": str(flags.get("speculative-algorithm", "EAGLE3")).upper(), "steps": c.steps,
@@ -267,46 +396,58 @@ class TuneAction(Action[TuneArgs]):
         if missing:
             raise StepFailed(f"tune: the draft test predicts no accept length for {missing}: "
                              + "; ".join(str(r.get("error")) for r in offline.get("configs") or [] if r.get("error")))
-        measured: dict[Any, dict[str, Any]] = {probe: await self._measure(args, ctx, adapter, base_spec, client_python,
-                                                                          auto, probe.label, tree_flags(flags, probe),
-                                                                          tolerate=True)}
+        measured: dict[TreeConfig, dict[int, dict[str, Any]]] = {
+            probe: await run.measure(probe.label, tree_flags(flags, probe), tolerate=True)}
         restarts = 1
 
-        def points() -> dict[TreeConfig, list[Any]]:
-            return {c: requests_of(r, speculative=True) for c, r in measured.items() if r.get("status") == "ok"}
+        def points(c: int) -> dict[TreeConfig, list[Any]]:
+            return {cfg: requests_of(r[c], speculative=True) for cfg, r in measured.items()
+                    if r[c].get("status") == "ok"}
 
         try:
-            fitted = fit_trees(model, points())
-        except ValueError as exc:  # said before the chains' recommendation, which stays the last line
-            result["lines"].insert(len(result["lines"]) - (1 if result.get("recommended") else 0),
-                                   f"tune: trees not predicted: the tree probe {probe.label} "
-                                   f"{measured[probe].get('reason') or exc}")
+            fitted = {c: fit_trees(models[c], points(c)) for c in profile}
+        except ValueError as exc:
+            for c in profile:
+                said(c, f"tune: trees not predicted: the tree probe {probe.label} "
+                        f"{measured[probe][c].get('reason') or exc}")
             return {"count": len(configs), "restarts": restarts, "probe": probe.label, "verify": []}
-        predictions = {c: predict_tree(model, fitted, c, accepts[c]) for c in configs}
-        # up to `verify` restarts, one at a time, as the chains': the best predicted configuration overall (chains
-        # with their last model) when it is a tree not measured yet; each refits w and v, each verified tree keeps
-        # the prediction made BEFORE it was measured
+        predictions = {c: {cfg: predict_tree(models[c], fitted[c], cfg, accepts[cfg]) for cfg in configs}
+                       for c in profile}
+        # up to `verify` restarts per concurrency, one at a time, as the chains': the best predicted configuration
+        # overall (chains with their last model) when it is a tree not measured yet; each refits w and v, each
+        # verified tree keeps the prediction made BEFORE it was measured
         verify: list[TreeConfig] = []
-        before: dict[TreeConfig, Any] = {}
-        while len(verify) < args.verify:
-            joint: list[tuple[float, TreeConfig | None]] = sorted(
-                [(p.tok_s, None) for p in chains.values()] + [(p.tok_s, c) for c, p in predictions.items()],
-                key=lambda x: -x[0])
-            pending = [c for _rate, c in joint[:args.verify] if c is not None and c not in measured]
+        before: dict[int, dict[TreeConfig, Any]] = {c: {} for c in profile}
+        while len(verify) < args.verify * len(profile):
+            joint = [[cfg for _rate, cfg in sorted(
+                [(p.tok_s, None) for p in chains[c].values()] + [(p.tok_s, cfg) for cfg, p in predictions[c].items()],
+                key=lambda x: -x[0])] for c in profile]
+            pending = [cfg for cfg in _pending(joint, args.verify, measured) if cfg is not None]
             if not pending:
                 break
             config = pending[0]
-            before[config] = predictions[config]
-            measured[config] = await self._measure(args, ctx, adapter, base_spec, client_python, auto, config.label,
-                                                   tree_flags(flags, config), tolerate=True)
+            for c in profile:
+                before[c][config] = predictions[c][config]
+            measured[config] = await run.measure(config.label, tree_flags(flags, config), tolerate=True)
             verify.append(config)
             restarts += 1
-            try:
-                fitted = fit_trees(model, points())
-            except ValueError as exc:
-                ctx.output(f"tune [{config.label}]: not used to refit the tree costs ({exc})\n")
-            predictions = {c: predict_tree(model, fitted, c, accepts[c]) for c in configs}
-        predictions.update(before)
+            for c in profile:
+                try:
+                    fitted[c] = fit_trees(models[c], points(c))
+                except ValueError as exc:
+                    ctx.output(f"tune [{config.label}]{run.at(c)}: not used to refit the tree costs ({exc})\n")
+                predictions[c] = {cfg: predict_tree(models[c], fitted[c], cfg, accepts[cfg]) for cfg in configs}
+        for c in profile:
+            predictions[c].update(before[c])
+            self._tree_rows(by_c[c], {cfg: r[c] for cfg, r in measured.items()}, predictions[c], fitted[c], probe,
+                            flags, len(sent), models[c])
+        return {"count": len(configs), "restarts": restarts, "probe": probe.label, "verify": [c.label for c in verify]}
+
+    def _tree_rows(self, result: dict[str, Any], measured: dict[Any, dict[str, Any]], predictions: dict[Any, Any],
+                   fitted: Any, probe: Any, flags: dict[str, Any], prompts: int, model: Any) -> None:
+        """One concurrency's tree rows, lines, recommendation (over chains and trees), agreement and tree cost."""
+        from orchestrator.tuning.tree_space import tree_flags
+
         rows = []
         for config, p in predictions.items():
             row: dict[str, Any] = {"k": config.steps, "topk": config.topk, "draft_tokens": config.draft_tokens,
@@ -320,7 +461,8 @@ class TuneAction(Action[TuneArgs]):
                 rate, ci = per_request_rate(requests_of(got, speculative=True))
                 row.update(measured_tok_s=rate, measured_tok_s_ci=ci, measured_accept_length=got.get("accept_length"),
                            measured_accept_length_ci=got.get("accept_length_ci"), agrees=_overlap(ci, p.tok_s_ci),
-                           accept_agrees=_overlap(got.get("accept_length_ci"), p.accept_length_ci))
+                           accept_agrees=_overlap(got.get("accept_length_ci"), p.accept_length_ci),
+                           throughput_tok_s=got.get("tok_s"))
             elif got is not None:
                 row.update(measured_status="failed", reason=got.get("reason"))
             rows.append(row)
@@ -328,7 +470,7 @@ class TuneAction(Action[TuneArgs]):
                  f"{fitted.w_ci[1] * 1000:.2f}] over a chain's, each verified token beyond a chain's "
                  f"{fitted.v * 1000:.2f} ms [{fitted.v_ci[0] * 1000:.2f}, {fitted.v_ci[1] * 1000:.2f}] (fitted on "
                  f"{[c.label for c in fitted.points]}{'; ' + fitted.assumption if fitted.assumption else ''}); "
-                 f"acceptance: the draft test offline, {len(sent)} prompts"]
+                 f"acceptance: the draft test offline, {prompts} prompts"]
         for r in rows:
             measured_text = (f"measured {r['measured_tok_s']:.1f} [{r['measured_tok_s_ci'][0]:.1f}, "
                              f"{r['measured_tok_s_ci'][1]:.1f}] ({'agrees' if r['agrees'] else 'DISAGREES'}), "
@@ -343,7 +485,8 @@ class TuneAction(Action[TuneArgs]):
             result["lines"].pop()  # the chains' recommendation: recomputed over chains and trees
         result["lines"].extend(lines)
         result["rows"].extend(rows)
-        recommended, line = self._recommend(result["rows"], model, base_rate, base_ci)
+        base = result["baseline"]
+        recommended, line = self._recommend(result["rows"], model, base["tok_s"], base["tok_s_ci"])
         result["recommended"] = recommended
         if line:
             result["lines"].append(line)
@@ -353,27 +496,6 @@ class TuneAction(Action[TuneArgs]):
         result["tree_cost"] = {"w_s": round(fitted.w, 6), "w_ci": fitted.w_ci, "v_s": round(fitted.v, 6),
                                "v_ci": fitted.v_ci, "probe": probe.label, "fitted_on": [c.label for c in fitted.points],
                                "assumption": fitted.assumption}
-        return {"count": len(configs), "restarts": restarts, "probe": probe.label, "verify": [c.label for c in verify]}
-
-    async def _measure(self, args: TuneArgs, ctx: ActionContext, adapter: Any, base_spec: Any, client_python: str,
-                       auto: bool, label: str, flags: dict[str, Any], *, tolerate: bool = False) -> dict[str, Any]:
-        """Start -> bench -> stop. A verify point that fails is a row with its reason (``tolerate``); the baseline
-        or the probe failing fails the step, since nothing can be predicted without them."""
-        from orchestrator.actions.sweep import start_bench_stop
-
-        ctx.output(f"tune [{label}]: starting\n")
-        try:
-            _record, result = await start_bench_stop(args, ctx, adapter, replace(base_spec, flags=dict(flags)),
-                                                     client_python, auto, name=f"tune-{ctx.step_id}-"
-                                                     f"{label.replace('=', '').replace(' ', '-')}")
-        except (StepFailed, OrchestratorError) as exc:
-            reason = exc.message.splitlines()[0]
-            if tolerate:
-                ctx.output(f"tune [{label}]: failed ({reason})\n")
-                return {"status": "failed", "reason": reason, "flags": flags}
-            raise StepFailed(f"tune [{label}]: {reason}") from None
-        ctx.output(f"tune [{label}]: {result.get('tok_s')} tok/s, accept length {result.get('accept_length')}\n")
-        return {**result, "status": "ok", "flags": flags}
 
     @staticmethod
     def _summary(args: TuneArgs, model: Any, predictions: dict[int, Any], measured: dict[int, dict[str, Any]],
@@ -463,25 +585,45 @@ class TuneAction(Action[TuneArgs]):
 
     @staticmethod
     def _write(ctx: ActionContext, result: dict[str, Any]) -> None:
+        """The table (JSON) and the charts into the session's artifacts: the predicted curve with the measured points
+        (one per concurrency of a profile) and, for a profile, the speedup per concurrency with the crossover."""
         import json
 
-        from orchestrator.tuning.chart import svg_curve
+        from orchestrator.tuning.chart import svg_concurrency, svg_curve
 
         if ctx.session_dir is None:
             return
         directory = ctx.session_dir / "artifacts"
         directory.mkdir(parents=True, exist_ok=True)
         stem = f"{ctx.step_id}-{ctx.host}-tune".replace("/", "_")
-        paths = {"chart": directory / f"{stem}.svg", "table": directory / f"{stem}.json"}
-        paths["chart"].write_text(svg_curve(result["rows"], result.get("baseline"),
-                                            title=f"tune {ctx.step_name} on {ctx.host}"), encoding="utf-8")
-        paths["table"].write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
-        result["artifacts"] = []
-        for kind, path in paths.items():
-            rel = str(path.relative_to(ctx.session_dir))
-            result["artifacts"].append(rel)
+        entries = result["by_concurrency"]
+        charts: list[tuple[Path, str, str]] = []  # path, kind, description
+        if len(entries) == 1:
+            path = directory / f"{stem}.svg"
+            path.write_text(svg_curve(result["rows"], result.get("baseline"),
+                                      title=f"tune {ctx.step_name} on {ctx.host}"), encoding="utf-8")
+            charts.append((path, "tune_chart", "tuner: predicted vs measured (chart)"))
+        else:
+            for entry in entries:
+                c = entry["concurrency"]
+                path = directory / f"{stem}-c{c}.svg"
+                path.write_text(svg_curve(entry["rows"], entry["baseline"],
+                                          title=f"tune {ctx.step_name} on {ctx.host}, concurrency {c}"),
+                                encoding="utf-8")
+                entry["chart"] = str(path.relative_to(ctx.session_dir))
+                charts.append((path, "tune_chart", f"tuner at concurrency {c}: predicted vs measured (chart)"))
+            path = directory / f"{stem}-concurrency.svg"
+            path.write_text(svg_concurrency(entries, result.get("crossover"),
+                                            title=f"speculation by concurrency on {ctx.host}"), encoding="utf-8")
+            result["concurrency_chart"] = str(path.relative_to(ctx.session_dir))
+            charts.append((path, "tune_concurrency", "tuner: speedup per concurrency and the crossover (chart)"))
+        table = directory / f"{stem}.json"
+        result["artifacts"] = [str(path.relative_to(ctx.session_dir)) for path, _, _ in charts] + [
+            str(table.relative_to(ctx.session_dir))]
+        table.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+        for path, kind, description in [*charts, (table, "tune_table", "tuner: predicted vs measured (table)")]:
             if ctx.emit is not None:
                 from orchestrator.events import ArtifactSaved
 
-                ctx.emit(ArtifactSaved(path=rel, kind=f"tune_{kind}", step_id=ctx.step_id,
-                                       description=f"tuner: predicted vs measured ({kind})"))
+                ctx.emit(ArtifactSaved(path=str(path.relative_to(ctx.session_dir)), kind=kind, step_id=ctx.step_id,
+                                       description=description))

@@ -91,6 +91,10 @@ class ServerRow:
     per_position: list[float] | None = None  # vLLM: acceptance rate by draft position (bench spec_decode)
     #: a replayed traffic file's acceptance per category (category, accept length or None, too few to tell)
     by_category: list[tuple[str, float | None, bool]] | None = None
+    #: a tune step's server start: its tok/s per request at each concurrency of the profile, and the
+    #: concurrencies at which it is the recommended configuration
+    by_concurrency: list[tuple[int, float]] | None = None
+    recommended_at: list[int] = field(default_factory=list)
 
     @property
     def running(self) -> bool:
@@ -189,6 +193,8 @@ class SessionModel:
 
     def _bench_figures(self, row: StepRow) -> bool:
         """Attach accept length / tok/s from a server or bench result to the server it measured."""
+        if row.action == "tune":
+            return self._tune_figures(row)
         if row.action not in ("server", "bench", "sweep"):
             return False
         changed = False
@@ -214,6 +220,35 @@ class SessionModel:
             if isinstance(rates, list) and rates:
                 target.per_position = [float(r) for r in rates if isinstance(r, (int, float))]
             changed = True
+        return changed
+
+    def _tune_figures(self, row: StepRow) -> bool:
+        """Each of a tune step's server starts (tune.py names them tune-STEP-LABEL) gets its measured tok/s per
+        request at every concurrency of the profile, and where it is the recommendation: the servers pane is then
+        the tuner's table, one row per configuration measured."""
+        changed = False
+        for outcome in row.results:
+            res = outcome.get("result") or {}
+            for entry in res.get("by_concurrency") or []:
+                if not isinstance(entry, dict):
+                    continue
+                c = int(entry.get("concurrency") or 1)
+                base = entry.get("baseline") or {}
+                measured = [("baseline", base.get("tok_s"), None, False)] + [
+                    (str(r.get("label") or f"k={r.get('k')}"), r.get("measured_tok_s"), r.get("measured_accept_length"),
+                     bool(r.get("recommended"))) for r in entry.get("rows") or [] if isinstance(r, dict)]
+                for label, rate, accept, recommended in measured:
+                    server = self.servers.get(f"tune-{row.step_id}-{label.replace('=', '').replace(' ', '-')}")
+                    if server is None or rate is None:
+                        continue
+                    server.by_concurrency = [*(server.by_concurrency or []), (c, float(rate))]
+                    if recommended:
+                        server.recommended_at.append(c)
+                    if server.tok_s is None:
+                        server.tok_s = _number(rate)
+                    if server.accept_length is None and accept is not None:
+                        server.accept_length = _number(accept)
+                    changed = True
         return changed
 
     def _server_for(self, host: str, res: dict[str, Any], step_id: str) -> ServerRow | None:

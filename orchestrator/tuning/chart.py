@@ -98,3 +98,69 @@ def svg_curve(rows: Sequence[dict[str, Any]], baseline: dict[str, Any] | None, *
     out.append(f'<text x="{left + 10}" y="{top + 30}" fill="#ef6c00">measured (95% CI); green: recommended</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def svg_concurrency(entries: Sequence[dict[str, Any]], crossover: dict[str, Any] | None, *, title: str) -> str:
+    """The answer per concurrency (tune.py ``by_concurrency``): the fastest measured configuration's speedup over
+    the baseline at the same concurrency, with the range its and the baseline's intervals allow, on a log
+    concurrency axis, coloured by whether it pays there (green yes, red no, grey inconclusive); the line at 1x and
+    the crossover estimate (orchestrator/tuning/concurrency.py) where there is one."""
+    import math
+
+    width, height, left, right, top, bottom = 640, 360, 60, 20, 40, 50
+    points = []
+    for e in entries:
+        rec, base = e.get("recommended") or {}, e.get("baseline") or {}
+        if not rec or not base.get("tok_s"):
+            continue
+        lo = float(rec["tok_s_ci"][0]) / float(base["tok_s_ci"][1]) if base.get("tok_s_ci") else rec["speedup"]
+        hi = float(rec["tok_s_ci"][1]) / float(base["tok_s_ci"][0]) if base.get("tok_s_ci") else rec["speedup"]
+        points.append((int(e["concurrency"]), float(rec["speedup"]), lo, hi, str(rec.get("beats_baseline")),
+                       str(rec.get("label") or f"k={rec.get('k')}")))
+    cs = [p[0] for p in points] or [1]
+    span = max(math.log(max(cs)) - math.log(min(cs)), 1e-9)
+    ymax = max([p[3] for p in points] + [1.2]) * 1.08
+
+    def x(c: float) -> float:
+        if len(set(cs)) == 1:
+            return (left + width - right) / 2
+        return float(left + (width - left - right) * (math.log(c) - math.log(min(cs))) / span)
+
+    def y(v: float) -> float:
+        return top + (height - top - bottom) * (1 - v / ymax)
+
+    colors = {"yes": "#2e7d32", "no": "#c62828"}
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           'font-size="12">', f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="10" y="20" font-size="15" font-weight="bold">{escape(title)}</text>',
+           f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="#333"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#333"/>',
+           f'<text x="{width / 2 - 90}" y="{height - 12}">concurrency (requests in flight)</text>',
+           f'<text x="8" y="{top - 8}">speedup over no speculation</text>',
+           f'<line x1="{left}" y1="{y(1.0):.1f}" x2="{width - right}" y2="{y(1.0):.1f}" stroke="#555" '
+           'stroke-dasharray="5,4"/>', f'<text x="{width - right - 120}" y="{y(1.0) - 5:.1f}" fill="#555">1x: '
+                                       'no speculation</text>']
+    for frac in (0.25, 0.5, 0.75, 1.0):
+        out.append(f'<text x="6" y="{y(ymax * frac) + 4:.1f}" fill="#666">{ymax * frac:.2f}x</text>')
+    if len(points) > 1:
+        out.append('<polyline points="' + " ".join(f"{x(c):.1f},{y(s):.1f}" for c, s, *_ in points)
+                   + '" fill="none" stroke="#1565c0" stroke-width="1.5"/>')
+    for c, speedup, lo, hi, pays, name in points:
+        color = colors.get(pays, "#757575")
+        out.append(f'<text x="{x(c) - 4:.1f}" y="{height - bottom + 16}">{c}</text>')
+        out.append(f'<line x1="{x(c):.1f}" y1="{y(lo):.1f}" x2="{x(c):.1f}" y2="{y(hi):.1f}" stroke="{color}" '
+                   'stroke-width="2"/>')
+        out.append(f'<circle cx="{x(c):.1f}" cy="{y(speedup):.1f}" r="5" fill="{color}"/>')
+        out.append(f'<text x="{x(c) + 8:.1f}" y="{y(speedup) - 6:.1f}" fill="{color}">{escape(name)} '
+                   f'{speedup:.2f}x</text>')
+    estimate = (crossover or {}).get("crossover") or {}
+    if isinstance(estimate, dict) and estimate.get("estimate"):
+        cx = x(float(estimate["estimate"]))
+        out.append(f'<line x1="{cx:.1f}" y1="{top}" x2="{cx:.1f}" y2="{height - bottom}" stroke="#c62828" '
+                   'stroke-dasharray="3,3"/>')
+        out.append(f'<text x="{cx + 4:.1f}" y="{top + 12}" fill="#c62828">crossover ~{estimate["estimate"]:g} '
+                   '(interpolated)</text>')
+    out.append(f'<text x="{left + 10}" y="{top + 14}" fill="#333">the fastest measured configuration per '
+               'concurrency; bars: the range its and the baseline\'s 95% intervals allow</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

@@ -109,3 +109,68 @@ async def test_tune_predicts_trees_beside_chains_on_the_lab(lab: LabPaths, tmp_p
     assert "k=3 topk=4 tokens=16 (probe)" in report and "Trees (SGLang's topk > 1)" in report
     chart = next((directory / rel).read_text() for rel in tuned["artifacts"] if rel.endswith(".svg"))
     assert "tree topk 4, 16 tokens" in chart and "<rect x=" in chart
+
+
+@pytest.mark.lab
+async def test_tune_answers_per_concurrency_with_the_crossover(lab: LabPaths, tmp_path: Path) -> None:
+    """playbooks/tune.yaml with a concurrency profile: every server start benchmarked at each concurrency (no more
+    starts than one concurrency needs per verify), the costs fitted and the recommendation decided per concurrency
+    against the baseline measured there, the crossover said last (the playbook's `because`), the second hypothesis
+    decided at the highest concurrency, and the report's table and speedup chart written. The lab serves one
+    request at a time, and the result says so."""
+    ensure_lab("seed-wiring", root=lab.root)
+    inventory = lab_inventory("seed-wiring", root=lab.root)
+    playbook = load_playbook(TUNE, extra_names=inventory.host_vars("lab"))
+    extra = {"tune_candidates": [2, 4], "tune_verify": 1, "tune_concurrency": [2, 1], "bench_n": 4,
+             "bench_tokens": 32}
+    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
+                                     extra_vars=extra)
+    outcome = await run_with_signals(engine)
+    write_reports(directory)
+    assert outcome.status == "ok"
+    session = read_session(directory)
+    tuned = next(r.result for e in session.events if getattr(e, "type", "") == "step_finished"
+                 and e.action == "tune" for r in e.results)
+    entries = tuned["by_concurrency"]
+    assert [e["concurrency"] for e in entries] == [1, 2] and tuned["concurrency"] == 1
+    assert tuned["recommended"] == entries[0]["recommended"]  # the top level is the lowest concurrency's
+    for entry in entries:
+        rows = {r["k"]: r for r in entry["rows"]}
+        assert set(rows) == {2, 4} and rows[4]["probe"] and rows[4].get("measured_tok_s") is not None
+        rec = entry["recommended"]
+        assert rec["tok_s"] == max(r["measured_tok_s"] for r in rows.values() if r.get("measured_tok_s"))
+        base = entry["baseline"]
+        assert base["tok_s_ci"][0] <= base["tok_s"] <= base["tok_s_ci"][1]
+        expected = ("yes" if rec["tok_s_ci"][0] > base["tok_s_ci"][1] else
+                    "no" if rec["tok_s_ci"][1] < base["tok_s_ci"][0] else "inconclusive")
+        assert rec["beats_baseline"] == expected
+    counted = tuned["restarts_counted"]
+    # the baseline, the probe and at most one verify per concurrency: never a start per concurrency
+    assert tuned["restarts"] == 2 + len(counted["verify"]) and len(counted["verify"]) <= 1
+    started = {e.server_id for e in session.of_type(ServerEvent) if e.type == "server_ready"}
+    stopped = {e.server_id for e in session.of_type(ServerEvent) if e.type == "server_stopped"}
+    assert len(started) == tuned["restarts"] and started <= stopped
+    crossing = tuned["crossover"]
+    assert tuned["lines"][-1] == f"tune: {crossing['line']}"
+    assert any("the lab serves one request at a time" in line for line in tuned["lines"])
+    board = HypothesisBoard.from_events(session.events)
+    last = {"yes": "confirmed", "no": "refuted", "inconclusive": "inconclusive"}[entries[-1]["recommended"]
+                                                                                 ["beats_baseline"]]
+    assert board.entries["speculation_pays_under_load"].state == last
+    chart = (directory / tuned["concurrency_chart"]).read_text()
+    assert chart.count("<circle") == 2 and all((directory / e["chart"]).is_file() for e in entries)
+    report = (directory / "report.md").read_text()
+    assert "Per concurrency" in report and "At concurrency 2" in report and crossing["line"].capitalize() in report
+    # the TUI's servers pane is the tuner's table: each configuration measured, its tok/s at each concurrency
+    from orchestrator.tui.model import SessionModel
+
+    model = SessionModel()
+    for event in session.events:
+        model.apply(event)
+    tuned_rows = {s.server_id: s for s in model.servers.values() if s.by_concurrency}
+    assert set(tuned_rows) == started
+    for entry in entries:
+        best = entry["recommended"]
+        name = f"tune-s1-k{best['k']}"
+        assert entry["concurrency"] in tuned_rows[name].recommended_at
+        assert (entry["concurrency"], best["tok_s"]) in tuned_rows[name].by_concurrency

@@ -1,6 +1,6 @@
 """The servers pane: engine, host:port, state, accept length, tok/s, flags (after vLLM's per-position acceptance,
-when its benchmark measured it, and a replayed traffic file's accept length per category); overridden flags
-flagged."""
+when its benchmark measured it, a replayed traffic file's accept length per category, and a tune step's tok/s per
+concurrency with where it is the best configuration); overridden flags flagged."""
 
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ def _flags(row: ServerRow) -> Text:
     if row.by_category:  # a replayed traffic file: accept length per category ("few": too few requests to tell)
         text.append("traffic " + " ".join(f"{name}={'few' if few or value is None else f'{value:.2f}'}"
                                           for name, value, few in row.by_category) + " ", style="magenta")
+    if row.by_concurrency:  # a tune step's configuration: tok/s per request at each concurrency, ★ where best
+        text.append("tok/s@c " + " ".join(f"{c}:{rate:.0f}" for c, rate in row.by_concurrency) + " ", style="cyan")
+        if row.recommended_at:
+            text.append("★ best at c=" + ",".join(map(str, row.recommended_at)) + " ", style="bold green")
     for key, value in row.flags.items():
         name = str(key).lstrip("-")
         short = name.replace("speculative-", "spec-")
