@@ -118,8 +118,9 @@ def requests_of(result: dict[str, Any], *, speculative: bool) -> list[Any]:
         if not tokens or not seconds:
             continue
         accept = row.get("accept_length") if speculative else None
-        if speculative and accept is None:
-            accept = result.get("accept_length")
+        if speculative and accept is None:  # the run's mean; vLLM above concurrency 1: its counters over the run
+            accept = result.get("accept_length") or result.get("server_accept_length") or \
+                (result.get("spec_decode") or {}).get("accept_length")
         counts = row.get("spec_counts") if speculative else None
         drafts, accepted = None, None
         if isinstance(counts, dict) and isinstance(counts.get("accepted"), list) and counts.get("drafts"):
