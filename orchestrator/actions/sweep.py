@@ -90,18 +90,28 @@ async def start_bench_stop(args: SweepArgs | Any, ctx: ActionContext, adapter: A
 
 
 async def start_bench_each(args: Any, ctx: ActionContext, adapter: Any, spec: Any, client_python: str, auto: bool,
-                           *, name: str, concurrencies: list[int]) -> dict[int, dict[str, Any]]:
+                           *, name: str, concurrencies: list[int], warm_up: bool = False) -> dict[int, dict[str, Any]]:
     """``start_bench_stop`` with one benchmark per concurrency against the one server start (the tuner's concurrency
     profile; SGLang's bench_speculative.py loops its batch sizes inside each server the same way), in the order
-    given. :raises StepFailed: a bench; :raises OrchestratorError: the start."""
+    given. ``warm_up``: first one untimed batch of ``c`` short requests at each concurrency ``c`` (a fresh server's
+    first batch of a shape pays one-time costs: the CPU backend's kernels for it, the engine's first cycles), its
+    wall time kept in the result as ``warm_up_s``. :raises StepFailed: a bench; :raises OrchestratorError: the
+    start."""
     manager = ctx.services.servers
     record = await manager.start(
         name=name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter, spec=spec,
         client_python=client_python, ready_timeout=args.ready_timeout, grace=args.grace, step_id=ctx.step_id,
         on_log=manager.log_forwarder(ctx.step_id, ctx.host), auto_port=auto, preflight=args.preflight)
     try:
-        return {c: await run_bench(record.client, record.url, args.bench.model_copy(update={"concurrency": c}))
-                for c in concurrencies}
+        results = {}
+        for c in concurrencies:
+            warm = None
+            if warm_up:
+                warm = await run_bench(record.client, record.url, args.bench.model_copy(update={
+                    "concurrency": c, "n": c, "max_new_tokens": min(16, args.bench.max_new_tokens), "traffic": None}))
+            result = await run_bench(record.client, record.url, args.bench.model_copy(update={"concurrency": c}))
+            results[c] = {**result, **({"warm_up_s": warm.get("wall_s")} if warm is not None else {})}
+        return results
     finally:
         await manager.stop(name)
 

@@ -54,6 +54,10 @@ class TuneArgs(ServerLaunchArgs):
                                    "fitted, predicted, verified and recommended per concurrency, with the crossover "
                                    "where speculation stops paying (default: the bench's one concurrency)")
 
+    warm_up: bool = Field(default=True, description="one untimed batch of short requests at each concurrency "
+                          "before its measured benchmark, as bench_speculative.py warms up each batch size: a fresh "
+                          "server's first batch of a shape pays one-time costs")
+
     def profile(self) -> list[int]:
         """The concurrencies to tune for, ascending (the bench's own when no profile is given)."""
         return sorted(set(self.concurrency)) or [self.bench.concurrency]
@@ -185,7 +189,8 @@ class _Run:
         try:
             results = await start_bench_each(
                 args, ctx, self.adapter, replace(self.base_spec, flags=dict(flags)), self.client_python, self.auto,
-                name=f"tune-{ctx.step_id}-{label.replace('=', '').replace(' ', '-')}", concurrencies=self.profile)
+                name=f"tune-{ctx.step_id}-{label.replace('=', '').replace(' ', '-')}", concurrencies=self.profile,
+                warm_up=args.warm_up)
         except (StepFailed, OrchestratorError) as exc:
             reason = exc.message.splitlines()[0]
             if tolerate:
