@@ -51,7 +51,10 @@ def run_tune(sessions: Path, extra: list[str]) -> tuple[dict, float, int, Path]:
     for line in (new[-1] / "events.jsonl").read_text().splitlines():
         event = json.loads(line)
         if event.get("type") == "step_finished" and event.get("action") == "tune":
-            return event["results"][0]["result"] or {}, seconds, proc.returncode, new[-1]
+            result = event["results"][0]["result"] or {}
+            if result.get("full_result"):  # the log line kept the head of a big result (session/log.py)
+                result = json.loads((new[-1] / result["full_result"]).read_text())
+            return result, seconds, proc.returncode, new[-1]
     raise SystemExit(f"{new[-1]}: the tune step left no result (rc {proc.returncode}): {proc.stdout[-1500:]}")
 
 

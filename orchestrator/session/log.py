@@ -186,7 +186,8 @@ class SessionLog:
         elif isinstance(event, StepFinished):
             for outcome in data.get("results", []):
                 if isinstance(outcome.get("result"), dict):
-                    outcome["result"] = {k: _cap(v) for k, v in outcome["result"].items()}
+                    outcome["result"] = self._capped_result(event.step_id, str(outcome.get("host", "")),
+                                                            outcome["result"])
         encoded = (json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
         line = memoryview(encoded)
         try:
@@ -244,6 +245,23 @@ class SessionLog:
             data = {**data, "text": data["text"][:room] + f"\n[output continues in outputs/{Path(out.name).name}]\n"}
         self._inline[key] = used + len(data["text"])
         return data
+
+    def _capped_result(self, step_id: str, host: str, result: dict[str, Any]) -> dict[str, Any]:
+        """The result as the log line keeps it (each long value's head, ``_cap``); when anything was cut, the whole
+        result goes to ``outputs/<step>.<host>.result.json`` and the line names it (``full_result``), where
+        read_session takes it back: a big structured result (a tuner's rows at every concurrency) is kept whole."""
+        capped = {k: _cap(v) for k, v in result.items()}
+        cut = [k for k in result if capped[k] != result[k]]
+        # an output's text and lines are in outputs/<step>.<host>.log already; rows of data are nowhere else
+        if not any(isinstance(result[k], list) and any(not isinstance(i, str) for i in result[k]) for k in cut):
+            return capped
+        name = f"{slug(step_id)}.{slug(host)}.result.json"
+        try:
+            (self.directory / "outputs" / name).write_text(json.dumps(result, separators=(",", ":"),
+                                                                      ensure_ascii=False), encoding="utf-8")
+        except OSError as exc:
+            self._lost(exc)
+        return {**capped, "full_result": f"outputs/{name}"}
 
     def _close_outputs(self, step_id: str) -> None:
         for key in [k for k in self._outputs if k[0] == step_id]:

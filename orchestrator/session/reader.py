@@ -96,6 +96,28 @@ def iter_numbered(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
             yield number, data if isinstance(data, dict) else None
 
 
+def _whole_results(directory: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """A step_finished line whose result the log cut to its head (session/log.py ``_capped_result``) with the whole
+    result read back from the file the line names (a name under outputs/ only); the line as it is when that file is
+    gone (the head, with its markers)."""
+    if data.get("type") != "step_finished":
+        return data
+    results = []
+    for outcome in data.get("results") or []:
+        result = outcome.get("result") if isinstance(outcome, dict) else None
+        name = result.get("full_result") if isinstance(result, dict) else None
+        if isinstance(name, str) and name.startswith("outputs/") and "/" not in name[len("outputs/"):]:
+            path = directory / name
+            try:
+                whole = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                whole = None
+            if isinstance(whole, dict):
+                outcome = {**outcome, "result": whole}
+        results.append(outcome)
+    return {**data, "results": results}
+
+
 def read_session(directory: str | Path) -> LoadedSession:
     directory = Path(directory)
     path = directory / EVENTS_FILE
@@ -111,7 +133,7 @@ def read_session(directory: str | Path) -> LoadedSession:
             continue
         raw.append(data)
         try:
-            event = parse_event(data)
+            event = parse_event(_whole_results(directory, data))
         except MalformedEvent as exc:
             malformed.append(f"line {number}: {exc}")
             continue

@@ -130,3 +130,29 @@ def test_sessions_and_report_as_subprocess(cli, session: Path) -> None:
     assert report.returncode == 0 and "# Postmortem: log test" in report.stdout
     empty = CliRunner().invoke(app, ["sessions", "list", "--sessions-dir", str(session.parent / "none")])
     assert empty.exit_code == 0 and "no sessions" in empty.output
+
+
+def test_a_big_structured_result_is_kept_whole_beside_the_log(tmp_path: Path) -> None:
+    """A result whose rows of data pass the inline cap (a tuner's rows at every concurrency): the log line keeps
+    their head, the whole result goes to outputs/ and read_session gives it back whole; output text is not copied
+    (it is in outputs/<step>.<host>.log already)."""
+    from orchestrator.events import HostOutcome, StepFinished
+
+    directory = new_session_dir(tmp_path, "big result")
+    rows = [{"k": i, "label": f"k={i}", "ci": [i * 0.5, i * 1.5], "note": "x" * 200} for i in range(1000)]
+    text = "y" * (2 * INLINE_OUTPUT)
+    log = SessionLog(directory)
+    log.handle(StepFinished(seq=1, step_id="s1", name="tune", action="tune", status="ok", duration=1.0,
+                            results=[HostOutcome(host="lab", status="ok", result={"rows": rows, "n": 3})]))
+    log.handle(StepFinished(seq=2, step_id="s2", name="chatty", action="shell", status="ok", duration=1.0,
+                            results=[HostOutcome(host="lab", status="ok",
+                                                 result={"stdout": text, "stdout_lines": [text[:100]] * 2000})]))
+    log.close()
+    logged = [json.loads(line) for line in (directory / "events.jsonl").read_text().splitlines()]
+    inline = logged[0]["results"][0]["result"]
+    assert len(inline["rows"]) < len(rows) and "more items in outputs/" in inline["rows"][-1]
+    assert inline["full_result"] == "outputs/s1.lab.result.json"
+    loaded = read_session(directory)
+    assert loaded.of_type("step_finished")[0].results[0].result == {"rows": rows, "n": 3}
+    assert "full_result" not in logged[1]["results"][0]["result"]
+    assert not (directory / "outputs" / "s2.lab.result.json").exists()
