@@ -54,13 +54,17 @@ class TuneArgs(ServerLaunchArgs):
                                    "fitted, predicted, verified and recommended per concurrency, with the crossover "
                                    "where speculation stops paying (default: the bench's one concurrency)")
 
+    concurrency_mix: dict[int, float] = Field(default_factory=dict, description="your traffic's share at each "
+                                              "concurrency (e.g. {1: 0.2, 4: 0.5, 16: 0.3}; its keys are the "
+                                              "profile when concurrency is not given): the one configuration to "
+                                              "deploy for that mix (default: equal shares of the profile)")
     warm_up: bool = Field(default=True, description="one untimed batch of short requests at each concurrency "
                           "before its measured benchmark, as bench_speculative.py warms up each batch size: a fresh "
                           "server's first batch of a shape pays one-time costs")
 
     def profile(self) -> list[int]:
         """The concurrencies to tune for, ascending (the bench's own when no profile is given)."""
-        return sorted(set(self.concurrency)) or [self.bench.concurrency]
+        return sorted(set(self.concurrency) or set(self.concurrency_mix)) or [self.bench.concurrency]
 
     @model_validator(mode="after")
     def _shape(self) -> TuneArgs:
@@ -72,6 +76,14 @@ class TuneArgs(ServerLaunchArgs):
             raise ValueError("topk: values >= 1; draft_tokens: budgets >= 2")
         if any(c < 1 or c > 1024 for c in self.concurrency) or len(set(self.concurrency)) > 8:
             raise ValueError("concurrency: at most 8 values, each 1..1024")
+        if self.concurrency_mix:
+            if any(w < 0 for w in self.concurrency_mix.values()) or sum(self.concurrency_mix.values()) <= 0:
+                raise ValueError("concurrency_mix: shares >= 0, not all 0")
+            if any(c < 1 or c > 1024 for c in self.concurrency_mix) or len(self.concurrency_mix) > 8:
+                raise ValueError("concurrency_mix: at most 8 concurrencies, each 1..1024")
+            if self.concurrency and set(self.concurrency) != set(self.concurrency_mix):
+                raise ValueError(f"concurrency_mix: its concurrencies {sorted(self.concurrency_mix)} are not the "
+                                 f"profile's {sorted(set(self.concurrency))}")
         if self.baseline is not None and len(self.profile()) > 1:
             raise ValueError("baseline: a registered bench holds one concurrency; with a concurrency profile the "
                              "tuner measures its own baseline at each")
@@ -310,7 +322,7 @@ class TuneAction(Action[TuneArgs]):
         if len(profile) > 1 and str(getattr(adapter, "name", "")).startswith("lab"):
             started += ("; the lab serves one request at a time (batch 1): above concurrency 1 its requests queue "
                         "rather than batch, so its answer per concurrency is a batch-1 server's, not a GPU engine's")
-        result = self._combine(profile, by_c, started)
+        result = self._combine(profile, by_c, started, args.concurrency_mix or None)
         result.update(restarts=restarts, restarts_counted=counted)
         self._write(ctx, result)
         for line in result["lines"]:
@@ -318,11 +330,12 @@ class TuneAction(Action[TuneArgs]):
         return result
 
     @staticmethod
-    def _combine(profile: list[int], by_c: dict[int, dict[str, Any]], started: str) -> dict[str, Any]:
+    def _combine(profile: list[int], by_c: dict[int, dict[str, Any]], started: str,
+                 mix: dict[int, float] | None = None) -> dict[str, Any]:
         """The step's result: the first concurrency's rows, model and recommendation at the top (one concurrency:
         all of it), every concurrency's in ``by_concurrency``, and, for a profile, the answer per concurrency and
         the crossover (orchestrator/tuning/concurrency.py) as the last line (the playbooks' `because`)."""
-        from orchestrator.tuning.concurrency import ConcurrencyAnswer, answer
+        from orchestrator.tuning.concurrency import ConcurrencyAnswer, answer, for_mix
 
         first = by_c[profile[0]]
         result = {**first, "concurrency": profile[0], "lines": list(first["lines"])}
@@ -351,6 +364,11 @@ class TuneAction(Action[TuneArgs]):
         lines = [started]
         for entry in result["by_concurrency"]:
             lines += [line.replace("tune", f"tune c={entry['concurrency']}", 1) for line in entry["lines"] or []]
+        deploy = for_mix(result["by_concurrency"], mix)
+        if deploy is not None:
+            deploy["recommended"]["paste"] = paste_flags(deploy["recommended"]["flags"] or {})
+            summary.append(f"tune: {deploy['line']}; flags: {deploy['recommended']['paste']}")
+        result["mix"] = deploy
         result["lines"] = lines + summary + [f"tune: {crossing['line']}"]
         return result
 

@@ -74,12 +74,17 @@ def _by_concurrency(res: dict[str, Any]) -> list[Block]:
                      f"{rec.get('speedup')}x" if rec else "—", str(rec.get("beats_baseline", "—")),
                      f"`{rec.get('paste')}`" if rec.get("paste") else "—"])
     crossing = res.get("crossover") or {}
+    deploy = res.get("mix") or {}
+    one = deploy.get("recommended") or {}
     return [Para("Per concurrency (each server start benchmarked at every concurrency of the profile; tok/s per "
                  "request, the baseline measured at the same concurrency; pays: the best configuration's interval "
                  "against the baseline's):"),
             Table(["concurrency", "no speculation tok/s", "fastest measured", "its tok/s [95%]", "speedup", "pays",
                    "flags"], rows),
-            Para(f"**{str(crossing.get('line', '')).capitalize()}.**" if crossing.get("line") else "")]
+            Para(f"**{str(crossing.get('line', '')).capitalize()}.**" if crossing.get("line") else ""),
+            Para(f"{str(deploy['line'])[0].upper()}{str(deploy['line'])[1:]} (a server runs one configuration at "
+                 f"every load; each interval is the weighted sum of the intervals' ends, wider than the exact one); "
+                 f"flags: `{one.get('paste')}`." if deploy.get("line") else "")]
 
 
 def tuning_section(session: LoadedSession) -> list[Block]:

@@ -9,7 +9,8 @@ the next one where it does not; between them the speedup (best over baseline) is
 where it crosses 1 (an estimate, said as one: nothing between the two points was measured). An inconclusive point
 between them leaves the crossover at it or around it, said as such, never a number the sample cannot support.
 
-Public API: ``ConcurrencyAnswer``, ``answer(points) -> dict``.
+Public API: ``ConcurrencyAnswer``, ``answer(points) -> dict``, ``for_mix(entries, weights) -> dict | None``
+(the one configuration to deploy for a traffic mix over the profile).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -78,3 +80,63 @@ def answer(points: Sequence[ConcurrencyAnswer]) -> dict[str, object]:
     out["line"] = (f"speculation {'; '.join(s for s in said if s)} (profile {every}): no crossover decided on "
                    "these intervals")
     return out
+
+
+def _name(row: dict[str, Any]) -> str:
+    return str(row.get("label") or f"k={row.get('k')}")
+
+
+def for_mix(entries: Sequence[dict[str, Any]], weights: dict[int, float] | None) -> dict[str, Any] | None:
+    """The ONE configuration to deploy for traffic spread over the profile's concurrencies (a server runs one
+    configuration at every load): each configuration measured at every concurrency scored by its per-request tok/s
+    weighted by the share of traffic at each (``weights``; equal shares when None), against the baseline's the same
+    way. The interval of a weighted sum is taken as the weighted sum of the intervals' ends: wider than the exact
+    one, so "beats the baseline" is claimed only where even that conservative interval clears it. None without two
+    concurrencies or a configuration measured at all of them."""
+    if len(entries) < 2:
+        return None
+    concurrencies = [int(e["concurrency"]) for e in entries]
+    raw = {c: float((weights or {}).get(c, 0.0 if weights else 1.0)) for c in concurrencies}
+    total = sum(raw.values())
+    if total <= 0:
+        return None
+    share = {c: w / total for c, w in raw.items()}
+    measured: dict[str, dict[int, dict[str, Any]]] = {}
+    for entry in entries:
+        for row in entry.get("rows") or []:
+            if row.get("measured_tok_s") is not None and row.get("measured_tok_s_ci"):
+                measured.setdefault(_name(row), {})[int(entry["concurrency"])] = row
+    every = {name: rows for name, rows in measured.items() if set(rows) == set(concurrencies)}
+    if not every:
+        return None
+
+    def mixed(values: dict[int, tuple[float, float, float]]) -> tuple[float, list[float]]:
+        return (sum(share[c] * v[0] for c, v in values.items()),
+                [round(sum(share[c] * v[1] for c, v in values.items()), 3),
+                 round(sum(share[c] * v[2] for c, v in values.items()), 3)])
+
+    def point(rate: Any, ci: Any) -> tuple[float, float, float]:
+        return float(rate), float(ci[0]), float(ci[1])
+
+    base_rate, base_ci = mixed({int(e["concurrency"]): point(e["baseline"]["tok_s"], e["baseline"]["tok_s_ci"])
+                                for e in entries})
+    scored: list[tuple[str, float, list[float], dict[str, Any]]] = []
+    for name, rows in every.items():
+        rate, ci = mixed({c: point(r["measured_tok_s"], r["measured_tok_s_ci"]) for c, r in rows.items()})
+        scored.append((name, rate, ci, rows[concurrencies[0]]))
+    scored.sort(key=lambda s: -s[1])
+    name, rate, ci, row = scored[0]
+    speedup = round(rate / base_rate, 3) if base_rate else None
+    beats = "yes" if ci[0] > base_ci[1] else "no" if ci[1] < base_ci[0] else "inconclusive"
+    tied = [other for other, _r, oci, _row in scored[1:] if oci[0] <= ci[1] and ci[0] <= oci[1]]
+    shares = ", ".join(f"{c}: {share[c]:.0%}" for c in concurrencies)
+    return {"weights": {str(c): round(share[c], 4) for c in concurrencies}, "given": weights is not None,
+            "baseline": {"tok_s": round(base_rate, 3), "tok_s_ci": base_ci},
+            "recommended": {"label": name, "k": row.get("k"), "flags": row.get("flags"), "tok_s": round(rate, 3),
+                            "tok_s_ci": ci, "speedup": speedup, "beats_baseline": beats, "tied_with": tied,
+                            **({"topk": row["topk"], "draft_tokens": row["draft_tokens"]} if row.get("topk") else {})},
+            "scored": [{"label": n, "tok_s": round(r, 3), "tok_s_ci": c_} for n, r, c_, _ in scored],
+            "line": (f"one configuration for {'your mix' if weights else 'equal shares'} of concurrency ({shares}): "
+                     f"{name}, {rate:.1f} [{ci[0]:.1f}, {ci[1]:.1f}] tok/s per request weighted, {speedup}x the "
+                     f"baseline's {base_rate:.1f} [{base_ci[0]:.1f}, {base_ci[1]:.1f}] (beats it: {beats})"
+                     + (f"; tied on intervals with {', '.join(tied)}" if tied else ""))}

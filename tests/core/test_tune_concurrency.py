@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from orchestrator.actions.tune import TuneArgs, _pending
 from orchestrator.tuning.chart import svg_concurrency
-from orchestrator.tuning.concurrency import ConcurrencyAnswer, answer
+from orchestrator.tuning.concurrency import ConcurrencyAnswer, answer, for_mix
 
 FLAGS = {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "/d"}
 
@@ -74,3 +74,38 @@ def test_the_speedup_chart_marks_the_crossover() -> None:
                                                              e["recommended"]["beats_baseline"]) for e in entries]),
                           title="t")
     assert svg.count("<circle") == 3 and "crossover ~8" in svg and "#c62828" in svg and "#2e7d32" in svg
+
+
+def _entry(c: int, base: tuple[float, float, float], rows: dict[str, tuple[float, float, float]]) -> dict:
+    return {"concurrency": c, "baseline": {"tok_s": base[0], "tok_s_ci": [base[1], base[2]]},
+            "rows": [{"k": int(name[2:]), "label": None, "flags": {"speculative-num-steps": int(name[2:])},
+                      "measured_tok_s": v[0], "measured_tok_s_ci": [v[1], v[2]]} for name, v in rows.items()]}
+
+
+def test_one_configuration_for_a_mix_weighs_each_concurrency_by_its_share() -> None:
+    entries = [_entry(1, (100, 95, 105), {"k=6": (200, 190, 210), "k=2": (150, 145, 155)}),
+               _entry(16, (50, 48, 52), {"k=6": (40, 38, 42), "k=2": (60, 58, 62)})]
+    light = for_mix(entries, {1: 0.9, 16: 0.1})
+    heavy = for_mix(entries, {1: 0.1, 16: 0.9})
+    assert light is not None and heavy is not None
+    # mostly single requests: the long chain; mostly under load: the short one that still pays there
+    assert light["recommended"]["label"] == "k=6" and heavy["recommended"]["label"] == "k=2"
+    assert math.isclose(heavy["recommended"]["tok_s"], 0.1 * 150 + 0.9 * 60)
+    assert heavy["recommended"]["tok_s_ci"] == [round(0.1 * 145 + 0.9 * 58, 3), round(0.1 * 155 + 0.9 * 62, 3)]
+    assert heavy["recommended"]["beats_baseline"] == "yes" and heavy["recommended"]["flags"] == {
+        "speculative-num-steps": 2}
+    equal = for_mix(entries, None)
+    assert equal is not None and equal["weights"] == {"1": 0.5, "16": 0.5} and "equal shares" in equal["line"]
+    # a configuration not measured at every concurrency is not a candidate for the mix
+    partial = [entries[0], _entry(16, (50, 48, 52), {"k=2": (60, 58, 62)})]
+    only = for_mix(partial, None)
+    assert only is not None and [s["label"] for s in only["scored"]] == ["k=2"]
+    assert for_mix(entries[:1], None) is None
+
+
+def test_a_mix_names_the_profile() -> None:
+    assert TuneArgs(flags=FLAGS, concurrency_mix={16: 0.3, 1: 0.7}).profile() == [1, 16]
+    with pytest.raises(ValidationError, match="are not the profile's"):
+        TuneArgs(flags=FLAGS, concurrency=[1, 4], concurrency_mix={1: 0.5, 16: 0.5})
+    with pytest.raises(ValidationError, match="not all 0"):
+        TuneArgs(flags=FLAGS, concurrency_mix={1: 0.0, 4: 0.0})

@@ -115,13 +115,14 @@ async def test_tune_predicts_trees_beside_chains_on_the_lab(lab: LabPaths, tmp_p
 async def test_tune_answers_per_concurrency_with_the_crossover(lab: LabPaths, tmp_path: Path) -> None:
     """playbooks/tune.yaml with a concurrency profile: every server start benchmarked at each concurrency (no more
     starts than one concurrency needs per verify), the costs fitted and the recommendation decided per concurrency
-    against the baseline measured there, the crossover said last (the playbook's `because`), the second hypothesis
+    against the baseline measured there, the one configuration for the traffic mix given, the crossover said last
+    (the playbook's `because`), the second hypothesis
     decided at the highest concurrency, and the report's table and speedup chart written. The lab serves one
     request at a time, and the result says so."""
     ensure_lab("seed-wiring", root=lab.root)
     inventory = lab_inventory("seed-wiring", root=lab.root)
     playbook = load_playbook(TUNE, extra_names=inventory.host_vars("lab"))
-    extra = {"tune_candidates": [2, 4], "tune_verify": 1, "tune_concurrency": [2, 1], "bench_n": 4,
+    extra = {"tune_candidates": [2, 4], "tune_verify": 1, "tune_concurrency_mix": {2: 3, 1: 1}, "bench_n": 4,
              "bench_tokens": 32}
     engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
                                      extra_vars=extra)
@@ -152,6 +153,15 @@ async def test_tune_answers_per_concurrency_with_the_crossover(lab: LabPaths, tm
     assert len(started) == tuned["restarts"] and started <= stopped
     crossing = tuned["crossover"]
     assert tuned["lines"][-1] == f"tune: {crossing['line']}"
+    # the one configuration for the mix (a quarter of the traffic at 1, three quarters at 2): the measured
+    # configuration with the best share-weighted tok/s per request
+    deploy = tuned["mix"]
+    assert deploy["weights"] == {"1": 0.25, "2": 0.75} and deploy["given"]
+    measured_both = {r["k"] for r in entries[0]["rows"] if r.get("measured_tok_s") is not None}
+    weighted = {k: sum(w * next(r["measured_tok_s"] for r in e["rows"] if r["k"] == k)
+                       for w, e in zip((0.25, 0.75), entries, strict=True)) for k in measured_both}
+    assert deploy["recommended"]["k"] == max(weighted, key=lambda k: weighted[k])
+    assert f"tune: {deploy['line']}; flags: {deploy['recommended']['paste']}" in tuned["lines"]
     assert any("the lab serves one request at a time" in line for line in tuned["lines"])
     board = HypothesisBoard.from_events(session.events)
     last = {"yes": "confirmed", "no": "refuted", "inconclusive": "inconclusive"}[entries[-1]["recommended"]
