@@ -78,15 +78,20 @@ async def start_bench_stop(args: SweepArgs | Any, ctx: ActionContext, adapter: A
                            auto: bool, *, name: str) -> tuple[Any, dict[str, Any]]:
     """One configuration measured, as `sweep` and `tune` do it: start the server with ``spec``, run ``args.bench``
     against it, stop it whatever happened. :raises StepFailed: the bench; :raises OrchestratorError: the start."""
-    manager = ctx.services.servers
-    record = await manager.start(
-        name=name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter, spec=spec,
-        client_python=client_python, ready_timeout=args.ready_timeout, grace=args.grace, step_id=ctx.step_id,
-        on_log=manager.log_forwarder(ctx.step_id, ctx.host), auto_port=auto, preflight=args.preflight)
+    record = await _start(args, ctx, adapter, spec, client_python, auto, name=name)
     try:
         return record, await run_bench(record.client, record.url, args.bench)
     finally:
-        await manager.stop(name)
+        await ctx.services.servers.stop(name)
+
+
+async def _start(args: Any, ctx: ActionContext, adapter: Any, spec: Any, client_python: str, auto: bool, *,
+                 name: str) -> Any:
+    manager = ctx.services.servers
+    return await manager.start(
+        name=name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter, spec=spec,
+        client_python=client_python, ready_timeout=args.ready_timeout, grace=args.grace, step_id=ctx.step_id,
+        on_log=manager.log_forwarder(ctx.step_id, ctx.host), auto_port=auto, preflight=args.preflight)
 
 
 async def start_bench_each(args: Any, ctx: ActionContext, adapter: Any, spec: Any, client_python: str, auto: bool,
@@ -97,11 +102,7 @@ async def start_bench_each(args: Any, ctx: ActionContext, adapter: Any, spec: An
     first batch of a shape pays one-time costs: the CPU backend's kernels for it, the engine's first cycles), its
     wall time kept in the result as ``warm_up_s``. :raises StepFailed: a bench; :raises OrchestratorError: the
     start."""
-    manager = ctx.services.servers
-    record = await manager.start(
-        name=name, host=ctx.host, transport=ctx.require_transport(), adapter=adapter, spec=spec,
-        client_python=client_python, ready_timeout=args.ready_timeout, grace=args.grace, step_id=ctx.step_id,
-        on_log=manager.log_forwarder(ctx.step_id, ctx.host), auto_port=auto, preflight=args.preflight)
+    record = await _start(args, ctx, adapter, spec, client_python, auto, name=name)
     try:
         results = {}
         for c in concurrencies:
@@ -113,7 +114,7 @@ async def start_bench_each(args: Any, ctx: ActionContext, adapter: Any, spec: An
             results[c] = {**result, **({"warm_up_s": warm.get("wall_s")} if warm is not None else {})}
         return results
     finally:
-        await manager.stop(name)
+        await ctx.services.servers.stop(name)
 
 
 def label_for(varied: dict[str, Any]) -> str:

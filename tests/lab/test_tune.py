@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,18 +16,18 @@ from orchestrator.hypotheses.board import HypothesisBoard
 from orchestrator.lab.building.build import LabPaths
 from orchestrator.lab.building.inventory import ensure_lab, lab_inventory
 from orchestrator.playbook.loader import load_playbook
-from orchestrator.session.reader import read_session
+from orchestrator.session.reader import LoadedSession, read_session
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports
 
 TUNE = Path(__file__).resolve().parents[2] / "playbooks" / "tune.yaml"
 
 
-@pytest.mark.lab
-async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, tmp_path: Path) -> None:
+async def _tune(lab: LabPaths, tmp_path: Path, extra: dict[str, Any]) -> tuple[LoadedSession, Path, dict[str, Any]]:
+    """playbooks/tune.yaml on the lab's seed-wiring scenario with ``extra`` vars, through the runner with its session
+    log and reports: the session, its directory and the tune step's result."""
     ensure_lab("seed-wiring", root=lab.root)
     inventory = lab_inventory("seed-wiring", root=lab.root)
     playbook = load_playbook(TUNE, extra_names=inventory.host_vars("lab"))
-    extra = {"tune_candidates": [1, 2, 3, 4], "tune_verify": 1, "bench_n": 6, "bench_tokens": 48}
     engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
                                      extra_vars=extra)
     outcome = await run_with_signals(engine)
@@ -35,6 +36,13 @@ async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, t
     session = read_session(directory)
     tuned = next(r.result for e in session.events if getattr(e, "type", "") == "step_finished"
                  and e.action == "tune" for r in e.results)
+    return session, directory, tuned
+
+
+@pytest.mark.lab
+async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, tmp_path: Path) -> None:
+    session, directory, tuned = await _tune(lab, tmp_path, {"tune_candidates": [1, 2, 3, 4], "tune_verify": 1,
+                                                            "bench_n": 6, "bench_tokens": 48})
     rows = {r["k"]: r for r in tuned["rows"]}
     assert set(rows) == {1, 2, 3, 4} and rows[4]["probe"]
     # the baseline, the probe at k = 4, and the best prediction unless it is the probe (measured already)
@@ -76,19 +84,9 @@ async def test_tune_predicts_trees_beside_chains_on_the_lab(lab: LabPaths, tmp_p
     test's offline acceptance and the tree probe's cost, the probe's and each verified tree's measured accept length
     within the offline interval (the lab serves trees as the offline simulation does), restarts counted against the
     grid, and the recommendation the fastest measured point, chain or tree."""
-    ensure_lab("seed-wiring", root=lab.root)
-    inventory = lab_inventory("seed-wiring", root=lab.root)
-    playbook = load_playbook(TUNE, extra_names=inventory.host_vars("lab"))
-    extra = {"tune_candidates": [3, 5], "tune_verify": 1, "tune_topk": [1, 4], "tune_draft_tokens": [8, 16],
-             "bench_n": 6, "bench_tokens": 48}
-    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
-                                     extra_vars=extra)
-    outcome = await run_with_signals(engine)
-    write_reports(directory)
-    assert outcome.status == "ok"
-    session = read_session(directory)
-    tuned = next(r.result for e in session.events if getattr(e, "type", "") == "step_finished"
-                 and e.action == "tune" for r in e.results)
+    session, directory, tuned = await _tune(lab, tmp_path, {"tune_candidates": [3, 5], "tune_verify": 1,
+                                                            "tune_topk": [1, 4], "tune_draft_tokens": [8, 16],
+                                                            "bench_n": 6, "bench_tokens": 48})
     trees = {r["label"]: r for r in tuned["rows"] if r.get("topk")}
     assert set(trees) == {"k=3 topk=4 tokens=8", "k=3 topk=4 tokens=16", "k=5 topk=4 tokens=8", "k=5 topk=4 tokens=16"}
     probe = [r for r in trees.values() if r["probe"]]
@@ -119,19 +117,9 @@ async def test_tune_answers_per_concurrency_with_the_crossover(lab: LabPaths, tm
     (the playbook's `because`), the second hypothesis
     decided at the highest concurrency, and the report's table and speedup chart written. The lab serves one
     request at a time, and the result says so."""
-    ensure_lab("seed-wiring", root=lab.root)
-    inventory = lab_inventory("seed-wiring", root=lab.root)
-    playbook = load_playbook(TUNE, extra_names=inventory.host_vars("lab"))
-    extra = {"tune_candidates": [2, 4], "tune_verify": 1, "tune_concurrency_mix": {2: 3, 1: 1}, "bench_n": 4,
-             "bench_tokens": 32}
-    engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=tmp_path / "sessions",
-                                     extra_vars=extra)
-    outcome = await run_with_signals(engine)
-    write_reports(directory)
-    assert outcome.status == "ok"
-    session = read_session(directory)
-    tuned = next(r.result for e in session.events if getattr(e, "type", "") == "step_finished"
-                 and e.action == "tune" for r in e.results)
+    session, directory, tuned = await _tune(lab, tmp_path, {"tune_candidates": [2, 4], "tune_verify": 1,
+                                                            "tune_concurrency_mix": {2: 3, 1: 1}, "bench_n": 4,
+                                                            "bench_tokens": 32})
     entries = tuned["by_concurrency"]
     assert [e["concurrency"] for e in entries] == [1, 2] and tuned["concurrency"] == 1
     assert tuned["recommended"] == entries[0]["recommended"]  # the top level is the lowest concurrency's
