@@ -53,7 +53,6 @@ class TuneArgs(ServerLaunchArgs):
                                    "is benchmarked at each (one start, one bench per concurrency), and the costs are "
                                    "fitted, predicted, verified and recommended per concurrency, with the crossover "
                                    "where speculation stops paying (default: the bench's one concurrency)")
-
     concurrency_mix: dict[int, float] = Field(default_factory=dict, description="your traffic's share at each "
                                               "concurrency (e.g. {1: 0.2, 4: 0.5, 16: 0.3}; its keys are the "
                                               "profile when concurrency is not given): the one configuration to "
@@ -195,13 +194,14 @@ class _Run:
         concurrency (``tolerate``); the baseline or the probe failing fails the step, since nothing can be
         predicted without them."""
         from orchestrator.actions.sweep import start_bench_each
+        from orchestrator.tuning import server_name
 
         ctx, args = self.ctx, self.args
         ctx.output(f"tune [{label}]: starting\n")
         try:
             results = await start_bench_each(
                 args, ctx, self.adapter, replace(self.base_spec, flags=dict(flags)), self.client_python, self.auto,
-                name=f"tune-{ctx.step_id}-{label.replace('=', '').replace(' ', '-')}", concurrencies=self.profile,
+                name=server_name(ctx.step_id, label), concurrencies=self.profile,
                 warm_up=args.warm_up)
         except (StepFailed, OrchestratorError) as exc:
             reason = exc.message.splitlines()[0]

@@ -226,6 +226,8 @@ class SessionModel:
         """Each of a tune step's server starts (tune.py names them tune-STEP-LABEL) gets its measured tok/s per
         request at every concurrency of the profile, and where it is the recommendation: the servers pane is then
         the tuner's table, one row per configuration measured."""
+        from orchestrator.tuning import server_name
+
         changed = False
         for outcome in row.results:
             res = outcome.get("result") or {}
@@ -238,7 +240,7 @@ class SessionModel:
                     (str(r.get("label") or f"k={r.get('k')}"), r.get("measured_tok_s"), r.get("measured_accept_length"),
                      bool(r.get("recommended"))) for r in entry.get("rows") or [] if isinstance(r, dict)]
                 for label, rate, accept, recommended in measured:
-                    server = self.servers.get(f"tune-{row.step_id}-{label.replace('=', '').replace(' ', '-')}")
+                    server = self.servers.get(server_name(row.step_id, label))
                     if server is None or rate is None:
                         continue
                     server.by_concurrency = [*(server.by_concurrency or []), (c, float(rate))]
