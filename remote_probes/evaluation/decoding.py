@@ -5,7 +5,14 @@ Greedy (temperature 0): the argmax of the target's logits, penalised as the engi
 cycle keeps the drafts that equal the target's argmax, then the target's own token.
 
 Sampled (temperature > 0; the lab's vLLM stand-in, and the offline simulation): the target's logits, penalised,
-divided by the temperature and soft-maxed, as vLLM's ``apply_sampling_constraints`` does with no top-k/top-p. An EAGLE draft gives vLLM no
+divided by the temperature, then cut to the request's top-k and top-p as vLLM 0.32's ``apply_sampling_constraints``
+(v1/sample/rejection_sampler.py) and its sampler (v1/sample/sampler.py ``sample``) do with
+``apply_top_k_top_p_pytorch`` (v1/sample/ops/topk_topp_sampler.py: the logits sorted ascending; below the k-th
+largest value masked, ties kept; then the ascending cumulative probability ``<= 1 - p`` masked, the largest always
+kept), and soft-maxed. ``min_p`` (a fraction of the largest probability, after the temperature: the sampler's
+argmax-invariant ``MinPLogitsProcessor``) applies without speculation only: vLLM 0.32 refuses a min_p request on a
+speculative server (sampling_params.py ``_validate_spec_decode``), and builds no min-p processor there
+(v1/sample/logits_processor/__init__.py). An EAGLE draft gives vLLM no
 probabilities (its proposer keeps the argmax: ``draft_probs`` is None), so its rejection sampler
 (v1/sample/rejection_sampler.py ``rejection_random_sample_kernel``, ``NO_DRAFT_PROBS``) accepts draft token d at
 position k when ``p_target(d) >= u``, u uniform in [0, 1); at the first rejection it samples the recovered token from
@@ -14,7 +21,7 @@ bonus token from the target's distribution at the last position. Each request dr
 ``seed``, else a fresh one): the lab's draws are not vLLM's, so a sampled request's figure equals real vLLM's in
 distribution, not token for token.
 
-Public API: ``Decoding``, ``GREEDY``, ``TokenChooser``.
+Public API: ``Decoding``, ``GREEDY``, ``TokenChooser``, ``top_k_top_p``.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ class Decoding:
     rule: Rule = RULES["vllm"]
     temperature: float = 0.0
     seed: Optional[int] = None
+    top_k: int = 0          # 0 or -1: every token (vLLM's "disabled")
+    top_p: float = 1.0
+    min_p: float = 0.0      # without speculation only (module doc)
 
     @property
     def sampled(self) -> bool:
@@ -48,6 +58,26 @@ class Decoding:
 
 
 GREEDY = Decoding()
+
+
+def top_k_top_p(logits: Any, k: int, p: float) -> Any:
+    """``logits`` [rows, vocab] with the tokens outside the top ``k`` (0 or -1: none) and outside the top-``p``
+    nucleus at -inf, as vLLM 0.32's ``apply_top_k_top_p_pytorch`` does (module doc): ties at the k-th value kept,
+    the token that carries the nucleus over ``p`` kept, the most likely token always kept."""
+    vocab = logits.shape[-1]
+    k = vocab if k <= 0 or k > vocab else k
+    if k == vocab and p >= 1.0:
+        return logits
+    ordered, index = logits.sort(dim=-1, descending=False)
+    if k < vocab:
+        kth = ordered[:, vocab - k:vocab - k + 1]
+        ordered = ordered.masked_fill(ordered < kth, float("-inf"))
+    if p < 1.0:
+        cumulative = torch.cumsum(ordered.softmax(dim=-1), dim=-1)
+        cut = cumulative <= 1 - p
+        cut[:, -1] = False
+        ordered = ordered.masked_fill(cut, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, index, ordered)
 
 
 class TokenChooser:
@@ -65,8 +95,11 @@ class TokenChooser:
     def _probs(self, logits: Any, histories: List[List[int]]) -> Any:
 
         d = self.decoding
-        return torch.softmax(penalised_logits(logits, self.prompt, histories, d.penalties, d.rule) / d.temperature,
-                             dim=-1)
+        scaled = penalised_logits(logits, self.prompt, histories, d.penalties, d.rule) / d.temperature
+        if d.min_p > 0:
+            probs = torch.softmax(scaled, dim=-1)
+            scaled = scaled.masked_fill(probs < d.min_p * probs.amax(dim=-1, keepdim=True), float("-inf"))
+        return torch.softmax(top_k_top_p(scaled, d.top_k, d.top_p), dim=-1)
 
     def _draw(self, probs: Any) -> int:
 

@@ -230,18 +230,14 @@ def simulated_rows(torch: Any, model: Any, tokenizer: Any, item: Dict[str, Any],
                    a: Dict[str, Any], simulated: List[int]) -> List[Dict[str, Any]]:
     """The requests one generation cannot predict, served again offline by this configuration's draft, cycle by
     cycle, by the engine's rule (spec_simulation.py): one draw each, seeded by its ``seed``, else its index."""
-    from remote_probes.evaluation.decoding import Decoding
-    from remote_probes.evaluation.penalties import RULES
     from remote_probes.evaluation.spec_simulation import simulate
-    from remote_probes.evaluation.traffic_offline import default_temperature
+    from remote_probes.evaluation.traffic_offline import generation_defaults, sampling_of
 
     rows = []
-    default = default_temperature(a["target"])
+    defaults = generation_defaults(a["target"])
     for index in simulated:
         req = a["requests"][index]
-        temperature = (default if req["temperature"] is None else float(req["temperature"])) if req["sampled"] else 0.0
-        seed = req["seed"] if isinstance(req["seed"], int) and not isinstance(req["seed"], bool) else index
-        decoding = Decoding(req["penalties"], RULES.get(c["engine"], RULES["vllm"]), temperature, seed)
+        decoding = sampling_of(req, defaults, index, c["engine"])
         tokens, cycles = simulate(torch, model, item["draft"], req["prompt_ids"], item["wiring"], c["steps"],
                                   req["max_tokens"], decoding, tokenizer.eos_token_id, c["count_first_token"])
         rows.append({"index": index, "accept_length": round(tokens / cycles, 4) if cycles else None,

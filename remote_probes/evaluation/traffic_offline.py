@@ -10,8 +10,9 @@ applies them (penalties.py), and one forward captures the hidden states the draf
 one generation, since what is served depends on the draws; nor can a penalised request on SGLang, whose relaxed
 penalty (penalties.py ``RULES["sglang"]``) feeds one token per verify cycle. Those are served again offline, cycle
 by cycle, by each configuration's draft (spec_simulation.py: vLLM's rejection rule; one draw per request, its
-``seed`` else its index). A sampled request on SGLang, or one with top-k/top-p/min-p, is not modelled and is counted
-in ``skipped`` with the reason.
+``seed`` else its index), its top-k and top-p cutting the target's distribution as vLLM's do (decoding.py). Not
+modelled, and counted in ``skipped`` with the reason: a sampled request on SGLang, and on vLLM one with a min_p or a
+logit_bias, which a speculative vLLM refuses (sampling_params.py ``_validate_spec_decode``).
 
 ``penalised_proposals`` is the counterfactual of the engine change that would mend a penalty's cost: the draft's
 logits penalised with the same output so far as the target's, before its argmax.
@@ -53,38 +54,78 @@ def parse_requests(raw: Any) -> List[Dict[str, Any]]:
         temperature = body.get("temperature")
         sampled = temperature is None or (isinstance(temperature, (int, float)) and temperature > 0)
         out.append({"body": body, "max_tokens": tokens, "penalties": penalties, "sampled": sampled,
-                    "temperature": temperature, "seed": body.get("seed")})
+                    "temperature": temperature, "seed": body.get("seed"), **_filters(body, i)})
     return out
 
 
-def default_temperature(target: str) -> float:
-    """The temperature an engine samples a request that writes none at: the target's generation_config's, else 1.0
-    (vLLM's ``--generation-config auto`` and SGLang read it)."""
+def _filters(body: Dict[str, Any], i: int) -> Dict[str, Any]:
+    """The request's top_k, top_p and min_p (None where it writes none: the target's defaults then apply)."""
+    out: Dict[str, Any] = {}
+    for name, kind in (("top_k", int), ("top_p", float), ("min_p", float)):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or (kind is int and not isinstance(value, int))):
+            raise ProbeFailure("bad_args", "requests[%d].body.%s must be a%s number, got %r"
+                               % (i, name, "n integer" if kind is int else "", value), field="requests")
+        out[name] = value
+    return out
+
+
+def generation_defaults(target: str) -> Dict[str, float]:
+    """What an engine samples a request at for the fields it writes none of: the target's generation_config's
+    temperature, top_k, top_p and min_p, else 1.0, 0 (all), 1.0 and 0 (vLLM's ``--generation-config auto``)."""
     import json
 
+    out = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
     try:
         with open(os.path.join(target, "generation_config.json"), encoding="utf-8") as handle:
-            value = json.load(handle).get("temperature")
+            config = json.load(handle)
     except (OSError, ValueError):
-        return 1.0
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1.0
+        return out
+    for name in out:
+        value = config.get(name) if isinstance(config, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = int(value) if name == "top_k" else float(value)
+    return out
 
 
-#: sampling fields the simulation does not model: a request setting one is not predicted
-UNMODELLED = {"top_p": (None, 1, 1.0), "top_k": (None, 0, -1), "min_p": (None, 0, 0.0)}
+def sampling_of(req: Dict[str, Any], defaults: Dict[str, float], index: int, engine: str) -> Any:
+    """The request's ``Decoding`` as the engine of ``engine`` serves it: its temperature, top-k and top-p (each the
+    target's default where it writes none; all neutral when it decodes greedily), penalties, and a seed (its own,
+    else its index)."""
+    from remote_probes.evaluation.decoding import Decoding
+    from remote_probes.evaluation.penalties import RULES
+
+    def pick(name: str) -> Any:
+        return defaults[name] if req[name] is None else req[name]
+
+    seed = req["seed"] if isinstance(req["seed"], int) and not isinstance(req["seed"], bool) else index
+    rule = RULES.get(engine, RULES["vllm"])
+    if not req["sampled"]:
+        return Decoding(req["penalties"], rule, 0.0, seed)
+    return Decoding(req["penalties"], rule, float(pick("temperature")), seed, int(pick("top_k")),
+                    float(pick("top_p")))
 
 
-def how_replayed(req: Dict[str, Any], engine: str) -> Tuple[str, str]:
+#: vLLM's _SAMPLING_EPS: a min_p above it is one a speculative vLLM refuses
+SAMPLING_EPS = 1e-5
+
+
+def how_replayed(req: Dict[str, Any], engine: str, defaults: Optional[Dict[str, float]] = None) -> Tuple[str, str]:
     """("capture", "") for a request one greedy generation predicts; ("simulate", "") for one whose served tokens
-    depend on the draws or the cycles (spec_simulation.py); ("skip", why) for one not modelled."""
+    depend on the draws or the cycles (spec_simulation.py); ("skip", why) for one not modelled (``defaults``: the
+    target's generation_defaults, whose min_p a request writing none is served with)."""
     body = req["body"]
     if req["sampled"]:
         if engine != "vllm":
             return "skip", ("samples on %s, whose sampled verification is not modelled (the simulation follows "
                             "vLLM's rejection rule)" % engine)
-        unmodelled = [name for name, neutral in UNMODELLED.items() if body.get(name) not in neutral]
-        if unmodelled:
-            return "skip", "samples with %s, not modelled offline" % ", ".join(unmodelled)
+        min_p = req.get("min_p")
+        min_p = (defaults or {}).get("min_p", 0.0) if min_p is None else min_p
+        if min_p > SAMPLING_EPS or body.get("logit_bias"):
+            return "skip", ("samples with %s, which a speculative vLLM refuses (sampling_params.py "
+                            "_validate_spec_decode: \"not yet supported with speculative decoding\")"
+                            % ("min_p=%g" % min_p if min_p > SAMPLING_EPS else "a logit_bias"))
         return "simulate", ""
     if engine == "sglang" and not req["penalties"].neutral:
         return "simulate", ""
@@ -148,7 +189,7 @@ def capture_traffic(torch: Any, tokenizer: Any, model: Any, requests: List[Dict[
     eos = tokenizer.eos_token_id
     runs, order, skipped = [], [], []
     for index, req in enumerate(requests):
-        how, why = how_replayed(req, str(a.get("engine")))
+        how, why = how_replayed(req, str(a.get("engine")), generation_defaults(a["target"]))
         if how == "skip":
             skipped.append({"index": index, "reason": why})
             continue

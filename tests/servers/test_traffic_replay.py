@@ -28,7 +28,8 @@ PROSE = ["Tell me about the history of the city of Lyon and its bridges.",
 
 
 def traffic_file(path: Path, penalised: bool = False) -> Path:
-    """Greedy code completions, greedy chat (a batch-API line each), two sampled requests (one with a top_p);
+    """Greedy code completions, greedy chat (a batch-API line each), three sampled requests (one with a top_p, one
+    with a min_p, which a speculative vLLM refuses);
     ``penalised``: the code
     prompts again with ``frequency_penalty: 1``."""
     code = [p["text"] for p in json.loads((REPO / "orchestrator/data/bench_prompts.json").read_text())["prompts"]
@@ -43,6 +44,8 @@ def traffic_file(path: Path, penalised: bool = False) -> Path:
     lines.append({"request": {"messages": [{"role": "user", "content": SECRET}], "temperature": 0.7,
                               "max_tokens": 8}, "category": "sampled"})
     lines.append({"request": {"messages": [{"role": "user", "content": SECRET}], "temperature": 0.7, "top_p": 0.9,
+                              "max_tokens": 8}, "category": "sampled"})
+    lines.append({"request": {"messages": [{"role": "user", "content": SECRET}], "temperature": 0.7, "min_p": 0.1,
                               "max_tokens": 8}, "category": "sampled"})
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     return path
@@ -74,7 +77,7 @@ steps:
     assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
     b = ran.result("s2")["result"]
     table = b["traffic"]
-    assert table["requests"] == 13 and b["n"] == 13 and b["completed"] == 12
+    assert table["requests"] == 14 and b["n"] == 14 and b["completed"] == 13
     groups = {e["category"]: e for e in table["by_category"]}
     assert list(groups) == ["python", "prose", "sampled"]
     for name, count in (("python", 5), ("prose", 6)):
@@ -82,14 +85,16 @@ steps:
         assert entry["requests"] == entry["measured"] == count and not entry["too_few"], entry
         lo, hi = entry["accept_length_ci"]
         assert 1.0 <= lo <= entry["accept_length"] <= hi, entry  # an accept length is at least 1
-    # a request that samples is sampled (vLLM's rejection rule); one with a top_p the stand-in does not serve is
-    # refused in its own words, never served another way in its place
-    assert groups["sampled"]["measured"] == 1 and groups["sampled"]["failed"] == 1
-    assert "lab (NOT vLLM)" in groups["sampled"]["error"] and "top_p=0.9" in groups["sampled"]["error"]
+    # a request that samples is sampled (vLLM's rejection rule, its top_p cutting the target's distribution first);
+    # one with a min_p is refused as a speculative vLLM refuses it, never served another way in its place
+    assert groups["sampled"]["measured"] == 2 and groups["sampled"]["failed"] == 1
+    assert "not yet supported with speculative decoding" in groups["sampled"]["error"], groups["sampled"]
     settings = {e["sampling"]: e for e in table["by_sampling"]}
-    assert set(settings) == {"temperature=0", "temperature=0.7", "temperature=0.7 top_p=0.9"}
+    assert set(settings) == {"temperature=0", "temperature=0.7", "temperature=0.7 top_p=0.9",
+                             "temperature=0.7 min_p=0.1"}
+    assert settings["temperature=0.7 top_p=0.9"]["measured"] == 1
     # each request's row names its category and setting, and every answered one its accept length
-    assert sorted(r["line"] for r in b["per_request"]) == list(range(1, 13))
+    assert sorted(r["line"] for r in b["per_request"]) == list(range(1, 14))
     assert all(r["accept_length"] >= 1.0 for r in b["per_request"])
     # the console says it per category, the failed request with its reason
     said = "".join(e.get("text", "") for e in ran.of_type("output"))
@@ -158,7 +163,7 @@ steps:
     b = ran.result("s2")["result"]
     table = b["traffic"]
     groups = {e["category"]: e for e in table["by_category"]}
-    assert b["completed"] == 16 and groups["sampled"]["failed"] == 2
+    assert b["completed"] == 16 and groups["sampled"]["failed"] == 3  # the stand-in decodes greedily only
     assert "lab (NOT SGLang)" in groups["sampled"]["error"]
     if measured:
         for name, count in (("python", 10), ("prose", 6)):

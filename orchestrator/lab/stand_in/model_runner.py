@@ -360,11 +360,12 @@ class LabModelRunner:
     def generate(self, input_ids: list[int], *, max_new_tokens: int, stop: list[str], stop_token_ids: list[int],
                  ignore_eos: bool, on_step: Callable[[list[int]], None] | None = None,
                  penalties: Penalties = NO_PENALTIES, rule: Rule = RULES["vllm"], temperature: float = 0.0,
-                 seed: int | None = None) -> Generation:
+                 seed: int | None = None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> Generation:
         """Greedy generation (speculative when a draft is loaded); ``on_step`` gets the ids so far. ``penalties``
         reach the target's logits only, as the engine of ``rule`` applies them (remote_probes/evaluation/penalties.py:
         vLLM's exact penalised greedy decoding, or SGLang's relaxed one in speculative decoding). ``temperature``
-        > 0 samples, verifying drafts as vLLM's rejection sampler does (remote_probes/evaluation/decoding.py; ``seed`` its generator)."""
+        > 0 samples, verifying drafts as vLLM's rejection sampler does (remote_probes/evaluation/decoding.py; ``seed`` its generator),
+        with ``top_k``/``top_p`` cutting the target's distribution and ``min_p`` (no draft only) as vLLM's do."""
         if not input_ids:
             raise ValueError("the prompt is empty")
         limit = int(getattr(self.config, "max_position_embeddings", 2048))
@@ -396,7 +397,7 @@ class LabModelRunner:
             cache = self._cache_cls(config=self.config)
             ids = torch.tensor([input_ids])
             use_spec = self.draft is not None
-            choose = TokenChooser(Decoding(penalties, rule, temperature, seed), input_ids)
+            choose = TokenChooser(Decoding(penalties, rule, temperature, seed, top_k, top_p, min_p), input_ids)
             logits, aux = self._target(ids, cache, hidden=use_spec)
             first = [choose.next(logits[-1:], out)]
             took = time.monotonic() - started

@@ -48,8 +48,8 @@ def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
     is its 400). ``penalties``: a request's penalties are applied as the engine does (``opts["penalties"]``,
     remote_probes/evaluation/penalties.py), else refused. ``samples``: a temperature > 0 (none written: the engine's
     default, 1.0 for the lab's target, whose generation_config sets none) is sampled as vLLM's rejection sampler
-    does (remote_probes/evaluation/decoding.py; ``seed`` kept), with no top-k/top-p/min-p (refused); else a request that samples is
-    refused, never served greedily in its place (module doc)."""
+    does (remote_probes/evaluation/decoding.py; ``seed`` kept; the caller adds top-k/top-p/min-p: vllm_sampling.py);
+    else a request that samples is refused, never served greedily in its place (module doc)."""
     temperature = body.get("temperature")
     if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
                                     or temperature < 0):
@@ -59,11 +59,6 @@ def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
         said = f"no temperature ({engine}'s default: 1.0)" if temperature is None else f"temperature {temperature}"
         raise error(f"lab (NOT {engine}): the lab's {engine} stand-in decodes greedily only; this request "
                     f"samples ({said}): give temperature 0, or replay it on a real {engine}")
-    if sampled:
-        for name, neutral in (("top_p", (None, 1, 1.0)), ("top_k", (None, 0, -1)), ("min_p", (None, 0, 0.0))):
-            if body.get(name) not in neutral:
-                raise error(f"lab (NOT {engine}): the lab's {engine} stand-in samples with a temperature only; "
-                            f"this request sets {name}={body.get(name)}: replay it on a real {engine}")
     asked = Penalties.from_body(body, error, RULES[engine.lower()])
     if not penalties:
         for name, value in (("frequency_penalty", asked.frequency), ("presence_penalty", asked.presence),

@@ -9,8 +9,9 @@ none: vLLM's refusal), ``GET /metrics`` and ``GET /version``. ``--api-key`` guar
 v1/spec_decode/metrics.py: per verify cycle, one draft of K tokens, ``accepted`` = drafts the target agreed with,
 position k counted when the first k+1 drafts were accepted. Deviations, all visible: ``/version`` and the model card
 say it is the lab; a request that samples is sampled with vLLM's rejection rule for a draft without probabilities
-(remote_probes/evaluation/decoding.py: equal to vLLM's in distribution, not draw for draw), and one that sets top-k, top-p or min-p is
-refused with a "lab (NOT vLLM)" 400. Penalties are served as vLLM serves them (remote_probes/evaluation/penalties.py):
+(remote_probes/evaluation/decoding.py: equal to vLLM's in distribution, not draw for draw), with its top-k and top-p as
+vLLM cuts the target's distribution; min_p and logit_bias as vLLM takes them (vllm_sampling.py: refused with vLLM's
+own 400 when the server speculates; without speculation min_p applied, a logit bias refused "lab (NOT vLLM)"). Penalties are served as vLLM serves them (remote_probes/evaluation/penalties.py):
 on the target's logits, not the draft's.
 """
 
@@ -31,6 +32,7 @@ from orchestrator.lab.stand_in.model_runner import DraftStepError, Generation, L
 from orchestrator.lab.stand_in.sglang_args import LabServerArgs
 from orchestrator.lab.stand_in.sglang_http import LabHandler, RequestError
 from orchestrator.lab.stand_in.sglang_openai import greedy_options
+from orchestrator.lab.stand_in.vllm_sampling import sampling_filters
 
 #: what vLLM answers every request with once its EngineCore is dead (v1/engine/exceptions.py), HTTP 500
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
@@ -229,15 +231,17 @@ class VllmHandler(LabHandler):
                                              "stop_reason": None}],
                                 "usage": self._usage(gen)})
 
-    @staticmethod
-    def _options(body: dict[str, Any]) -> dict[str, Any]:
+    def _options(self, body: dict[str, Any]) -> dict[str, Any]:
         """The generation options of an OpenAI body. A request that samples (temperature > 0 written, or none: vLLM
         then samples at the model's default, 1.0 for the lab's generation_config) is sampled as vLLM's rejection
-        sampler verifies an EAGLE draft (remote_probes/evaluation/decoding.py), with a temperature only (top-k/top-p/min-p refused,
-        "lab (NOT vLLM)"). Penalties are applied as vLLM applies them, to the target's logits and not the draft's
+        sampler verifies an EAGLE draft (remote_probes/evaluation/decoding.py), with its top-k and top-p; its min_p
+        and logit_bias as vLLM takes them (vllm_sampling.py: refused with vLLM's message on a server that
+        speculates). Penalties are applied as vLLM applies them, to the target's logits and not the draft's
         (remote_probes/evaluation/penalties.py)."""
-        return greedy_options(body, "vLLM", RequestError, "max_tokens must be a positive integer", penalties=True,
+        opts = greedy_options(body, "vLLM", RequestError, "max_tokens must be a positive integer", penalties=True,
                               samples=True)
+        speculative = self.vstate.models is not None and self.vstate.models.draft is not None
+        return {**opts, **sampling_filters(body, opts["temperature"], speculative, RequestError)}
 
     def _openai_body(self) -> dict[str, Any] | None:
         """An OpenAI request's body, or None once vLLM's 404 for another model's name is sent."""
@@ -256,7 +260,8 @@ class VllmHandler(LabHandler):
             gen = state.models.generate(ids, max_new_tokens=opts["max_new_tokens"], stop=opts["stop"],
                                         stop_token_ids=opts["stop_token_ids"], ignore_eos=opts["ignore_eos"],
                                         on_step=on_step, penalties=opts["penalties"], rule=opts["rule"],
-                                        temperature=opts["temperature"], seed=opts["seed"])
+                                        temperature=opts["temperature"], seed=opts["seed"], top_k=opts["top_k"],
+                                        top_p=opts["top_p"], min_p=opts["min_p"])
         except ValueError as exc:
             raise RequestError(str(exc)) from None
         state.count(gen)  # under the lock: the counters move before the answer is sent, as one request's

@@ -27,6 +27,7 @@ from typing import Any
 
 from orchestrator.lab.stand_in.server import _target_architecture
 from orchestrator.lab.stand_in.sglang_args import LabServerArgs, StartupError, _capture_list
+from orchestrator.lab.stand_in.vllm_sampling import SPEC_WARNING
 
 log = logging.getLogger("orchestrator.lab.stand_in.server")
 READY_LINE = "Application startup complete."
@@ -229,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info(line)
     if models.draft is not None:
         log.info("Using Eagle3 auxiliary layers (HF hidden_states indices): %s", tuple(models.capture))
+        log.warning(SPEC_WARNING)  # v1/sample/logits_processor/__init__.py, when a speculative config is set
     from orchestrator.lab.stand_in.vllm_http import VllmLabHTTPServer, VllmState
 
     state = VllmState(args=args, models=models, version=version, spec=spec)
