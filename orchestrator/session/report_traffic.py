@@ -53,6 +53,8 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
         for key in ("category", "sampling"):
             for e in rc.get(f"by_{key}") or []:
                 said = {None: "undecided", True: "**disjoint**", False: "overlap"}[e.get("disjoint")]
+                if not e.get("measured_requests") and e.get("failed"):
+                    said = f"undecided: the server refused it ({e.get('error')})"
                 rows.append([name, key, str(e.get(key)), _pair(e.get("predicted"), e.get("predicted_ci")),
                              _pair(e.get("measured"), e.get("measured_ci")), said])
         for e in rc.get("draft_penalised") or []:
@@ -60,8 +62,10 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
                             _pair(e["draft_penalised"], e.get("draft_penalised_ci")),
                             "—" if e.get("gain") is None else f"{_pair(e['gain'], e.get('gain_ci'))}x"])
     blocks: list[Block] = [Heading("Your traffic offline, as the server serves it", 3),
-                           Para("Each greedy request replayed offline (its chat template, max_tokens and penalties "
-                                "on the target's logits, as the engine applies them), grouped as the server's "
+                           Para("Each request replayed offline (its chat template, max_tokens and penalties "
+                                "on the target's logits, as the engine applies them; a sampled one served again cycle "
+                                "by cycle, its top-k and top-p cutting the target's distribution as vLLM's do), "
+                                "grouped as the server's "
                                 "measurements are; disjoint 95% intervals mean the server serves that group otherwise "
                                 "than the offline model of it. " + "; ".join(
                                     f"{name}: {rc.get('decision')}" for name, rc in servers) + "."),

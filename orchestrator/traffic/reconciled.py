@@ -4,7 +4,9 @@ The reconcile's probe (remote_probes/evaluation/draft_reconcile.py with ``reques
 of the file offline as the server serves it and gives its accept length; here those are grouped exactly as the
 server's measurements are (acceptance.py) and each group's two 95% intervals are set side by side: disjoint is a
 discrepancy (the server serves that group otherwise than the offline model of it), overlapping is reconciled. A
-request that samples is not predicted (the probe says why) and its group stays undecided.
+request the probe does not model is not predicted (it says why: a sampled one on SGLang, a min_p one on vLLM) and a
+group with none predicted, or none answered by the server (``failed``, ``error``: the server's refusal), stays
+undecided.
 
 For a penalised setting the probe also scores the draft with its logits penalised as the target's (the engine
 change that would mend a penalty's cost: both engines propose unpenalised); ``draft_penalised`` gives, per such
@@ -42,6 +44,7 @@ def side_by_side(predicted: list[dict[str, Any]], measured: list[dict[str, Any]]
         rows.append({key: m[key], "predicted": p.get("accept_length"), "predicted_ci": p.get("accept_length_ci"),
                      "predicted_requests": p.get("measured", 0), "measured": m.get("accept_length"),
                      "measured_ci": m.get("accept_length_ci"), "measured_requests": m.get("measured", 0),
+                     "failed": m.get("failed", 0), "error": m.get("error"),
                      "disjoint": _disjoint(p.get("accept_length_ci"), m.get("accept_length_ci"))})
     return rows
 

@@ -129,3 +129,10 @@ def test_a_replay_reconciles_group_by_group_with_its_offline_prediction(tmp_path
     off = reconcile_traffic(higher, [{"index": 8, "reason": "samples"}], requests, bench)
     assert off["decision"] == "discrepancy" and "temperature=0 frequency_penalty=1" in off["verdict"], off
     assert off["skipped"] == 1 and "1 request(s) not replayed offline (samples)" in off["verdict"]
+    # a group the server refused (a min_p on a speculative vLLM) carries the server's reason beside the prediction
+    refused = {"traffic": traffic_acceptance(rows, [{"category": "code", "sampling": "temperature=0.8 min_p=0.1",
+                                                     "error": "HTTP 400: not yet supported"}])}
+    rc = reconcile_traffic(same, [{"index": 8, "reason": "min_p"}], requests, refused)
+    [row] = [r for r in rc["by_sampling"] if r["sampling"] == "temperature=0.8 min_p=0.1"]
+    assert row["failed"] == 1 and row["measured_requests"] == 0 and row["error"] == "HTTP 400: not yet supported"
+    assert row["disjoint"] is None
