@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-#: vLLM's _SAMPLING_EPS: a temperature below it is greedy, a min_p below it is none
-SAMPLING_EPS = 1e-5
+from remote_probes.evaluation.traffic_offline import SAMPLING_EPS  # a temperature below it is greedy
+
 SPEC_REFUSAL = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
 SPEC_WARNING = "min_p and logit_bias parameters won't work with speculative decoding."
 

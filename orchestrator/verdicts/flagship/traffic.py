@@ -169,7 +169,8 @@ def _cpu_expand_defect(ctx: RuleContext) -> str | None:
     read = ctx.reads("vllm_sampling").read("cpu_expand")
     if device != "cpu" or not read.found or read.expect_passed is not True:
         return None
-    return (f"this vLLM {ctx.reads('vllm_sampling').version} runs on the CPU (device_config=cpu), whose kernel for the rejection sampler's expand_batch_to_tokens writes into an int64 copy of "
+    return (f"this vLLM {ctx.reads('vllm_sampling').version} runs on the CPU (device_config=cpu), whose kernel "
+            "for the rejection sampler's expand_batch_to_tokens writes into an int64 copy of "
             f"the output ({_where(ctx, 'cpu_expand')}: _ensure_int64(output)): a sampled request's temperature, "
             "top_k and top_p at its draft positions are uninitialised memory, never set from the request, so this "
             "figure is not vLLM's rejection rule at the asked temperature; replay the sampled requests on a GPU "
