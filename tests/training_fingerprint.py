@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any
 
 RECORDED = Path(__file__).parent / "lab" / "training_fingerprints.json"
-RELATIVE_LOSS_TOLERANCE = 1e-3
+#: per loss: the first is one step from pinned initial weights, the last follows hundreds of steps whose last bits a
+#: CPU's kernels amplify (the kimi draft on an AMD EPYC Zen 4, 2026-12-05: first 7.3e-4, last 4.0e-3 relative to the
+#: Xeon's record), while a change to what training does moves them by far more
+RELATIVE_LOSS_TOLERANCE = {"loss_first": 2e-3, "loss_last": 1e-2}
 STRUCTURE_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
 
@@ -73,7 +76,7 @@ def check(kind: str, versions: dict[str, int], models: dict[str, Path]) -> str:
     for name, got in found.items():
         want = mine["models"][name]
         drift = [key for key in ("loss_first", "loss_last")
-                 if abs(got[key] - want[key]) > RELATIVE_LOSS_TOLERANCE * max(abs(want[key]), 1e-9)]
+                 if abs(got[key] - want[key]) > RELATIVE_LOSS_TOLERANCE[key] * max(abs(want[key]), 1e-9)]
         if got["structure"] != want["structure"]:
             drift.append("structure")
         assert not drift, (
