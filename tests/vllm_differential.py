@@ -504,7 +504,8 @@ def write_field_case(healthy: Path, work: Path, name: str, change: dict[str, Any
 #: or int32 output, a copy. The real output stays ``new_empty`` memory: a sampled request's drafts are verified at
 #: whatever temperature that memory holds, a top_k crashes the EngineCore (``apply_top_k_only``'s ``k.max()``, or an
 #: index out of bounds) and a top_p is garbage. Pinned by tests/lab/test_stand_in_sampling.py; the lab follows vLLM's
-#: design (GPU kernels), held against vLLM's own top-k/top-p function instead.
+#: design (GPU kernels), held against vLLM's own top-k/top-p function instead. The report to file upstream, with its
+#: reproduction and a fix checked on 0.32.0: docs/upstream/vllm-cpu-expand-kernel.md.
 VLLM_CPU_EXPAND = "vllm/utils/cpu_triton_utils.py _expand_kernel_impl: _ensure_int64(output) writes into a copy"
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}assistant:{% endif %}")
