@@ -47,7 +47,12 @@ async def test_tune_predicts_verifies_and_recommends_on_the_lab(lab: LabPaths, t
     assert set(rows) == {1, 2, 3, 4} and rows[4]["probe"]
     # the baseline, the probe at k = 4, and the best prediction unless it is the probe (measured already)
     counted = tuned["restarts_counted"]
-    top = max(rows.values(), key=lambda r: r["predicted_tok_s"])["k"]
+    # the pick is the probe's model's best (its ranking, the first of counted["rankings"]), not the rows' argmax:
+    # the rows hold the last model's predictions beside the verified point's earlier one, and a refit on a noisy
+    # measurement can lift another k above it (CI under load: k = 2 picked and verified, k = 1 above it after)
+    [first, *_] = counted["rankings"]
+    assert sorted(first) == [1, 2, 3, 4]
+    top = first[0]
     assert counted["top_predicted"] == [top] and counted["verify"] == ([] if top == 4 else [top])
     assert tuned["restarts"] == 2 + len(counted["verify"]) and counted["baseline"] == 1
     measured = [r for r in rows.values() if r.get("measured_tok_s") is not None]
