@@ -98,13 +98,15 @@ async def test_playbook_through_30ms_rtt_and_one_percent_loss(namespaced_hosts: 
 
 
 async def test_link_cut_during_a_push_is_unreachable_and_the_host_recovers(namespaced_hosts: Any) -> None:
-    """The probe tree is being copied (one SFTP session, many files in flight) when the link behind a 100 ms RTT
+    """The probe tree is being copied (one SFTP session, many files in flight) when the link behind a 300 ms RTT
     proxy dies: the step is `unreachable` ("connection lost copying a file"), not a copy failure, within the
     keepalive bound; once the link is back no sshd session is left, and the next session pushes and runs the probe."""
     [host] = namespaced_hosts(1)
     assert host.sshd is not None
     sshd = host.sshd
-    proxy = start_proxy([(host.near_address, host.address, sshd.port)], rtt_ms=100, loss=0)
+    # 300 ms RTT: the push (about 70 files, 16 in flight, four round trips each) lasts seconds, so the cut lands in it
+    # even when a loaded machine is slow to make it (at 100 ms a loaded CI once cut after the push, mid-command)
+    proxy = start_proxy([(host.near_address, host.address, sshd.port)], rtt_ms=300, loss=0)
     try:
         address, port = proxy.endpoints[0]
         sshd.trust(address, port)
