@@ -17,11 +17,10 @@ from orchestrator.lab.building.vllm_lab import VLLM_SCENARIO_NAMES, vllm_scenari
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports
+from tests.lab.planted_fault import FAULTS
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
-FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
-          "lm_head_missing", "architecture", "rope_mismatch", "served_part", "draft_field"}
 MUST_REFUTE = {
     "seed-wiring": {"d2t_mapping", "lm_head_missing", "wrong_algorithm", "architecture", "flags_override",
                     "layer_id_convention"},
@@ -45,14 +44,14 @@ BENCH_ONLY = {"healthy", "trained-embedding", "attention-heads", "rope-theta", "
               "residual-norm", "compiled-prefix", "model-prefix", "short-context"}  # tied-head: test_field_reading_flagship.py
 
 
-async def run_flagship(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, HypothesisBoard, str]:
+async def run_flagship(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Path, str]:
     ensure_lab(scenario, root=lab.root, engine="vllm")
     inventory = lab_inventory(scenario, root=lab.root, engine="vllm")
     playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
     engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=sessions)
     outcome = await run_with_signals(engine)
     write_reports(directory)
-    return directory, HypothesisBoard.from_events(read_session(directory).events), outcome.status
+    return directory, outcome.status
 
 
 @pytest.mark.lab
@@ -60,21 +59,20 @@ async def run_flagship(scenario: str, lab: LabPaths, sessions: Path) -> tuple[Pa
 @pytest.mark.parametrize("scenario", [s for s in MUST_REFUTE if s not in ELSEWHERE])
 async def test_flagship_on_the_vllm_stand_in_names_the_planted_fault(scenario: str, lab: LabPaths, tmp_path: Path) -> None:
     assert set(MUST_REFUTE) | BENCH_ONLY == set(VLLM_SCENARIO_NAMES) and not set(MUST_REFUTE) & BENCH_ONLY
-    directory, _, status = await run_flagship(scenario, lab, tmp_path / "sessions")
+    directory, status = await run_flagship(scenario, lab, tmp_path / "sessions")
     assert status == "ok"
     assert_names_the_planted_fault_on_vllm(scenario, directory, lab)
 
 
 def assert_names_the_planted_fault_on_vllm(scenario: str, directory: Path, lab: LabPaths) -> None:
     """The planted fault confirmed and no other, served by the lab's vLLM mode, the report naming the cause."""
-    board = HypothesisBoard.from_events(read_session(directory).events)
-    states = {hid: entry.state for hid, entry in board.entries.items()}
+    events = read_session(directory).events
+    states = {hid: entry.state for hid, entry in HypothesisBoard.from_events(events).entries.items()}
     must_confirm = set(vllm_scenarios(lab.root, lab.num_layers)[scenario].confirms)
     confirmed = {hid for hid, state in states.items() if state == "confirmed"}
     assert confirmed & FAULTS == must_confirm, f"{scenario}: {states}"
     for hid in MUST_REFUTE[scenario]:
         assert states[hid] == "refuted", f"{scenario}: {hid} is {states[hid]} ({states})"
-    events = read_session(directory).events
     text = "\n".join(str(e.model_dump()) for e in events)
     assert "lab-vllm" in text and "vllm.entrypoints" not in text  # the lab's vLLM mode served, not a real vLLM
     assert "orchestrator.lab.stand_in.vllm_server" in text and "Initializing a V1 LLM engine (v0.33.0)" in text

@@ -23,12 +23,11 @@ from orchestrator.lab.building.inventory import ensure_lab, lab_inventory
 from orchestrator.playbook.loader import load_playbook
 from orchestrator.session.reader import read_session
 from orchestrator.session.recording import build_runner, run_with_signals, write_reports
+from tests.lab.planted_fault import FAULTS
 from tests.lab.vllm_real_fixtures import FlagshipRun
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGSHIP = REPO / "playbooks" / "eagle3.yaml"
-FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
-          "lm_head_missing", "architecture", "rope_mismatch", "served_part", "draft_field"}
 RUN_LIMIT = 2700
 
 
