@@ -80,6 +80,14 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
     return blocks
 
 
+def _length(e: dict[str, Any]) -> str:
+    """A group's prompts' mean length in tokens (a group served worse with longer prompts may owe it to the length)."""
+    if e.get("prompt_tokens") is None:
+        return "—"
+    span = e.get("prompt_tokens_ci")
+    return f"{e['prompt_tokens']:.0f}" + (f" [{span[0]:.0f}, {span[1]:.0f}]" if span else "")
+
+
 def traffic_section(session: LoadedSession) -> list[Block]:
     replays = _replays(session)
     if not replays:
@@ -96,7 +104,7 @@ def traffic_section(session: LoadedSession) -> list[Block]:
             label = str(res.get("server") or step.name)
             for e in table.get(f"by_{key}") or []:
                 rows.append([label, str(e[key]), f"{e.get('measured')} / {e.get('requests')}", _figure(e),
-                             "—" if e.get("tok_s") is None else f"{e['tok_s']:.1f}"])
+                             "—" if e.get("tok_s") is None else f"{e['tok_s']:.1f}", _length(e)])
                 if e.get("accept_length") is not None and not e.get("too_few"):
                     points.append(Point(str(e[key]), label, e["accept_length"], e.get("accept_length_ci")))
             apart = table.get(f"below_best_{key}")
@@ -110,7 +118,8 @@ def traffic_section(session: LoadedSession) -> list[Block]:
                 blocks.append(Para(f"{label}: no acceptance by {key}: {table['unmeasured']}."))
         if len(rows) > 1 or key == "category":
             blocks += [Heading(f"By {title}", 3),
-                       Table(["server", key, "measured / requests", "accept length [95%]", "tok/s"], rows)]
+                       Table(["server", key, "measured / requests", "accept length [95%]", "tok/s",
+                              "prompt tokens, mean [95%]"], rows)]
             blocks += _chart(session, f"traffic-by-{key}", points, f"accept length by {title}", "accept length",
                              floor=1.0)
     return blocks + offline_blocks(session)

@@ -4,7 +4,9 @@ The request is the unit (tokens inside one answer are not independent): a group'
 its requests' accept lengths with the t interval of that mean, cut at 1 (an accept length is at least 1). A group
 of fewer than ``MIN_REQUESTS`` requests is said to be too few, with no interval: a t interval on one or two requests
 spans the whole scale and tells nothing apart. A group whose interval lies wholly below the best-served group's is
-named as served worse (``below_best``).
+named as served worse (``below_best``). Each group also gives its prompts' mean length in tokens with its interval
+(``prompt_tokens``): a group served worse whose prompts are longer than the best group's may owe it to the length
+(acceptance falls with the context's length; the verdict says so rather than blame the category).
 """
 
 from __future__ import annotations
@@ -40,11 +42,17 @@ def groups(rows: Iterable[Mapping[str, Any]], key: str, confidence: float = 0.95
         iv = None if few else mean_interval(accepts, confidence, low=1.0)
         lost = misses.get(name, [])
         mixes = sorted({str(r.get(across)) for r in members if r.get("accept_length") is not None}) if across else []
+        lengths = [float(r["prompt_tokens"]) for r in members
+                   if r.get("accept_length") is not None and isinstance(r.get("prompt_tokens"), int | float)
+                   and r["prompt_tokens"] > 0]
+        span = mean_interval(lengths, confidence, low=1.0) if len(lengths) >= MIN_REQUESTS else None
         out.append({key: name, "requests": len(members) + len(lost), "measured": len(accepts), "mixes": mixes,
                     "failed": len(lost), "error": str(lost[0].get("error")) if lost else None,
                     "accept_length": round(sum(accepts) / len(accepts), 4) if accepts else None,
                     "accept_length_ci": iv.as_list() if iv is not None else None,
-                    "too_few": few, "tok_s": round(tokens / latency, 2) if latency > 0 else None})
+                    "too_few": few, "tok_s": round(tokens / latency, 2) if latency > 0 else None,
+                    "prompt_tokens": round(sum(lengths) / len(lengths), 1) if lengths else None,
+                    "prompt_tokens_ci": span.as_list(1) if span is not None else None})
     return out
 
 
@@ -63,7 +71,8 @@ def below_best(entries: list[dict[str, Any]], key: str) -> dict[str, Any] | None
 
     def brief(e: dict[str, Any]) -> dict[str, Any]:
         return {key: e[key], "accept_length": e["accept_length"], "accept_length_ci": e["accept_length_ci"],
-                "mixes": e.get("mixes") or []}
+                "mixes": e.get("mixes") or [], "prompt_tokens": e.get("prompt_tokens"),
+                "prompt_tokens_ci": e.get("prompt_tokens_ci")}
 
     return {"best": brief(best), "below": [brief(e) for e in sorted(below, key=lambda e: e["accept_length"])]}
 
@@ -80,7 +89,8 @@ def traffic_acceptance(rows: Sequence[Mapping[str, Any]], failed: Sequence[Mappi
 
 
 def acceptance_line(label: str, table: Mapping[str, Any], key: str = "category") -> str:
-    """``bench spec by category: code 3.12 [2.80, 3.44] (12) · prose 2.01 [1.75, 2.27] (10) · de too few (2)``"""
+    """``bench spec by category: code 3.12 [2.80, 3.44] (12, 48 prompt tok) · prose 2.01 [1.75, 2.27] (10, 95 prompt
+    tok) · de too few (2)``: each group's requests measured and their prompts' mean length"""
     parts = []
     for e in table.get(f"by_{key}") or []:
         if e.get("failed") and not e["measured"]:
@@ -91,7 +101,8 @@ def acceptance_line(label: str, table: Mapping[str, Any], key: str = "category")
             parts.append(f"{e[key]} {e['accept_length']:.2f}, too few requests ({e['measured']})")
         else:
             lo, hi = e["accept_length_ci"]
-            parts.append(f"{e[key]} {e['accept_length']:.2f} [{lo:.2f}, {hi:.2f}] ({e['measured']})")
+            length = f", {e['prompt_tokens']:.0f} prompt tok" if e.get("prompt_tokens") is not None else ""
+            parts.append(f"{e[key]} {e['accept_length']:.2f} [{lo:.2f}, {hi:.2f}] ({e['measured']}{length})")
     apart = table.get(f"below_best_{key}")
     tail = (f"; below {apart['best'][key]} on 95% intervals: " + ", ".join(e[key] for e in apart["below"])
             if apart else "")

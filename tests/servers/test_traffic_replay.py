@@ -177,3 +177,59 @@ steps:
         assert all(e["measured"] == 0 for e in table["by_category"])
         said = "".join(e.get("text", "") for e in ran.of_type("output"))
         assert "no acceptance by category: the server gave no per-request accept length" in said
+
+
+def length_traffic(path: Path, tokenizer_dir: str) -> Path:
+    """Two categories of greedy completions cut from the same held-out standard-library files (never trained on):
+    ``snippets`` of 40 tokens and ``files`` of 600. They differ in their prompts' length and nothing else."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.lab.training.corpus import build_corpus
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    lines = []
+    for category, length in (("snippets", 40), ("files", 600)):
+        for source in build_corpus().held_out.values():
+            ids = tokenizer(source, add_special_tokens=False)["input_ids"]
+            for start in (0, len(ids) // 3):
+                if len(ids) >= start + length:
+                    lines.append({"prompt": tokenizer.decode(ids[start:start + length]), "temperature": 0,
+                                  "max_tokens": 48, "category": category})
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def test_a_category_of_longer_prompts_is_not_blamed_on_the_draft(vllm_inventory: Inventory, tmp_path: Path,
+                                                                  lab_models: dict[str, str]) -> None:
+    """The lab's draft accepts less the longer its context (it trained on 131-token sequences): a category whose
+    prompts are longer than the best-served one's trails it on intervals, and traffic_category says the length may
+    be the cause instead of blaming the category's content (these two categories share their files)."""
+    traffic = length_traffic(tmp_path / "traffic.jsonl", lab_models["target"])
+    ran = run_playbook(f"""
+name: traffic by length
+hypotheses:
+  - {{id: traffic_category, title: a category of the traffic is served worse}}
+steps:
+  - server: {{name: v, model: "{{{{ target }}}}", ready_timeout: 180,
+             flags: {{speculative-config: {{method: eagle3, model: "{{{{ draft }}}}", num_speculative_tokens: 5}},
+                     lab-capture-layers: "0,6,11"}}}}
+  - bench: {{server: v, traffic: "{traffic}"}}
+    register: fixed_traffic
+    evidence:
+      traffic_category: {{rule: traffic_category_apart}}
+  - server: {{action: stop, name: v}}
+""", vllm_inventory, tmp_path / "sessions")
+    assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
+    table = ran.result("s2")["result"]["traffic"]
+    by = {e["category"]: e for e in table["by_category"]}
+    assert by["snippets"]["measured"] >= 10 and by["files"]["measured"] >= 10, by
+    assert by["snippets"]["prompt_tokens_ci"][1] < by["files"]["prompt_tokens_ci"][0], by
+    apart = table["below_best_category"]
+    assert apart and apart["best"]["category"] == "snippets" and [e["category"] for e in apart["below"]] == ["files"]
+    [verdict] = [e for e in ran.of_type("hypothesis_updated") if e.get("hypothesis_id") == "traffic_category"]
+    assert verdict["state"] == "inconclusive", verdict
+    assert "the prompts of files are longer than those of snippets" in verdict["evidence"], verdict
+    said = "".join(e.get("text", "") for e in ran.of_type("output"))
+    assert "prompt tok)" in said
+    report = (ran.directory / "report.md").read_text()
+    assert "prompt tokens, mean [95%]" in report and "the prompts of files are longer" in report

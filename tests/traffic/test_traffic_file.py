@@ -97,6 +97,24 @@ def test_groups_say_too_few_and_name_those_below_the_best_only_when_apart() -> N
     assert (first["category"], second["category"]) == ("a", "b")
 
 
+def test_each_group_gives_its_prompts_mean_length_from_its_measured_requests() -> None:
+    rows = ([{"category": "short", "accept_length": a, "prompt_tokens": n} for a, n in ((3.8, 40), (3.6, 42), (3.9, 38))]
+            + [{"category": "long", "accept_length": a, "prompt_tokens": n} for a, n in ((2.4, 600), (2.5, 610), (2.3, 590))]
+            # a request the server did not measure, and a length the server did not say (0), count in no length
+            + [{"category": "long", "accept_length": None, "prompt_tokens": 5000},
+               {"category": "long", "accept_length": 2.4, "prompt_tokens": 0}])
+    table = traffic_acceptance(rows)
+    by = {e["category"]: e for e in table["by_category"]}
+    assert by["short"]["prompt_tokens"] == 40.0 and by["long"]["prompt_tokens"] == 600.0
+    lo, hi = by["long"]["prompt_tokens_ci"]
+    assert 1.0 <= lo < 600.0 < hi and by["short"]["prompt_tokens_ci"][1] < lo
+    below = table["below_best_category"]["below"][0]
+    assert below["category"] == "long" and below["prompt_tokens_ci"] == by["long"]["prompt_tokens_ci"]
+    # fewer than MIN_REQUESTS lengths: a mean, no interval
+    [few] = groups([{"category": "c", "accept_length": 2.0, "prompt_tokens": 9}], "category")
+    assert few["prompt_tokens"] == 9.0 and few["prompt_tokens_ci"] is None
+
+
 @given(st.lists(st.floats(min_value=1.0, max_value=16.0), min_size=MIN_REQUESTS, max_size=40))
 def test_an_accept_length_interval_never_leaves_its_range(values: list[float]) -> None:
     [entry] = groups([{"category": "c", "accept_length": v} for v in values], "category")

@@ -35,6 +35,28 @@ def _confounded(apart: dict[str, Any], key: str, other: str) -> str | None:
     return None
 
 
+def _tokens(mean: float, span: list[float]) -> str:
+    return f"{mean:.0f} [{span[0]:.0f}, {span[1]:.0f}]"
+
+
+def _longer(apart: dict[str, Any]) -> str | None:
+    """Why a category below the best may not owe it to its content: its prompts are longer than the best category's
+    on 95% intervals of their mean length. Acceptance falls with the context's length (a draft trained on shorter
+    sequences than it serves; the lab's draft: 3.79 at 40 prompt tokens, 2.46 at 600, BENCHMARKS.md), so the length
+    may be what costs it."""
+    best = apart["best"]
+    top = best.get("prompt_tokens_ci")
+    for e in apart["below"]:
+        mine = e.get("prompt_tokens_ci")
+        if mine and top and mine[0] > top[1]:
+            return (f"the prompts of {e['category']} are longer than those of {best['category']} "
+                    f"({_tokens(e['prompt_tokens'], mine)} tokens against {_tokens(best['prompt_tokens'], top)}, "
+                    "mean per request): acceptance falls with the context's length, so the length, not the "
+                    f"category, may cost it; replay the requests of {e['category']} cut to the length of "
+                    f"{best['category']}, or see acceptance by prompt length")
+    return None
+
+
 def _below(what: str, apart: dict[str, Any], key: str) -> str:
     best = apart["best"]
     worse = ", ".join(f"{e[key]} {num(e['accept_length'])} {ci(e['accept_length_ci'])}" for e in apart["below"])
@@ -47,7 +69,8 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
     """Supported when a category's accept-length interval lies below the best-served category's on the latest
     replay (the fix's where there is one: a category that still trails once the fault is fixed is the draft's, not
     the wiring's); inconclusive when two or more categories are decided and none is told apart, or when the one
-    below was replayed at other sampling settings than the best (the setting may be the cause); says nothing with
+    below was replayed at other sampling settings than the best (the setting may be the cause) or its prompts are
+    longer than the best's on intervals (the context's length may be the cause); says nothing with
     fewer than two decided categories (one category, or too few requests in the others)."""
     found = _replay(ctx)
     if found is None:
@@ -55,7 +78,7 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
     what, table = found
     decided = [e for e in table.get("by_category") or [] if e.get("accept_length_ci")]
     apart = table.get("below_best_category")
-    confound = _confounded(apart, "category", "sampling") if apart else None
+    confound = (_confounded(apart, "category", "sampling") or _longer(apart)) if apart else None
     if apart and confound:
         return Verdict("inconclusive", _below(what, apart, "category") + "; but " + confound)
     if apart:
