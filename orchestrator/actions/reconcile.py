@@ -37,6 +37,7 @@ from orchestrator.actions.base import Action, ActionArgs, ActionContext, StepFai
 from orchestrator.actions.bench import load_prompts
 from orchestrator.actions.probe import run_probe_step
 from orchestrator.probes.models import StatesFrom, no_states_source, states_source_line
+from orchestrator.traffic.acceptance import longer_than_best
 from orchestrator.traffic.reconciled import reconcile_traffic, traffic_lines
 from orchestrator.traffic.requests import load_traffic
 
@@ -314,9 +315,14 @@ class ReconcileAction(Action[ReconcileArgs]):
             configs = [{"draft": cfgs[i]["draft"], "algorithm": cfgs[i]["algorithm"], "steps": cfgs[i]["steps"],
                         "wiring": cfgs[i]["wiring"], "count_first_token": args.engine == "sglang",
                         **_tree_of(cfgs[i])} for i in measured]
+            # a category below the best whose prompts are longer: its requests replayed again cut to the best's
+            # length (the latest measured replay decides, as the verdict reads it: the fix's, else the candidate's)
+            cuts = {e["category"]: e["keep_last"] for i in measured
+                    for e in longer_than_best((args.servers[i].bench.get("traffic") or {}).get("below_best_category"))}
             result = await run_probe_step(ctx, "draft_reconcile", {
                 "target": args.target, "engine": args.engine, "configs": configs,
-                "requests": [{"body": r.sent(None, args.max_new_tokens)} for r in requests],
+                "requests": [{"body": r.sent(None, args.max_new_tokens),
+                              **({"keep_last": cuts[r.category]} if r.category in cuts else {})} for r in requests],
                 **({"chat_template_path": template} if template else {}),
                 "max_new_tokens": args.max_new_tokens, "device": args.device, "dtype": args.dtype,
                 "confidence": args.confidence}, python=args.python)

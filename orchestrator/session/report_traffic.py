@@ -48,7 +48,7 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
     servers = _offline(session)
     if not servers:
         return []
-    rows, cf_rows = [], []
+    rows, cf_rows, cut_rows = [], [], []
     for name, rc in servers:
         for key in ("category", "sampling"):
             for e in rc.get(f"by_{key}") or []:
@@ -61,6 +61,10 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
             cf_rows.append([name, str(e["sampling"]), str(e["requests"]), _pair(e["served"], e.get("served_ci")),
                             _pair(e["draft_penalised"], e.get("draft_penalised_ci")),
                             "—" if e.get("gain") is None else f"{_pair(e['gain'], e.get('gain_ci'))}x"])
+        for e in rc.get("cut_to_length") or []:
+            cut_rows.append([name, str(e["category"]), str(e["requests"]), str(e["kept_tokens"]),
+                             _pair(e["served"], e.get("served_ci")), _pair(e["cut"], e.get("cut_ci")),
+                             "—" if e.get("gain") is None else f"{_pair(e['gain'], e.get('gain_ci'))}x"])
     blocks: list[Block] = [Heading("Your traffic offline, as the server serves it", 3),
                            Para("Each request replayed offline (its chat template, max_tokens and penalties "
                                 "on the target's logits, as the engine applies them; a sampled one served again cycle "
@@ -77,6 +81,13 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
                         "the served one's, and their paired gain over the same requests."),
                    Table(["server", "sampling", "requests", "served (predicted)", "draft penalised too", "gain"],
                          cf_rows)]
+    if cut_rows:
+        blocks += [Para("A category served worse whose prompts are longer than the best-served one's: its requests "
+                        "replayed offline again with each prompt cut to its last tokens (the best category's mean "
+                        "length), beside the whole requests' prediction, and their paired gain: what the category "
+                        "owes to the context's length rather than to what it holds."),
+                   Table(["server", "category", "requests", "tokens kept", "whole (predicted)", "cut (predicted)",
+                          "gain"], cut_rows)]
     return blocks
 
 

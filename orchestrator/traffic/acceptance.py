@@ -77,6 +77,20 @@ def below_best(entries: list[dict[str, Any]], key: str) -> dict[str, Any] | None
     return {"best": brief(best), "below": [brief(e) for e in sorted(below, key=lambda e: e["accept_length"])]}
 
 
+def longer_than_best(apart: Mapping[str, Any] | None, key: str = "category") -> list[dict[str, Any]]:
+    """The groups below the best whose prompts are longer than the best group's: the interval of their mean prompt
+    length wholly above the best's. Each with ``keep_last``, the best group's mean length in tokens: what the
+    reconcile cuts their prompts to, offline, to tell what they owe to the length from what they owe to the rest."""
+    if not apart:
+        return []
+    best = apart["best"]
+    top = best.get("prompt_tokens_ci")
+    if not top or best.get("prompt_tokens") is None:
+        return []
+    return [{**e, "keep_last": max(1, round(float(best["prompt_tokens"])))} for e in apart["below"]
+            if e.get("prompt_tokens_ci") and e["prompt_tokens_ci"][0] > top[1]]
+
+
 def traffic_acceptance(rows: Sequence[Mapping[str, Any]], failed: Sequence[Mapping[str, Any]] = (),
                        confidence: float = 0.95) -> dict[str, Any]:
     """``by_category``, ``by_sampling`` and what is told apart, from per-request rows that carry ``category``,

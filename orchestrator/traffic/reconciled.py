@@ -8,6 +8,11 @@ request the probe does not model is not predicted (it says why: a sampled one on
 group with none predicted, or none answered by the server (``failed``, ``error``: the server's refusal), stays
 undecided.
 
+For a category below the best-served one whose prompts are longer (acceptance.py ``longer_than_best``), the probe
+replays its greedy requests again with their prompts cut to the best category's mean length (``keep_last``);
+``cut_to_length`` gives, per such category, the cut requests' accept length beside the whole ones' with their paired
+gain: what the category owes to its length rather than its content.
+
 For a penalised setting the probe also scores the draft with its logits penalised as the target's (the engine
 change that would mend a penalty's cost: both engines propose unpenalised); ``draft_penalised`` gives, per such
 setting, that counterfactual beside the served prediction with their paired gain over the same requests.
@@ -76,6 +81,30 @@ def draft_penalised(per_request: Sequence[Mapping[str, Any]], requests: Sequence
     return out
 
 
+def cut_to_length(per_request: Sequence[Mapping[str, Any]], requests: Sequence[TrafficRequest],
+                  confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Per category with requests replayed cut (``cut_accept_length``): the whole requests' offline accept length,
+    the cut ones', the tokens kept, and their paired gain (the ratio of the means over the same requests)."""
+    by: dict[str, list[tuple[float, float, int]]] = {}
+    for row in per_request:
+        if row.get("cut_accept_length") is None or row.get("accept_length") is None:
+            continue
+        by.setdefault(requests[int(row["index"])].category, []).append(
+            (float(row["accept_length"]), float(row["cut_accept_length"]), int(row.get("cut_prompt_tokens") or 0)))
+    out = []
+    for category, rows in by.items():
+        whole, cut = [a for a, _, _ in rows], [b for _, b, _ in rows]
+        w_iv, c_iv = mean_interval(whole, confidence, low=1.0), mean_interval(cut, confidence, low=1.0)
+        ones = [1.0] * len(rows)
+        gain = paired_ratio_interval(cut, ones, whole, ones, confidence)
+        out.append({"category": category, "requests": len(rows), "kept_tokens": max(k for _, _, k in rows),
+                    "served": round(sum(whole) / len(whole), 4), "served_ci": w_iv.as_list() if w_iv else None,
+                    "cut": round(sum(cut) / len(cut), 4), "cut_ci": c_iv.as_list() if c_iv else None,
+                    "gain": round(gain.estimate, 4) if gain is not None else None,
+                    "gain_ci": gain.as_list() if gain is not None else None})
+    return out
+
+
 def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequence[Mapping[str, Any]],
                       requests: Sequence[TrafficRequest], bench: Mapping[str, Any],
                       confidence: float = 0.95) -> dict[str, Any]:
@@ -88,6 +117,7 @@ def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequenc
     off = [r for r in decided if r["disjoint"]]
     decision = "discrepancy" if off else ("reconciled" if decided else "undecided")
     cf = draft_penalised(per_request, requests, confidence)
+    cut = cut_to_length(per_request, requests, confidence)
     parts = [f"{r.get('category', r.get('sampling'))}: predicted {_fmt(r['predicted'], r['predicted_ci'])}, "
              f"measured {_fmt(r['measured'], r['measured_ci'])}" for r in by_category + by_sampling]
     if decision == "discrepancy":
@@ -102,7 +132,7 @@ def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequenc
     if skipped:
         verdict += f"; {len(skipped)} request(s) not replayed offline ({skipped[0].get('reason')})"
     return {"decision": decision, "verdict": verdict, "by_category": by_category, "by_sampling": by_sampling,
-            "draft_penalised": cf, "skipped": len(skipped), "predicted_requests": len(rows)}
+            "draft_penalised": cf, "cut_to_length": cut, "skipped": len(skipped), "predicted_requests": len(rows)}
 
 
 def traffic_lines(name: str, rc: Mapping[str, Any]) -> list[str]:
@@ -111,5 +141,9 @@ def traffic_lines(name: str, rc: Mapping[str, Any]) -> list[str]:
     for e in rc.get("draft_penalised") or []:
         lines.append(f"  {e['sampling']}: draft penalised as the target {_fmt(e['draft_penalised'], e['draft_penalised_ci'])}"
                      f" against served {_fmt(e['served'], e['served_ci'])}, gain {_fmt(e['gain'], e['gain_ci'])}x "
+                     f"over {e['requests']} request(s)")
+    for e in rc.get("cut_to_length") or []:
+        lines.append(f"  {e['category']}: prompts cut to their last {e['kept_tokens']} tokens {_fmt(e['cut'], e['cut_ci'])}"
+                     f" against whole {_fmt(e['served'], e['served_ci'])}, gain {_fmt(e['gain'], e['gain_ci'])}x "
                      f"over {e['requests']} request(s)")
     return lines

@@ -241,9 +241,11 @@ class ReconciledServer(BaseModel):
     draft: str | None = None
     decision: str | None = None
     verdict: str | None = None
-    # a traffic reconcile's (orchestrator/traffic/reconciled.py): groups side by side, the penalised-draft counterfactual
+    # a traffic reconcile's (orchestrator/traffic/reconciled.py): groups side by side, the penalised-draft
+    # counterfactual, and a longer category's requests replayed with their prompts cut to the best one's length
     by_sampling: list[dict[str, Any]] = Field(default_factory=list)
     draft_penalised: list[dict[str, Any]] = Field(default_factory=list)
+    cut_to_length: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Reconcile(Registered):

@@ -3,8 +3,8 @@
 
 Args (JSON): {"target": dir, "engine": "sglang" | "vllm", "prompts": [str, ..] (the benchmark's), "max_new_tokens": 64,
 "configs": [{"draft": dir, "algorithm": "EAGLE3" | "EAGLE", "steps": K, "wiring": "served" | [HF indices],
-"count_first_token": bool, "ladder"?: bool}, ..], "requests"?: [{"body": {...}}, ..] (a traffic replay's bodies, as
-sent, instead of prompts: traffic_offline.py), "chat_template_path"?: the server's --chat-template file,
+"count_first_token": bool, "ladder"?: bool}, ..], "requests"?: [{"body": {...}, "keep_last"?: N}, ..] (a traffic
+replay's bodies, as sent, instead of prompts: traffic_offline.py), "chat_template_path"?: the server's --chat-template file,
 "extra_prompts"?: [str, ..] (the benchmarks' context ladders,
 scored into ``by_length`` only, for the configurations with ``ladder``), "extra_max_new_tokens"?: their new tokens
 (default max_new_tokens), "device"?, "dtype"?, "confidence"?: 0.95, "batch_size"?: 16, "states_from"?: the capture server (draft_test.py)}.
@@ -18,7 +18,9 @@ the draft test's figures for its one wiring (tau_serving, tau_request, per_posit
 replay), the requests are tokenised and generated as the server serves them (traffic_offline.py), and each
 configuration's row also carries ``per_request`` (``index``: the request's place in ``requests``,
 ``accept_length``, and for a penalised request ``draft_penalised``: the same with the draft's logits penalised as
-the target's, the engine change that would mend a penalty's cost); ``skipped`` lists the requests not reproduced.
+the target's, the engine change that would mend a penalty's cost; for a request item with ``keep_last``,
+``cut_accept_length`` and ``cut_prompt_tokens``: the same request replayed with its prompt cut to its last
+``keep_last`` tokens); ``skipped`` lists the requests not reproduced.
 """
 
 from __future__ import annotations
@@ -222,6 +224,11 @@ def per_request(torch: Any, draft: Any, runs: List[Any], order: List[int], reque
         if not penalties.neutral:
             tally = run_tally(torch, draft, run, wiring, c["steps"], c["count_first_token"], penalties)
             row["draft_penalised"] = round(tally.tokens / tally.cycles, 4) if tally.cycles else None
+        cut = requests[index].get("cut_run")
+        if cut is not None:  # the same request at a shorter context, served as the original is (draft unpenalised)
+            tally = run_tally(torch, draft, cut, wiring, c["steps"], c["count_first_token"])
+            row["cut_accept_length"] = round(tally.tokens / tally.cycles, 4) if tally.cycles else None
+            row["cut_prompt_tokens"] = int(cut[1])
         rows.append(row)
     return rows
 

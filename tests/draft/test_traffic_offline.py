@@ -102,3 +102,37 @@ def test_the_simulation_serves_as_the_stand_in_does(lab_pair) -> None:  # noqa: 
             tokens, cycles = simulate(torch, runner.target, runner.draft, ids, runner.capture, 4, 24, decoding,
                                       runner.eos_id)
             assert (tokens, cycles) == (gen.spec.accepted_tokens, gen.spec.verify_ct), (decoding, gen.spec)
+
+
+def test_a_request_cut_to_its_last_tokens_is_replayed_as_the_stand_in_serves_that_prompt(lab_pair, tmp_path) -> None:  # noqa: F811
+    """``keep_last``: the same request again at a shorter context (what a long category owes to its length); its
+    accept length is the one the stand-in serves for the prompt's last tokens. A prompt already that short is not
+    cut, and a keep_last that is not a positive integer is refused by name."""
+    from orchestrator.actions.bench import load_prompts
+    from orchestrator.lab.stand_in.model_runner import LabModelRunner
+    from orchestrator.lab.stand_in.sglang_args import build_parser, resolve
+    from remote_probes.agent.protocol import ProbeFailure
+    from remote_probes.evaluation.traffic_offline import parse_requests
+
+    target, draft, _wiring, _n = lab_pair
+    long_prompt = "\n".join(load_prompts(None)[:6])
+    rc = run_draft_test(tmp_path, {"target": str(target), "engine": "vllm", "max_new_tokens": 24,
+                                   "requests": [{"body": {"prompt": long_prompt, "temperature": 0, "max_tokens": 24},
+                                                 "keep_last": 20},
+                                                {"body": {"prompt": "def f(x):", "temperature": 0, "max_tokens": 24},
+                                                 "keep_last": 200}],
+                                   "configs": [{"draft": str(draft), "algorithm": "EAGLE3", "steps": 3}]},
+                        probe="draft_reconcile")
+    whole, short = rc["configs"][0]["row"]["per_request"]
+    assert whole["cut_prompt_tokens"] == 20 and whole["cut_accept_length"] >= 1.0 and "cut_accept_length" not in short
+    ns = build_parser().parse_args(["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+                                    "--speculative-draft-model-path", str(draft), "--speculative-num-steps", "3",
+                                    "--speculative-eagle-topk", "1"])
+    runner = LabModelRunner(resolve(ns, target_architecture="LlamaForCausalLM"), log=logging.getLogger("t").debug)
+    for ids, want in ((runner.tokenizer(long_prompt)["input_ids"][-20:], whole["cut_accept_length"]),
+                      (runner.tokenizer(long_prompt)["input_ids"], whole["accept_length"])):
+        gen = runner.generate(ids, max_new_tokens=24, stop=[], stop_token_ids=[], ignore_eos=False)
+        assert abs(gen.spec.accepted_tokens / gen.spec.verify_ct - want) < 1e-3, (gen.spec, want)
+    for bad in (0, -3, True, "20"):
+        with pytest.raises(ProbeFailure, match=r"requests\[0\]\.keep_last must be a positive integer"):
+            parse_requests([{"body": {"prompt": "x", "max_tokens": 4}, "keep_last": bad}])

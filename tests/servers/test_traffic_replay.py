@@ -202,22 +202,30 @@ def length_traffic(path: Path, tokenizer_dir: str) -> Path:
 def test_a_category_of_longer_prompts_is_not_blamed_on_the_draft(vllm_inventory: Inventory, tmp_path: Path,
                                                                   lab_models: dict[str, str]) -> None:
     """The lab's draft accepts less the longer its context (it trained on 131-token sequences): a category whose
-    prompts are longer than the best-served one's trails it on intervals, and traffic_category says the length may
-    be the cause instead of blaming the category's content (these two categories share their files)."""
+    prompts are longer than the best-served one's trails it on intervals. On the replay alone traffic_category says
+    the length may be the cause (inconclusive) instead of blaming the category's content (these two categories are
+    cut from the same files); the reconcile then replays the long requests offline cut to the short ones' length,
+    they recover, and the verdict names the length."""
     traffic = length_traffic(tmp_path / "traffic.jsonl", lab_models["target"])
     ran = run_playbook(f"""
 name: traffic by length
 hypotheses:
   - {{id: traffic_category, title: a category of the traffic is served worse}}
 steps:
-  - server: {{name: v, model: "{{{{ target }}}}", ready_timeout: 180,
+  - server: {{name: fixed, model: "{{{{ target }}}}", ready_timeout: 180,
              flags: {{speculative-config: {{method: eagle3, model: "{{{{ draft }}}}", num_speculative_tokens: 5}},
                      lab-capture-layers: "0,6,11"}}}}
-  - bench: {{server: v, traffic: "{traffic}"}}
+    register: fixed_srv
+  - bench: {{server: fixed, traffic: "{traffic}"}}
     register: fixed_traffic
     evidence:
       traffic_category: {{rule: traffic_category_apart}}
-  - server: {{action: stop, name: v}}
+  - reconcile: {{target: "{{{{ target }}}}", engine: vllm, max_new_tokens: 48, traffic: "{traffic}",
+                 servers: "{{{{ fact('reconciled_traffic_servers') }}}}"}}
+    register: traffic_rc
+    evidence:
+      traffic_category: {{rule: traffic_category_apart}}
+  - server: {{action: stop, name: fixed}}
 """, vllm_inventory, tmp_path / "sessions")
     assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
     table = ran.result("s2")["result"]["traffic"]
@@ -226,10 +234,17 @@ steps:
     assert by["snippets"]["prompt_tokens_ci"][1] < by["files"]["prompt_tokens_ci"][0], by
     apart = table["below_best_category"]
     assert apart and apart["best"]["category"] == "snippets" and [e["category"] for e in apart["below"]] == ["files"]
-    [verdict] = [e for e in ran.of_type("hypothesis_updated") if e.get("hypothesis_id") == "traffic_category"]
-    assert verdict["state"] == "inconclusive", verdict
-    assert "the prompts of files are longer than those of snippets" in verdict["evidence"], verdict
+    first, second = [e for e in ran.of_type("hypothesis_updated") if e.get("hypothesis_id") == "traffic_category"]
+    assert first["state"] == "inconclusive", first
+    assert "the prompts of files are longer than those of snippets" in first["evidence"], first
+    # offline, the long requests cut to the short ones' mean length (40 tokens) recover: the length, not the files
+    [server] = ran.result("s3")["result"]["servers"]
+    [cut] = server["cut_to_length"]
+    assert cut["category"] == "files" and cut["kept_tokens"] == 40 and cut["requests"] == by["files"]["measured"]
+    assert cut["gain_ci"][0] > 1.0 and cut["cut_ci"][1] >= by["snippets"]["accept_length_ci"][0], cut
+    assert second["state"] == "supported", second
+    assert "cut to their last 40 tokens" in second["evidence"] and "the context's length costs" in second["evidence"]
     said = "".join(e.get("text", "") for e in ran.of_type("output"))
-    assert "prompt tok)" in said
+    assert "prompt tok)" in said and "files: prompts cut to their last 40 tokens" in said
     report = (ran.directory / "report.md").read_text()
-    assert "prompt tokens, mean [95%]" in report and "the prompts of files are longer" in report
+    assert "prompt tokens, mean [95%]" in report and "| fixed | files | " in report and "tokens kept" in report

@@ -154,3 +154,37 @@ def test_a_replay_reconciles_group_by_group_with_its_offline_prediction(tmp_path
     [row] = [r for r in rc["by_sampling"] if r["sampling"] == "temperature=0.8 min_p=0.1"]
     assert row["failed"] == 1 and row["measured_requests"] == 0 and row["error"] == "HTTP 400: not yet supported"
     assert row["disjoint"] is None
+
+
+def test_a_longer_category_is_cut_to_the_best_ones_length_and_paired_offline(tmp_path: Path) -> None:
+    """acceptance.py ``longer_than_best``: the categories below the best whose prompts are longer, each with the best
+    one's mean length to cut them to; reconciled.py ``cut_to_length``: the cut requests beside the whole ones, paired."""
+    from orchestrator.traffic.acceptance import longer_than_best, traffic_acceptance
+    from orchestrator.traffic.reconciled import reconcile_traffic, traffic_lines
+
+    path = tmp_path / "t.jsonl"
+    lines = [{"prompt": f"s{i}", "temperature": 0, "category": "short"} for i in range(4)]
+    lines += [{"prompt": f"l{i}", "temperature": 0, "category": "long"} for i in range(4)]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    requests = load_traffic(path)
+    measured = [3.8, 3.6, 3.9, 3.7, 2.3, 2.5, 2.2, 2.4]
+    lengths = [40, 41, 39, 40, 600, 610, 590, 600]
+    rows = [{**r.public(), "accept_length": a, "prompt_tokens": n}
+            for r, a, n in zip(requests, measured, lengths, strict=True)]
+    table = traffic_acceptance(rows)
+    [cut] = longer_than_best(table["below_best_category"])
+    assert cut["category"] == "long" and cut["keep_last"] == 40
+    # shorter, or overlapping in length, or no lengths: nothing to cut
+    assert longer_than_best(None) == []
+    flipped = traffic_acceptance([{**r, "prompt_tokens": 1000 - r["prompt_tokens"]} for r in rows])
+    assert longer_than_best(flipped["below_best_category"]) == []
+    assert longer_than_best(traffic_acceptance([{k: v for k, v in r.items() if k != "prompt_tokens"}
+                                                for r in rows])["below_best_category"]) == []
+    per_request = [{"index": i, "accept_length": a, **({"cut_accept_length": a + 1.2, "cut_prompt_tokens": 40}
+                                                       if i >= 4 else {})} for i, a in enumerate(measured)]
+    rc = reconcile_traffic(per_request, [], requests, {"traffic": table})
+    [row] = rc["cut_to_length"]
+    assert row["category"] == "long" and row["requests"] == 4 and row["kept_tokens"] == 40
+    assert row["cut"] == pytest.approx(3.55) and row["served"] == pytest.approx(2.35)
+    assert row["gain_ci"][0] > 1.0 and row["cut_ci"][0] > row["served_ci"][1], row
+    assert any("long: prompts cut to their last 40 tokens 3.55" in line for line in traffic_lines("fixed", rc))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.traffic.acceptance import longer_than_best
 from orchestrator.verdicts.context import RuleContext
 from orchestrator.verdicts.flagship.text import ci, num
 from orchestrator.verdicts.registry import Verdict, verdict_rule
@@ -39,21 +40,46 @@ def _tokens(mean: float, span: list[float]) -> str:
     return f"{mean:.0f} [{span[0]:.0f}, {span[1]:.0f}]"
 
 
-def _longer(apart: dict[str, Any]) -> str | None:
-    """Why a category below the best may not owe it to its content: its prompts are longer than the best category's
-    on 95% intervals of their mean length. Acceptance falls with the context's length (a draft trained on shorter
-    sequences than it serves; the lab's draft: 3.79 at 40 prompt tokens, 2.46 at 600, BENCHMARKS.md), so the length
-    may be what costs it."""
+def _cut_rows(ctx: RuleContext, what: str) -> dict[str, dict[str, Any]]:
+    """The traffic reconcile's cut-to-length rows (reconciled.py ``cut_to_length``) of the server whose replay the
+    rule reads, by category; none before the reconcile ran."""
+    rc = ctx.reconcile("traffic_rc")
+    server = rc.by_name.get("fixed" if what == "the fix" else "spec")
+    rows = server.cut_to_length if server is not None else []
+    return {str(r.get("category")): r for r in rows if isinstance(r, dict)}
+
+
+def _longer(apart: dict[str, Any], cut: dict[str, dict[str, Any]]) -> tuple[str, bool | None] | None:
+    """Whether a category below the best may owe it to its prompts' length rather than its content: its prompts
+    are longer than the best category's on 95% intervals of their mean length (acceptance falls with the context's
+    length: the lab's draft accepts 3.79 at 40 prompt tokens, 2.46 at 600, BENCHMARKS.md). With the reconcile's
+    replay of its requests cut to the best category's length (``cut``: reconciled.py ``cut_to_length``), the text
+    and whether the cut decides it: True, the length (the cut requests reach the best category's interval, with a
+    paired gain above 1); False, not the length (they gain nothing certain and stay below it); None, undecided."""
     best = apart["best"]
-    top = best.get("prompt_tokens_ci")
-    for e in apart["below"]:
-        mine = e.get("prompt_tokens_ci")
-        if mine and top and mine[0] > top[1]:
-            return (f"the prompts of {e['category']} are longer than those of {best['category']} "
-                    f"({_tokens(e['prompt_tokens'], mine)} tokens against {_tokens(best['prompt_tokens'], top)}, "
-                    "mean per request): acceptance falls with the context's length, so the length, not the "
-                    f"category, may cost it; replay the requests of {e['category']} cut to the length of "
-                    f"{best['category']}, or see acceptance by prompt length")
+    for e in longer_than_best(apart):
+        name = e["category"]
+        text = (f"the prompts of {name} are longer than those of {best['category']} "
+                f"({_tokens(e['prompt_tokens'], e['prompt_tokens_ci'])} tokens against "
+                f"{_tokens(best['prompt_tokens'], best['prompt_tokens_ci'])}, mean per request)")
+        row = cut.get(name)
+        if not row or not row.get("gain_ci") or not row.get("cut_ci"):
+            return (text + ": acceptance falls with the context's length, so the length, not the category, may cost "
+                           f"it; replay the requests of {name} cut to the length of {best['category']}, or see "
+                           "acceptance by prompt length"), None
+        offline = (f"; offline, the same requests cut to their last {row['kept_tokens']} tokens accept "
+                   f"{num(row['cut'])} {ci(row['cut_ci'])} against {num(row['served'])} {ci(row['served_ci'])} "
+                   f"whole (paired gain {num(row['gain'])}x {ci(row['gain_ci'])}, {row['requests']} requests)")
+        top = best.get("accept_length_ci") or [float("inf"), float("inf")]
+        if row["gain_ci"][0] > 1.0 and row["cut_ci"][1] >= top[0]:
+            return (text + offline + f", up to {best['category']} {num(best['accept_length'])} {ci(top)}: the "
+                           f"context's length costs the acceptance, not what {name} holds; the draft serves long "
+                           "contexts worse (train it on sequences as long as these prompts)"), True
+        if row["gain_ci"][0] <= 1.0 and row["cut_ci"][1] < top[0]:
+            return (text + offline + f", still below {best['category']} {num(best['accept_length'])} {ci(top)}: "
+                           f"not the length; the draft serves {name} worse for what it holds"), False
+        return (text + offline + ": the cut neither reaches the best category nor leaves the length out; the "
+                                 "length may cost a part"), None
     return None
 
 
@@ -64,7 +90,8 @@ def _below(what: str, apart: dict[str, Any], key: str) -> str:
             f"{ci(best['accept_length_ci'])}, below it on 95% intervals")
 
 
-@verdict_rule("traffic_category_apart", decides=("traffic_category",), reads=("fixed_traffic", "spec_traffic"))
+@verdict_rule("traffic_category_apart", decides=("traffic_category",),
+              reads=("fixed_traffic", "spec_traffic", "traffic_rc"))
 def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
     """Supported when a category's accept-length interval lies below the best-served category's on the latest
     replay (the fix's where there is one: a category that still trails once the fault is fixed is the draft's, not
@@ -78,12 +105,17 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
     what, table = found
     decided = [e for e in table.get("by_category") or [] if e.get("accept_length_ci")]
     apart = table.get("below_best_category")
-    confound = (_confounded(apart, "category", "sampling") or _longer(apart)) if apart else None
+    confound = _confounded(apart, "category", "sampling") if apart else None
     if apart and confound:
         return Verdict("inconclusive", _below(what, apart, "category") + "; but " + confound)
+    length = _longer(apart, _cut_rows(ctx, what)) if apart else None
+    if apart and length and length[1] is True:
+        return Verdict("supported", _below(what, apart, "category") + "; " + length[0])
+    if apart and length and length[1] is None:
+        return Verdict("inconclusive", _below(what, apart, "category") + "; but " + length[0])
     if apart:
         names = ", ".join(e["category"] for e in apart["below"])
-        return Verdict("supported", _below(what, apart, "category") + (
+        return Verdict("supported", _below(what, apart, "category") + ("; " + length[0] if length else "") + (
             f": the draft serves {names} worse; check that its training data covers it (a domain, a language or "
             "a chat template it never saw)"))
     if len(decided) >= 2:
