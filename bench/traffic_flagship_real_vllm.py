@@ -4,6 +4,7 @@ models: the wiring found and fixed as usual, then the traffic replayed on the ca
 
     .venv/bin/python bench/traffic_flagship_real_vllm.py                    # the penalties file, seed-wiring
     .venv/bin/python bench/traffic_flagship_real_vllm.py --traffic my.jsonl --scenario healthy
+    .venv/bin/python bench/traffic_flagship_real_vllm.py --lengths      # a category of longer prompts
 
 Needs the real vLLM host (``orchestrator lab vllm-host``; built here when missing) and the lab under ``--lab-root``.
 About 140 s on the 2-core CI machine. Paste the lines into BENCHMARKS.md.
@@ -34,11 +35,16 @@ async def run(ns: argparse.Namespace) -> int:
     from orchestrator.session.recording import build_runner, run_with_signals, write_reports
 
     work = ns.work or Path(tempfile.mkdtemp(prefix="traffic-flagship-"))
-    traffic = ns.traffic or vd.penalty_traffic_file(work / "penalties.jsonl")
+    work.mkdir(parents=True, exist_ok=True)
     host = ensure_vllm_host()
     ensure_lab(ns.scenario, root=ns.lab_root, engine="vllm")
+    traffic = ns.traffic or (vd.length_traffic(work / "lengths.jsonl", str(ns.lab_root / "target")) if ns.lengths
+                             else vd.penalty_traffic_file(work / "penalties.jsonl"))
     inventory = real_vllm_inventory(ns.scenario, root=ns.lab_root, host=host, run_dir=work / "run")
     inventory.hosts["lab"].vars["traffic"] = str(traffic)
+    if ns.lengths:  # the lab's vLLM serves 512 tokens of context (CPU_FLAGS); the target takes 1024
+        for key in ("candidate_flags", "baseline_flags"):
+            inventory.hosts["lab"].vars[key] = {**inventory.hosts["lab"].vars[key], "max-model-len": 1024}
     playbook = load_playbook(REPO / "playbooks" / "eagle3.yaml", extra_names=inventory.host_vars("lab"))
     runner, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=work / "sessions")
     started = time.monotonic()
@@ -59,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scenario", default="seed-wiring")
     p.add_argument("--traffic", type=Path, default=None, help="default: the penalties file")
+    p.add_argument("--lengths", action="store_true", help="the lengths file: snippets of 40 tokens and files of 600, "
+                   "cut from the same held-out files (tests/vllm_differential.py length_traffic), served with the "
+                   "target's whole 1024-token context")
     p.add_argument("--lab-root", type=Path, default=build.cache_dir() / "lab-test-main")
     p.add_argument("--work", type=Path, default=None)
     return asyncio.run(run(p.parse_args(argv)))

@@ -563,3 +563,24 @@ def penalty_traffic_file(path: Path) -> Path:
             lines.append({"prompt": text, "temperature": 0, "max_tokens": 48, "category": "code", **extra})
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     return path
+
+
+def length_traffic(path: Path, tokenizer_dir: str, long: int = 600) -> Path:
+    """Two categories of greedy completions cut from the same held-out standard-library files (never trained on):
+    ``snippets`` of 40 tokens and ``files`` of ``long``. They differ in their prompts' length and nothing else (a
+    real vLLM of the lab serves 512 tokens of context: CPU_FLAGS' max-model-len)."""
+    from transformers import AutoTokenizer
+
+    from orchestrator.lab.training.corpus import build_corpus
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    lines = []
+    for category, length in (("snippets", 40), ("files", long)):
+        for source in build_corpus().held_out.values():
+            ids = tokenizer(source, add_special_tokens=False)["input_ids"]
+            for start in (0, len(ids) // 3):
+                if len(ids) >= start + length:
+                    lines.append({"prompt": tokenizer.decode(ids[start:start + length]), "temperature": 0,
+                                  "max_tokens": 48, "category": category})
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.inventory import Inventory
 from tests.servers.conftest import REPO, make_inventory, run_playbook
+from tests.vllm_differential import length_traffic
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -177,26 +178,6 @@ steps:
         assert all(e["measured"] == 0 for e in table["by_category"])
         said = "".join(e.get("text", "") for e in ran.of_type("output"))
         assert "no acceptance by category: the server gave no per-request accept length" in said
-
-
-def length_traffic(path: Path, tokenizer_dir: str) -> Path:
-    """Two categories of greedy completions cut from the same held-out standard-library files (never trained on):
-    ``snippets`` of 40 tokens and ``files`` of 600. They differ in their prompts' length and nothing else."""
-    from transformers import AutoTokenizer
-
-    from orchestrator.lab.training.corpus import build_corpus
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    lines = []
-    for category, length in (("snippets", 40), ("files", 600)):
-        for source in build_corpus().held_out.values():
-            ids = tokenizer(source, add_special_tokens=False)["input_ids"]
-            for start in (0, len(ids) // 3):
-                if len(ids) >= start + length:
-                    lines.append({"prompt": tokenizer.decode(ids[start:start + length]), "temperature": 0,
-                                  "max_tokens": 48, "category": category})
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    return path
 
 
 def test_a_category_of_longer_prompts_is_not_blamed_on_the_draft(vllm_inventory: Inventory, tmp_path: Path,
