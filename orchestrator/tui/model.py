@@ -90,7 +90,8 @@ class ServerRow:
     detail: str | None = None
     per_position: list[float] | None = None  # vLLM: acceptance rate by draft position (bench spec_decode)
     #: a replayed traffic file's acceptance per category (category, accept length or None, too few to tell)
-    by_category: list[tuple[str, float | None, bool]] | None = None
+    # a replayed traffic file: (category, accept length, too few requests, its prompts' mean length in tokens)
+    by_category: list[tuple[str, float | None, bool, float | None]] | None = None
     #: a tune step's server start: its tok/s per request at each concurrency of the profile, and the
     #: concurrencies at which it is the recommended configuration
     by_concurrency: list[tuple[int, float]] | None = None
@@ -207,7 +208,8 @@ class SessionModel:
                 continue
             traffic = res.get("traffic")
             if isinstance(traffic, dict):  # the user's requests: per category, not over the bundled prompts' figures
-                target.by_category = [(str(e.get("category")), _number(e.get("accept_length")), bool(e.get("too_few")))
+                target.by_category = [(str(e.get("category")), _number(e.get("accept_length")), bool(e.get("too_few")),
+                                       _number(e.get("prompt_tokens")))
                                       for e in traffic.get("by_category") or [] if isinstance(e, dict)]
                 changed = True
                 continue

@@ -110,9 +110,10 @@ steps:
         if event is not None:
             model.apply(event)
     [row] = [r for r in model.servers.values() if r.by_category]
-    assert [(name, few) for name, _value, few in row.by_category] == [("python", False), ("prose", False),
+    assert [(name, few) for name, _value, few, _tokens in row.by_category] == [("python", False), ("prose", False),
                                                                       ("sampled", True)]
     assert row.by_category[0][1] == groups["python"]["accept_length"]
+    assert row.by_category[0][3] == groups["python"]["prompt_tokens"] > 0
     # the report shows the groups and the chart; no prompt text anywhere in the session
     report = (ran.directory / "report.md").read_text()
     assert "## Acceptance on your traffic" in report and "| v | prose | 6 / 6 |" in report
@@ -229,3 +230,14 @@ steps:
     assert "prompt tok)" in said and "files: prompts cut to their last 40 tokens" in said
     report = (ran.directory / "report.md").read_text()
     assert "prompt tokens, mean [95%]" in report and "| fixed | files | " in report and "tokens kept" in report
+    # the TUI's servers pane: each category with its prompts' length beside its accept length
+    from orchestrator.events import parse_event
+    from orchestrator.tui.model import SessionModel
+    from orchestrator.tui.widgets.detail.servers import _flags
+
+    model = SessionModel()
+    for logged in ran.events:
+        if (event := parse_event(logged)) is not None:
+            model.apply(event)
+    [row] = [r for r in model.servers.values() if r.by_category]
+    assert f"files={by['files']['accept_length']:.2f}(600t)" in _flags(row).plain

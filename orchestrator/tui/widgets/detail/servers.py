@@ -19,9 +19,11 @@ def _flags(row: ServerRow) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     if row.per_position:  # vLLM's per-position acceptance from the last benchmark (its /metrics counters)
         text.append("acc/pos=" + ",".join(f"{r:.2f}" for r in row.per_position) + " ", style="cyan")
-    if row.by_category:  # a replayed traffic file: accept length per category ("few": too few requests to tell)
+    if row.by_category:  # a replayed traffic file: accept length per category ("few": too few requests to tell),
+        # with its prompts' mean length in tokens (a category of longer prompts may trail for its length)
         text.append("traffic " + " ".join(f"{name}={'few' if few or value is None else f'{value:.2f}'}"
-                                          for name, value, few in row.by_category) + " ", style="magenta")
+                                          + (f"({tokens:.0f}t)" if tokens is not None else "")
+                                          for name, value, few, tokens in row.by_category) + " ", style="magenta")
     if row.by_concurrency:  # a tune step's configuration: tok/s per request at each concurrency, ★ where best
         text.append("tok/s@c " + " ".join(f"{c}:{rate:.0f}" for c, rate in row.by_concurrency) + " ", style="cyan")
         if row.recommended_at:
