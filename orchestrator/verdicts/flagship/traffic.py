@@ -77,7 +77,7 @@ def _longer(apart: dict[str, Any], cut: dict[str, dict[str, Any]]) -> tuple[str,
                            "contexts worse (train it on sequences as long as these prompts)"), True
         if row["gain_ci"][0] <= 1.0 and row["cut_ci"][1] < top[0]:
             return (text + offline + f", still below {best['category']} {num(best['accept_length'])} {ci(top)}: "
-                           f"not the length; the draft serves {name} worse for what it holds"), False
+                           "not the length"), False
         return (text + offline + ": the cut neither reaches the best category nor leaves the length out; the "
                                  "length may cost a part"), None
     return None
@@ -96,9 +96,11 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
     """Supported when a category's accept-length interval lies below the best-served category's on the latest
     replay (the fix's where there is one: a category that still trails once the fault is fixed is the draft's, not
     the wiring's); inconclusive when two or more categories are decided and none is told apart, or when the one
-    below was replayed at other sampling settings than the best (the setting may be the cause) or its prompts are
-    longer than the best's on intervals (the context's length may be the cause); says nothing with
-    fewer than two decided categories (one category, or too few requests in the others)."""
+    below was replayed at other sampling settings than the best (the setting may be the cause), or when its prompts
+    are longer than the best's on intervals (the context's length may be the cause) until the traffic reconcile's
+    replay of them cut to the best's length decides it (recovered: supported, the length named; no gain and still
+    below: supported, the category); says nothing with fewer than two decided categories (one category, or too
+    few requests in the others)."""
     found = _replay(ctx)
     if found is None:
         return None
