@@ -49,14 +49,16 @@ def _cut_rows(ctx: RuleContext, what: str) -> dict[str, dict[str, Any]]:
     return {str(r.get("category")): r for r in rows if isinstance(r, dict)}
 
 
-def _longer(apart: dict[str, Any], cut: dict[str, dict[str, Any]]) -> tuple[str, bool | None] | None:
-    """Whether a category below the best may owe it to its prompts' length rather than its content: its prompts
-    are longer than the best category's on 95% intervals of their mean length (acceptance falls with the context's
-    length: the lab's draft accepts 3.79 at 40 prompt tokens, 2.46 at 600, BENCHMARKS.md). With the reconcile's
-    replay of its requests cut to the best category's length (``cut``: reconciled.py ``cut_to_length``), the text
-    and whether the cut decides it: True, the length (the cut requests reach the best category's interval, with a
-    paired gain above 1); False, not the length (they gain nothing certain and stay below it); None, undecided."""
+def _by_length(apart: dict[str, Any], cut: dict[str, dict[str, Any]]) -> dict[str, tuple[str, bool | None]]:
+    """For each category below the best whose prompts are longer than the best category's on 95% intervals of their
+    mean length (acceptance falls with the context's length: the lab's draft accepts 3.79 at 40 prompt tokens, 2.46
+    at 600, BENCHMARKS.md): what its length explains, with the reconcile's replay of its requests cut to the best
+    category's length (``cut``: reconciled.py ``cut_to_length``). ``name -> (text, decided)``: True, the length
+    (the cut requests reach the best category's interval, with a paired gain above 1); False, not the length (they
+    gain nothing certain and stay below it); None, undecided (no cut yet, or a part)."""
     best = apart["best"]
+    top = best.get("accept_length_ci") or [float("inf"), float("inf")]
+    out: dict[str, tuple[str, bool | None]] = {}
     for e in longer_than_best(apart):
         name = e["category"]
         text = (f"the prompts of {name} are longer than those of {best['category']} "
@@ -64,23 +66,24 @@ def _longer(apart: dict[str, Any], cut: dict[str, dict[str, Any]]) -> tuple[str,
                 f"{_tokens(best['prompt_tokens'], best['prompt_tokens_ci'])}, mean per request)")
         row = cut.get(name)
         if not row or not row.get("gain_ci") or not row.get("cut_ci"):
-            return (text + ": acceptance falls with the context's length, so the length, not the category, may cost "
-                           f"it; replay the requests of {name} cut to the length of {best['category']}, or see "
-                           "acceptance by prompt length"), None
+            out[name] = (text + ": acceptance falls with the context's length, so the length, not the category, may "
+                                f"cost it; replay the requests of {name} cut to the length of {best['category']}, or "
+                                "see acceptance by prompt length"), None
+            continue
         offline = (f"; offline, the same requests cut to their last {row['kept_tokens']} tokens accept "
                    f"{num(row['cut'])} {ci(row['cut_ci'])} against {num(row['served'])} {ci(row['served_ci'])} "
                    f"whole (paired gain {num(row['gain'])}x {ci(row['gain_ci'])}, {row['requests']} requests)")
-        top = best.get("accept_length_ci") or [float("inf"), float("inf")]
         if row["gain_ci"][0] > 1.0 and row["cut_ci"][1] >= top[0]:
-            return (text + offline + f", up to {best['category']} {num(best['accept_length'])} {ci(top)}: the "
-                           f"context's length costs the acceptance, not what {name} holds; the draft serves long "
-                           "contexts worse (train it on sequences as long as these prompts)"), True
-        if row["gain_ci"][0] <= 1.0 and row["cut_ci"][1] < top[0]:
-            return (text + offline + f", still below {best['category']} {num(best['accept_length'])} {ci(top)}: "
-                           "not the length"), False
-        return (text + offline + ": the cut neither reaches the best category nor leaves the length out; the "
-                                 "length may cost a part"), None
-    return None
+            out[name] = (text + offline + f", up to {best['category']} {num(best['accept_length'])} {ci(top)}: the "
+                                f"context's length costs the acceptance, not what {name} holds; the draft serves long "
+                                "contexts worse (train it on sequences as long as these prompts)"), True
+        elif row["gain_ci"][0] <= 1.0 and row["cut_ci"][1] < top[0]:
+            out[name] = (text + offline + f", still below {best['category']} {num(best['accept_length'])} {ci(top)}:"
+                                " not the length"), False
+        else:
+            out[name] = (text + offline + ": the cut neither reaches the best category nor leaves the length out; "
+                                          "the length may cost a part"), None
+    return out
 
 
 def _below(what: str, apart: dict[str, Any], key: str) -> str:
@@ -110,16 +113,17 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
     confound = _confounded(apart, "category", "sampling") if apart else None
     if apart and confound:
         return Verdict("inconclusive", _below(what, apart, "category") + "; but " + confound)
-    length = _longer(apart, _cut_rows(ctx, what)) if apart else None
-    if apart and length and length[1] is True:
-        return Verdict("supported", _below(what, apart, "category") + "; " + length[0])
-    if apart and length and length[1] is None:
-        return Verdict("inconclusive", _below(what, apart, "category") + "; but " + length[0])
     if apart:
-        names = ", ".join(e["category"] for e in apart["below"])
-        return Verdict("supported", _below(what, apart, "category") + ("; " + length[0] if length else "") + (
-            f": the draft serves {names} worse; check that its training data covers it (a domain, a language or "
-            "a chat template it never saw)"))
+        lengths = _by_length(apart, _cut_rows(ctx, what))
+        undecided = [text for text, by_length in lengths.values() if by_length is None]
+        if undecided:
+            return Verdict("inconclusive", _below(what, apart, "category") + "; but " + "; ".join(undecided))
+        said = [text for text, _ in lengths.values()]  # the length named, or "not the length"
+        content = [e["category"] for e in apart["below"] if not lengths.get(e["category"], ("", False))[1]]
+        if content:
+            said.append(f"the draft serves {', '.join(content)} worse; check that its training data covers it (a "
+                        "domain, a language or a chat template it never saw)")
+        return Verdict("supported", _below(what, apart, "category") + ": " + "; ".join(said))
     if len(decided) >= 2:
         listed = ", ".join(f"{e['category']} {num(e['accept_length'])} {ci(e['accept_length_ci'])}" for e in decided)
         return Verdict("inconclusive", f"your traffic on {what}: no category is told apart on 95% intervals ({listed})")
