@@ -77,7 +77,7 @@ def below_best(entries: list[dict[str, Any]], key: str) -> dict[str, Any] | None
     return {"best": brief(best), "below": [brief(e) for e in sorted(below, key=lambda e: e["accept_length"])]}
 
 
-def longer_than_best(apart: Mapping[str, Any] | None, key: str = "category") -> list[dict[str, Any]]:
+def longer_than_best(apart: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The groups below the best whose prompts are longer than the best group's: the interval of their mean prompt
     length wholly above the best's. Each with ``keep_last``, the best group's mean length in tokens: what the
     reconcile cuts their prompts to, offline, to tell what they owe to the length from what they owe to the rest."""

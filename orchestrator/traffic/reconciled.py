@@ -54,6 +54,20 @@ def side_by_side(predicted: list[dict[str, Any]], measured: list[dict[str, Any]]
     return rows
 
 
+def _paired(pairs: Sequence[tuple[float, float]], name: str, confidence: float) -> dict[str, Any]:
+    """(served, counterfactual) accept lengths of the same requests: both means with their intervals (cut at 1) and
+    the paired gain, the ratio of the means, with its interval; the counterfactual's figures under ``name``."""
+    served, other = [a for a, _ in pairs], [b for _, b in pairs]
+    s_iv, o_iv = mean_interval(served, confidence, low=1.0), mean_interval(other, confidence, low=1.0)
+    ones = [1.0] * len(pairs)
+    gain = paired_ratio_interval(other, ones, served, ones, confidence)
+    return {"requests": len(pairs), "served": round(sum(served) / len(served), 4),
+            "served_ci": s_iv.as_list() if s_iv is not None else None,
+            name: round(sum(other) / len(other), 4), f"{name}_ci": o_iv.as_list() if o_iv is not None else None,
+            "gain": round(gain.estimate, 4) if gain is not None else None,
+            "gain_ci": gain.as_list() if gain is not None else None}
+
+
 def draft_penalised(per_request: Sequence[Mapping[str, Any]], requests: Sequence[TrafficRequest],
                     confidence: float = 0.95) -> list[dict[str, Any]]:
     """Per penalised setting: the served prediction, the counterfactual with the draft penalised as the target,
@@ -64,45 +78,24 @@ def draft_penalised(per_request: Sequence[Mapping[str, Any]], requests: Sequence
             continue
         by.setdefault(requests[int(row["index"])].sampling, []).append(
             (float(row["accept_length"]), float(row["draft_penalised"])))
-    out = []
-    for setting, pairs in by.items():
-        served = [a for a, _ in pairs]
-        mended = [b for _, b in pairs]
-        s_iv, m_iv = mean_interval(served, confidence, low=1.0), mean_interval(mended, confidence, low=1.0)
-        ones = [1.0] * len(pairs)
-        gain = paired_ratio_interval(mended, ones, served, ones, confidence)
-        out.append({"sampling": setting, "requests": len(pairs),
-                    "served": round(sum(served) / len(served), 4),
-                    "served_ci": s_iv.as_list() if s_iv is not None else None,
-                    "draft_penalised": round(sum(mended) / len(mended), 4),
-                    "draft_penalised_ci": m_iv.as_list() if m_iv is not None else None,
-                    "gain": round(gain.estimate, 4) if gain is not None else None,
-                    "gain_ci": gain.as_list() if gain is not None else None})
-    return out
+    return [{"sampling": setting, **_paired(pairs, "draft_penalised", confidence)} for setting, pairs in by.items()]
 
 
 def cut_to_length(per_request: Sequence[Mapping[str, Any]], requests: Sequence[TrafficRequest],
                   confidence: float = 0.95) -> list[dict[str, Any]]:
-    """Per category with requests replayed cut (``cut_accept_length``): the whole requests' offline accept length,
-    the cut ones', the tokens kept, and their paired gain (the ratio of the means over the same requests)."""
-    by: dict[str, list[tuple[float, float, int]]] = {}
+    """Per category with requests replayed cut (``cut_accept_length``): the whole requests' offline accept length
+    (``served``), the cut ones' (``cut``), the tokens kept, and their paired gain (the ratio of the means over the
+    same requests)."""
+    by: dict[str, list[tuple[float, float]]] = {}
+    kept: dict[str, int] = {}
     for row in per_request:
         if row.get("cut_accept_length") is None or row.get("accept_length") is None:
             continue
-        by.setdefault(requests[int(row["index"])].category, []).append(
-            (float(row["accept_length"]), float(row["cut_accept_length"]), int(row.get("cut_prompt_tokens") or 0)))
-    out = []
-    for category, rows in by.items():
-        whole, cut = [a for a, _, _ in rows], [b for _, b, _ in rows]
-        w_iv, c_iv = mean_interval(whole, confidence, low=1.0), mean_interval(cut, confidence, low=1.0)
-        ones = [1.0] * len(rows)
-        gain = paired_ratio_interval(cut, ones, whole, ones, confidence)
-        out.append({"category": category, "requests": len(rows), "kept_tokens": max(k for _, _, k in rows),
-                    "served": round(sum(whole) / len(whole), 4), "served_ci": w_iv.as_list() if w_iv else None,
-                    "cut": round(sum(cut) / len(cut), 4), "cut_ci": c_iv.as_list() if c_iv else None,
-                    "gain": round(gain.estimate, 4) if gain is not None else None,
-                    "gain_ci": gain.as_list() if gain is not None else None})
-    return out
+        category = requests[int(row["index"])].category
+        by.setdefault(category, []).append((float(row["accept_length"]), float(row["cut_accept_length"])))
+        kept[category] = max(kept.get(category, 0), int(row.get("cut_prompt_tokens") or 0))
+    return [{"category": category, "kept_tokens": kept[category], **_paired(pairs, "cut", confidence)}
+            for category, pairs in by.items()]
 
 
 def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequence[Mapping[str, Any]],

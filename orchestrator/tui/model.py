@@ -89,8 +89,8 @@ class ServerRow:
     tok_s: float | None = None
     detail: str | None = None
     per_position: list[float] | None = None  # vLLM: acceptance rate by draft position (bench spec_decode)
-    #: a replayed traffic file's acceptance per category (category, accept length or None, too few to tell)
-    # a replayed traffic file: (category, accept length, too few requests, its prompts' mean length in tokens)
+    #: a replayed traffic file's acceptance per category (category, accept length or None, too few to tell, its
+    #: prompts' mean length in tokens or None)
     by_category: list[tuple[str, float | None, bool, float | None]] | None = None
     #: a tune step's server start: its tok/s per request at each concurrency of the profile, and the
     #: concurrencies at which it is the recommended configuration
