@@ -5,6 +5,8 @@ models: the wiring found and fixed as usual, then the traffic replayed on the ca
     .venv/bin/python bench/traffic_flagship_real_vllm.py                    # the penalties file, seed-wiring
     .venv/bin/python bench/traffic_flagship_real_vllm.py --traffic my.jsonl --scenario healthy
     .venv/bin/python bench/traffic_flagship_real_vllm.py --lengths      # a category of longer prompts
+    .venv/bin/python bench/traffic_flagship_real_vllm.py --unseen plain # a category the draft never learned
+    .venv/bin/python bench/traffic_flagship_real_vllm.py --unseen both  # ... and the draft trained on it
 
 Needs the real vLLM host (``orchestrator lab vllm-host``; built here when missing) and the lab under ``--lab-root``.
 About 140 s on the 2-core CI machine. Paste the lines into BENCHMARKS.md.
@@ -37,8 +39,12 @@ async def run(ns: argparse.Namespace) -> int:
     work = ns.work or Path(tempfile.mkdtemp(prefix="traffic-flagship-"))
     work.mkdir(parents=True, exist_ok=True)
     host = ensure_vllm_host()
-    ensure_lab(ns.scenario, root=ns.lab_root, engine="vllm")
-    traffic = ns.traffic or (vd.length_traffic(work / "lengths.jsonl", str(ns.lab_root / "target")) if ns.lengths
+    if ns.unseen:
+        ns.lab_root, ns.scenario, unseen_traffic = _unseen_lab(work, ns.unseen)
+    else:
+        ensure_lab(ns.scenario, root=ns.lab_root, engine="vllm")
+    traffic = ns.traffic or (unseen_traffic if ns.unseen else
+                             vd.length_traffic(work / "lengths.jsonl", str(ns.lab_root / "target")) if ns.lengths
                              else vd.penalty_traffic_file(work / "penalties.jsonl"))
     inventory = real_vllm_inventory(ns.scenario, root=ns.lab_root, host=host, run_dir=work / "run")
     inventory.hosts["lab"].vars["traffic"] = str(traffic)
@@ -59,6 +65,23 @@ async def run(ns: argparse.Namespace) -> int:
     return 0 if outcome.status == "ok" else 1
 
 
+def _unseen_lab(work: Path, draft: str) -> tuple[Path, str, Path]:
+    """A lab directory of the shipped unseen-category models (orchestrator/lab/building/unseen_lab.py) whose
+    ``healthy`` draft is ``draft`` (trained on SGLang's wiring, vLLM's default: the wiring is right), and its
+    traffic file: held-out code and the same code in ROT13."""
+    from orchestrator.lab.building import build
+    from orchestrator.lab.building.unseen_lab import shipped, traffic
+
+    lab = shipped()
+    root = work / "unseen-lab"
+    (root / "drafts").mkdir(parents=True, exist_ok=True)
+    for link, to in ((root / "target", lab.target), (root / "drafts" / "healthy", getattr(lab, draft))):
+        if not link.exists():
+            link.symlink_to(to)
+    build.write_state(root, {"format": build.LAB_FORMAT, "origin": {"kind": "built", "why": "unseen-category lab"}})
+    return root, "healthy", traffic(lab, work / "unseen.jsonl")
+
+
 def main(argv: list[str] | None = None) -> int:
     from orchestrator.lab.building import build
 
@@ -68,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lengths", action="store_true", help="the lengths file: snippets of 40 tokens and files of 600, "
                    "cut from the same held-out files (tests/vllm_differential.py length_traffic), served with the "
                    "target's whole 1024-token context")
+    p.add_argument("--unseen", choices=("plain", "both"), default=None,
+                   help="the lab of a category the draft never learned: its target knows code and ROT13, the "
+                   "served draft learned code only (plain) or both")
     p.add_argument("--lab-root", type=Path, default=build.cache_dir() / "lab-test-main")
     p.add_argument("--work", type=Path, default=None)
     return asyncio.run(run(p.parse_args(argv)))

@@ -48,7 +48,7 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
     servers = _offline(session)
     if not servers:
         return []
-    rows, cf_rows, cut_rows = [], [], []
+    rows, cf_rows, cut_rows, matched_rows = [], [], [], []
     for name, rc in servers:
         for key in ("category", "sampling"):
             for e in rc.get(f"by_{key}") or []:
@@ -65,6 +65,12 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
             cut_rows.append([name, str(e["category"]), str(e["requests"]), str(e["kept_tokens"]),
                              _pair(e["served"], e.get("served_ci")), _pair(e["cut"], e.get("cut_ci")),
                              "—" if e.get("gain") is None else f"{_pair(e['gain'], e.get('gain_ci'))}x"])
+        for e in rc.get("confidence_matched") or []:
+            matched_rows.append([name, str(e["category"]), str(e["requests"]), _share(e.get("first_step")),
+                                 f"{_share(e.get('expected'))} (on {e['best']})",
+                                 _pair(e.get("ratio"), e.get("ratio_ci")),
+                                 _pair(e.get("target_probability"), e.get("target_probability_ci")),
+                                 _pair(e.get("best_target_probability"), e.get("best_target_probability_ci"))])
     blocks: list[Block] = [Heading("Your traffic offline, as the server serves it", 3),
                            Para("Each request replayed offline (its chat template, max_tokens and penalties "
                                 "on the target's logits, as the engine applies them; a sampled one served again cycle "
@@ -88,7 +94,19 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
                         "owes to the context's length rather than to what it holds."),
                    Table(["server", "category", "requests", "tokens kept", "whole (predicted)", "cut (predicted)",
                           "gain"], cut_rows)]
+    if matched_rows:
+        blocks += [Para("A category served worse, matched with the best-served one by the target's confidence: how "
+                        "often the draft's first proposal is right on its tokens, against how often it would be if it "
+                        "did as on the best category's tokens of the same target probability, and their ratio over "
+                        "its requests. Below 1 on its interval, the draft did not learn the category; near 1 with a "
+                        "less sure target, the category's text is harder for any draft."),
+                   Table(["server", "category", "requests", "first proposal right", "expected at the same confidence",
+                          "ratio [95%]", "target's probability [95%]", "on the best category"], matched_rows)]
     return blocks
+
+
+def _share(value: Any) -> str:
+    return "—" if value is None else f"{100 * value:.0f}%"
 
 
 def _length(e: dict[str, Any]) -> str:

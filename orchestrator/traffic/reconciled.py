@@ -13,6 +13,12 @@ replays its greedy requests again with their prompts cut to the best category's 
 ``cut_to_length`` gives, per such category, the cut requests' accept length beside the whole ones' with their paired
 gain: what the category owes to its length rather than its content.
 
+For each category below the best-served one, ``confidence_matched`` sets the draft's first proposal on its tokens
+beside what the draft reaches on the best category's tokens of the same target confidence (the probe's
+``first_step``: remote_probes/evaluation/confidence_match.py): a draft that never learned the category is right less
+often than that at matched confidence; a category whose text the target itself is less sure of trails at the same
+matched rate (the standardised ratio, observed over expected, with its 95% interval over the category's requests).
+
 For a penalised setting the probe also scores the draft with its logits penalised as the target's (the engine
 change that would mend a penalty's cost: both engines propose unpenalised); ``draft_penalised`` gives, per such
 setting, that counterfactual beside the served prediction with their paired gain over the same requests.
@@ -25,7 +31,8 @@ from typing import Any
 
 from orchestrator.traffic.acceptance import groups
 from orchestrator.traffic.requests import TrafficRequest
-from remote_probes.evaluation.interval_stats import mean_interval, paired_ratio_interval
+from remote_probes.evaluation.confidence_match import BIN_EDGES
+from remote_probes.evaluation.interval_stats import mean_interval, paired_ratio_interval, ratio_interval
 
 
 def _disjoint(a: Sequence[float] | None, b: Sequence[float] | None) -> bool | None:
@@ -98,6 +105,73 @@ def cut_to_length(per_request: Sequence[Mapping[str, Any]], requests: Sequence[T
             for category, pairs in by.items()]
 
 
+def _pooled(rows: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    bins = [[0, 0] for _ in BIN_EDGES[1:]]
+    for row in rows:
+        for cell, (right, tokens) in zip(bins, row["first_step"]["bins"], strict=True):
+            cell[0] += int(right)
+            cell[1] += int(tokens)
+    return bins
+
+
+def _rate(bins: Sequence[Sequence[int]]) -> float | None:
+    tokens = sum(t for _, t in bins)
+    return round(sum(r for r, _ in bins) / tokens, 4) if tokens else None
+
+
+def confidence_matched(per_request: Sequence[Mapping[str, Any]], requests: Sequence[TrafficRequest],
+                       apart: Mapping[str, Any] | None, confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Per category below the best-served one (``apart``: acceptance.py ``below_best``): the draft's first proposal
+    right on its tokens (``first_step``) against the rate it would reach doing as well as on the best category's
+    tokens of the same target confidence (``expected``: each token weighted by the best category's rate in its bin;
+    a token in a bin the best category has none of is left out, ``unmatched_tokens``), their ratio with its 95%
+    interval over the category's requests (the best category's bin rates are taken as known: they pool its tokens),
+    and the target's mean probability of its tokens per request, beside the best category's."""
+    if not apart:
+        return []
+    by: dict[str, list[Mapping[str, Any]]] = {}
+    for row in per_request:
+        if isinstance(row.get("first_step"), dict) and row["first_step"].get("target_probability") is not None:
+            by.setdefault(requests[int(row["index"])].category, []).append(row)
+    best = str(apart["best"]["category"])
+    if not by.get(best):
+        return []
+    best_bins = _pooled(by[best])
+    rates = [right / tokens if tokens else None for right, tokens in best_bins]
+    best_p = mean_interval([r["first_step"]["target_probability"] for r in by[best]], confidence, 0.0, 1.0)
+    out = []
+    for e in apart["below"]:
+        mine = by.get(str(e["category"])) or []
+        observed, expected, unmatched = [], [], 0
+        for row in mine:
+            right = wanted = 0.0
+            for (r, t), rate in zip(row["first_step"]["bins"], rates, strict=True):
+                if rate is None:
+                    unmatched += t
+                    continue
+                right, wanted = right + r, wanted + t * rate
+            if wanted > 0:
+                observed.append(right)
+                expected.append(wanted)
+        if not observed:
+            continue
+        ratio = ratio_interval(observed, expected, confidence, low=0.0)
+        p = mean_interval([r["first_step"]["target_probability"] for r in mine], confidence, 0.0, 1.0)
+        bins = _pooled(mine)
+        tokens = sum(t for _, t in bins) - unmatched
+        out.append({"category": e["category"], "best": best, "requests": len(observed),
+                    "first_step": _rate(bins), "best_first_step": _rate(best_bins),
+                    "expected": round(sum(expected) / tokens, 4) if tokens else None,
+                    "ratio": round(ratio.estimate, 4) if ratio is not None else None,
+                    "ratio_ci": ratio.as_list() if ratio is not None and ratio.decided else None,
+                    "target_probability": round(p.estimate, 4) if p is not None else None,
+                    "target_probability_ci": p.as_list() if p is not None and p.decided else None,
+                    "best_target_probability": round(best_p.estimate, 4) if best_p is not None else None,
+                    "best_target_probability_ci": best_p.as_list() if best_p is not None and best_p.decided
+                    else None, "unmatched_tokens": unmatched})
+    return out
+
+
 def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequence[Mapping[str, Any]],
                       requests: Sequence[TrafficRequest], bench: Mapping[str, Any],
                       confidence: float = 0.95) -> dict[str, Any]:
@@ -111,6 +185,7 @@ def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequenc
     decision = "discrepancy" if off else ("reconciled" if decided else "undecided")
     cf = draft_penalised(per_request, requests, confidence)
     cut = cut_to_length(per_request, requests, confidence)
+    matched = confidence_matched(per_request, requests, table.get("below_best_category"), confidence)
     parts = [f"{r.get('category', r.get('sampling'))}: predicted {_fmt(r['predicted'], r['predicted_ci'])}, "
              f"measured {_fmt(r['measured'], r['measured_ci'])}" for r in by_category + by_sampling]
     if decision == "discrepancy":
@@ -125,7 +200,7 @@ def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequenc
     if skipped:
         verdict += f"; {len(skipped)} request(s) not replayed offline ({skipped[0].get('reason')})"
     return {"decision": decision, "verdict": verdict, "by_category": by_category, "by_sampling": by_sampling,
-            "draft_penalised": cf, "cut_to_length": cut, "skipped": len(skipped), "predicted_requests": len(rows)}
+            "draft_penalised": cf, "cut_to_length": cut, "confidence_matched": matched, "skipped": len(skipped), "predicted_requests": len(rows)}
 
 
 def traffic_lines(name: str, rc: Mapping[str, Any]) -> list[str]:
@@ -139,4 +214,14 @@ def traffic_lines(name: str, rc: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {e['category']}: prompts cut to their last {e['kept_tokens']} tokens {_fmt(e['cut'], e['cut_ci'])}"
                      f" against whole {_fmt(e['served'], e['served_ci'])}, gain {_fmt(e['gain'], e['gain_ci'])}x "
                      f"over {e['requests']} request(s)")
+    for e in rc.get("confidence_matched") or []:
+        lines.append(f"  {e['category']}: the draft's first proposal right {_pct(e['first_step'])} of its tokens, "
+                     f"{_pct(e['expected'])} if it did as on {e['best']} at the target's same confidence "
+                     f"(ratio {_fmt(e['ratio'], e['ratio_ci'])}); the target's probability of its tokens "
+                     f"{_fmt(e['target_probability'], e['target_probability_ci'])} against "
+                     f"{_fmt(e['best_target_probability'], e['best_target_probability_ci'])} on {e['best']}")
     return lines
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"

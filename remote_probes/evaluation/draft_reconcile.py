@@ -20,7 +20,8 @@ configuration's row also carries ``per_request`` (``index``: the request's place
 ``accept_length``, and for a penalised request ``draft_penalised``: the same with the draft's logits penalised as
 the target's, the engine change that would mend a penalty's cost; for a request item with ``keep_last``,
 ``cut_accept_length`` and ``cut_prompt_tokens``: the same request replayed with its prompt cut to its last
-``keep_last`` tokens); ``skipped`` lists the requests not reproduced.
+``keep_last`` tokens; for an unpenalised greedy request, ``first_step``: the draft's first proposal right or wrong
+by the target's probability of each token, confidence_match.py); ``skipped`` lists the requests not reproduced.
 """
 
 from __future__ import annotations
@@ -224,6 +225,11 @@ def per_request(torch: Any, draft: Any, runs: List[Any], order: List[int], reque
         if not penalties.neutral:
             tally = run_tally(torch, draft, run, wiring, c["steps"], c["count_first_token"], penalties)
             row["draft_penalised"] = round(tally.tokens / tally.cycles, 4) if tally.cycles else None
+        probabilities = requests[index].get("token_probabilities")
+        if probabilities is not None:  # the draft's first proposal by the target's confidence (confidence_match.py)
+            from remote_probes.evaluation.confidence_match import first_step_by_confidence
+
+            row["first_step"] = first_step_by_confidence(torch, draft, run, wiring, probabilities)
         cut = requests[index].get("cut_run")
         if cut is not None:  # the same request at a shorter context, served as the original is (draft unpenalised)
             tally = run_tally(torch, draft, cut, wiring, c["steps"], c["count_first_token"])

@@ -136,3 +136,42 @@ def test_a_request_cut_to_its_last_tokens_is_replayed_as_the_stand_in_serves_tha
     for bad in (0, -3, True, "20"):
         with pytest.raises(ProbeFailure, match=r"requests\[0\]\.keep_last must be a positive integer"):
             parse_requests([{"body": {"prompt": "x", "max_tokens": 4}, "keep_last": bad}])
+
+
+def test_each_greedy_request_gives_the_drafts_first_proposal_by_the_targets_confidence(lab_pair, tmp_path) -> None:  # noqa: F811
+    """``first_step`` (confidence_match.py): every drafted token of an unpenalised greedy request counted once, in
+    the bin of the target's probability of it, which a forward of transformers' own gives; a penalised request
+    (its tokens not the target's own ranking) has none."""
+    import torch
+
+    from orchestrator.actions.bench import load_prompts
+    from remote_probes.evaluation.confidence_match import BIN_EDGES, bin_of
+    from remote_probes.evaluation.target_model import load_causal_lm
+
+    target, draft, _wiring, _n = lab_pair
+    code = load_prompts(None)[:2]
+    bodies = [{"prompt": code[0], "temperature": 0, "max_tokens": 24},
+              {"prompt": code[1], "temperature": 0, "max_tokens": 24},
+              {"prompt": code[1], "temperature": 0, "max_tokens": 24, "presence_penalty": 1.0}]
+    rc = run_draft_test(tmp_path, {"target": str(target), "engine": "vllm", "max_new_tokens": 24,
+                                   "requests": [{"body": b} for b in bodies],
+                                   "configs": [{"draft": str(draft), "algorithm": "EAGLE3", "steps": 3}]},
+                        probe="draft_reconcile")
+    rows = rc["configs"][0]["row"]["per_request"]
+    assert "first_step" not in rows[2], rows[2]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    model = load_causal_lm(str(target), torch.float32)
+    for body, row in zip(bodies[:2], rows[:2], strict=True):
+        ids = tokenizer(body["prompt"])["input_ids"]
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False,
+                                 pad_token_id=tokenizer.eos_token_id)
+            probs = torch.softmax(model(out).logits[0, :-1], -1).gather(1, out[0, 1:, None])[:, 0].tolist()
+        drafted = probs[len(ids):]  # the tokens after the first generated one, each drafted once
+        bins = row["first_step"]["bins"]
+        assert len(bins) == len(BIN_EDGES) - 1 and all(0 <= r <= t for r, t in bins), bins
+        assert [t for _, t in bins] == [sum(bin_of(p) == b for p in drafted) for b in range(len(bins))], bins
+        assert row["first_step"]["target_probability"] == pytest.approx(sum(drafted) / len(drafted), abs=1e-4)
+        assert sum(r for r, _ in bins) > 0, bins  # the lab's draft predicts the lab's code

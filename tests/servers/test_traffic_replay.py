@@ -241,3 +241,52 @@ steps:
             model.apply(event)
     [row] = [r for r in model.servers.values() if r.by_category]
     assert f"files={by['files']['accept_length']:.2f}(600t)" in _flags(row).plain
+
+
+def test_a_category_the_draft_never_learned_is_named_not_the_text(state_dir: Path, tmp_path: Path) -> None:
+    """The lab of a category the draft never learned (orchestrator/lab/building/unseen_lab.py): the target
+    learned the lab's code and its ROT13 copy, the served draft only the code. Held-out code and the same code in
+    ROT13, greedy: rot13 trails on intervals; on the replay alone traffic_category cannot tell the draft from the
+    text (inconclusive); the reconcile matches the draft's first proposal with code's at the target's same
+    confidence, finds it far below, and names the draft's training."""
+    from orchestrator.lab.building.unseen_lab import CATEGORY, RECIPE, shipped, traffic
+
+    lab = shipped()
+    inv = make_inventory(state_dir, target=str(lab.target), draft=str(lab.plain))
+    inv.hosts["localhost"].vars["engine"] = "lab-vllm"
+    inv.hosts["localhost"].env["PYTHONPATH"] = str(REPO)
+    path = traffic(lab, tmp_path / "traffic.jsonl")
+    layers = ",".join(str(i) for i in RECIPE["wiring"])
+    ran = run_playbook(f"""
+name: a category the draft never learned
+hypotheses:
+  - {{id: traffic_category, title: a category of the traffic is served worse}}
+steps:
+  - server: {{name: fixed, model: "{{{{ target }}}}", ready_timeout: 180,
+             flags: {{speculative-config: {{method: eagle3, model: "{{{{ draft }}}}", num_speculative_tokens: 5}},
+                     lab-capture-layers: "{layers}"}}}}
+    register: fixed_srv
+  - bench: {{server: fixed, traffic: "{path}"}}
+    register: fixed_traffic
+    evidence:
+      traffic_category: {{rule: traffic_category_apart}}
+  - reconcile: {{target: "{{{{ target }}}}", engine: vllm, max_new_tokens: 32, traffic: "{path}",
+                 servers: "{{{{ fact('reconciled_traffic_servers') }}}}"}}
+    register: traffic_rc
+    evidence:
+      traffic_category: {{rule: traffic_category_apart}}
+  - server: {{action: stop, name: fixed}}
+""", inv, tmp_path / "sessions")
+    assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
+    apart = ran.result("s2")["result"]["traffic"]["below_best_category"]
+    assert apart and apart["best"]["category"] == "code" and [e["category"] for e in apart["below"]] == [CATEGORY]
+    first, second = [e for e in ran.of_type("hypothesis_updated") if e.get("hypothesis_id") == "traffic_category"]
+    assert first["state"] == "inconclusive" and "the draft or the text of rot13 may cost it" in first["evidence"]
+    [server] = ran.result("s3")["result"]["servers"]
+    [matched] = server["confidence_matched"]
+    assert matched["category"] == CATEGORY and matched["requests"] == 24 and matched["ratio_ci"][1] < 1.0, matched
+    assert second["state"] == "supported", second
+    assert "the draft predicts rot13 worse than code: it did not learn rot13" in second["evidence"], second
+    said = "".join(e.get("text", "") for e in ran.of_type("output"))
+    assert "rot13: the draft's first proposal right " in said
+    assert "| fixed | rot13 | 24 | " in (ran.directory / "report.md").read_text()

@@ -188,3 +188,53 @@ def test_a_longer_category_is_cut_to_the_best_ones_length_and_paired_offline(tmp
     assert row["cut"] == pytest.approx(3.55) and row["served"] == pytest.approx(2.35)
     assert row["gain_ci"][0] > 1.0 and row["cut_ci"][0] > row["served_ci"][1], row
     assert any("long: prompts cut to their last 40 tokens 3.55" in line for line in traffic_lines("fixed", rc))
+
+
+def _bins(counts: dict[int, tuple[int, int]]) -> list[list[int]]:
+    from remote_probes.evaluation.confidence_match import BIN_EDGES
+
+    return [list(counts.get(b, (0, 0))) for b in range(len(BIN_EDGES) - 1)]
+
+
+def test_a_category_below_the_best_is_matched_with_it_by_the_targets_confidence(tmp_path: Path) -> None:
+    """reconciled.py ``confidence_matched``: each request of a category below the best weighted by the best
+    category's first-proposal rate in the bin of each of its tokens (expected), against what the draft got right
+    (observed); the ratio's interval runs over the category's requests. A draft that misses the category where the
+    target is as sure sits below 1; a category whose tokens the target is less sure of, drafted as well as the best
+    category's tokens of that confidence, sits at 1."""
+    from orchestrator.traffic.acceptance import traffic_acceptance
+    from orchestrator.traffic.reconciled import confidence_matched, reconcile_traffic, traffic_lines
+
+    path = tmp_path / "t.jsonl"
+    lines = [{"prompt": f"c{i}", "temperature": 0, "category": "code"} for i in range(4)]
+    lines += [{"prompt": f"r{i}", "temperature": 0, "category": "rot13"} for i in range(4)]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    requests = load_traffic(path)
+    table = traffic_acceptance([{**r.public(), "accept_length": a} for r, a in
+                                zip(requests, [4.0, 4.2, 3.9, 4.1, 1.2, 1.3, 1.25, 1.1], strict=True)])
+    apart = table["below_best_category"]
+    assert apart["best"]["category"] == "code"
+    # code: bin 8 (p >= .97) right 9 of 10, bin 1 (.05 <= p < .1) right 2 of 10
+    code = {"bins": _bins({8: (9, 10), 1: (2, 10)}), "target_probability": 0.5}
+    missed = [{"bins": _bins({8: (2 + i % 2, 10), 1: (0, 10)}), "target_probability": 0.5} for i in range(4)]
+    per_request = [{"index": i, "accept_length": 4.0, "first_step": code} for i in range(4)]
+    per_request += [{"index": 4 + i, "accept_length": 1.2, "first_step": m} for i, m in enumerate(missed)]
+    [row] = confidence_matched(per_request, requests, apart)
+    assert row["category"] == "rot13" and row["best"] == "code" and row["requests"] == 4
+    assert row["expected"] == pytest.approx(0.55) and row["first_step"] == pytest.approx(0.125)
+    assert row["ratio"] == pytest.approx(0.125 / 0.55, abs=1e-3) and row["ratio_ci"][1] < 1.0, row
+    # a harder text drafted as well at the same confidence: most of its tokens in the low bin, the ratio at 1
+    harder = [{"bins": _bins({8: (9, 10), 1: (8 + i % 3, 40)}), "target_probability": 0.2 + 0.01 * i}
+              for i in range(4)]
+    per_request[4:] = [{"index": 4 + i, "accept_length": 1.5, "first_step": h} for i, h in enumerate(harder)]
+    [row] = confidence_matched(per_request, requests, apart)
+    assert row["ratio_ci"][0] <= 1.0 <= row["ratio_ci"][1], row
+    assert row["target_probability_ci"][1] < 0.5 == row["best_target_probability"], row
+    # a token in a bin the best category has none of is left out, and said
+    per_request[4] = {"index": 4, "accept_length": 1.5, "first_step": {"bins": _bins({8: (9, 10), 3: (1, 5)}),
+                                                                       "target_probability": 0.2}}
+    assert confidence_matched(per_request, requests, apart)[0]["unmatched_tokens"] == 5
+    assert confidence_matched(per_request, requests, None) == []
+    rc = reconcile_traffic(per_request, [], requests, {"traffic": table})
+    assert rc["confidence_matched"][0]["category"] == "rot13"
+    assert any(line.startswith("  rot13: the draft's first proposal right ") for line in traffic_lines("fixed", rc))

@@ -95,10 +95,11 @@ def _prompts(held_out: dict[str, str], tokenizer, per_file: int = 3, length: int
 
 def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = None,
                  recipe: Any = TargetRecipe(), numerics: dict[str, Any] | None = None,
-                 target_class: str = "llama") -> Path:
-    """Train the tiny target from scratch on the stdlib corpus and save it in HF format: a Llama (``recipe`` a
-    TargetRecipe), a Qwen3 (q/k norms, explicit head_dim: ``recipe`` a qwen3_train.Qwen3Recipe), or the seed's
-    class (MLA and MoE inside the Kimi-K2.5 wrapper: ``recipe`` a kimi_train.KimiRecipe)."""
+                 target_class: str = "llama", corpus: Any = None) -> Path:
+    """Train the tiny target from scratch on the stdlib corpus (``corpus``: another corpus.Corpus, for a lab whose
+    target knows more than its drafts) and save it in HF format: a Llama (``recipe`` a TargetRecipe), a Qwen3 (q/k
+    norms, explicit head_dim: ``recipe`` a qwen3_train.Qwen3Recipe), or the seed's class (MLA and MoE inside the
+    Kimi-K2.5 wrapper: ``recipe`` a kimi_train.KimiRecipe)."""
     import torch
 
     config_class, model_class = _target_classes(target_class)
@@ -111,7 +112,7 @@ def train_target(out_dir: Path, *, seed: int = 0, progress: ProgressFn | None = 
     torch.manual_seed(seed)
     started = time.monotonic()
     report("building the corpus from the Python standard library", 0.0)
-    corpus = build_corpus(max_bytes=recipe.corpus_bytes)
+    corpus = corpus or build_corpus(max_bytes=recipe.corpus_bytes)
     text = corpus.train_text
     pieces = [text[i:i + 100_000] for i in range(0, len(text), 100_000)]
     report(f"training the byte-level BPE tokenizer (vocab {recipe.vocab_size})", 0.02)
@@ -209,12 +210,14 @@ def _aux_dataset(model, tokens, wiring: list[int], recipe: DraftRecipe, seed: in
 def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int = 0, steps: int | None = None,
                 progress: ProgressFn | None = None, layout: DraftLayout = DraftLayout(),
                 recipe: DraftRecipe = DraftRecipe(), numerics: dict[str, Any] | None = None,
-                target_class: str = "llama") -> Path:
+                target_class: str = "llama", tokens: Any = None) -> Path:
     """Train a one-layer EAGLE-3 draft (LlamaForCausalLMEagle3, as the published drafts of Llama and Qwen3 targets
     are; an MLA one, Eagle3DeepseekV2ForCausalLM, for an MLA target: the seed's Kimi-K2.5 draft) on ``wiring`` with
     3 test-time-training steps, for a target of ``target_class``; save in SpecForge layout.
 
-    Embedding shared from the target (frozen); lm_head rows and final norm initialised from the target's.
+    Embedding shared from the target (frozen); lm_head rows and final norm initialised from the target's. Trained on
+    the target's corpus (its ``lab_tokens.pt``), or on ``tokens`` (a 1-D tensor of the target's token ids: a draft
+    that never saw a part of what its target knows).
     :raises ValueError: a wiring outside 0..N for the target.
     """
     import torch
@@ -233,7 +236,7 @@ def train_draft(target_dir: Path, out_dir: Path, *, wiring: list[int], seed: int
     tc = model.config
     if not wiring or any(i < 0 or i > tc.num_hidden_layers for i in wiring):
         raise ValueError(f"wiring {wiring} is outside 0..{tc.num_hidden_layers}")
-    tokens = torch.load(target_dir / "lab_tokens.pt")
+    tokens = torch.load(target_dir / "lab_tokens.pt") if tokens is None else tokens
     total = steps if steps is not None else recipe.steps
     chunks, aux, labels = _aux_dataset(model, tokens, wiring, recipe, seed, report)
     vocab, vd = tc.vocab_size, recipe.draft_vocab_size

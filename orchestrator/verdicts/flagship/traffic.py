@@ -40,13 +40,51 @@ def _tokens(mean: float, span: list[float]) -> str:
     return f"{mean:.0f} [{span[0]:.0f}, {span[1]:.0f}]"
 
 
-def _cut_rows(ctx: RuleContext, what: str) -> dict[str, dict[str, Any]]:
-    """The traffic reconcile's cut-to-length rows (reconciled.py ``cut_to_length``) of the server whose replay the
-    rule reads, by category; none before the reconcile ran."""
+def _rc_rows(ctx: RuleContext, what: str, field: str) -> dict[str, dict[str, Any]]:
+    """The traffic reconcile's rows of ``field`` (reconciled.py ``cut_to_length``, ``confidence_matched``) for the
+    server whose replay the rule reads, by category; none before the reconcile ran."""
     rc = ctx.reconcile("traffic_rc")
     server = rc.by_name.get("fixed" if what == "the fix" else "spec")
-    rows = server.cut_to_length if server is not None else []
+    rows = getattr(server, field) if server is not None else []
     return {str(r.get("category")): r for r in rows if isinstance(r, dict)}
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def _by_content(names: list[str], best: str, matched: dict[str, dict[str, Any]]) -> dict[str, tuple[str, bool | None]]:
+    """For each category below the best that its length does not explain: whether the draft or the text costs it,
+    from the reconcile's match of the draft's first proposal by the target's confidence (``matched``: reconciled.py
+    ``confidence_matched``). ``name -> (text, decided)``: True, the draft (right less often on the category than
+    on the best one's tokens of the same confidence, on the ratio's 95% interval); False, the text (as often at the
+    same confidence, and the target less sure of the category's tokens than of the best one's, on intervals); None,
+    undecided (no match yet, or neither told apart)."""
+    out: dict[str, tuple[str, bool | None]] = {}
+    for name in names:
+        row = matched.get(name)
+        if not row or not row.get("ratio_ci"):
+            out[name] = (f"the draft or the text of {name} may cost it; the traffic reconcile tells them apart (the "
+                         "draft's first proposal matched with the best category's by the target's confidence)"), None
+            continue
+        figures = (f"offline, the draft's first proposal is right on {_pct(row['first_step'])} of the tokens of "
+                   f"{name}, where doing as on {best} at the target's same confidence it would be right on "
+                   f"{_pct(row['expected'])} (ratio {num(row['ratio'])} {ci(row['ratio_ci'])}, {row['requests']} "
+                   f"requests); the target's probability of its own tokens {num(row['target_probability'])} "
+                   f"{ci(row['target_probability_ci'])} on {name} against {num(row['best_target_probability'])} "
+                   f"{ci(row['best_target_probability_ci'])} on {best}")
+        mine, top = row.get("target_probability_ci"), row.get("best_target_probability_ci")
+        if row["ratio_ci"][1] < 1.0:
+            out[name] = (figures + f": where the target is as sure, the draft predicts {name} worse than {best}: it "
+                                   f"did not learn {name}; check that its training data covers it (a domain, a "
+                                   "language or a chat template it never saw)"), True
+        elif mine and top and mine[1] < top[0]:
+            out[name] = (figures + f": at the same confidence the draft does as well on {name} as on {best}, and "
+                                   f"the target is less sure of the text of {name}, which any draft predicts less "
+                                   "often: not a fault of the draft"), False
+        else:
+            out[name] = (figures + ": neither the draft nor the target's confidence is told apart"), None
+    return out
 
 
 def _by_length(apart: dict[str, Any], cut: dict[str, dict[str, Any]]) -> dict[str, tuple[str, bool | None]]:
@@ -102,8 +140,11 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
     below was replayed at other sampling settings than the best (the setting may be the cause), or when its prompts
     are longer than the best's on intervals (the context's length may be the cause) until the traffic reconcile's
     replay of them cut to the best's length decides it (recovered: supported, the length named; no gain and still
-    below: supported, the category); says nothing with fewer than two decided categories (one category, or too
-    few requests in the others)."""
+    below: not the length), or when what is left (its content) is undecided: the draft or the text, which the
+    reconcile's match by the target's confidence decides (``_by_content``: the draft named when it predicts the
+    category worse where the target is as sure; the text when it does as well there and the target is less sure of
+    the category); says nothing with fewer than two decided categories (one category, or too few requests in the
+    others)."""
     found = _replay(ctx)
     if found is None:
         return None
@@ -114,15 +155,14 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
     if apart and confound:
         return Verdict("inconclusive", _below(what, apart, "category") + "; but " + confound)
     if apart:
-        lengths = _by_length(apart, _cut_rows(ctx, what))
-        undecided = [text for text, by_length in lengths.values() if by_length is None]
-        if undecided:
-            return Verdict("inconclusive", _below(what, apart, "category") + "; but " + "; ".join(undecided))
-        said = [text for text, _ in lengths.values()]  # the length named, or "not the length"
-        content = [e["category"] for e in apart["below"] if not lengths.get(e["category"], ("", False))[1]]
-        if content:
-            said.append(f"the draft serves {', '.join(content)} worse; check that its training data covers it (a "
-                        "domain, a language or a chat template it never saw)")
+        lengths = _by_length(apart, _rc_rows(ctx, what, "cut_to_length"))
+        content = [str(e["category"]) for e in apart["below"] if lengths.get(e["category"], ("", False))[1] is False
+                   or e["category"] not in lengths]
+        contents = _by_content(content, str(apart["best"]["category"]), _rc_rows(ctx, what, "confidence_matched"))
+        # a longer category the cut left below: its length said ("not the length"), then its content judged
+        said = [text for text, _ in lengths.values()] + [text for text, _ in contents.values()]
+        if any(d is None for _, d in [*lengths.values(), *contents.values()]):
+            return Verdict("inconclusive", _below(what, apart, "category") + "; but " + "; ".join(said))
         return Verdict("supported", _below(what, apart, "category") + ": " + "; ".join(said))
     if len(decided) >= 2:
         listed = ", ".join(f"{e['category']} {num(e['accept_length'])} {ci(e['accept_length_ci'])}" for e in decided)
