@@ -14,6 +14,7 @@ from orchestrator.session.charts_acceptance import Point
 from orchestrator.session.document import Block, Heading, Para, Table
 from orchestrator.session.reader import LoadedSession
 from orchestrator.session.report_acceptance import _chart, _iv
+from remote_probes.evaluation.confidence_match import BIN_EDGES
 
 
 def _replays(session: LoadedSession) -> list[tuple[StepFinished, dict[str, Any]]]:
@@ -42,6 +43,20 @@ def _pair(value: Any, ci: Any) -> str:
     return "—" if value is None else (_iv(value, ci) if ci else f"{value:.2f} (too few)")
 
 
+def _bin_label(b: int) -> str:
+    return f"p {BIN_EDGES[b]:g}-{BIN_EDGES[b + 1]:g}"
+
+
+def _matched_points(name: str, e: dict[str, Any]) -> list[Point]:
+    """The draft's first proposal right, per bin of the target's probability, on the category and on the best one."""
+    points = []
+    for series, bins in ((f"{e['category']} ({name})", e.get("bins")), (f"{e['best']} ({name})", e.get("best_bins"))):
+        for b, (right, tokens) in enumerate(bins or []):
+            if tokens:
+                points.append(Point(_bin_label(b), series, right / tokens))
+    return points
+
+
 def offline_blocks(session: LoadedSession) -> list[Block]:
     """The traffic replayed offline as each server serves it, group by group beside the measurement, and the draft
     penalised as the target where a setting penalises."""
@@ -49,6 +64,7 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
     if not servers:
         return []
     rows, cf_rows, cut_rows, matched_rows = [], [], [], []
+    matched_points: list[Point] = []
     for name, rc in servers:
         for key in ("category", "sampling"):
             for e in rc.get(f"by_{key}") or []:
@@ -71,6 +87,7 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
                                  _pair(e.get("ratio"), e.get("ratio_ci")),
                                  _pair(e.get("target_probability"), e.get("target_probability_ci")),
                                  _pair(e.get("best_target_probability"), e.get("best_target_probability_ci"))])
+            matched_points += _matched_points(name, e)
     blocks: list[Block] = [Heading("Your traffic offline, as the server serves it", 3),
                            Para("Each request replayed offline (its chat template, max_tokens and penalties "
                                 "on the target's logits, as the engine applies them; a sampled one served again cycle "
@@ -102,6 +119,9 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
                         "less sure target, the category's text is harder for any draft."),
                    Table(["server", "category", "requests", "first proposal right", "expected at the same confidence",
                           "ratio [95%]", "target's probability [95%]", "on the best category"], matched_rows)]
+        blocks += _chart(session, "traffic-by-confidence", matched_points,
+                         "the draft's first proposal right, by the target's probability of the token (tokens pooled)",
+                         "share right")
     return blocks
 
 

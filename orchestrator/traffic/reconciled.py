@@ -126,7 +126,8 @@ def confidence_matched(per_request: Sequence[Mapping[str, Any]], requests: Seque
     tokens of the same target confidence (``expected``: each token weighted by the best category's rate in its bin;
     a token in a bin the best category has none of is left out, ``unmatched_tokens``), their ratio with its 95%
     interval over the category's requests (the best category's bin rates are taken as known: they pool its tokens),
-    and the target's mean probability of its tokens per request, beside the best category's."""
+    and the target's mean probability of its tokens per request, beside the best category's; ``bins`` and
+    ``best_bins``: the pooled ``[right, tokens]`` per bin of confidence_match.BIN_EDGES (the report's chart)."""
     if not apart:
         return []
     by: dict[str, list[Mapping[str, Any]]] = {}
@@ -168,7 +169,7 @@ def confidence_matched(per_request: Sequence[Mapping[str, Any]], requests: Seque
                     "target_probability_ci": p.as_list() if p is not None and p.decided else None,
                     "best_target_probability": round(best_p.estimate, 4) if best_p is not None else None,
                     "best_target_probability_ci": best_p.as_list() if best_p is not None and best_p.decided
-                    else None, "unmatched_tokens": unmatched})
+                    else None, "unmatched_tokens": unmatched, "bins": bins, "best_bins": best_bins})
     return out
 
 
