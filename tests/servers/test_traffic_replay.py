@@ -289,4 +289,7 @@ steps:
     assert "the draft predicts rot13 worse than code: it did not learn rot13" in second["evidence"], second
     said = "".join(e.get("text", "") for e in ran.of_type("output"))
     assert "rot13: the draft's first proposal right " in said
-    assert "| fixed | rot13 | 24 | " in (ran.directory / "report.md").read_text()
+    report = (ran.directory / "report.md").read_text()
+    assert "| fixed | rot13 | 24 | " in report and "acceptance-traffic-by-confidence.svg" in report
+    chart = (ran.directory / "artifacts" / "acceptance-traffic-by-confidence.svg").read_text()
+    assert "rot13 (fixed)" in chart and "code (fixed)" in chart
