@@ -7,6 +7,7 @@ models: the wiring found and fixed as usual, then the traffic replayed on the ca
     .venv/bin/python bench/traffic_flagship_real_vllm.py --lengths      # a category of longer prompts
     .venv/bin/python bench/traffic_flagship_real_vllm.py --unseen plain # a category the draft never learned
     .venv/bin/python bench/traffic_flagship_real_vllm.py --unseen both  # ... and the draft trained on it
+    .venv/bin/python bench/traffic_flagship_real_vllm.py --unseen both --thinking  # a template it never learned
 
 Needs the real vLLM host (``orchestrator lab vllm-host``; built here when missing) and the lab under ``--lab-root``.
 About 140 s on the 2-core CI machine. Paste the lines into BENCHMARKS.md.
@@ -40,7 +41,7 @@ async def run(ns: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     host = ensure_vllm_host()
     if ns.unseen:
-        ns.lab_root, ns.scenario, unseen_traffic = _unseen_lab(work, ns.unseen)
+        ns.lab_root, ns.scenario, unseen_traffic = _unseen_lab(work, ns.unseen, ns.thinking)
     else:
         ensure_lab(ns.scenario, root=ns.lab_root, engine="vllm")
     traffic = ns.traffic or (unseen_traffic if ns.unseen else
@@ -48,6 +49,13 @@ async def run(ns: argparse.Namespace) -> int:
                              else vd.penalty_traffic_file(work / "penalties.jsonl"))
     inventory = real_vllm_inventory(ns.scenario, root=ns.lab_root, host=host, run_dir=work / "run")
     inventory.hosts["lab"].vars["traffic"] = str(traffic)
+    if ns.thinking:  # the server renders chat requests with the lab's thinking template
+        from orchestrator.lab.building.unseen_lab import THINKING_TEMPLATE
+
+        template = work / "thinking.jinja"
+        template.write_text(THINKING_TEMPLATE)
+        for key in ("candidate_flags", "baseline_flags"):
+            inventory.hosts["lab"].vars[key] = {**inventory.hosts["lab"].vars[key], "chat-template": str(template)}
     if ns.lengths:  # the lab's vLLM serves 512 tokens of context (CPU_FLAGS); the target takes 1024
         for key in ("candidate_flags", "baseline_flags"):
             inventory.hosts["lab"].vars[key] = {**inventory.hosts["lab"].vars[key], "max-model-len": 1024}
@@ -65,12 +73,13 @@ async def run(ns: argparse.Namespace) -> int:
     return 0 if outcome.status == "ok" else 1
 
 
-def _unseen_lab(work: Path, draft: str) -> tuple[Path, str, Path]:
+def _unseen_lab(work: Path, draft: str, thinking: bool) -> tuple[Path, str, Path]:
     """A lab directory of the shipped unseen-category models (orchestrator/lab/building/unseen_lab.py) whose
     ``healthy`` draft is ``draft`` (trained on SGLang's wiring, vLLM's default: the wiring is right), and its
-    traffic file: held-out code and the same code in ROT13."""
+    traffic file: held-out code and the same code in ROT13, or with ``thinking`` the same code as completions and
+    as chat requests."""
     from orchestrator.lab.building import build
-    from orchestrator.lab.building.unseen_lab import shipped, traffic
+    from orchestrator.lab.building.unseen_lab import chat_traffic, shipped, traffic
 
     lab = shipped()
     root = work / "unseen-lab"
@@ -79,7 +88,8 @@ def _unseen_lab(work: Path, draft: str) -> tuple[Path, str, Path]:
         if not link.exists():
             link.symlink_to(to)
     build.write_state(root, {"format": build.LAB_FORMAT, "origin": {"kind": "built", "why": "unseen-category lab"}})
-    return root, "healthy", traffic(lab, work / "unseen.jsonl")
+    made = chat_traffic(lab, work / "chat.jsonl") if thinking else traffic(lab, work / "unseen.jsonl")
+    return root, "healthy", made
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unseen", choices=("plain", "both"), default=None,
                    help="the lab of a category the draft never learned: its target knows code and ROT13, the "
                    "served draft learned code only (plain) or both")
+    p.add_argument("--thinking", action="store_true", help="with --unseen: chat requests rendered with a template "
+                   "whose generation prompt ends in a suffix no draft was trained after, beside the same code as "
+                   "completions")
     p.add_argument("--lab-root", type=Path, default=build.cache_dir() / "lab-test-main")
     p.add_argument("--work", type=Path, default=None)
     return asyncio.run(run(p.parse_args(argv)))

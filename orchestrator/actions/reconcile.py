@@ -319,10 +319,16 @@ class ReconcileAction(Action[ReconcileArgs]):
             # length (the latest measured replay decides, as the verdict reads it: the fix's, else the candidate's)
             cuts = {e["category"]: e["keep_last"] for i in measured
                     for e in longer_than_best((args.servers[i].bench.get("traffic") or {}).get("below_best_category"))}
+            # a category below the best: its chat requests replayed again without their chat template
+            below = {str(e["category"]) for i in measured
+                     for e in (((args.servers[i].bench.get("traffic") or {}).get("below_best_category") or {})
+                               .get("below") or [])}
             result = await run_probe_step(ctx, "draft_reconcile", {
                 "target": args.target, "engine": args.engine, "configs": configs,
                 "requests": [{"body": r.sent(None, args.max_new_tokens),
-                              **({"keep_last": cuts[r.category]} if r.category in cuts else {})} for r in requests],
+                              **({"keep_last": cuts[r.category]} if r.category in cuts else {}),
+                              **({"without_template": True} if r.category in below and r.kind == "chat" else {})}
+                             for r in requests],
                 **({"chat_template_path": template} if template else {}),
                 "max_new_tokens": args.max_new_tokens, "device": args.device, "dtype": args.dtype,
                 "confidence": args.confidence}, python=args.python)

@@ -63,7 +63,7 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
     servers = _offline(session)
     if not servers:
         return []
-    rows, cf_rows, cut_rows, matched_rows = [], [], [], []
+    rows, cf_rows, cut_rows, matched_rows, bare_rows = [], [], [], [], []
     matched_points: list[Point] = []
     for name, rc in servers:
         for key in ("category", "sampling"):
@@ -81,6 +81,10 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
             cut_rows.append([name, str(e["category"]), str(e["requests"]), str(e["kept_tokens"]),
                              _pair(e["served"], e.get("served_ci")), _pair(e["cut"], e.get("cut_ci")),
                              "—" if e.get("gain") is None else f"{_pair(e['gain'], e.get('gain_ci'))}x"])
+        for e in rc.get("without_template") or []:
+            bare_rows.append([name, str(e["category"]), str(e["requests"]), _pair(e["served"], e.get("served_ci")),
+                              _pair(e["untemplated"], e.get("untemplated_ci")),
+                              "—" if e.get("gain") is None else f"{_pair(e['gain'], e.get('gain_ci'))}x"])
         for e in rc.get("confidence_matched") or []:
             matched_rows.append([name, str(e["category"]), str(e["requests"]), _share(e.get("first_step")),
                                  f"{_share(e.get('expected'))} (on {e['best']})",
@@ -111,6 +115,13 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
                         "owes to the context's length rather than to what it holds."),
                    Table(["server", "category", "requests", "tokens kept", "whole (predicted)", "cut (predicted)",
                           "gain"], cut_rows)]
+    if bare_rows:
+        blocks += [Para("A category served worse whose requests are chat: each replayed offline again without its chat "
+                        "template (its messages' text alone, as a completion's prompt), beside the templated "
+                        "prediction, and their paired gain: what the category owes to a template the draft never "
+                        "learned."),
+                   Table(["server", "category", "requests", "templated (predicted)", "without the template",
+                          "gain"], bare_rows)]
     if matched_rows:
         blocks += [Para("A category served worse, matched with the best-served one by the target's confidence: how "
                         "often the draft's first proposal is right on its tokens, against how often it would be if it "

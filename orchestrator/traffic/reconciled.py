@@ -13,6 +13,10 @@ replays its greedy requests again with their prompts cut to the best category's 
 ``cut_to_length`` gives, per such category, the cut requests' accept length beside the whole ones' with their paired
 gain: what the category owes to its length rather than its content.
 
+For a category below the best-served one, its chat requests are replayed again without their chat template (the
+messages' text alone): ``without_template`` gives, per such category, that replay beside the templated one with their
+paired gain: what the category owes to a template the draft never learned.
+
 For each category below the best-served one, ``confidence_matched`` sets the draft's first proposal on its tokens
 beside what the draft reaches on the best category's tokens of the same target confidence (the probe's
 ``first_step``: remote_probes/evaluation/confidence_match.py): a draft that never learned the category is right less
@@ -105,6 +109,20 @@ def cut_to_length(per_request: Sequence[Mapping[str, Any]], requests: Sequence[T
             for category, pairs in by.items()]
 
 
+def without_template(per_request: Sequence[Mapping[str, Any]], requests: Sequence[TrafficRequest],
+                     confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Per category with chat requests replayed without their chat template (``untemplated_accept_length``): the
+    templated requests' offline accept length (``served``), the untemplated ones' (``untemplated``) and their paired
+    gain (the ratio of the means over the same requests)."""
+    by: dict[str, list[tuple[float, float]]] = {}
+    for row in per_request:
+        if row.get("untemplated_accept_length") is None or row.get("accept_length") is None:
+            continue
+        by.setdefault(requests[int(row["index"])].category, []).append(
+            (float(row["accept_length"]), float(row["untemplated_accept_length"])))
+    return [{"category": category, **_paired(pairs, "untemplated", confidence)} for category, pairs in by.items()]
+
+
 def _pooled(rows: Sequence[Mapping[str, Any]]) -> list[list[int]]:
     bins = [[0, 0] for _ in BIN_EDGES[1:]]
     for row in rows:
@@ -187,6 +205,7 @@ def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequenc
     cf = draft_penalised(per_request, requests, confidence)
     cut = cut_to_length(per_request, requests, confidence)
     matched = confidence_matched(per_request, requests, table.get("below_best_category"), confidence)
+    bare = without_template(per_request, requests, confidence)
     parts = [f"{r.get('category', r.get('sampling'))}: predicted {_fmt(r['predicted'], r['predicted_ci'])}, "
              f"measured {_fmt(r['measured'], r['measured_ci'])}" for r in by_category + by_sampling]
     if decision == "discrepancy":
@@ -201,7 +220,8 @@ def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequenc
     if skipped:
         verdict += f"; {len(skipped)} request(s) not replayed offline ({skipped[0].get('reason')})"
     return {"decision": decision, "verdict": verdict, "by_category": by_category, "by_sampling": by_sampling,
-            "draft_penalised": cf, "cut_to_length": cut, "confidence_matched": matched, "skipped": len(skipped), "predicted_requests": len(rows)}
+            "draft_penalised": cf, "cut_to_length": cut, "confidence_matched": matched, "without_template": bare,
+            "skipped": len(skipped), "predicted_requests": len(rows)}
 
 
 def traffic_lines(name: str, rc: Mapping[str, Any]) -> list[str]:
@@ -214,6 +234,10 @@ def traffic_lines(name: str, rc: Mapping[str, Any]) -> list[str]:
     for e in rc.get("cut_to_length") or []:
         lines.append(f"  {e['category']}: prompts cut to their last {e['kept_tokens']} tokens {_fmt(e['cut'], e['cut_ci'])}"
                      f" against whole {_fmt(e['served'], e['served_ci'])}, gain {_fmt(e['gain'], e['gain_ci'])}x "
+                     f"over {e['requests']} request(s)")
+    for e in rc.get("without_template") or []:
+        lines.append(f"  {e['category']}: without the chat template {_fmt(e['untemplated'], e['untemplated_ci'])} "
+                     f"against templated {_fmt(e['served'], e['served_ci'])}, gain {_fmt(e['gain'], e['gain_ci'])}x "
                      f"over {e['requests']} request(s)")
     for e in rc.get("confidence_matched") or []:
         lines.append(f"  {e['category']}: the draft's first proposal right {_pct(e['first_step'])} of its tokens, "

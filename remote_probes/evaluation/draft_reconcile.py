@@ -3,7 +3,7 @@
 
 Args (JSON): {"target": dir, "engine": "sglang" | "vllm", "prompts": [str, ..] (the benchmark's), "max_new_tokens": 64,
 "configs": [{"draft": dir, "algorithm": "EAGLE3" | "EAGLE", "steps": K, "wiring": "served" | [HF indices],
-"count_first_token": bool, "ladder"?: bool}, ..], "requests"?: [{"body": {...}, "keep_last"?: N}, ..] (a traffic
+"count_first_token": bool, "ladder"?: bool}, ..], "requests"?: [{"body": {...}, "keep_last"?: N, "without_template"?: bool}, ..] (a traffic
 replay's bodies, as sent, instead of prompts: traffic_offline.py), "chat_template_path"?: the server's --chat-template file,
 "extra_prompts"?: [str, ..] (the benchmarks' context ladders,
 scored into ``by_length`` only, for the configurations with ``ladder``), "extra_max_new_tokens"?: their new tokens
@@ -20,7 +20,8 @@ configuration's row also carries ``per_request`` (``index``: the request's place
 ``accept_length``, and for a penalised request ``draft_penalised``: the same with the draft's logits penalised as
 the target's, the engine change that would mend a penalty's cost; for a request item with ``keep_last``,
 ``cut_accept_length`` and ``cut_prompt_tokens``: the same request replayed with its prompt cut to its last
-``keep_last`` tokens; for an unpenalised greedy request, ``first_step``: the draft's first proposal right or wrong
+``keep_last`` tokens; for a chat request item with ``without_template``, ``untemplated_accept_length`` and
+``untemplated_prompt_tokens``: the same without its chat template; for an unpenalised greedy request, ``first_step``: the draft's first proposal right or wrong
 by the target's probability of each token, confidence_match.py); ``skipped`` lists the requests not reproduced.
 """
 
@@ -230,11 +231,15 @@ def per_request(torch: Any, draft: Any, runs: List[Any], order: List[int], reque
             from remote_probes.evaluation.confidence_match import first_step_by_confidence
 
             row["first_step"] = first_step_by_confidence(torch, draft, run, wiring, probabilities)
-        cut = requests[index].get("cut_run")
-        if cut is not None:  # the same request at a shorter context, served as the original is (draft unpenalised)
-            tally = run_tally(torch, draft, cut, wiring, c["steps"], c["count_first_token"])
-            row["cut_accept_length"] = round(tally.tokens / tally.cycles, 4) if tally.cycles else None
-            row["cut_prompt_tokens"] = int(cut[1])
+        for key, name in (("cut_run", "cut"), ("untemplated_run", "untemplated")):
+            other = requests[index].get(key)
+            if other is None:
+                continue
+            # the same request at a shorter context, or without its chat template: served as the original is (the
+            # draft unpenalised)
+            tally = run_tally(torch, draft, other, wiring, c["steps"], c["count_first_token"])
+            row[name + "_accept_length"] = round(tally.tokens / tally.cycles, 4) if tally.cycles else None
+            row[name + "_prompt_tokens"] = int(other[1])
         rows.append(row)
     return rows
 

@@ -17,6 +17,10 @@ logit_bias, which a speculative vLLM refuses (sampling_params.py ``_validate_spe
 ``penalised_proposals`` is the counterfactual of the engine change that would mend a penalty's cost: the draft's
 logits penalised with the same output so far as the target's, before its argmax.
 
+A chat request item's ``without_template`` (true) asks for a second replay of a greedy request without its chat
+template (``untemplated_run``): its messages' text alone, as a completion's prompt. What the draft loses to a template
+it never learned (a thinking suffix, a chat format its training data did not use) comes back there.
+
 A request item's ``keep_last`` (a positive int) asks for a second replay of a greedy request with its prompt cut to
 its last ``keep_last`` tokens (``cut_run``): the same request at a shorter context, which tells what a category of
 long prompts owes to its length from what it owes to its content (the orchestrator asks it for a category below
@@ -61,8 +65,13 @@ def parse_requests(raw: Any) -> List[Dict[str, Any]]:
         keep = item.get("keep_last")
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise ProbeFailure("bad_args", "requests[%d].keep_last must be a positive integer" % i, field="requests")
+        bare = item.get("without_template", False)
+        if not isinstance(bare, bool):
+            raise ProbeFailure("bad_args", "requests[%d].without_template must be true or false" % i,
+                               field="requests")
         out.append({"body": body, "max_tokens": tokens, "penalties": penalties, "sampled": sampled,
-                    "temperature": temperature, "seed": body.get("seed"), "keep_last": keep, **_filters(body, i)})
+                    "temperature": temperature, "seed": body.get("seed"), "keep_last": keep,
+                    "without_template": bare and body.get("messages") is not None, **_filters(body, i)})
     return out
 
 
@@ -163,6 +172,20 @@ def encode(tokenizer: Any, body: Dict[str, Any], template: Optional[str]) -> Lis
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def untemplated(tokenizer: Any, body: Dict[str, Any]) -> List[int]:
+    """A chat request's prompt ids without its chat template: its messages' text alone, one after another, tokenised
+    as a completion's prompt is (the counterfactual of a template the draft never learned)."""
+    text = "\n".join(_text_of(m.get("content")) for m in body["messages"] if isinstance(m, dict))
+    return list(tokenizer(text)["input_ids"])
+
+
+def _text_of(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts (OpenAI's multi-part form)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "" if content is None else str(content)
+
+
 def _processor(torch: Any, prompt_len: int, penalties: Penalties) -> Any:
     """A transformers LogitsProcessor applying vLLM's penalties (penalties.penalise) during generate."""
     from transformers import LogitsProcessor
@@ -241,12 +264,15 @@ def capture_traffic(torch: Any, tokenizer: Any, model: Any, requests: List[Dict[
         req["simulate"] = False
         runs.append(_greedy_run(torch, model, prompt_ids, req, needed, pad, eos))
         order.append(index)
+        whole = req.get("token_probabilities")  # the served request's, which the confidence match reads
         keep = req.get("keep_last")
         if keep is not None and keep < len(prompt_ids):
-            whole = req.get("token_probabilities")
             req["cut_run"] = _greedy_run(torch, model, prompt_ids[-keep:], req, needed, pad, eos)
-            if whole is not None:  # the whole request's, which the confidence match reads
-                req["token_probabilities"] = whole
+        if req["without_template"]:
+            req["untemplated_run"] = _greedy_run(torch, model, untemplated(tokenizer, req["body"]), req, needed, pad,
+                                                 eos)
+        if whole is not None:
+            req["token_probabilities"] = whole
         progress("request %d/%d replayed offline" % (index + 1, len(requests)), prompt=index + 1,
                  prompts=len(requests), tokens=int(runs[-1][0].shape[1]))
     return runs, order, skipped

@@ -175,3 +175,42 @@ def test_each_greedy_request_gives_the_drafts_first_proposal_by_the_targets_conf
         assert [t for _, t in bins] == [sum(bin_of(p) == b for p in drafted) for b in range(len(bins))], bins
         assert row["first_step"]["target_probability"] == pytest.approx(sum(drafted) / len(drafted), abs=1e-4)
         assert sum(r for r, _ in bins) > 0, bins  # the lab's draft predicts the lab's code
+
+
+def test_a_chat_request_without_its_template_is_replayed_as_its_messages_text_alone(lab_pair, tmp_path) -> None:  # noqa: F811
+    """``without_template``: a chat request again without its chat template, its messages' text alone tokenised as
+    a completion's prompt; its accept length is the one the stand-in serves for that prompt. A completion is not
+    replayed again, and a flag that is not a boolean is refused by name."""
+    from orchestrator.actions.bench import load_prompts
+    from orchestrator.lab.stand_in.model_runner import LabModelRunner
+    from orchestrator.lab.stand_in.sglang_args import build_parser, resolve
+    from remote_probes.agent.protocol import ProbeFailure
+    from remote_probes.evaluation.traffic_offline import parse_requests
+
+    target, draft, _wiring, _n = lab_pair
+    template = tmp_path / "chat.jinja"
+    template.write_text(TEMPLATE)
+    code = load_prompts(None)[0]
+    rc = run_draft_test(tmp_path, {"target": str(target), "engine": "vllm", "max_new_tokens": 24,
+                                   "requests": [{"body": {"messages": [{"role": "user", "content": code}],
+                                                          "temperature": 0, "max_tokens": 24},
+                                                 "without_template": True},
+                                                {"body": {"prompt": code, "temperature": 0, "max_tokens": 24},
+                                                 "without_template": True}],
+                                   "chat_template_path": str(template),
+                                   "configs": [{"draft": str(draft), "algorithm": "EAGLE3", "steps": 3}]},
+                        probe="draft_reconcile")
+    chat, completion = rc["configs"][0]["row"]["per_request"]
+    assert "untemplated_accept_length" not in completion
+    ns = build_parser().parse_args(["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+                                    "--speculative-draft-model-path", str(draft), "--speculative-num-steps", "3",
+                                    "--speculative-eagle-topk", "1"])
+    runner = LabModelRunner(resolve(ns, target_architecture="LlamaForCausalLM"), log=logging.getLogger("t").debug)
+    ids = runner.tokenizer(code)["input_ids"]
+    assert chat["untemplated_prompt_tokens"] == len(ids)
+    gen = runner.generate(ids, max_new_tokens=24, stop=[], stop_token_ids=[], ignore_eos=False)
+    assert abs(gen.spec.accepted_tokens / gen.spec.verify_ct - chat["untemplated_accept_length"]) < 1e-3, gen.spec
+    assert abs(chat["untemplated_accept_length"] - completion["accept_length"]) < 1e-3
+    for bad in (1, "yes", None):
+        with pytest.raises(ProbeFailure, match=r"requests\[0\]\.without_template must be true or false"):
+            parse_requests([{"body": {"prompt": "x", "max_tokens": 4}, "without_template": bad}])

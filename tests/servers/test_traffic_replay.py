@@ -293,3 +293,50 @@ steps:
     assert "| fixed | rot13 | 24 | " in report and "acceptance-traffic-by-confidence.svg" in report
     chart = (ran.directory / "artifacts" / "acceptance-traffic-by-confidence.svg").read_text()
     assert "rot13 (fixed)" in chart and "code (fixed)" in chart
+
+
+def test_a_chat_template_the_draft_never_learned_is_named(state_dir: Path, tmp_path: Path) -> None:
+    """The same lab, its draft trained on both halves, served with a chat template whose generation prompt ends in a
+    "thinking" suffix no draft was trained after (unseen_lab.THINKING_TEMPLATE). The same snippets as completions and
+    as chat: chat trails on intervals; the reconcile replays its requests offline without the template (the
+    messages' text alone), they recover up to code, and the verdict names the template, not the draft's coverage."""
+    from orchestrator.lab.building.unseen_lab import RECIPE, THINKING_TEMPLATE, chat_traffic, shipped
+
+    lab = shipped()
+    inv = make_inventory(state_dir, target=str(lab.target), draft=str(lab.both))
+    inv.hosts["localhost"].vars["engine"] = "lab-vllm"
+    inv.hosts["localhost"].env["PYTHONPATH"] = str(REPO)
+    path = chat_traffic(lab, tmp_path / "traffic.jsonl")
+    template = tmp_path / "thinking.jinja"
+    template.write_text(THINKING_TEMPLATE)
+    layers = ",".join(str(i) for i in RECIPE["wiring"])
+    ran = run_playbook(f"""
+name: a chat template the draft never learned
+hypotheses:
+  - {{id: traffic_category, title: a category of the traffic is served worse}}
+steps:
+  - server: {{name: fixed, model: "{{{{ target }}}}", ready_timeout: 180,
+             flags: {{speculative-config: {{method: eagle3, model: "{{{{ draft }}}}", num_speculative_tokens: 5}},
+                     lab-capture-layers: "{layers}", chat-template: "{template}"}}}}
+    register: fixed_srv
+  - bench: {{server: fixed, traffic: "{path}"}}
+    register: fixed_traffic
+  - reconcile: {{target: "{{{{ target }}}}", engine: vllm, max_new_tokens: 32, traffic: "{path}",
+                 servers: "{{{{ fact('reconciled_traffic_servers') }}}}"}}
+    register: traffic_rc
+    evidence:
+      traffic_category: {{rule: traffic_category_apart}}
+  - server: {{action: stop, name: fixed}}
+""", inv, tmp_path / "sessions")
+    assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
+    apart = ran.result("s2")["result"]["traffic"]["below_best_category"]
+    assert apart and apart["best"]["category"] == "code" and [e["category"] for e in apart["below"]] == ["chat"]
+    [server] = ran.result("s3")["result"]["servers"]
+    [bare] = server["without_template"]
+    assert bare["category"] == "chat" and bare["requests"] == 24 and bare["gain_ci"][0] > 1.0, bare
+    [verdict] = [e for e in ran.of_type("hypothesis_updated") if e.get("hypothesis_id") == "traffic_category"]
+    assert verdict["state"] == "supported", verdict
+    assert "the chat template costs chat its acceptance" in verdict["evidence"], verdict
+    said = "".join(e.get("text", "") for e in ran.of_type("output"))
+    assert "chat: without the chat template " in said
+    assert "without the template" in (ran.directory / "report.md").read_text()

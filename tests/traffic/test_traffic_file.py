@@ -238,3 +238,26 @@ def test_a_category_below_the_best_is_matched_with_it_by_the_targets_confidence(
     rc = reconcile_traffic(per_request, [], requests, {"traffic": table})
     assert rc["confidence_matched"][0]["category"] == "rot13"
     assert any(line.startswith("  rot13: the draft's first proposal right ") for line in traffic_lines("fixed", rc))
+
+
+def test_a_chat_categorys_requests_without_their_template_are_paired_with_the_templated_ones(tmp_path: Path) -> None:
+    """reconciled.py ``without_template``: per category, the requests replayed without their chat template beside
+    the templated ones, paired; a request replayed only once is left out."""
+    from orchestrator.traffic.reconciled import reconcile_traffic, traffic_lines, without_template
+
+    path = tmp_path / "t.jsonl"
+    lines = [{"prompt": f"c{i}", "temperature": 0, "category": "code"} for i in range(4)]
+    lines += [{"messages": [{"role": "user", "content": f"m{i}"}], "temperature": 0, "category": "chat"}
+              for i in range(4)]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    requests = load_traffic(path)
+    per_request = [{"index": i, "accept_length": 4.0 + 0.1 * i} for i in range(4)]
+    per_request += [{"index": 4 + i, "accept_length": 2.0 + 0.1 * i, "untemplated_accept_length": 4.0 + 0.15 * i,
+                     "untemplated_prompt_tokens": 9} for i in range(4)]
+    [row] = without_template(per_request, requests)
+    assert row["category"] == "chat" and row["requests"] == 4
+    assert row["served"] == pytest.approx(2.15) and row["untemplated"] == pytest.approx(4.225)
+    assert row["gain_ci"][0] > 1.0, row
+    rc = reconcile_traffic(per_request, [], requests, {"traffic": {}})
+    assert rc["without_template"] == [row]
+    assert any(line.startswith("  chat: without the chat template 4.22") for line in traffic_lines("fixed", rc))

@@ -13,8 +13,12 @@ The models ship with the package (``orchestrator/data/lab-unseen/``: ~12 MB, wit
 the recipe that made them); ``python -m orchestrator.lab.building.unseen_lab --ship`` trains them again here
 (about 4 minutes on 2 cores) and tests/lab/test_unseen_lab.py fails while the shipped recipe differs from this one.
 
-Public API: ``UNSEEN``, ``CATEGORY``, ``RECIPE``, ``rot13(text)``, ``mixed_corpus()``, ``train(out, progress)``,
-``shipped() -> UnseenLab``, ``traffic(lab, path, per_category)``.
+The same models hold the template scenario: chat requests rendered with ``THINKING_TEMPLATE`` (a generation prompt
+ending in a suffix no draft was trained after) against the same snippets as completions (``chat_traffic``).
+
+Public API: ``UNSEEN``, ``CATEGORY``, ``RECIPE``, ``THINKING_TEMPLATE``, ``rot13(text)``, ``mixed_corpus()``,
+``train(out, progress)``, ``shipped() -> UnseenLab``, ``traffic(lab, path, per_category)``,
+``chat_traffic(lab, path, per_category)``.
 """
 
 from __future__ import annotations
@@ -122,6 +126,24 @@ def traffic(lab: UnseenLab, path: Path, per_category: int = 24, max_tokens: int 
     lines = [{"prompt": text, "temperature": 0, "max_tokens": max_tokens, "category": "code"} for text in prompts]
     lines += [{"prompt": rot13(text), "temperature": 0, "max_tokens": max_tokens, "category": CATEGORY}
               for text in prompts]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+#: a chat template whose generation prompt ends in a "thinking" suffix written in ROT13: a suffix no draft here was
+#: trained after (the lab's corpus holds no conversations), which turns the target's answer into text neither draft
+#: follows (tokenspeed#1305: a thinking suffix the draft never saw, 3.87 -> 2.08)
+THINKING_TEMPLATE = ("{% for m in messages %}{{ m['content'] }}{% endfor %}"
+                     "{% if add_generation_prompt %}\n" + rot13("# Let me think about it.\n# The answer:") + "\n{% endif %}")
+
+
+def chat_traffic(lab: UnseenLab, path: Path, per_category: int = 24, max_tokens: int = 32) -> Path:
+    """A traffic file of greedy requests on the same held-out snippets: ``code`` as completions, ``chat`` as chat
+    requests, which a server with THINKING_TEMPLATE renders with its suffix."""
+    prompts = json.loads((lab.target / "prompts.json").read_text())[:per_category]
+    lines = [{"prompt": text, "temperature": 0, "max_tokens": max_tokens, "category": "code"} for text in prompts]
+    lines += [{"messages": [{"role": "user", "content": text}], "temperature": 0, "max_tokens": max_tokens,
+               "category": "chat"} for text in prompts]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 

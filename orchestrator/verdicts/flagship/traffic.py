@@ -53,6 +53,25 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
+def _template(name: str, best: dict[str, Any], row: dict[str, Any]) -> tuple[str, bool | None]:
+    """What a template costs category ``name``, from its chat requests replayed offline without their chat template
+    (``row``: reconciled.py ``without_template``): True, the template (the bare requests reach the best category's
+    interval, with a paired gain above 1); False, not the template (no certain gain, still below); None, a part."""
+    top = best.get("accept_length_ci") or [float("inf"), float("inf")]
+    said = (f"its chat requests replayed offline without their chat template (the messages' text alone) accept "
+            f"{num(row['untemplated'])} {ci(row['untemplated_ci'])} against {num(row['served'])} "
+            f"{ci(row['served_ci'])} templated (paired gain {num(row['gain'])}x {ci(row['gain_ci'])}, "
+            f"{row['requests']} requests)")
+    if row["gain_ci"][0] > 1.0 and row["untemplated_ci"][1] >= top[0]:
+        return (f"{said}, up to {best['category']} {num(best['accept_length'])} {ci(top)}: the chat template costs "
+                f"{name} its acceptance, not what its requests ask: the draft did not learn what the target writes "
+                "after this template (train the draft on conversations rendered with the template the server "
+                "applies, its generation prompt and thinking suffix included, or serve without them)"), True
+    if row["gain_ci"][0] <= 1.0 and row["untemplated_ci"][1] < top[0]:
+        return f"{said}, still below {best['category']} {num(best['accept_length'])} {ci(top)}: not the template", False
+    return f"{said}: the template may cost a part", None
+
+
 def _by_content(names: list[str], best: str, matched: dict[str, dict[str, Any]]) -> dict[str, tuple[str, bool | None]]:
     """For each category below the best that its length does not explain: whether the draft or the text costs it,
     from the reconcile's match of the draft's first proposal by the target's confidence (``matched``: reconciled.py
@@ -140,8 +159,10 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
     below was replayed at other sampling settings than the best (the setting may be the cause), or when its prompts
     are longer than the best's on intervals (the context's length may be the cause) until the traffic reconcile's
     replay of them cut to the best's length decides it (recovered: supported, the length named; no gain and still
-    below: not the length), or when what is left (its content) is undecided: the draft or the text, which the
-    reconcile's match by the target's confidence decides (``_by_content``: the draft named when it predicts the
+    below: not the length), or when a chat category's template is undecided (its requests replayed offline without
+    their chat template: recovered, supported, the template named; no gain and still below: not the template), or
+    when what is left (its content) is undecided: the draft or the text, which the reconcile's match by the
+    target's confidence decides (``_by_content``: the draft named when it predicts the
     category worse where the target is as sure; the text when it does as well there and the target is less sure of
     the category); says nothing with fewer than two decided categories (one category, or too few requests in the
     others)."""
@@ -158,10 +179,16 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
         lengths = _by_length(apart, _rc_rows(ctx, what, "cut_to_length"))
         content = [str(e["category"]) for e in apart["below"] if lengths.get(e["category"], ("", False))[1] is False
                    or e["category"] not in lengths]
+        bare = _rc_rows(ctx, what, "without_template")
+        templates = {name: _template(name, apart["best"], bare[name]) for name in content
+                     if bare.get(name, {}).get("gain_ci") and bare[name].get("untemplated_ci")}
+        content = [name for name in content if templates.get(name, ("", False))[1] is False]
         contents = _by_content(content, str(apart["best"]["category"]), _rc_rows(ctx, what, "confidence_matched"))
-        # a longer category the cut left below: its length said ("not the length"), then its content judged
-        said = [text for text, _ in lengths.values()] + [text for text, _ in contents.values()]
-        if any(d is None for _, d in [*lengths.values(), *contents.values()]):
+        # a longer category the cut left below: its length said ("not the length"); then a chat category's template
+        # ("not the template" goes on); then what is left, the draft or the text
+        said = [text for text, _ in lengths.values()] + [text for text, _ in templates.values()] + \
+            [text for text, _ in contents.values()]
+        if any(d is None for _, d in [*lengths.values(), *templates.values(), *contents.values()]):
             return Verdict("inconclusive", _below(what, apart, "category") + "; but " + "; ".join(said))
         return Verdict("supported", _below(what, apart, "category") + ": " + "; ".join(said))
     if len(decided) >= 2:
