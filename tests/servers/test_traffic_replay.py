@@ -243,75 +243,31 @@ steps:
     assert f"files={by['files']['accept_length']:.2f}(600t)" in _flags(row).plain
 
 
-def test_a_category_the_draft_never_learned_is_named_not_the_text(state_dir: Path, tmp_path: Path) -> None:
-    """The lab of a category the draft never learned (orchestrator/lab/building/unseen_lab.py): the target
-    learned the lab's code and its ROT13 copy, the served draft only the code. Held-out code and the same code in
-    ROT13, greedy: rot13 trails on intervals; on the replay alone traffic_category cannot tell the draft from the
-    text (inconclusive); the reconcile matches the draft's first proposal with code's at the target's same
-    confidence, finds it far below, and names the draft's training."""
-    from orchestrator.lab.building.unseen_lab import CATEGORY, RECIPE, shipped, traffic
+def test_a_category_and_a_template_the_draft_never_learned_are_each_named(state_dir: Path, tmp_path: Path) -> None:
+    """The lab of a category the draft never learned (orchestrator/lab/building/unseen_lab.py): the target learned
+    the lab's code and its ROT13 copy, the served draft only the code, and the server renders chat requests with a
+    template whose generation prompt ends in a ROT13 "thinking" suffix. The same held-out snippets as code
+    completions, in ROT13, and as chat requests, greedy: rot13 and chat trail code on intervals. On the replay
+    alone traffic_category cannot tell the draft from the text (inconclusive). The reconcile replays the chat
+    requests without their template: they recover up to code, and the template is named; it matches the draft's
+    first proposal on rot13 with code's at the target's same confidence: far below, and the draft's training is
+    named."""
+    from orchestrator.lab.building import unseen_lab
+    from orchestrator.lab.building.unseen_lab import CATEGORY, RECIPE, shipped
 
     lab = shipped()
     inv = make_inventory(state_dir, target=str(lab.target), draft=str(lab.plain))
     inv.hosts["localhost"].vars["engine"] = "lab-vllm"
     inv.hosts["localhost"].env["PYTHONPATH"] = str(REPO)
-    path = traffic(lab, tmp_path / "traffic.jsonl")
-    layers = ",".join(str(i) for i in RECIPE["wiring"])
-    ran = run_playbook(f"""
-name: a category the draft never learned
-hypotheses:
-  - {{id: traffic_category, title: a category of the traffic is served worse}}
-steps:
-  - server: {{name: fixed, model: "{{{{ target }}}}", ready_timeout: 180,
-             flags: {{speculative-config: {{method: eagle3, model: "{{{{ draft }}}}", num_speculative_tokens: 5}},
-                     lab-capture-layers: "{layers}"}}}}
-    register: fixed_srv
-  - bench: {{server: fixed, traffic: "{path}"}}
-    register: fixed_traffic
-    evidence:
-      traffic_category: {{rule: traffic_category_apart}}
-  - reconcile: {{target: "{{{{ target }}}}", engine: vllm, max_new_tokens: 32, traffic: "{path}",
-                 servers: "{{{{ fact('reconciled_traffic_servers') }}}}"}}
-    register: traffic_rc
-    evidence:
-      traffic_category: {{rule: traffic_category_apart}}
-  - server: {{action: stop, name: fixed}}
-""", inv, tmp_path / "sessions")
-    assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
-    apart = ran.result("s2")["result"]["traffic"]["below_best_category"]
-    assert apart and apart["best"]["category"] == "code" and [e["category"] for e in apart["below"]] == [CATEGORY]
-    first, second = [e for e in ran.of_type("hypothesis_updated") if e.get("hypothesis_id") == "traffic_category"]
-    assert first["state"] == "inconclusive" and "the draft or the text of rot13 may cost it" in first["evidence"]
-    [server] = ran.result("s3")["result"]["servers"]
-    [matched] = server["confidence_matched"]
-    assert matched["category"] == CATEGORY and matched["requests"] == 24 and matched["ratio_ci"][1] < 1.0, matched
-    assert second["state"] == "supported", second
-    assert "the draft predicts rot13 worse than code: it did not learn rot13" in second["evidence"], second
-    said = "".join(e.get("text", "") for e in ran.of_type("output"))
-    assert "rot13: the draft's first proposal right " in said
-    report = (ran.directory / "report.md").read_text()
-    assert "| fixed | rot13 | 24 | " in report and "acceptance-traffic-by-confidence.svg" in report
-    chart = (ran.directory / "artifacts" / "acceptance-traffic-by-confidence.svg").read_text()
-    assert "rot13 (fixed)" in chart and "code (fixed)" in chart
-
-
-def test_a_chat_template_the_draft_never_learned_is_named(state_dir: Path, tmp_path: Path) -> None:
-    """The same lab, its draft trained on both halves, served with a chat template whose generation prompt ends in a
-    "thinking" suffix no draft was trained after (unseen_lab.THINKING_TEMPLATE). The same snippets as completions and
-    as chat: chat trails on intervals; the reconcile replays its requests offline without the template (the
-    messages' text alone), they recover up to code, and the verdict names the template, not the draft's coverage."""
-    from orchestrator.lab.building.unseen_lab import RECIPE, THINKING_TEMPLATE, chat_traffic, shipped
-
-    lab = shipped()
-    inv = make_inventory(state_dir, target=str(lab.target), draft=str(lab.both))
-    inv.hosts["localhost"].vars["engine"] = "lab-vllm"
-    inv.hosts["localhost"].env["PYTHONPATH"] = str(REPO)
-    path = chat_traffic(lab, tmp_path / "traffic.jsonl")
+    chat = [line for line in unseen_lab.chat_traffic(lab, tmp_path / "chat.jsonl").read_text().splitlines()
+            if json.loads(line)["category"] == "chat"]
+    path = unseen_lab.traffic(lab, tmp_path / "traffic.jsonl")
+    path.write_text(path.read_text() + "\n".join(chat) + "\n")
     template = tmp_path / "thinking.jinja"
-    template.write_text(THINKING_TEMPLATE)
+    template.write_text(unseen_lab.THINKING_TEMPLATE)
     layers = ",".join(str(i) for i in RECIPE["wiring"])
     ran = run_playbook(f"""
-name: a chat template the draft never learned
+name: a category and a template the draft never learned
 hypotheses:
   - {{id: traffic_category, title: a category of the traffic is served worse}}
 steps:
@@ -321,6 +277,8 @@ steps:
     register: fixed_srv
   - bench: {{server: fixed, traffic: "{path}"}}
     register: fixed_traffic
+    evidence:
+      traffic_category: {{rule: traffic_category_apart}}
   - reconcile: {{target: "{{{{ target }}}}", engine: vllm, max_new_tokens: 32, traffic: "{path}",
                  servers: "{{{{ fact('reconciled_traffic_servers') }}}}"}}
     register: traffic_rc
@@ -330,13 +288,23 @@ steps:
 """, inv, tmp_path / "sessions")
     assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
     apart = ran.result("s2")["result"]["traffic"]["below_best_category"]
-    assert apart and apart["best"]["category"] == "code" and [e["category"] for e in apart["below"]] == ["chat"]
+    assert apart and apart["best"]["category"] == "code", apart
+    assert sorted(e["category"] for e in apart["below"]) == ["chat", CATEGORY], apart
+    first, second = [e for e in ran.of_type("hypothesis_updated") if e.get("hypothesis_id") == "traffic_category"]
+    assert first["state"] == "inconclusive" and "the draft or the text of rot13 may cost it" in first["evidence"]
     [server] = ran.result("s3")["result"]["servers"]
     [bare] = server["without_template"]
     assert bare["category"] == "chat" and bare["requests"] == 24 and bare["gain_ci"][0] > 1.0, bare
-    [verdict] = [e for e in ran.of_type("hypothesis_updated") if e.get("hypothesis_id") == "traffic_category"]
-    assert verdict["state"] == "supported", verdict
-    assert "the chat template costs chat its acceptance" in verdict["evidence"], verdict
+    matched = {m["category"]: m for m in server["confidence_matched"]}
+    assert matched[CATEGORY]["requests"] == 24 and matched[CATEGORY]["ratio_ci"][1] < 1.0, matched
+    assert second["state"] == "supported", second
+    assert "the chat template costs chat its acceptance" in second["evidence"], second
+    assert "the draft predicts rot13 worse than code: it did not learn rot13" in second["evidence"], second
+    assert "did not learn chat" not in second["evidence"], second
     said = "".join(e.get("text", "") for e in ran.of_type("output"))
-    assert "chat: without the chat template " in said
-    assert "without the template" in (ran.directory / "report.md").read_text()
+    assert "rot13: the draft's first proposal right " in said and "chat: without the chat template " in said
+    report = (ran.directory / "report.md").read_text()
+    assert "| fixed | rot13 | 24 | " in report and "without the template" in report
+    assert "acceptance-traffic-by-confidence.svg" in report
+    chart = (ran.directory / "artifacts" / "acceptance-traffic-by-confidence.svg").read_text()
+    assert "rot13 (fixed)" in chart and "code (fixed)" in chart
