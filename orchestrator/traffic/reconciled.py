@@ -79,16 +79,24 @@ def _paired(pairs: Sequence[tuple[float, float]], name: str, confidence: float) 
             "gain_ci": gain.as_list() if gain is not None else None}
 
 
+def _pairs_by(per_request: Sequence[Mapping[str, Any]], requests: Sequence[TrafficRequest], group: str,
+              field: str) -> dict[str, list[tuple[float, float]]]:
+    """(served, ``field``) accept lengths of the requests replayed both ways, by their ``group`` (a category, a
+    sampling setting)."""
+    by: dict[str, list[tuple[float, float]]] = {}
+    for row in per_request:
+        if row.get(field) is None or row.get("accept_length") is None:
+            continue
+        by.setdefault(getattr(requests[int(row["index"])], group), []).append(
+            (float(row["accept_length"]), float(row[field])))
+    return by
+
+
 def draft_penalised(per_request: Sequence[Mapping[str, Any]], requests: Sequence[TrafficRequest],
                     confidence: float = 0.95) -> list[dict[str, Any]]:
     """Per penalised setting: the served prediction, the counterfactual with the draft penalised as the target,
     and their paired gain (the mean accept length's ratio over the same requests) with its interval."""
-    by: dict[str, list[tuple[float, float]]] = {}
-    for row in per_request:
-        if row.get("draft_penalised") is None or row.get("accept_length") is None:
-            continue
-        by.setdefault(requests[int(row["index"])].sampling, []).append(
-            (float(row["accept_length"]), float(row["draft_penalised"])))
+    by = _pairs_by(per_request, requests, "sampling", "draft_penalised")
     return [{"sampling": setting, **_paired(pairs, "draft_penalised", confidence)} for setting, pairs in by.items()]
 
 
@@ -97,16 +105,13 @@ def cut_to_length(per_request: Sequence[Mapping[str, Any]], requests: Sequence[T
     """Per category with requests replayed cut (``cut_accept_length``): the whole requests' offline accept length
     (``served``), the cut ones' (``cut``), the tokens kept, and their paired gain (the ratio of the means over the
     same requests)."""
-    by: dict[str, list[tuple[float, float]]] = {}
     kept: dict[str, int] = {}
     for row in per_request:
-        if row.get("cut_accept_length") is None or row.get("accept_length") is None:
-            continue
-        category = requests[int(row["index"])].category
-        by.setdefault(category, []).append((float(row["accept_length"]), float(row["cut_accept_length"])))
-        kept[category] = max(kept.get(category, 0), int(row.get("cut_prompt_tokens") or 0))
+        if row.get("cut_accept_length") is not None and row.get("accept_length") is not None:
+            category = requests[int(row["index"])].category
+            kept[category] = max(kept.get(category, 0), int(row.get("cut_prompt_tokens") or 0))
     return [{"category": category, "kept_tokens": kept[category], **_paired(pairs, "cut", confidence)}
-            for category, pairs in by.items()]
+            for category, pairs in _pairs_by(per_request, requests, "category", "cut_accept_length").items()]
 
 
 def without_template(per_request: Sequence[Mapping[str, Any]], requests: Sequence[TrafficRequest],
@@ -114,13 +119,8 @@ def without_template(per_request: Sequence[Mapping[str, Any]], requests: Sequenc
     """Per category with chat requests replayed without their chat template (``untemplated_accept_length``): the
     templated requests' offline accept length (``served``), the untemplated ones' (``untemplated``) and their paired
     gain (the ratio of the means over the same requests)."""
-    by: dict[str, list[tuple[float, float]]] = {}
-    for row in per_request:
-        if row.get("untemplated_accept_length") is None or row.get("accept_length") is None:
-            continue
-        by.setdefault(requests[int(row["index"])].category, []).append(
-            (float(row["accept_length"]), float(row["untemplated_accept_length"])))
-    return [{"category": category, **_paired(pairs, "untemplated", confidence)} for category, pairs in by.items()]
+    return [{"category": category, **_paired(pairs, "untemplated", confidence)}
+            for category, pairs in _pairs_by(per_request, requests, "category", "untemplated_accept_length").items()]
 
 
 def _pooled(rows: Sequence[Mapping[str, Any]]) -> list[list[int]]:
@@ -227,18 +227,14 @@ def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequenc
 def traffic_lines(name: str, rc: Mapping[str, Any]) -> list[str]:
     """The console's view (the TUI and MCP show the step's output too)."""
     lines = [f"reconcile {name} traffic: {rc['decision']}: {rc['verdict']}"]
-    for e in rc.get("draft_penalised") or []:
-        lines.append(f"  {e['sampling']}: draft penalised as the target {_fmt(e['draft_penalised'], e['draft_penalised_ci'])}"
-                     f" against served {_fmt(e['served'], e['served_ci'])}, gain {_fmt(e['gain'], e['gain_ci'])}x "
-                     f"over {e['requests']} request(s)")
-    for e in rc.get("cut_to_length") or []:
-        lines.append(f"  {e['category']}: prompts cut to their last {e['kept_tokens']} tokens {_fmt(e['cut'], e['cut_ci'])}"
-                     f" against whole {_fmt(e['served'], e['served_ci'])}, gain {_fmt(e['gain'], e['gain_ci'])}x "
-                     f"over {e['requests']} request(s)")
-    for e in rc.get("without_template") or []:
-        lines.append(f"  {e['category']}: without the chat template {_fmt(e['untemplated'], e['untemplated_ci'])} "
-                     f"against templated {_fmt(e['served'], e['served_ci'])}, gain {_fmt(e['gain'], e['gain_ci'])}x "
-                     f"over {e['requests']} request(s)")
+    paired = (("draft_penalised", "sampling", "draft penalised as the target", "draft_penalised", "served"),
+              ("cut_to_length", "category", "prompts cut to their last {kept_tokens} tokens", "cut", "whole"),
+              ("without_template", "category", "without the chat template", "untemplated", "templated"))
+    for key, group, what, name, against in paired:  # a counterfactual beside the served prediction, paired
+        for e in rc.get(key) or []:
+            lines.append(f"  {e[group]}: {what.format(**e)} {_fmt(e[name], e[name + '_ci'])} against {against} "
+                         f"{_fmt(e['served'], e['served_ci'])}, gain {_fmt(e['gain'], e['gain_ci'])}x over "
+                         f"{e['requests']} request(s)")
     for e in rc.get("confidence_matched") or []:
         lines.append(f"  {e['category']}: the draft's first proposal right {_pct(e['first_step'])} of its tokens, "
                      f"{_pct(e['expected'])} if it did as on {e['best']} at the target's same confidence "

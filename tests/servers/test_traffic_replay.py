@@ -181,6 +181,31 @@ steps:
         assert "no acceptance by category: the server gave no per-request accept length" in said
 
 
+def category_playbook(name: str, traffic: Path, capture: str, max_new_tokens: int, extra_flags: str = "") -> str:
+    """One speculative server ``fixed``: the traffic replayed, then reconciled offline, traffic_category judged on
+    both (the rule's two moments: the replay alone, then with the reconcile's counterfactuals)."""
+    return f"""
+name: {name}
+hypotheses:
+  - {{id: traffic_category, title: a category of the traffic is served worse}}
+steps:
+  - server: {{name: fixed, model: "{{{{ target }}}}", ready_timeout: 180,
+             flags: {{speculative-config: {{method: eagle3, model: "{{{{ draft }}}}", num_speculative_tokens: 5}},
+                     lab-capture-layers: "{capture}"{extra_flags}}}}}
+    register: fixed_srv
+  - bench: {{server: fixed, traffic: "{traffic}"}}
+    register: fixed_traffic
+    evidence:
+      traffic_category: {{rule: traffic_category_apart}}
+  - reconcile: {{target: "{{{{ target }}}}", engine: vllm, max_new_tokens: {max_new_tokens}, traffic: "{traffic}",
+                 servers: "{{{{ fact('reconciled_traffic_servers') }}}}"}}
+    register: traffic_rc
+    evidence:
+      traffic_category: {{rule: traffic_category_apart}}
+  - server: {{action: stop, name: fixed}}
+"""
+
+
 def test_a_category_of_longer_prompts_is_not_blamed_on_the_draft(vllm_inventory: Inventory, tmp_path: Path,
                                                                   lab_models: dict[str, str]) -> None:
     """The lab's draft accepts less the longer its context (it trained on 131-token sequences): a category whose
@@ -189,26 +214,8 @@ def test_a_category_of_longer_prompts_is_not_blamed_on_the_draft(vllm_inventory:
     cut from the same files); the reconcile then replays the long requests offline cut to the short ones' length,
     they recover, and the verdict names the length."""
     traffic = length_traffic(tmp_path / "traffic.jsonl", lab_models["target"])
-    ran = run_playbook(f"""
-name: traffic by length
-hypotheses:
-  - {{id: traffic_category, title: a category of the traffic is served worse}}
-steps:
-  - server: {{name: fixed, model: "{{{{ target }}}}", ready_timeout: 180,
-             flags: {{speculative-config: {{method: eagle3, model: "{{{{ draft }}}}", num_speculative_tokens: 5}},
-                     lab-capture-layers: "0,6,11"}}}}
-    register: fixed_srv
-  - bench: {{server: fixed, traffic: "{traffic}"}}
-    register: fixed_traffic
-    evidence:
-      traffic_category: {{rule: traffic_category_apart}}
-  - reconcile: {{target: "{{{{ target }}}}", engine: vllm, max_new_tokens: 48, traffic: "{traffic}",
-                 servers: "{{{{ fact('reconciled_traffic_servers') }}}}"}}
-    register: traffic_rc
-    evidence:
-      traffic_category: {{rule: traffic_category_apart}}
-  - server: {{action: stop, name: fixed}}
-""", vllm_inventory, tmp_path / "sessions")
+    ran = run_playbook(category_playbook("traffic by length", traffic, "0,6,11", 48), vllm_inventory,
+                       tmp_path / "sessions")
     assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
     table = ran.result("s2")["result"]["traffic"]
     by = {e["category"]: e for e in table["by_category"]}
@@ -266,26 +273,8 @@ def test_a_category_and_a_template_the_draft_never_learned_are_each_named(state_
     template = tmp_path / "thinking.jinja"
     template.write_text(unseen_lab.THINKING_TEMPLATE)
     layers = ",".join(str(i) for i in RECIPE["wiring"])
-    ran = run_playbook(f"""
-name: a category and a template the draft never learned
-hypotheses:
-  - {{id: traffic_category, title: a category of the traffic is served worse}}
-steps:
-  - server: {{name: fixed, model: "{{{{ target }}}}", ready_timeout: 180,
-             flags: {{speculative-config: {{method: eagle3, model: "{{{{ draft }}}}", num_speculative_tokens: 5}},
-                     lab-capture-layers: "{layers}", chat-template: "{template}"}}}}
-    register: fixed_srv
-  - bench: {{server: fixed, traffic: "{path}"}}
-    register: fixed_traffic
-    evidence:
-      traffic_category: {{rule: traffic_category_apart}}
-  - reconcile: {{target: "{{{{ target }}}}", engine: vllm, max_new_tokens: 32, traffic: "{path}",
-                 servers: "{{{{ fact('reconciled_traffic_servers') }}}}"}}
-    register: traffic_rc
-    evidence:
-      traffic_category: {{rule: traffic_category_apart}}
-  - server: {{action: stop, name: fixed}}
-""", inv, tmp_path / "sessions")
+    ran = run_playbook(category_playbook("a category and a template the draft never learned", path, layers, 32,
+                                         f', chat-template: "{template}"'), inv, tmp_path / "sessions")
     assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
     apart = ran.result("s2")["result"]["traffic"]["below_best_category"]
     assert apart and apart["best"]["category"] == "code", apart
