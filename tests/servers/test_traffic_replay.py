@@ -181,7 +181,14 @@ steps:
         assert "no acceptance by category: the server gave no per-request accept length" in said
 
 
-def category_playbook(name: str, traffic: Path, capture: str, max_new_tokens: int, extra_flags: str = "") -> str:
+#: the speculative flags of each engine's stand-in: vLLM's config, SGLang's EAGLE-3 chain
+SPEC_FLAGS = {"vllm": 'speculative-config: {method: eagle3, model: "{{ draft }}", num_speculative_tokens: 5}',
+              "sglang": 'speculative-algorithm: EAGLE3, speculative-draft-model-path: "{{ draft }}", '
+                        "speculative-num-steps: 5, speculative-eagle-topk: 1, speculative-num-draft-tokens: 6"}
+
+
+def category_playbook(name: str, traffic: Path, capture: str, max_new_tokens: int, extra_flags: str = "",
+                      engine: str = "vllm") -> str:
     """One speculative server ``fixed``: the traffic replayed, then reconciled offline, traffic_category judged on
     both (the rule's two moments: the replay alone, then with the reconcile's counterfactuals)."""
     return f"""
@@ -190,14 +197,13 @@ hypotheses:
   - {{id: traffic_category, title: a category of the traffic is served worse}}
 steps:
   - server: {{name: fixed, model: "{{{{ target }}}}", ready_timeout: 180,
-             flags: {{speculative-config: {{method: eagle3, model: "{{{{ draft }}}}", num_speculative_tokens: 5}},
-                     lab-capture-layers: "{capture}"{extra_flags}}}}}
+             flags: {{{SPEC_FLAGS[engine]}, lab-capture-layers: "{capture}"{extra_flags}}}}}
     register: fixed_srv
   - bench: {{server: fixed, traffic: "{traffic}"}}
     register: fixed_traffic
     evidence:
       traffic_category: {{rule: traffic_category_apart}}
-  - reconcile: {{target: "{{{{ target }}}}", engine: vllm, max_new_tokens: {max_new_tokens}, traffic: "{traffic}",
+  - reconcile: {{target: "{{{{ target }}}}", engine: {engine}, max_new_tokens: {max_new_tokens}, traffic: "{traffic}",
                  servers: "{{{{ fact('reconciled_traffic_servers') }}}}"}}
     register: traffic_rc
     evidence:
@@ -250,7 +256,9 @@ def test_a_category_of_longer_prompts_is_not_blamed_on_the_draft(vllm_inventory:
     assert f"files={by['files']['accept_length']:.2f}(600t)" in _flags(row).plain
 
 
-def test_a_category_and_a_template_the_draft_never_learned_are_each_named(state_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_category_and_a_template_the_draft_never_learned_are_each_named(state_dir: Path, tmp_path: Path,
+                                                                          sglang_trees: Any, engine: str) -> None:
     """The lab of a category the draft never learned (orchestrator/lab/building/unseen_lab.py): the target learned
     the lab's code and its ROT13 copy, the served draft only the code, and the server renders chat requests with a
     template whose generation prompt ends in a ROT13 "thinking" suffix. The same held-out snippets as code
@@ -258,14 +266,18 @@ def test_a_category_and_a_template_the_draft_never_learned_are_each_named(state_
     alone traffic_category cannot tell the draft from the text (inconclusive). The reconcile replays the chat
     requests without their template: they recover up to code, and the template is named; it matches the draft's
     first proposal on rot13 with code's at the target's same confidence: far below, and the draft's training is
-    named."""
+    named. The same on each engine's stand-in (SGLang's from its 0.5.23 tree, whose OpenAI answers carry each
+    request's accept length)."""
     from orchestrator.lab.building import unseen_lab
     from orchestrator.lab.building.unseen_lab import CATEGORY, RECIPE, shipped
 
     lab = shipped()
     inv = make_inventory(state_dir, target=str(lab.target), draft=str(lab.plain))
-    inv.hosts["localhost"].vars["engine"] = "lab-vllm"
-    inv.hosts["localhost"].env["PYTHONPATH"] = str(REPO)
+    if engine == "vllm":
+        inv.hosts["localhost"].vars["engine"] = "lab-vllm"
+        inv.hosts["localhost"].env["PYTHONPATH"] = str(REPO)
+    else:  # the stand-in speaks that SGLang's flags and API
+        inv.hosts["localhost"].env["PYTHONPATH"] = f"{REPO}:{sglang_trees('0.5.23')}"
     chat = [line for line in unseen_lab.chat_traffic(lab, tmp_path / "chat.jsonl").read_text().splitlines()
             if json.loads(line)["category"] == "chat"]
     path = unseen_lab.traffic(lab, tmp_path / "traffic.jsonl")
@@ -274,7 +286,7 @@ def test_a_category_and_a_template_the_draft_never_learned_are_each_named(state_
     template.write_text(unseen_lab.THINKING_TEMPLATE)
     layers = ",".join(str(i) for i in RECIPE["wiring"])
     ran = run_playbook(category_playbook("a category and a template the draft never learned", path, layers, 32,
-                                         f', chat-template: "{template}"'), inv, tmp_path / "sessions")
+                                         f', chat-template: "{template}"', engine), inv, tmp_path / "sessions")
     assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
     apart = ran.result("s2")["result"]["traffic"]["below_best_category"]
     assert apart and apart["best"]["category"] == "code", apart
