@@ -3,7 +3,8 @@
 
 Args (JSON): {"target": dir, "engine": "sglang" | "vllm", "prompts": [str, ..] (the benchmark's), "max_new_tokens": 64,
 "configs": [{"draft": dir, "algorithm": "EAGLE3" | "EAGLE", "steps": K, "wiring": "served" | [HF indices],
-"count_first_token": bool, "ladder"?: bool}, ..], "requests"?: [{"body": {...}, "keep_last"?: N, "without_template"?: bool}, ..] (a traffic
+"count_first_token": bool, "ladder"?: bool}, ..],
+"requests"?: [{"body": {...}, "keep_last"?: N, "without_template"?: bool}, ..] (a traffic
 replay's bodies, as sent, instead of prompts: traffic_offline.py), "chat_template_path"?: the server's --chat-template file,
 "extra_prompts"?: [str, ..] (the benchmarks' context ladders,
 scored into ``by_length`` only, for the configurations with ``ladder``), "extra_max_new_tokens"?: their new tokens
@@ -21,8 +22,9 @@ configuration's row also carries ``per_request`` (``index``: the request's place
 the target's, the engine change that would mend a penalty's cost; for a request item with ``keep_last``,
 ``cut_accept_length`` and ``cut_prompt_tokens``: the same request replayed with its prompt cut to its last
 ``keep_last`` tokens; for a chat request item with ``without_template``, ``untemplated_accept_length`` and
-``untemplated_prompt_tokens``: the same without its chat template; for an unpenalised greedy request, ``first_step``: the draft's first proposal right or wrong
-by the target's probability of each token, confidence_match.py); ``skipped`` lists the requests not reproduced.
+``untemplated_prompt_tokens``: the same without its chat template; for an unpenalised greedy request,
+``first_step``: the draft's first proposal right or wrong by the target's probability of each token,
+confidence_match.py); ``skipped`` lists the requests not reproduced.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ data did not cover a language its target speaks (z-lab/dflash#163). A traffic fi
 code in ROT13 (``traffic``) then holds the scenario: the ``plain`` draft serves ``rot13`` at about a quarter of
 ``code``'s accept length (tests/servers/test_traffic_replay.py, BENCHMARKS.md).
 
-The models ship with the package (``orchestrator/data/lab-unseen/``: ~12 MB, with a manifest of their sha256 and
+The models ship with the package (``orchestrator/data/lab-unseen/``: 13 MB, with a manifest of their sha256 and
 the recipe that made them); ``python -m orchestrator.lab.building.unseen_lab --ship`` trains them again here
 (about 4 minutes on 2 cores) and tests/lab/test_unseen_lab.py fails while the shipped recipe differs from this one.
 
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchestratorError
+from orchestrator.lab.building.build import sglang_wiring
 from orchestrator.lab.training.train import DraftRecipe, ProgressFn, TargetRecipe
 
 #: where the package ships the models
@@ -41,7 +42,7 @@ CATEGORY = "rot13"
 #: bump when the training below changes what it makes (the shipped manifest records it)
 TRAINING_VERSION = 1
 RECIPE: dict[str, Any] = {"version": TRAINING_VERSION, "target": asdict(TargetRecipe()), "draft": asdict(DraftRecipe()),
-                          "wiring": [2, 6, 9], "seed": 0}
+                          "wiring": sglang_wiring(TargetRecipe().num_layers), "seed": 0}
 
 
 @dataclass(frozen=True)
