@@ -109,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
                    "completions")
     p.add_argument("--lab-root", type=Path, default=build.cache_dir() / "lab-test-main")
     p.add_argument("--work", type=Path, default=None)
-    return asyncio.run(run(p.parse_args(argv)))
+    ns = p.parse_args(argv)
+    if ns.thinking and not ns.unseen:
+        p.error("--thinking needs --unseen: the thinking template is the unseen-category lab's")
+    return asyncio.run(run(ns))
 
 
 if __name__ == "__main__":
