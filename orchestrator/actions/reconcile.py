@@ -118,6 +118,7 @@ def served_config(args: ServedBench, engine: str) -> dict[str, Any]:
                         or "EAGLE3").upper()
         steps = args.steps or _get(eff, "speculative_num_steps") or _get(flags, "speculative-num-steps")
     tree: dict[str, int] = {}
+    verify: dict[str, Any] = {}
     if engine != "vllm":  # SGLang's tree drafting: topk > 1 with its draft-token budget (remote_probes/eagle3/tree.py)
         topk = _get(eff, "speculative_eagle_topk") or _get(flags, "speculative-eagle-topk")
         budget = _get(eff, "speculative_num_draft_tokens") or _get(flags, "speculative-num-draft-tokens")
@@ -126,6 +127,13 @@ def served_config(args: ServedBench, engine: str) -> dict[str, Any]:
                 raise StepFailed("reconcile: the server drafts a tree (topk > 1) and names no "
                                  "speculative-num-draft-tokens")
             tree = {"topk": int(topk), "num_draft_tokens": int(budget)}
+        # its sampled verify (remote_probes/evaluation/decoding.py): the acceptance thresholds, rejection sampling
+        for key, name in (("single", "speculative_accept_threshold_single"), ("acc", "speculative_accept_threshold_acc")):
+            value = _get(eff, name) if _get(eff, name) is not None else _get(flags, name)
+            if value is not None:
+                verify.setdefault("accept_thresholds", {})[key] = float(value)
+        if _get(eff, "speculative_use_rejection_sampling") or _get(flags, "speculative_use_rejection_sampling"):
+            verify["rejection_sampling"] = True
     wiring: Any = args.wiring
     if wiring is None:
         forced = _get(flags, "lab-capture-layers")  # the lab's simulated engine change: it captures these
@@ -135,7 +143,7 @@ def served_config(args: ServedBench, engine: str) -> dict[str, Any]:
         raise StepFailed(f"reconcile: the server's flags name no {'draft' if not draft else 'number of draft tokens'}")
     if algorithm not in ("EAGLE3", "EAGLE"):
         raise StepFailed(f"reconcile: the draft test scores EAGLE3 or EAGLE, the server ran {algorithm}")
-    return {"draft": str(draft), "algorithm": algorithm, "steps": int(steps), "wiring": wiring, **tree}
+    return {"draft": str(draft), "algorithm": algorithm, "steps": int(steps), "wiring": wiring, **tree, **verify}
 
 
 def unpredicted(error: str) -> str:
@@ -148,6 +156,12 @@ def unpredicted(error: str) -> str:
 def _tree_of(cfg: dict[str, Any]) -> dict[str, int]:
     """The tree a served configuration drafts (topk, num_draft_tokens), empty for a chain."""
     return {k: cfg[k] for k in ("topk", "num_draft_tokens") if k in cfg}
+
+
+def _sampled_verify(cfg: dict[str, Any]) -> dict[str, Any]:
+    """How a served SGLang configuration verifies a sampled request (``accept_thresholds``, ``rejection_sampling``),
+    empty where it gives neither (vLLM, or SGLang's defaults)."""
+    return {k: cfg[k] for k in ("accept_thresholds", "rejection_sampling") if cfg.get(k)}
 
 
 def disjoint(a: list[float] | None, b: list[float] | None) -> bool | None:
@@ -314,7 +328,7 @@ class ReconcileAction(Action[ReconcileArgs]):
                                                    if (t := _get(args.servers[i].flags, "chat-template"))), None)
             configs = [{"draft": cfgs[i]["draft"], "algorithm": cfgs[i]["algorithm"], "steps": cfgs[i]["steps"],
                         "wiring": cfgs[i]["wiring"], "count_first_token": args.engine == "sglang",
-                        **_tree_of(cfgs[i])} for i in measured]
+                        **_tree_of(cfgs[i]), **_sampled_verify(cfgs[i])} for i in measured]
             # a category below the best whose prompts are longer: its requests replayed again cut to the best's
             # length (the latest measured replay decides, as the verdict reads it: the fix's, else the candidate's)
             cuts = {e["category"]: e["keep_last"] for i in measured

@@ -1,10 +1,11 @@
-"""How each token is picked in speculative decoding: greedily, or sampled as vLLM 0.32's rejection sampler does
-(issue 40). The lab's stand-ins serve with it; the offline replay of a traffic file simulates serving with it.
+"""How each token is picked in speculative decoding: greedily, or sampled as vLLM 0.32's rejection sampler and
+SGLang's target-only kernel do (issue 40). The lab's stand-ins serve with it; the offline replay of a traffic file
+simulates serving with it.
 
 Greedy (temperature 0): the argmax of the target's logits, penalised as the engine does (penalties.py); a verify
 cycle keeps the drafts that equal the target's argmax, then the target's own token.
 
-Sampled (temperature > 0; the lab's vLLM stand-in, and the offline simulation): the target's logits, penalised,
+Sampled (temperature > 0; the lab's stand-ins, and the offline simulation): the target's logits, penalised,
 divided by the temperature, then cut to the request's top-k and top-p as vLLM 0.32's ``apply_sampling_constraints``
 (v1/sample/rejection_sampler.py) and its sampler (v1/sample/sampler.py ``sample``) do with
 ``apply_top_k_top_p_pytorch`` (v1/sample/ops/topk_topp_sampler.py: the logits sorted ascending; below the k-th
@@ -20,6 +21,20 @@ the target's distribution with d removed (``sample_recovered_tokens_kernel``); w
 bonus token from the target's distribution at the last position. Each request draws from its own generator (its
 ``seed``, else a fresh one): the lab's draws are not vLLM's, so a sampled request's figure equals real vLLM's in
 distribution, not token for token.
+
+SGLang verifies a sampled chain (``--speculative-eagle-topk 1``) on CUDA with sgl-kernel's
+``tree_speculative_sampling_target_only`` (called from 0.5.12.post1's eagle_info.py ``verify``, 0.5.15.post1's and
+0.5.23's eagle_utils.py; csrc/speculative/speculative_sampling.cuh ``TreeSpeculativeSamplingTargetOnly``): the
+draft's probabilities are not used either (``draft_probs`` zeros), draft token d is kept when
+``coin <= p_target(d) / threshold_acc`` or ``p_target(d) >= threshold_single`` (``--speculative-accept-threshold-acc``
+and ``-single``, both 1.0 by default: then vLLM's rule), a rejection draws from ``relu(p_target - draft_probs)`` with
+``draft_probs[d] = p_target(d)`` (the target without d), and the bonus token from the target at the last position.
+Its target probabilities are the penalised logits over the temperature, soft-maxed, then renormalised to the top-k
+and top-p (``top_k_renorm_prob``, ``top_p_renorm_prob``); it applies no min_p there (traffic_offline.py refuses to
+model one). A threshold below 1 keeps drafts the target's own distribution would not: faster, and no longer the
+target's sampling. Where that SGLang verifies greedily instead (its condition names the platforms: 0.5.15.post1
+``is_all_greedy or _is_npu or _is_hip or _is_xpu``; 0.5.23 ``_verify_uses_greedy``), the playbook reads it
+(``sglang_greedy_verify``).
 
 Public API: ``Decoding``, ``GREEDY``, ``TokenChooser``, ``top_k_top_p``.
 """
@@ -51,6 +66,8 @@ class Decoding:
     top_k: int = 0          # 0 or -1: every token (vLLM's "disabled")
     top_p: float = 1.0
     min_p: float = 0.0      # without speculation only (module doc)
+    threshold_single: float = 1.0   # SGLang's --speculative-accept-threshold-single (module doc); vLLM: 1
+    threshold_acc: float = 1.0      # SGLang's --speculative-accept-threshold-acc; vLLM: 1
 
     @property
     def sampled(self) -> bool:
@@ -125,9 +142,11 @@ class TokenChooser:
             return m, preds[m]
 
         probs = self._probs(logits, histories)
+        acc = max(d.threshold_acc, 1e-9)  # sgl-kernel caps it there
         for k, token in enumerate(proposal):
             u = float(torch.rand((), generator=self.generator))
-            if float(probs[k, token]) >= u:
+            p = float(probs[k, token])
+            if p >= u * acc or p >= d.threshold_single:
                 continue
             rest = probs[k].clone()
             rest[token] = 0.0

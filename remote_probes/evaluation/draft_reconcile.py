@@ -3,7 +3,8 @@
 
 Args (JSON): {"target": dir, "engine": "sglang" | "vllm", "prompts": [str, ..] (the benchmark's), "max_new_tokens": 64,
 "configs": [{"draft": dir, "algorithm": "EAGLE3" | "EAGLE", "steps": K, "wiring": "served" | [HF indices],
-"count_first_token": bool, "ladder"?: bool}, ..],
+"count_first_token": bool, "ladder"?: bool, "topk"?: N, "num_draft_tokens"?: N, "accept_thresholds"?: {"single",
+"acc"} (SGLang's, for its sampled verify), "rejection_sampling"?: bool}, ..],
 "requests"?: [{"body": {...}, "keep_last"?: N, "without_template"?: bool}, ..] (a traffic
 replay's bodies, as sent, instead of prompts: traffic_offline.py), "chat_template_path"?: the server's --chat-template file,
 "extra_prompts"?: [str, ..] (the benchmarks' context ladders,
@@ -74,9 +75,17 @@ def parse(args: Dict[str, Any]) -> Dict[str, Any]:
         if topk > 1 and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
             raise ProbeFailure("bad_args", "configs[%d]: a tree (topk > 1) needs num_draft_tokens" % i,
                                field="configs")
+        # SGLang's --speculative-accept-threshold-single/-acc for its sampled verify (decoding.py), 1.0 each unset
+        thresholds = c.get("accept_thresholds") or {}
+        if not isinstance(thresholds, dict) or set(thresholds) - {"single", "acc"} or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
+                for v in thresholds.values()):
+            raise ProbeFailure("bad_args", "configs[%d].accept_thresholds must map single and acc to non-negative "
+                               "numbers" % i, field="configs")
         out.append(dict(one, wiring=wiring, count_first_token=bool(c.get("count_first_token", False)),
                         ladder=bool(c.get("ladder", False)), topk=topk,
-                        num_draft_tokens=budget if topk > 1 else one["steps"] + 1))
+                        num_draft_tokens=budget if topk > 1 else one["steps"] + 1,
+                        accept_thresholds=dict(thresholds), rejection_sampling=bool(c.get("rejection_sampling"))))
     a["configs"] = out
     extra = args.get("extra_prompts") or []
     if not isinstance(extra, list) or not all(isinstance(x, str) and x for x in extra):
@@ -257,7 +266,7 @@ def simulated_rows(torch: Any, model: Any, tokenizer: Any, item: Dict[str, Any],
     defaults = generation_defaults(a["target"])
     for index in simulated:
         req = a["requests"][index]
-        decoding = sampling_of(req, defaults, index, c["engine"])
+        decoding = sampling_of(req, defaults, index, c["engine"], c.get("accept_thresholds"))
         tokens, cycles = simulate(torch, model, item["draft"], req["prompt_ids"], item["wiring"], c["steps"],
                                   req["max_tokens"], decoding, tokenizer.eos_token_id, c["count_first_token"])
         rows.append({"index": index, "accept_length": round(tokens / cycles, 4) if cycles else None,

@@ -10,9 +10,11 @@ applies them (penalties.py), and one forward captures the hidden states the draf
 one generation, since what is served depends on the draws; nor can a penalised request on SGLang, whose relaxed
 penalty (penalties.py ``RULES["sglang"]``) feeds one token per verify cycle. Those are served again offline, cycle
 by cycle, by each configuration's draft (spec_simulation.py: vLLM's rejection rule; one draw per request, its
-``seed`` else its index), its top-k and top-p cutting the target's distribution as vLLM's do (decoding.py). Not
-modelled, and counted in ``skipped`` with the reason: a sampled request on SGLang, and on vLLM one with a min_p or a
-logit_bias, which a speculative vLLM refuses (sampling_params.py ``_validate_spec_decode``).
+``seed`` else its index), its top-k and top-p cutting the target's distribution as vLLM's do (decoding.py), and on
+SGLang its chain verified by SGLang's target-only rule with the server's acceptance thresholds. Not modelled, and
+counted in ``skipped`` with the reason: on vLLM a sampled request with a min_p or a logit_bias, which a speculative
+vLLM refuses (sampling_params.py ``_validate_spec_decode``); on SGLang a logit_bias, and a sampled request on a
+draft tree, with rejection sampling, or with a min_p (its verify leaves min_p out).
 
 ``penalised_proposals`` is the counterfactual of the engine change that would mend a penalty's cost: the draft's
 logits penalised with the same output so far as the target's, before its argmax.
@@ -106,10 +108,12 @@ def generation_defaults(target: str) -> Dict[str, float]:
     return out
 
 
-def sampling_of(req: Dict[str, Any], defaults: Dict[str, float], index: int, engine: str) -> Any:
+def sampling_of(req: Dict[str, Any], defaults: Dict[str, float], index: int, engine: str,
+                thresholds: Optional[Dict[str, float]] = None) -> Any:
     """The request's ``Decoding`` as the engine of ``engine`` serves it: its temperature, top-k and top-p (each the
-    target's default where it writes none; all neutral when it decodes greedily), penalties, and a seed (its own,
-    else its index)."""
+    target's default where it writes none; all neutral when it decodes greedily), penalties, a seed (its own, else
+    its index), and SGLang's acceptance ``thresholds`` (``{"single", "acc"}``, the server's
+    ``--speculative-accept-threshold-*``; 1.0 each where it gives none)."""
     from remote_probes.evaluation.decoding import Decoding
     from remote_probes.evaluation.penalties import RULES
 
@@ -120,25 +124,42 @@ def sampling_of(req: Dict[str, Any], defaults: Dict[str, float], index: int, eng
     rule = RULES.get(engine, RULES["vllm"])
     if not req["sampled"]:
         return Decoding(req["penalties"], rule, 0.0, seed)
+    given = thresholds or {}
     return Decoding(req["penalties"], rule, float(pick("temperature")), seed, int(pick("top_k")),
-                    float(pick("top_p")))
+                    float(pick("top_p")), threshold_single=float(given.get("single", 1.0)),
+                    threshold_acc=float(given.get("acc", 1.0)))
 
 
 #: vLLM's _SAMPLING_EPS: a min_p above it is one a speculative vLLM refuses
 SAMPLING_EPS = 1e-5
 
 
-def how_replayed(req: Dict[str, Any], engine: str, defaults: Optional[Dict[str, float]] = None) -> Tuple[str, str]:
+def how_replayed(req: Dict[str, Any], engine: str, defaults: Optional[Dict[str, float]] = None,
+                 configs: Optional[List[Dict[str, Any]]] = None) -> Tuple[str, str]:
     """("capture", "") for a request one greedy generation predicts; ("simulate", "") for one whose served tokens
     depend on the draws or the cycles (spec_simulation.py); ("skip", why) for one not modelled (``defaults``: the
-    target's generation_defaults, whose min_p a request writing none is served with)."""
+    target's generation_defaults, whose min_p a request writing none is served with; ``configs``: the served
+    configurations, whose tree or rejection sampling SGLang samples otherwise than a chain)."""
     body = req["body"]
+    min_p = req.get("min_p")
+    min_p = (defaults or {}).get("min_p", 0.0) if min_p is None else min_p
+    if engine == "sglang" and body.get("logit_bias"):
+        return "skip", ("has a logit_bias, which SGLang adds to the target's logits in verification "
+                        "(eagle_utils.py) and the offline replay does not")
+    if req["sampled"] and engine == "sglang":
+        tree = next((c for c in configs or [] if int(c.get("topk") or 1) > 1), None)
+        if tree is not None:
+            return "skip", ("samples on SGLang's draft tree (topk %d), whose sibling rule (speculative_sampling.cuh "
+                            "TreeSpeculativeSamplingTargetOnly) is not modelled: the simulation follows a chain"
+                            % int(tree["topk"]))
+        if any(c.get("rejection_sampling") for c in configs or []):
+            return "skip", ("samples with --speculative-use-rejection-sampling, which verifies with the draft's own "
+                            "probabilities: not modelled")
+        if min_p > SAMPLING_EPS:
+            return "skip", ("samples with min_p=%g, which SGLang's speculative verify leaves out (its first token "
+                            "keeps it): not modelled" % min_p)
+        return "simulate", ""
     if req["sampled"]:
-        if engine != "vllm":
-            return "skip", ("samples on %s, whose sampled verification is not modelled (the simulation follows "
-                            "vLLM's rejection rule)" % engine)
-        min_p = req.get("min_p")
-        min_p = (defaults or {}).get("min_p", 0.0) if min_p is None else min_p
         if min_p > SAMPLING_EPS or body.get("logit_bias"):
             return "skip", ("samples with %s, which a speculative vLLM refuses (sampling_params.py "
                             "_validate_spec_decode: \"not yet supported with speculative decoding\")"
@@ -247,7 +268,7 @@ def capture_traffic(torch: Any, tokenizer: Any, model: Any, requests: List[Dict[
     eos = tokenizer.eos_token_id
     runs, order, skipped = [], [], []
     for index, req in enumerate(requests):
-        how, why = how_replayed(req, str(a.get("engine")), generation_defaults(a["target"]))
+        how, why = how_replayed(req, str(a.get("engine")), generation_defaults(a["target"]), a.get("configs"))
         if how == "skip":
             skipped.append({"index": index, "reason": why})
             continue

@@ -75,8 +75,8 @@ def test_the_offline_replay_generates_each_request_as_the_stand_in_serves_it(lab
 
 def test_the_simulation_serves_as_the_stand_in_does(lab_pair) -> None:  # noqa: F811
     """spec_simulation.simulate (a transformers cache, the served draft) runs the stand-in's loop: greedy, under
-    SGLang's relaxed penalty, and sampled with top-k and top-p from one seed, the same cycles and tokens as the lab's
-    server on the same prompt."""
+    SGLang's relaxed penalty, sampled with top-k and top-p from one seed, and sampled as SGLang verifies with an
+    acceptance threshold: the same cycles and tokens as the lab's server on the same prompt."""
     import torch
 
     from orchestrator.actions.bench import load_prompts
@@ -95,10 +95,13 @@ def test_the_simulation_serves_as_the_stand_in_does(lab_pair) -> None:  # noqa: 
     for prompt in load_prompts(None)[:2]:
         ids = runner.tokenizer(prompt)["input_ids"]
         for decoding in (Decoding(), Decoding(Penalties(frequency=1.0), RULES["sglang"]),
-                         Decoding(temperature=0.8, seed=4, top_k=20, top_p=0.9)):
+                         Decoding(temperature=0.8, seed=4, top_k=20, top_p=0.9),
+                         # SGLang's sampled verify with a threshold below 1, a penalty by its relaxed rule
+                         Decoding(Penalties(presence=0.5), RULES["sglang"], 0.8, 5, threshold_acc=0.6)):
             gen = runner.generate(ids, max_new_tokens=24, stop=[], stop_token_ids=[], ignore_eos=False,
                                   penalties=decoding.penalties, rule=decoding.rule, temperature=decoding.temperature,
-                                  seed=decoding.seed, top_k=decoding.top_k, top_p=decoding.top_p)
+                                  seed=decoding.seed, top_k=decoding.top_k, top_p=decoding.top_p,
+                                  threshold_single=decoding.threshold_single, threshold_acc=decoding.threshold_acc)
             tokens, cycles = simulate(torch, runner.target, runner.draft, ids, runner.capture, 4, 24, decoding,
                                       runner.eos_id)
             assert (tokens, cycles) == (gen.spec.accepted_tokens, gen.spec.verify_ct), (decoding, gen.spec)

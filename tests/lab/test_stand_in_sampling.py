@@ -45,6 +45,26 @@ def test_a_draft_token_is_accepted_with_the_targets_probability_and_a_rejection_
                for s in range(20))
 
 
+def test_sglangs_thresholds_keep_a_draft_token_more_often_than_its_probability() -> None:
+    """SGLang's target-only kernel (speculative_sampling.cuh): kept when ``coin <= p / threshold_acc`` or
+    ``p >= threshold_single``; at 1.0 each, vLLM's rule. p_target(d) = 0.3 here: kept 30% of the time at the
+    defaults, 60% at threshold_acc 0.5, always at threshold_single 0.25; 4,000 cycles each on 99.9% intervals, and a
+    rejection still draws from the target without d."""
+    logits = torch.log(torch.tensor([[0.3, 0.5, 0.2], [0.2, 0.2, 0.6]]))
+    for single, acc, rate in ((1.0, 1.0, 0.3), (1.0, 0.5, 0.6), (0.25, 1.0, 1.0)):
+        chooser = TokenChooser(Decoding(temperature=1.0, seed=3, threshold_single=single, threshold_acc=acc), [])
+        kept = []
+        for _ in range(4000):
+            m, token = chooser.verify(logits, [[], []], [0])
+            kept.append(float(m == 1))
+            assert m == 1 or token != 0
+        if rate == 1.0:
+            assert all(kept), (single, acc)
+            continue
+        iv = mean_interval(kept, 0.999)
+        assert iv is not None and iv.lo <= rate <= iv.hi, (single, acc, iv)
+
+
 @pytest.mark.lab
 @pytest.mark.torch
 def test_sampled_speculation_is_seeded_and_a_cold_temperature_is_greedy(lab: LabPaths) -> None:

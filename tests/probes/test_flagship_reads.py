@@ -16,6 +16,8 @@ The reads are taken from the playbook itself, so a drifting playbook fails here.
 | sglang_target_penalties | speculative/eagle_info_v2.py (verify: one penalty per cycle) | speculative/eagle_utils.py             |
 | sglang_penalty_history  | eagle_info_v2.py (the last output token, once per cycle) | managers/schedule_batch.py cumulate_penalty_output_tokens |
 | sglang_draft_proposal   | eagle_worker_v2.py fast_topk over the draft's own probs | same                                          |
+| sglang_sampled_acceptance | eagle_info_v2.py: the call of sgl-kernel's target-only kernel | eagle_utils.py: sampling_fn = that kernel |
+| sglang_greedy_verify    | eagle_info_v2.py: ``is_all_greedy or _is_npu or _is_hip`` | eagle_utils.py ``_verify_uses_greedy``'s return |
 """
 
 from __future__ import annotations
@@ -78,6 +80,11 @@ EXPECTED: dict[str, dict[str, Expected]] = {
         "sglang_penalty_history": ("srt/speculative/eagle_info_v2.py", None, 1, [
             "req.output_ids[-1]", "batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens("]),
         "sglang_draft_proposal": (V2_WORKER, None, None, ["topk_p, topk_index = fast_topk(probs, self.topk, dim=-1)"]),
+        # at a temperature: the target-only kernel, and where the verify is greedy whatever the temperature
+        "sglang_sampled_acceptance": ("srt/speculative/eagle_info_v2.py", None, 2,
+                                      ["tree_speculative_sampling_target_only("]),
+        "sglang_greedy_verify": ("srt/speculative/eagle_info_v2.py", None, 2,
+                                 ["if sampling_info.is_all_greedy or _is_npu or _is_hip:"]),
     },
     NEW: {
         **COMMON,
@@ -103,6 +110,10 @@ EXPECTED: dict[str, dict[str, Expected]] = {
         "sglang_penalty_history": ("srt/managers/schedule_batch.py", "ScheduleBatch.cumulate_penalty_output_tokens", 0,
                                    ["req.output_ids[-1] if len(req.output_ids) else req.origin_input_ids[-1]"]),
         "sglang_draft_proposal": (V2_WORKER, None, None, ["topk_p, topk_index = fast_topk(probs, self.topk, dim=-1)"]),
+        "sglang_sampled_acceptance": ("srt/speculative/eagle_utils.py", None, 0,
+                                      ["sampling_fn = tree_speculative_sampling_target_only"]),
+        "sglang_greedy_verify": ("srt/speculative/eagle_utils.py", None, 0, [
+            "return is_all_greedy or is_cpu or is_xpu or (is_hip and not use_rejection_sampling)"]),
     },
 }
 

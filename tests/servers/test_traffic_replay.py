@@ -165,9 +165,12 @@ steps:
     b = ran.result("s2")["result"]
     table = b["traffic"]
     groups = {e["category"]: e for e in table["by_category"]}
-    assert b["completed"] == 16 and groups["sampled"]["failed"] == 3  # the stand-in decodes greedily only
-    assert "lab (NOT SGLang)" in groups["sampled"]["error"]
+    # a sampled request is sampled as SGLang verifies a chain (its target-only rule); one with a min_p, which
+    # SGLang's speculative verify leaves out, is refused by the lab, never served another way in its place
+    assert b["completed"] == 18 and groups["sampled"]["failed"] == 1
+    assert "lab (NOT SGLang)" in groups["sampled"]["error"] and "min_p" in groups["sampled"]["error"]
     if measured:
+        assert groups["sampled"]["measured"] == 2, groups["sampled"]
         for name, count in (("python", 10), ("prose", 6)):
             entry = groups[name]
             assert entry["measured"] == count and 1.0 <= entry["accept_length_ci"][0], entry
@@ -179,6 +182,39 @@ steps:
         assert all(e["measured"] == 0 for e in table["by_category"])
         said = "".join(e.get("text", "") for e in ran.of_type("output"))
         assert "no acceptance by category: the server gave no per-request accept length" in said
+
+
+def test_sampled_traffic_on_sglang_is_replayed_offline_by_its_own_rule(state_dir: Path, lab_models: dict[str, str],
+                                                                        sglang_trees: Any, tmp_path: Path) -> None:
+    """SGLang verifies a sampled chain with sgl-kernel's target-only rule (remote_probes/evaluation/decoding.py),
+    its acceptance threshold from the server's flags: the stand-in (0.5.23 tree) serves sampled requests by it at
+    ``--speculative-accept-threshold-acc 0.5``, and the reconcile simulates each one offline with that threshold
+    (none skipped as "not modelled"): the offline prediction and the server's figure overlap on intervals."""
+    code = [p["text"] for p in json.loads((REPO / "orchestrator/data/bench_prompts.json").read_text())["prompts"]]
+    lines = [{"prompt": text, "temperature": 0.8, "top_p": 0.95, "seed": 100 + i, "max_tokens": 24,
+              "category": "code"} for i, text in enumerate(code[:8])]
+    traffic = tmp_path / "traffic.jsonl"
+    traffic.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    ran = run_playbook(f"""
+name: sampled traffic on sglang
+steps:
+  - server: {{name: fixed, model: "{{{{ target }}}}", ready_timeout: 180,
+             flags: {{{SPEC_FLAGS["sglang"]}, speculative-accept-threshold-acc: 0.5, lab-capture-layers: "0,6,11"}}}}
+    register: fixed_srv
+  - bench: {{server: fixed, traffic: "{traffic}"}}
+    register: fixed_traffic
+  - reconcile: {{target: "{{{{ target }}}}", engine: sglang, max_new_tokens: 24, traffic: "{traffic}",
+                 servers: "{{{{ fact('reconciled_traffic_servers') }}}}"}}
+  - server: {{action: stop, name: fixed}}
+""", sglang_inventory(state_dir, lab_models, sglang_trees("0.5.23")), tmp_path / "sessions")
+    assert ran.status == "ok", [e.get("error") for e in ran.of_type("step_finished")]
+    [setting] = ran.result("s2")["result"]["traffic"]["by_sampling"]
+    assert setting["sampling"] == "temperature=0.8 top_p=0.95" and setting["measured"] == 8, setting
+    [server] = ran.result("s3")["result"]["servers"]
+    assert server["accept_thresholds"]["acc"] == 0.5, server
+    assert server["skipped"] == 0 and server["predicted_requests"] == 8, server["verdict"]
+    [offline] = server["by_sampling"]
+    assert offline["disjoint"] is False, offline
 
 
 #: the speculative flags of each engine's stand-in: vLLM's config, SGLang's EAGLE-3 chain

@@ -8,7 +8,7 @@ A case file::
       - name: what the case shows
         vars: {spec_srv: {...}, ...}                          # the registered results and playbook vars it reads
         states: {wiring: confirmed}                           # the board before the step (default: all open)
-        expect: {state: supported, because: "exact reason"}   # or because_has: [fragments]; or null: says nothing
+        expect: {state: supported, because: "exact reason"}   # or because_has / because_lacks: [fragments]; or null: says nothing
       - name: a fact
         expect: {value: true}                                 # facts: the value; or value_has: {key: value}
 """
@@ -71,6 +71,8 @@ def test_the_rule_decides_its_case(name: str, defaults: dict[str, Any], case: di
         assert verdict.because == expect["because"]
     for fragment in expect.get("because_has") or []:
         assert fragment in verdict.because, verdict.because
+    for fragment in expect.get("because_lacks") or []:
+        assert fragment not in verdict.because, verdict.because
 
 
 def test_every_rule_and_fact_has_its_table() -> None:

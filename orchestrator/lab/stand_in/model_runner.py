@@ -360,12 +360,14 @@ class LabModelRunner:
     def generate(self, input_ids: list[int], *, max_new_tokens: int, stop: list[str], stop_token_ids: list[int],
                  ignore_eos: bool, on_step: Callable[[list[int]], None] | None = None,
                  penalties: Penalties = NO_PENALTIES, rule: Rule = RULES["vllm"], temperature: float = 0.0,
-                 seed: int | None = None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> Generation:
+                 seed: int | None = None, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+                 threshold_single: float = 1.0, threshold_acc: float = 1.0) -> Generation:
         """Greedy generation (speculative when a draft is loaded); ``on_step`` gets the ids so far. ``penalties``
         reach the target's logits only, as the engine of ``rule`` applies them (remote_probes/evaluation/penalties.py:
         vLLM's exact penalised greedy decoding, or SGLang's relaxed one in speculative decoding). ``temperature``
         > 0 samples, verifying drafts as vLLM's rejection sampler does (remote_probes/evaluation/decoding.py; ``seed`` its generator),
-        with ``top_k``/``top_p`` cutting the target's distribution and ``min_p`` (no draft only) as vLLM's do."""
+        with ``top_k``/``top_p`` cutting the target's distribution and ``min_p`` (no draft only) as vLLM's do;
+        ``threshold_single``/``threshold_acc``: SGLang's acceptance thresholds (1.0: its default, vLLM's rule)."""
         if not input_ids:
             raise ValueError("the prompt is empty")
         limit = int(getattr(self.config, "max_position_embeddings", 2048))
@@ -397,7 +399,8 @@ class LabModelRunner:
             cache = self._cache_cls(config=self.config)
             ids = torch.tensor([input_ids])
             use_spec = self.draft is not None
-            choose = TokenChooser(Decoding(penalties, rule, temperature, seed, top_k, top_p, min_p), input_ids)
+            choose = TokenChooser(Decoding(penalties, rule, temperature, seed, top_k, top_p, min_p,
+                                               threshold_single, threshold_acc), input_ids)
             logits, aux = self._target(ids, cache, hidden=use_spec)
             first = [choose.next(logits[-1:], out)]
             took = time.monotonic() - started
@@ -467,7 +470,8 @@ class LabModelRunner:
         draft = self.draft
         assert draft is not None
         if choose.decoding.sampled:
-            raise ValueError("the lab verifies a draft tree greedily only (temperature 0)")
+            raise ValueError("lab (NOT SGLang): the lab verifies a draft tree greedily only (temperature 0); "
+                             "SGLang samples it with its sibling rule (speculative_sampling.cuh), not modelled here")
         steps, topk = int(self.args.speculative_num_steps or 1), int(self.args.speculative_eagle_topk or 1)
         budget = int(self.args.speculative_num_draft_tokens or steps + 1)
         dcache = self.draft_cache()

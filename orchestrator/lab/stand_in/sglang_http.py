@@ -1,10 +1,10 @@
 """The lab server's HTTP API: SGLang 0.5.12.post1's shapes (research/sglang-interface.md), stdlib http.server only.
 
 Requests are served one at a time (a lock around the models): the lab runs batch size 1.
-Deviations, all visible: /server_info carries ``"lab": true`` and a note; temperature > 0 is served greedily
-(the lab implements greedy decoding only) and says so in ``meta_info.lab_note``; batched requests cannot stream.
-``/ready`` answers 404 as 0.5.12.post1 does (the route exists from 0.5.13 on). The OpenAI routes a traffic file is
-replayed through are sglang_openai.py's.
+Deviations, all visible: /server_info carries ``"lab": true`` and a note; on ``/generate`` temperature > 0 is served
+greedily and says so in ``meta_info.lab_note``; batched requests cannot stream. ``/ready`` answers 404 as
+0.5.12.post1 does (the route exists from 0.5.13 on). The OpenAI routes a traffic file is replayed through are
+sglang_openai.py's, and they sample as SGLang does.
 
 ``--api-key`` / ``--admin-api-key`` are enforced as SGLang's ``utils/auth.py`` does (``decide_request_auth``):
 ``/health*`` and ``/metrics*`` are always open; ``/flush_cache`` is ADMIN_OPTIONAL (the admin key when one is set,
@@ -28,7 +28,7 @@ from typing import Any
 
 from orchestrator.lab.stand_in.model_runner import Generation, LabModelRunner
 from orchestrator.lab.stand_in.sglang_args import LabServerArgs
-from orchestrator.lab.stand_in.sglang_openai import OpenAIRequestError, chat_prompt
+from orchestrator.lab.stand_in.sglang_openai import OpenAIRequestError, chat_prompt, speculative_sampling
 from orchestrator.lab.stand_in.sglang_openai import answer as openai_answer
 from orchestrator.lab.stand_in.sglang_openai import options as openai_options
 from remote_probes.evaluation.penalties import NONE, RULES, Penalties
@@ -130,7 +130,7 @@ class ServerState:
             raise RequestError("sampling_params must be an object")
         opts = {"max_new_tokens": sp.get("max_new_tokens", 128), "stop": sp.get("stop") or [],
                 "stop_token_ids": sp.get("stop_token_ids") or [], "ignore_eos": bool(sp.get("ignore_eos", False)),
-                "temperature": sp.get("temperature", 1.0),
+                "temperature": sp.get("temperature", 1.0), "greedy_only": True,
                 # served by SGLang's relaxed rule in speculative decoding (remote_probes/evaluation/penalties.py)
                 "penalties": Penalties.from_body(sp, RequestError, RULES["sglang"])}
         if not isinstance(opts["max_new_tokens"], int) or opts["max_new_tokens"] < 0:
@@ -152,7 +152,11 @@ class ServerState:
         assert models is not None
         return models.generate(prompt, max_new_tokens=opts["max_new_tokens"], stop=opts["stop"],
                                stop_token_ids=opts["stop_token_ids"], ignore_eos=opts["ignore_eos"], on_step=on_step,
-                               penalties=opts.get("penalties", NONE), rule=RULES["sglang"])
+                               penalties=opts.get("penalties", NONE), rule=RULES["sglang"],
+                               # the OpenAI routes sample (sglang_openai.py); /generate serves greedily, said
+                               **({} if opts.get("greedy_only") else
+                                  {k: opts[k] for k in ("temperature", "seed", "top_k", "top_p", "min_p",
+                                                        "threshold_single", "threshold_acc") if k in opts}))
 
     def response(self, gen: Generation, opts: dict[str, Any], rid: str, started: float) -> dict[str, Any]:
         models = self.models
@@ -174,7 +178,7 @@ class ServerState:
                          "spec_correct_drafts_histogram": list(gen.histogram),
                          "spec_accepted_drafts": spec.correct_drafts, "spec_proposed_drafts": spec.proposed_drafts,
                          "spec_accept_histogram": list(gen.histogram)})
-        if opts["temperature"] > 0:
+        if opts["temperature"] > 0 and opts.get("greedy_only"):
             meta["lab_note"] = "temperature > 0 was served greedily: the lab implements greedy decoding only"
         return {"text": text, "output_ids": list(gen.output_ids), "meta_info": meta}
 
@@ -320,6 +324,7 @@ class LabHandler(BaseHTTPRequestHandler):
         if body.get("stream"):
             raise OpenAIRequestError("lab (NOT SGLang): the lab's OpenAI routes do not stream")
         opts = openai_options(body)
+        opts.update(speculative_sampling(opts, state.args, OpenAIRequestError))
         models = state.models
         if kind == "chat":
             prompt = chat_prompt(models.tokenizer, state.args.chat_template, body)

@@ -5,14 +5,18 @@ SGLang answers these with no per-request speculative stats up to 0.5.15.post1 (i
 them) and, from the 0.5.23 tree on, with ``sglext.spec_tokens_details`` at the response's level when the request
 asks ``return_spec_tokens_details: true`` (protocol.py ``SglExt``; serving_completions.py and serving_chat.py build
 it from the request's meta_info). The lab follows the version it stands in for. The chat template is
-``--chat-template`` (a Jinja file), else the tokenizer's. Deviations, all visible: a request that samples
-(temperature > 0, none written, or a penalty) is refused with a "lab (NOT SGLang)" 400 instead of being served
-greedily in its place, so that no greedy figure passes for a sampled one. A greedy request's penalties are served
-by SGLang's own "relaxed" rule in speculative decoding (remote_probes/evaluation/penalties.py ``RULES["sglang"]``).
+``--chat-template`` (a Jinja file), else the tokenizer's. A request's penalties are served by SGLang's own "relaxed"
+rule in speculative decoding (remote_probes/evaluation/penalties.py ``RULES["sglang"]``). A request that samples
+(temperature > 0, or none written: 1.0) is sampled as SGLang on CUDA verifies a chain (``sampling``;
+remote_probes/evaluation/decoding.py: its target-only kernel, with ``--speculative-accept-threshold-single/-acc``).
+Deviations, all visible, each a "lab (NOT SGLang)" 400 rather than a figure that is not SGLang's: a sampled request on
+a draft tree (topk > 1: SGLang's sibling rule), with ``--speculative-use-rejection-sampling`` (the draft's own
+probabilities), or with a min_p on a speculative server (SGLang's verify leaves min_p out, its first token does not).
 """
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from pathlib import Path
@@ -78,8 +82,60 @@ def greedy_options(body: dict[str, Any], engine: str, error: type[Exception],
 
 
 def options(body: dict[str, Any]) -> dict[str, Any]:
-    """SGLang's stand-in's options (``greedy_options``): a greedy request's penalties served by SGLang's rule."""
-    return greedy_options(body, "SGLang", OpenAIRequestError, penalties=True)
+    """SGLang's stand-in's options (``greedy_options``): penalties served by SGLang's rule, a sampled request with
+    its top-k, top-p and min-p as SGLang takes them (``sampling``)."""
+    opts = greedy_options(body, "SGLang", OpenAIRequestError, penalties=True, samples=True)
+    return {**opts, **sampling(body, opts["temperature"], OpenAIRequestError)}
+
+
+def _number(body: dict[str, Any], name: str, default: float, error: type[Exception]) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise error(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def sampling(body: dict[str, Any], temperature: float, error: type[Exception]) -> dict[str, Any]:
+    """``{"top_k", "top_p", "min_p"}`` as SGLang's sampling_params.py takes them: checked with its ``verify``
+    messages, top_k -1 (every token, as 0 in decoding.py) unless given, and a temperature below its _SAMPLING_EPS
+    (1e-6) greedy (``normalize``: top_k 1)."""
+    top_p = _number(body, "top_p", 1.0, error)
+    min_p = _number(body, "min_p", 0.0, error)
+    top_k = body.get("top_k")
+    top_k = -1 if top_k is None else top_k
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise error(f"top_k must be an integer, got {type(top_k).__name__}")
+    if not 0.0 < top_p <= 1.0:
+        raise error(f"top_p must be in (0, 1], got {top_p}.")
+    if not 0.0 <= min_p <= 1.0:
+        raise error(f"min_p must be in [0, 1], got {min_p}.")
+    if top_k < 1 and top_k != -1:
+        raise error(f"top_k must be -1 (disable) or at least 1, got {top_k}.")
+    if temperature < 1e-6:
+        return {"top_k": 0, "top_p": 1.0, "min_p": 0.0}
+    return {"top_k": 0 if top_k == -1 else top_k, "top_p": top_p, "min_p": min_p}
+
+
+def speculative_sampling(opts: dict[str, Any], args: Any, error: type[Exception]) -> dict[str, float]:
+    """SGLang's acceptance thresholds for a sampled request on a speculative server (``{}`` otherwise), or the
+    lab's refusal of what it does not model (module doc): a tree, rejection sampling, a min_p."""
+    if not opts["temperature"] or not args.speculative_algorithm:
+        return {}
+    parsed = args.parsed or {}
+    if int(args.speculative_eagle_topk or 1) > 1:
+        raise error("lab (NOT SGLang): the lab verifies a draft tree greedily only; SGLang samples a tree "
+                    f"(--speculative-eagle-topk {args.speculative_eagle_topk}) with its sibling rule, not modelled "
+                    "here: give temperature 0, or replay it on a real SGLang")
+    if parsed.get("speculative_use_rejection_sampling"):
+        raise error("lab (NOT SGLang): --speculative-use-rejection-sampling verifies with the draft's own "
+                    "probabilities, which the lab does not model: replay it on a real SGLang")
+    if opts["min_p"] > 0:
+        raise error("lab (NOT SGLang): SGLang's speculative verify leaves min_p out (its first token keeps it), "
+                    "which the lab does not model: give min_p 0, or replay it on a real SGLang")
+    return {"threshold_single": float(parsed.get("speculative_accept_threshold_single", 1.0)),
+            "threshold_acc": float(parsed.get("speculative_accept_threshold_acc", 1.0))}
 
 
 def chat_prompt(tokenizer: Any, chat_template: str | None, body: dict[str, Any]) -> list[int]:

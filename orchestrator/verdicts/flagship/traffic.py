@@ -5,6 +5,7 @@ the session cannot verify by a restart (the draft would have to be trained on it
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from orchestrator.traffic.acceptance import longer_than_best
@@ -275,12 +276,42 @@ def _sampled(setting: str) -> bool:
     return False
 
 
+#: the platforms SGLang's greedy-verify condition names (its ``_is_hip``, ``is_xpu``, ...), as a reader says them
+_PLATFORMS = {"hip": "ROCm", "npu": "Ascend NPUs", "xpu": "Intel XPUs", "cpu": "the CPU", "musa": "MUSA"}
+
+
+def _greedy_platforms(ctx: RuleContext) -> str | None:
+    """Where the installed SGLang verifies a sampled request greedily whatever its temperature (``sglang_greedy_verify``:
+    the condition's line, e.g. 0.5.15.post1's ``is_all_greedy or _is_npu or _is_hip or _is_xpu``): the platforms it
+    names and where it says so, None where it was not read."""
+    where = _where(ctx, "sglang_greedy_verify", "sglang_sampling")
+    read = ctx.reads("sglang_sampling").read("sglang_greedy_verify")
+    text = " ".join(str(line[1]) for line in (read.model_extra or {}).get("lines") or [] if len(line) > 1)
+    if not where or not text:
+        return None
+    named = [_PLATFORMS[m] for m in dict.fromkeys(re.findall(r"\b_?is_(hip|npu|xpu|cpu|musa)\b", text))]
+    if "TREE_SPEC_KERNEL_AVAILABLE" in text:
+        named.append("builds without sgl-kernel's sampling kernel (AMD's)")
+    if not named:
+        return None
+    hip = "hip and not use_rejection_sampling" in text
+    return (f"on {', '.join(named)} it verifies a sampled request greedily instead{' (ROCm: unless rejection sampling is on)' if hip else ''}, "
+            f"the target's argmax kept whatever the temperature ({where})")
+
+
 def _temperature_reason(ctx: RuleContext) -> str:
     where = _where(ctx, "sampled_acceptance")
     if where:
         return (f": vLLM {ctx.reads('vllm_sampling').version} keeps a draft token with the target's probability of "
                 f"it, the draft giving none ({where}): sampled, a token greedy decoding would accept is kept only as "
                 "often as the target would draw it")
+    where = _where(ctx, "sglang_sampled_acceptance", "sglang_sampling")
+    if where:
+        greedy = _greedy_platforms(ctx)
+        return (f": SGLang {ctx.reads('sglang_sampling').version} keeps a draft token with the target's probability "
+                f"of it over --speculative-accept-threshold-acc, the draft's own probabilities unused "
+                f"(tree_speculative_sampling_target_only, {where}): sampled, a token greedy decoding would accept is "
+                "kept only as often as the target would draw it" + (f"; {greedy}" if greedy else ""))
     return (": sampling accepts a draft token as often as the target's distribution agrees with the draft's "
             "(rejection sampling), less often than greedy")
 
