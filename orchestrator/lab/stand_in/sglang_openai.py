@@ -88,7 +88,8 @@ def options(body: dict[str, Any]) -> dict[str, Any]:
     return {**opts, **sampling(body, opts["temperature"], OpenAIRequestError)}
 
 
-def _number(body: dict[str, Any], name: str, default: float, error: type[Exception]) -> float:
+def number_field(body: dict[str, Any], name: str, default: float, error: type[Exception]) -> float:
+    """``body[name]`` as a finite float (``default`` when absent), else ``error`` naming it (both stand-ins)."""
     value = body.get(name)
     if value is None:
         return default
@@ -101,8 +102,8 @@ def sampling(body: dict[str, Any], temperature: float, error: type[Exception]) -
     """``{"top_k", "top_p", "min_p"}`` as SGLang's sampling_params.py takes them: checked with its ``verify``
     messages, top_k -1 (every token, as 0 in decoding.py) unless given, and a temperature below its _SAMPLING_EPS
     (1e-6) greedy (``normalize``: top_k 1)."""
-    top_p = _number(body, "top_p", 1.0, error)
-    min_p = _number(body, "min_p", 0.0, error)
+    top_p = number_field(body, "top_p", 1.0, error)
+    min_p = number_field(body, "min_p", 0.0, error)
     top_k = body.get("top_k")
     top_k = -1 if top_k is None else top_k
     if isinstance(top_k, bool) or not isinstance(top_k, int):

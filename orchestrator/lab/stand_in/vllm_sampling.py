@@ -8,28 +8,19 @@ decoding is on (v1/sample/logits_processor/__init__.py), and says so at start-up
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from orchestrator.lab.stand_in.sglang_openai import number_field
 from remote_probes.evaluation.traffic_offline import SAMPLING_EPS  # a temperature below it is greedy
 
 SPEC_REFUSAL = "The min_p and logit_bias sampling parameters are not yet supported with speculative decoding."
 SPEC_WARNING = "min_p and logit_bias parameters won't work with speculative decoding."
 
 
-def _number(body: dict[str, Any], name: str, default: float, error: type[Exception]) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise error(f"{name} must be a number, got {value!r}")
-    return float(value)
-
-
 def sampling_filters(body: dict[str, Any], temperature: float, speculative: bool,
                      error: type[Exception]) -> dict[str, Any]:
     """``{"top_k", "top_p", "min_p"}`` for the request, as vLLM serves it (module doc); ``error`` is the 400."""
-    top_p = _number(body, "top_p", 1.0, error)
+    top_p = number_field(body, "top_p", 1.0, error)
     if not 0.0 < top_p <= 1.0:
         raise error(f"top_p must be in (0, 1], got {top_p}.")
     top_k = body.get("top_k")
@@ -38,7 +29,7 @@ def sampling_filters(body: dict[str, Any], temperature: float, speculative: bool
         raise error(f"top_k must be an integer, got {type(top_k).__name__}")
     if top_k < -1:
         raise error(f"top_k must be 0 (disable), or at least 1, got {top_k}.")
-    min_p = _number(body, "min_p", 0.0, error)
+    min_p = number_field(body, "min_p", 0.0, error)
     if not 0.0 <= min_p <= 1.0:
         raise error(f"min_p must be in [0, 1], got {min_p}.")
     if temperature < SAMPLING_EPS:  # greedy: vLLM resets the three
