@@ -333,7 +333,8 @@ class ReconcileAction(Action[ReconcileArgs]):
             # length (the latest measured replay decides, as the verdict reads it: the fix's, else the candidate's)
             cuts = {e["category"]: e["keep_last"] for i in measured
                     for e in longer_than_best((args.servers[i].bench.get("traffic") or {}).get("below_best_category"))}
-            # a category below the best: its chat requests replayed again without their chat template
+            # a category below the best: its chat requests replayed again without their chat template, and with its
+            # thinking switched off (where the template has a switch)
             below = {str(e["category"]) for i in measured
                      for e in (((args.servers[i].bench.get("traffic") or {}).get("below_best_category") or {})
                                .get("below") or [])}
@@ -341,7 +342,8 @@ class ReconcileAction(Action[ReconcileArgs]):
                 "target": args.target, "engine": args.engine, "configs": configs,
                 "requests": [{"body": r.sent(None, args.max_new_tokens),
                               **({"keep_last": cuts[r.category]} if r.category in cuts else {}),
-                              **({"without_template": True} if r.category in below and r.kind == "chat" else {})}
+                              **({"without_template": True, "thinking_off": True}
+                                 if r.category in below and r.kind == "chat" else {})}
                              for r in requests],
                 **({"chat_template_path": template} if template else {}),
                 "max_new_tokens": args.max_new_tokens, "device": args.device, "dtype": args.dtype,

@@ -81,10 +81,12 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
             cut_rows.append([name, str(e["category"]), str(e["requests"]), str(e["kept_tokens"]),
                              _pair(e["served"], e.get("served_ci")), _pair(e["cut"], e.get("cut_ci")),
                              "—" if e.get("gain") is None else f"{_pair(e['gain'], e.get('gain_ci'))}x"])
-        for e in rc.get("without_template") or []:
-            bare_rows.append([name, str(e["category"]), str(e["requests"]), _pair(e["served"], e.get("served_ci")),
-                              _pair(e["untemplated"], e.get("untemplated_ci")),
-                              "—" if e.get("gain") is None else f"{_pair(e['gain'], e.get('gain_ci'))}x"])
+        for key, field, how in (("without_template", "untemplated", "without the template"),
+                                ("thinking_off", "thinking_off", "{switch}: false")):
+            for e in rc.get(key) or []:
+                bare_rows.append([name, str(e["category"]), str(e["requests"]), _pair(e["served"], e.get("served_ci")),
+                                  how.format(**e), _pair(e[field], e.get(field + "_ci")),
+                                  "—" if e.get("gain") is None else f"{_pair(e['gain'], e.get('gain_ci'))}x"])
         for e in rc.get("confidence_matched") or []:
             matched_rows.append([name, str(e["category"]), str(e["requests"]), _share(e.get("first_step")),
                                  f"{_share(e.get('expected'))} (on {e['best']})",
@@ -117,10 +119,11 @@ def offline_blocks(session: LoadedSession) -> list[Block]:
                           "gain"], cut_rows)]
     if bare_rows:
         blocks += [Para("A category served worse whose requests are chat: each replayed offline again without its chat "
-                        "template (its messages' text alone, as a completion's prompt), beside the templated "
-                        "prediction, and their paired gain: what the category owes to a template the draft never "
-                        "learned."),
-                   Table(["server", "category", "requests", "templated (predicted)", "without the template",
+                        "template (its messages' text alone, as a completion's prompt) and, where the template has a "
+                        "thinking switch, with thinking off (the template's other parts kept), beside the templated "
+                        "prediction, and their paired gain: what the category owes to a template, or to its thinking "
+                        "suffix, the draft never learned."),
+                   Table(["server", "category", "requests", "templated (predicted)", "replayed", "predicted",
                           "gain"], bare_rows)]
     if matched_rows:
         blocks += [Para("A category served worse, matched with the best-served one by the target's confidence: how "

@@ -123,6 +123,20 @@ def without_template(per_request: Sequence[Mapping[str, Any]], requests: Sequenc
             for category, pairs in _pairs_by(per_request, requests, "category", "untemplated_accept_length").items()]
 
 
+def thinking_off(per_request: Sequence[Mapping[str, Any]], requests: Sequence[TrafficRequest],
+                 confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Per category with chat requests replayed with their template's thinking switched off
+    (``thinking_off_accept_length``; ``switch``: the chat_template_kwargs name that turned it off): the thinking
+    requests' offline accept length (``served``), the switched ones' (``thinking_off``) and their paired gain."""
+    switch: dict[str, str] = {}
+    for row in per_request:
+        if row.get("thinking_switch"):
+            switch.setdefault(requests[int(row["index"])].category, str(row["thinking_switch"]))
+    return [{"category": category, "switch": switch.get(category, "enable_thinking"),
+             **_paired(pairs, "thinking_off", confidence)}
+            for category, pairs in _pairs_by(per_request, requests, "category", "thinking_off_accept_length").items()]
+
+
 def _pooled(rows: Sequence[Mapping[str, Any]]) -> list[list[int]]:
     bins = [[0, 0] for _ in BIN_EDGES[1:]]
     for row in rows:
@@ -206,6 +220,7 @@ def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequenc
     cut = cut_to_length(per_request, requests, confidence)
     matched = confidence_matched(per_request, requests, table.get("below_best_category"), confidence)
     bare = without_template(per_request, requests, confidence)
+    unthinking = thinking_off(per_request, requests, confidence)
     parts = [f"{r.get('category', r.get('sampling'))}: predicted {_fmt(r['predicted'], r['predicted_ci'])}, "
              f"measured {_fmt(r['measured'], r['measured_ci'])}" for r in by_category + by_sampling]
     if decision == "discrepancy":
@@ -221,6 +236,7 @@ def reconcile_traffic(per_request: Sequence[Mapping[str, Any]], skipped: Sequenc
         verdict += f"; {len(skipped)} request(s) not replayed offline ({skipped[0].get('reason')})"
     return {"decision": decision, "verdict": verdict, "by_category": by_category, "by_sampling": by_sampling,
             "draft_penalised": cf, "cut_to_length": cut, "confidence_matched": matched, "without_template": bare,
+            "thinking_off": unthinking,
             "skipped": len(skipped), "predicted_requests": len(rows)}
 
 
@@ -229,7 +245,8 @@ def traffic_lines(name: str, rc: Mapping[str, Any]) -> list[str]:
     lines = [f"reconcile {name} traffic: {rc['decision']}: {rc['verdict']}"]
     paired = (("draft_penalised", "sampling", "draft penalised as the target", "draft_penalised", "served"),
               ("cut_to_length", "category", "prompts cut to their last {kept_tokens} tokens", "cut", "whole"),
-              ("without_template", "category", "without the chat template", "untemplated", "templated"))
+              ("without_template", "category", "without the chat template", "untemplated", "templated"),
+              ("thinking_off", "category", "with {switch}: false", "thinking_off", "thinking"))
     for key, group, what, name, against in paired:  # a counterfactual beside the served prediction, paired
         for e in rc.get(key) or []:
             lines.append(f"  {e[group]}: {what.format(**e)} {_fmt(e[name], e[name + '_ci'])} against {against} "

@@ -243,13 +243,14 @@ class ReconciledServer(BaseModel):
     verdict: str | None = None
     # a traffic reconcile's (orchestrator/traffic/reconciled.py): groups side by side, the penalised-draft
     # counterfactual, a longer category's requests replayed with their prompts cut to the best one's length, a
-    # category's chat requests replayed without their template, and each category below the best matched with it by
-    # the target's confidence
+    # category's chat requests replayed without their template and with its thinking switched off, and each category
+    # below the best matched with it by the target's confidence
     by_sampling: list[dict[str, Any]] = Field(default_factory=list)
     draft_penalised: list[dict[str, Any]] = Field(default_factory=list)
     cut_to_length: list[dict[str, Any]] = Field(default_factory=list)
     confidence_matched: list[dict[str, Any]] = Field(default_factory=list)
     without_template: list[dict[str, Any]] = Field(default_factory=list)
+    thinking_off: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Reconcile(Registered):

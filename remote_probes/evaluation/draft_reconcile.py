@@ -5,7 +5,7 @@ Args (JSON): {"target": dir, "engine": "sglang" | "vllm", "prompts": [str, ..] (
 "configs": [{"draft": dir, "algorithm": "EAGLE3" | "EAGLE", "steps": K, "wiring": "served" | [HF indices],
 "count_first_token": bool, "ladder"?: bool, "topk"?: N, "num_draft_tokens"?: N, "accept_thresholds"?: {"single",
 "acc"} (SGLang's, for its sampled verify), "rejection_sampling"?: bool}, ..],
-"requests"?: [{"body": {...}, "keep_last"?: N, "without_template"?: bool}, ..] (a traffic
+"requests"?: [{"body": {...}, "keep_last"?: N, "without_template"?: bool, "thinking_off"?: bool}, ..] (a traffic
 replay's bodies, as sent, instead of prompts: traffic_offline.py), "chat_template_path"?: the server's --chat-template file,
 "extra_prompts"?: [str, ..] (the benchmarks' context ladders,
 scored into ``by_length`` only, for the configurations with ``ladder``), "extra_max_new_tokens"?: their new tokens
@@ -23,7 +23,9 @@ configuration's row also carries ``per_request`` (``index``: the request's place
 the target's, the engine change that would mend a penalty's cost; for a request item with ``keep_last``,
 ``cut_accept_length`` and ``cut_prompt_tokens``: the same request replayed with its prompt cut to its last
 ``keep_last`` tokens; for a chat request item with ``without_template``, ``untemplated_accept_length`` and
-``untemplated_prompt_tokens``: the same without its chat template; for an unpenalised greedy request,
+``untemplated_prompt_tokens``: the same without its chat template; with ``thinking_off``, where its template has a
+thinking switch, ``thinking_switch`` and ``thinking_off_accept_length``/``_prompt_tokens``: the same with thinking
+off; for an unpenalised greedy request,
 ``first_step``: the draft's first proposal right or wrong by the target's probability of each token,
 confidence_match.py); ``skipped`` lists the requests not reproduced.
 """
@@ -242,7 +244,9 @@ def per_request(torch: Any, draft: Any, runs: List[Any], order: List[int], reque
             from remote_probes.evaluation.confidence_match import first_step_by_confidence
 
             row["first_step"] = first_step_by_confidence(torch, draft, run, wiring, probabilities)
-        for key, name in (("cut_run", "cut"), ("untemplated_run", "untemplated")):
+        if requests[index].get("thinking_switch"):
+            row["thinking_switch"] = requests[index]["thinking_switch"]
+        for key, name in (("cut_run", "cut"), ("untemplated_run", "untemplated"), ("thinking_off_run", "thinking_off")):
             other = requests[index].get(key)
             if other is None:
                 continue

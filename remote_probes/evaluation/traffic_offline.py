@@ -23,6 +23,11 @@ A chat request item's ``without_template`` (true) asks for a second replay of a 
 template (``untemplated_run``): its messages' text alone, as a completion's prompt. What the draft loses to a template
 it never learned (a thinking suffix, a chat format its training data did not use) comes back there.
 
+A chat request item's ``thinking_off`` (true) asks for a replay of a greedy request with its template's thinking
+switched off (``thinking_off_run``: ``chat_template_kwargs`` with the first of ``THINKING_SWITCHES`` false that renders
+otherwise, named in ``thinking_switch``): what the draft loses to the thinking suffix alone, the template's other
+parts kept; a template with no such switch gives none.
+
 A request item's ``keep_last`` (a positive int) asks for a second replay of a greedy request with its prompt cut to
 its last ``keep_last`` tokens (``cut_run``): the same request at a shorter context, which tells what a category of
 long prompts owes to its length from what it owes to its content (the orchestrator asks it for a category below
@@ -67,13 +72,14 @@ def parse_requests(raw: Any) -> List[Dict[str, Any]]:
         keep = item.get("keep_last")
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise ProbeFailure("bad_args", "requests[%d].keep_last must be a positive integer" % i, field="requests")
-        bare = item.get("without_template", False)
-        if not isinstance(bare, bool):
-            raise ProbeFailure("bad_args", "requests[%d].without_template must be true or false" % i,
-                               field="requests")
+        bare, thinking = item.get("without_template", False), item.get("thinking_off", False)
+        if not isinstance(bare, bool) or not isinstance(thinking, bool):
+            raise ProbeFailure("bad_args", "requests[%d].without_template and thinking_off must be true or false"
+                               % i, field="requests")
         out.append({"body": body, "max_tokens": tokens, "penalties": penalties, "sampled": sampled,
                     "temperature": temperature, "seed": body.get("seed"), "keep_last": keep,
-                    "without_template": bare and body.get("messages") is not None, **_filters(body, i)})
+                    "without_template": bare and body.get("messages") is not None,
+                    "thinking_off": thinking and body.get("messages") is not None, **_filters(body, i)})
     return out
 
 
@@ -200,6 +206,29 @@ def untemplated(tokenizer: Any, body: Dict[str, Any]) -> List[int]:
     return list(tokenizer(text)["input_ids"])
 
 
+#: the chat-template switches that turn a model's thinking off, as the templates that have one name it (Qwen3's
+#: ``enable_thinking``, DeepSeek-V3.1's ``thinking``), tried in this order
+THINKING_SWITCHES = ("enable_thinking", "thinking")
+
+
+def thinking_off(tokenizer: Any, body: Dict[str, Any], template: Optional[str],
+                 prompt_ids: List[int]) -> Optional[Tuple[str, List[int]]]:
+    """A chat request's prompt ids with its template's thinking switched off (the first of ``THINKING_SWITCHES``
+    whose ``False`` renders otherwise than the request did: the counterfactual of a thinking suffix the draft never
+    learned), with the switch's name; None where the template has no such switch or the request has it off."""
+    kwargs = body.get("chat_template_kwargs") or {}
+    for name in THINKING_SWITCHES:
+        if kwargs.get(name) is False:
+            return None
+        try:
+            ids = encode(tokenizer, dict(body, chat_template_kwargs=dict(kwargs, **{name: False})), template)
+        except Exception:  # noqa: BLE001 - a template that fails on the switch has none we can use
+            continue
+        if ids != prompt_ids:
+            return name, ids
+    return None
+
+
 def _text_of(content: Any) -> str:
     """A message's text: a string, or the text parts of a list of content parts (OpenAI's multi-part form)."""
     if isinstance(content, list):
@@ -293,6 +322,10 @@ def capture_traffic(torch: Any, tokenizer: Any, model: Any, requests: List[Dict[
         if req["without_template"]:
             req["untemplated_run"] = _greedy_run(torch, model, untemplated(tokenizer, req["body"]), req, needed, pad,
                                                  eos)[0]
+        switched = thinking_off(tokenizer, req["body"], template, prompt_ids) if req["thinking_off"] else None
+        if switched is not None:
+            req["thinking_switch"] = switched[0]
+            req["thinking_off_run"] = _greedy_run(torch, model, switched[1], req, needed, pad, eos)[0]
         progress("request %d/%d replayed offline" % (index + 1, len(requests)), prompt=index + 1,
                  prompts=len(requests), tokens=int(runs[-1][0].shape[1]))
     return runs, order, skipped

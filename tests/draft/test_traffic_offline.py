@@ -217,3 +217,45 @@ def test_a_chat_request_without_its_template_is_replayed_as_its_messages_text_al
     for bad in (1, "yes", None):
         with pytest.raises(ProbeFailure, match=r"requests\[0\]\.without_template must be true or false"):
             parse_requests([{"body": {"prompt": "x", "max_tokens": 4}, "without_template": bad}])
+
+
+def test_a_chat_request_with_its_templates_thinking_off_is_replayed_as_the_stand_in_serves_it(lab_pair, tmp_path) -> None:  # noqa: F811
+    """``thinking_off``: a chat request again with its template's thinking switched off (the unseen lab's thinking
+    template, whose suffix ``enable_thinking: false`` drops, as Qwen3's does), named, its accept length the one the
+    stand-in serves for the request with that switch; a template with no switch, and a request that already has
+    thinking off, give no such replay."""
+    from orchestrator.actions.bench import load_prompts
+    from orchestrator.lab.building.unseen_lab import THINKING_TEMPLATE
+    from orchestrator.lab.stand_in.model_runner import LabModelRunner
+    from orchestrator.lab.stand_in.sglang_args import build_parser, resolve
+    from orchestrator.lab.stand_in.sglang_openai import chat_prompt
+
+    target, draft, _wiring, _n = lab_pair
+    thinking, plain = tmp_path / "thinking.jinja", tmp_path / "plain.jinja"
+    thinking.write_text(THINKING_TEMPLATE)
+    plain.write_text(TEMPLATE)
+    code = load_prompts(None)[0]
+    chat = {"messages": [{"role": "user", "content": code}], "temperature": 0, "max_tokens": 24}
+    off = dict(chat, chat_template_kwargs={"enable_thinking": False})
+
+    def replay(template, body):
+        rc = run_draft_test(tmp_path, {"target": str(target), "engine": "vllm", "max_new_tokens": 24,
+                                       "requests": [{"body": body, "thinking_off": True}],
+                                       "chat_template_path": str(template),
+                                       "configs": [{"draft": str(draft), "algorithm": "EAGLE3", "steps": 3}]},
+                            probe="draft_reconcile")
+        return rc["configs"][0]["row"]["per_request"][0]
+
+    row = replay(thinking, chat)
+    assert row["thinking_switch"] == "enable_thinking", row
+    ns = build_parser().parse_args(["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+                                    "--speculative-draft-model-path", str(draft), "--speculative-num-steps", "3",
+                                    "--speculative-eagle-topk", "1"])
+    runner = LabModelRunner(resolve(ns, target_architecture="LlamaForCausalLM"), log=logging.getLogger("t").debug)
+    ids = chat_prompt(runner.tokenizer, str(thinking), off)
+    assert row["thinking_off_prompt_tokens"] == len(ids) < len(chat_prompt(runner.tokenizer, str(thinking), chat))
+    gen = runner.generate(ids, max_new_tokens=24, stop=[], stop_token_ids=[], ignore_eos=False)
+    assert abs(gen.spec.accepted_tokens / gen.spec.verify_ct - row["thinking_off_accept_length"]) < 1e-3, gen.spec
+    for template, body in ((plain, chat), (thinking, off)):
+        row = replay(template, body)
+        assert "thinking_off_accept_length" not in row and "thinking_switch" not in row, row

@@ -300,7 +300,8 @@ def test_a_category_and_a_template_the_draft_never_learned_are_each_named(state_
     template whose generation prompt ends in a ROT13 "thinking" suffix. The same held-out snippets as code
     completions, in ROT13, and as chat requests, greedy: rot13 and chat trail code on intervals. On the replay
     alone traffic_category cannot tell the draft from the text (inconclusive). The reconcile replays the chat
-    requests without their template: they recover up to code, and the template is named; it matches the draft's
+    requests with the template's thinking switched off (enable_thinking: false, as Qwen3's template takes it) and
+    without their template: with thinking off they recover up to code, and the thinking suffix is named; it matches the draft's
     first proposal on rot13 with code's at the target's same confidence: far below, and the draft's training is
     named. The same on each engine's stand-in (SGLang's from its 0.5.23 tree, whose OpenAI answers carry each
     request's accept length)."""
@@ -332,16 +333,23 @@ def test_a_category_and_a_template_the_draft_never_learned_are_each_named(state_
     [server] = ran.result("s3")["result"]["servers"]
     [bare] = server["without_template"]
     assert bare["category"] == "chat" and bare["requests"] == 24 and bare["gain_ci"][0] > 1.0, bare
+    # the template's thinking switch off, its other parts kept: the suffix alone is what costs chat
+    [off] = server["thinking_off"]
+    assert off["category"] == "chat" and off["switch"] == "enable_thinking" and off["requests"] == 24, off
+    assert off["gain_ci"][0] > 1.0, off
     matched = {m["category"]: m for m in server["confidence_matched"]}
     assert matched[CATEGORY]["requests"] == 24 and matched[CATEGORY]["ratio_ci"][1] < 1.0, matched
     assert second["state"] == "supported", second
-    assert "the chat template costs chat its acceptance" in second["evidence"], second
+    assert "the thinking suffix the chat template appends to the generation prompt costs chat its acceptance" \
+        in second["evidence"] and "enable_thinking: false" in second["evidence"], second
     assert "the draft predicts rot13 worse than code: it did not learn rot13" in second["evidence"], second
     assert "did not learn chat" not in second["evidence"], second
     said = "".join(e.get("text", "") for e in ran.of_type("output"))
     assert "rot13: the draft's first proposal right " in said and "chat: without the chat template " in said
+    assert "chat: with enable_thinking: false " in said
     report = (ran.directory / "report.md").read_text()
-    assert "| fixed | rot13 | 24 | " in report and "without the template" in report
+    assert "| fixed | rot13 | 24 | " in report and "| without the template |" in report
+    assert "| enable_thinking: false |" in report
     assert "acceptance-traffic-by-confidence.svg" in report
     chart = (ran.directory / "artifacts" / "acceptance-traffic-by-confidence.svg").read_text()
     assert "rot13 (fixed)" in chart and "code (fixed)" in chart

@@ -261,3 +261,27 @@ def test_a_chat_categorys_requests_without_their_template_are_paired_with_the_te
     rc = reconcile_traffic(per_request, [], requests, {"traffic": {}})
     assert rc["without_template"] == [row]
     assert any(line.startswith("  chat: without the chat template 4.22") for line in traffic_lines("fixed", rc))
+
+
+def test_a_chat_categorys_requests_with_thinking_off_are_paired_with_the_thinking_ones(tmp_path: Path) -> None:
+    """reconciled.py ``thinking_off``: per category, the requests replayed with the template's thinking switched
+    off beside the thinking ones, paired, the switch named; a category whose template has no switch has no row."""
+    from orchestrator.traffic.reconciled import reconcile_traffic, thinking_off, traffic_lines
+
+    path = tmp_path / "t.jsonl"
+    lines = [{"messages": [{"role": "user", "content": f"m{i}"}], "temperature": 0, "category": "chat"}
+             for i in range(4)]
+    lines += [{"messages": [{"role": "user", "content": f"s{i}"}], "temperature": 0, "category": "plain"}
+              for i in range(2)]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    requests = load_traffic(path)
+    per_request = [{"index": i, "accept_length": 2.0 + 0.1 * i, "thinking_switch": "thinking",
+                    "thinking_off_accept_length": 3.0 + 0.1 * i, "thinking_off_prompt_tokens": 7} for i in range(4)]
+    per_request += [{"index": 4 + i, "accept_length": 2.0} for i in range(2)]
+    [row] = thinking_off(per_request, requests)
+    assert row["category"] == "chat" and row["switch"] == "thinking" and row["requests"] == 4
+    assert row["served"] == pytest.approx(2.15) and row["thinking_off"] == pytest.approx(3.15)
+    assert row["gain_ci"][0] > 1.0, row
+    rc = reconcile_traffic(per_request, [], requests, {"traffic": {}})
+    assert rc["thinking_off"] == [row]
+    assert any(line.startswith("  chat: with thinking: false 3.15") for line in traffic_lines("fixed", rc))

@@ -14,7 +14,8 @@ the recipe that made them); ``python -m orchestrator.lab.building.unseen_lab --s
 (about 4 minutes on 2 cores) and tests/lab/test_unseen_lab.py fails while the shipped recipe differs from this one.
 
 The same models hold the template scenario: chat requests rendered with ``THINKING_TEMPLATE`` (a generation prompt
-ending in a suffix no draft was trained after) against the same snippets as completions (``chat_traffic``).
+ending in a suffix no draft was trained after, off with ``enable_thinking: false``) against the same snippets as
+completions (``chat_traffic``).
 
 Public API: ``UNSEEN``, ``CATEGORY``, ``RECIPE``, ``THINKING_TEMPLATE``, ``rot13(text)``, ``mixed_corpus()``,
 ``train(out, progress)``, ``shipped() -> UnseenLab``, ``traffic(lab, path, per_category)``,
@@ -134,8 +135,11 @@ def traffic(lab: UnseenLab, path: Path, per_category: int = 24, max_tokens: int 
 #: a chat template whose generation prompt ends in a "thinking" suffix written in ROT13: a suffix no draft here was
 #: trained after (the lab's corpus holds no conversations), which turns the target's answer into text neither draft
 #: follows (tokenspeed#1305: a thinking suffix the draft never saw, 3.87 -> 2.08)
+#: the suffix is switched off by ``chat_template_kwargs: {enable_thinking: false}``, as Qwen3's template switches its
+#: thinking (on unless a request says otherwise)
 THINKING_TEMPLATE = ("{% for m in messages %}{{ m['content'] }}{% endfor %}"
-                     "{% if add_generation_prompt %}\n" + rot13("# Let me think about it.\n# The answer:") + "\n{% endif %}")
+                     "{% if add_generation_prompt %}\n{% if enable_thinking is not defined or enable_thinking %}"
+                     + rot13("# Let me think about it.\n# The answer:") + "\n{% endif %}{% endif %}")
 
 
 def chat_traffic(lab: UnseenLab, path: Path, per_category: int = 24, max_tokens: int = 32) -> Path:

@@ -54,20 +54,38 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
-def _template(name: str, best: dict[str, Any], row: dict[str, Any]) -> tuple[str, bool | None]:
-    """What a template costs category ``name``, from its chat requests replayed offline without their chat template
-    (``row``: reconciled.py ``without_template``): True, the template (the bare requests reach the best category's
-    interval, with a paired gain above 1); False, not the template (no certain gain, still below); None, a part."""
+def _template(name: str, best: dict[str, Any], row: dict[str, Any],
+              switched: dict[str, Any] | None = None) -> tuple[str, bool | None]:
+    """What a template costs category ``name``, from its chat requests replayed offline with the template's thinking
+    switched off (``switched``: reconciled.py ``thinking_off``, where the template has a switch) and without their
+    chat template (``row``: ``without_template``): True, the thinking suffix (thinking off reaches the best
+    category's interval with a paired gain above 1), else the template (the bare requests do); False, not the
+    template (no certain gain, still below); None, a part."""
     top = best.get("accept_length_ci") or [float("inf"), float("inf")]
-    said = (f"its chat requests replayed offline without their chat template (the messages' text alone) accept "
+    upto = f"up to {best['category']} {num(best['accept_length'])} {ci(top)}"
+    off = ""
+    if switched and switched.get("gain_ci") and switched.get("thinking_off_ci"):
+        off = (f"its chat requests replayed offline with the template's thinking off ({switched['switch']}: false, "
+               f"its other parts kept) accept {num(switched['thinking_off'])} {ci(switched['thinking_off_ci'])} "
+               f"against {num(switched['served'])} {ci(switched['served_ci'])} with thinking on (paired gain "
+               f"{num(switched['gain'])}x {ci(switched['gain_ci'])}, {switched['requests']} requests)")
+        if switched["gain_ci"][0] > 1.0 and switched["thinking_off_ci"][1] >= top[0]:
+            return (f"{off}, {upto}: the thinking suffix the chat template appends to the generation prompt costs "
+                    f"{name} its acceptance, not the rest of the template nor what its requests ask: the draft did "
+                    "not learn what the target writes after it (train the draft on conversations rendered as the "
+                    f"server renders them, thinking on; or send chat_template_kwargs {switched['switch']}: false "
+                    "where an answer may skip thinking)"), True
+        off += "; "
+    said = (f"{off}its chat requests replayed offline without their chat template (the messages' text alone) accept "
             f"{num(row['untemplated'])} {ci(row['untemplated_ci'])} against {num(row['served'])} "
             f"{ci(row['served_ci'])} templated (paired gain {num(row['gain'])}x {ci(row['gain_ci'])}, "
             f"{row['requests']} requests)")
     if row["gain_ci"][0] > 1.0 and row["untemplated_ci"][1] >= top[0]:
-        return (f"{said}, up to {best['category']} {num(best['accept_length'])} {ci(top)}: the chat template costs "
-                f"{name} its acceptance, not what its requests ask: the draft did not learn what the target writes "
-                "after this template (train the draft on conversations rendered with the template the server "
-                "applies, its generation prompt and thinking suffix included, or serve without them)"), True
+        suffix = ", not its thinking suffix alone" if off else ""
+        return (f"{said}, {upto}: the chat template costs {name} its acceptance{suffix}, not what its requests ask: "
+                "the draft did not learn what the target writes after this template (train the draft on "
+                "conversations rendered with the template the server applies, its generation prompt and thinking "
+                "suffix included, or serve without them)"), True
     if row["gain_ci"][0] <= 1.0 and row["untemplated_ci"][1] < top[0]:
         return f"{said}, still below {best['category']} {num(best['accept_length'])} {ci(top)}: not the template", False
     return f"{said}: the template may cost a part", None
@@ -160,8 +178,9 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
     below was replayed at other sampling settings than the best (the setting may be the cause), or when its prompts
     are longer than the best's on intervals (the context's length may be the cause) until the traffic reconcile's
     replay of them cut to the best's length decides it (recovered: supported, the length named; no gain and still
-    below: not the length), or when a chat category's template is undecided (its requests replayed offline without
-    their chat template: recovered, supported, the template named; no gain and still below: not the template), or
+    below: not the length), or when a chat category's template is undecided (its requests replayed offline with the
+    template's thinking switched off, then without their chat template: recovered, supported, the thinking suffix or
+    the template named; no gain and still below: not the template), or
     when what is left (its content) is undecided: the draft or the text, which the reconcile's match by the
     target's confidence decides (``_by_content``: the draft named when it predicts the
     category worse where the target is as sure; the text when it does as well there and the target is less sure of
@@ -181,7 +200,8 @@ def traffic_category_apart(ctx: RuleContext) -> Verdict | None:
         content = [str(e["category"]) for e in apart["below"] if lengths.get(e["category"], ("", False))[1] is False
                    or e["category"] not in lengths]
         bare = _rc_rows(ctx, what, "without_template")
-        templates = {name: _template(name, apart["best"], bare[name]) for name in content
+        switched = _rc_rows(ctx, what, "thinking_off")
+        templates = {name: _template(name, apart["best"], bare[name], switched.get(name)) for name in content
                      if bare.get(name, {}).get("gain_ci") and bare[name].get("untemplated_ci")}
         content = [name for name in content if templates.get(name, ("", False))[1] is False]
         contents = _by_content(content, str(apart["best"]["category"]), _rc_rows(ctx, what, "confidence_matched"))
