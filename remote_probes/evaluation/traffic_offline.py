@@ -73,9 +73,9 @@ def parse_requests(raw: Any) -> List[Dict[str, Any]]:
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise ProbeFailure("bad_args", "requests[%d].keep_last must be a positive integer" % i, field="requests")
         bare, thinking = item.get("without_template", False), item.get("thinking_off", False)
-        if not isinstance(bare, bool) or not isinstance(thinking, bool):
-            raise ProbeFailure("bad_args", "requests[%d].without_template and thinking_off must be true or false"
-                               % i, field="requests")
+        for name, flag in (("without_template", bare), ("thinking_off", thinking)):
+            if not isinstance(flag, bool):
+                raise ProbeFailure("bad_args", "requests[%d].%s must be true or false" % (i, name), field="requests")
         out.append({"body": body, "max_tokens": tokens, "penalties": penalties, "sampled": sampled,
                     "temperature": temperature, "seed": body.get("seed"), "keep_last": keep,
                     "without_template": bare and body.get("messages") is not None,

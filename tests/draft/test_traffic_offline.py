@@ -259,3 +259,8 @@ def test_a_chat_request_with_its_templates_thinking_off_is_replayed_as_the_stand
     for template, body in ((plain, chat), (thinking, off)):
         row = replay(template, body)
         assert "thinking_off_accept_length" not in row and "thinking_switch" not in row, row
+    from remote_probes.agent.protocol import ProbeFailure
+    from remote_probes.evaluation.traffic_offline import parse_requests
+
+    with pytest.raises(ProbeFailure, match=r"requests\[0\]\.thinking_off must be true or false"):
+        parse_requests([{"body": {"prompt": "x", "max_tokens": 4}, "thinking_off": "yes"}])
