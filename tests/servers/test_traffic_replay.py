@@ -301,7 +301,7 @@ def test_a_category_and_a_template_the_draft_never_learned_are_each_named(state_
     completions, in ROT13, and as chat requests, greedy: rot13 and chat trail code on intervals. On the replay
     alone traffic_category cannot tell the draft from the text (inconclusive). The reconcile replays the chat
     requests with the template's thinking switched off (enable_thinking: false, as Qwen3's template takes it) and
-    without their template: with thinking off they recover up to code, and the thinking suffix is named; it matches the draft's
+    without their template: with thinking off they recover up to code, and thinking is named; it matches the draft's
     first proposal on rot13 with code's at the target's same confidence: far below, and the draft's training is
     named. The same on each engine's stand-in (SGLang's from its 0.5.23 tree, whose OpenAI answers carry each
     request's accept length)."""
@@ -340,8 +340,8 @@ def test_a_category_and_a_template_the_draft_never_learned_are_each_named(state_
     matched = {m["category"]: m for m in server["confidence_matched"]}
     assert matched[CATEGORY]["requests"] == 24 and matched[CATEGORY]["ratio_ci"][1] < 1.0, matched
     assert second["state"] == "supported", second
-    assert "the thinking suffix the chat template appends to the generation prompt costs chat its acceptance" \
-        in second["evidence"] and "enable_thinking: false" in second["evidence"], second
+    assert "thinking costs chat its acceptance (what the template's enable_thinking switch adds" \
+        in second["evidence"] and "enable_thinking: false where" in second["evidence"], second
     assert "the draft predicts rot13 worse than code: it did not learn rot13" in second["evidence"], second
     assert "did not learn chat" not in second["evidence"], second
     said = "".join(e.get("text", "") for e in ran.of_type("output"))

@@ -59,7 +59,8 @@ def _template(name: str, best: dict[str, Any], row: dict[str, Any],
     """What a template costs category ``name``, from its chat requests replayed offline with the template's thinking
     switched off (``switched``: reconciled.py ``thinking_off``, where the template has a switch) and without their
     chat template (``row``: ``without_template``): True, the thinking suffix (thinking off reaches the best
-    category's interval with a paired gain above 1), else the template (the bare requests do); False, not the
+    category's interval with a paired gain above 1: the thinking, whether the template adds a suffix with it or the
+    target writes its reasoning), else the template (the bare requests do); False, not the
     template (no certain gain, still below); None, a part."""
     top = best.get("accept_length_ci") or [float("inf"), float("inf")]
     upto = f"up to {best['category']} {num(best['accept_length'])} {ci(top)}"
@@ -70,11 +71,12 @@ def _template(name: str, best: dict[str, Any], row: dict[str, Any],
                f"against {num(switched['served'])} {ci(switched['served_ci'])} with thinking on (paired gain "
                f"{num(switched['gain'])}x {ci(switched['gain_ci'])}, {switched['requests']} requests)")
         if switched["gain_ci"][0] > 1.0 and switched["thinking_off_ci"][1] >= top[0]:
-            return (f"{off}, {upto}: the thinking suffix the chat template appends to the generation prompt costs "
-                    f"{name} its acceptance, not the rest of the template nor what its requests ask: the draft did "
-                    "not learn what the target writes after it (train the draft on conversations rendered as the "
-                    f"server renders them, thinking on; or send chat_template_kwargs {switched['switch']}: false "
-                    "where an answer may skip thinking)"), True
+            return (f"{off}, {upto}: thinking costs {name} its acceptance (what the template's "
+                    f"{switched['switch']} switch adds to the generation prompt, or the reasoning the target then "
+                    "writes), not the rest of the template nor what its requests ask: the draft did not learn what "
+                    "the target writes with thinking on (train the draft on conversations rendered as the server "
+                    "renders them, thinking on, the reasoning included; or send chat_template_kwargs "
+                    f"{switched['switch']}: false where an answer may skip thinking)"), True
         off += "; "
     said = (f"{off}its chat requests replayed offline without their chat template (the messages' text alone) accept "
             f"{num(row['untemplated'])} {ci(row['untemplated_ci'])} against {num(row['served'])} "
