@@ -18,7 +18,8 @@ verification ``verify_tree_greedy`` (the same file, 162-). What this module foll
   last verified token) they are the ``num_draft_tokens`` tokens the target verifies in one forward, each attending to
   the prefix and its ancestors (the tree mask), at position prefix + depth;
 - greedy verification walks from the root: the child whose token is the target's argmax at the current node is
-  accepted, and so on; the target's argmax at the last accepted node is the bonus token.
+  accepted, and so on; the target's argmax at the last accepted node is the bonus token. A sampled request is
+  walked as sgl-kernel's target-only kernel walks it (remote_probes/evaluation/decoding.py ``walk_tree``).
 
 A candidate whose parent was not kept (a tie broken against the parent) is what SGLang's kernel warns about as an
 invalid tree; it is kept here with no parent and is never accepted. With ``topk`` 1 the tree is SGLang's chain of

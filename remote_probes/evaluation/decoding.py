@@ -152,3 +152,45 @@ class TokenChooser:
             rest[token] = 0.0
             return k, self._draw(rest / rest.sum())
         return steps, self._draw(probs[steps])
+
+    def walk_tree(self, logits: Any, histories: List[List[int]], tree: Any) -> Tuple[List[int], int]:
+        """(accepted nodes from the root's child down, the token after them) for one verify of SGLang's draft tree
+        (``tree``: remote_probes/eagle3/tree.py's DraftTree, node 0 the root; ``logits`` [nodes, vocab] at each node, ``histories`` each
+        node's output so far). Greedy: the child whose token is the target's argmax at the current node, down the
+        tree. Sampled, as sgl-kernel's ``TreeSpeculativeSamplingTargetOnly`` walks it: one draw per level, the
+        children tried in order, the target's probabilities of their tokens summed as they go; the first child where
+        the draw is at most that sum over ``threshold_acc`` (or whose own probability reaches ``threshold_single``)
+        is accepted and the walk goes on from it with a fresh draw; where none is, the token after is drawn from
+        the target at that node without the children it tried (``relu(target - draft_probs)``). Each child is then
+        kept with the target's probability of it, whatever the order."""
+        from remote_probes.eagle3.tree import greedy_walk
+
+        d = self.decoding
+        if not d.sampled:
+            return greedy_walk(tree, penalised_argmax(logits, self.prompt, histories, d.penalties, d.rule))
+        tokens = tree.tokens
+        children: List[List[int]] = [[] for _ in tokens]
+        for node, parent in enumerate(tree.parents):
+            if parent >= 0:
+                children[parent].append(node)
+        probs = self._probs(logits, histories)
+        acc = max(d.threshold_acc, 1e-9)
+        node = 0
+        path: List[int] = []
+        while True:
+            u = float(torch.rand((), generator=self.generator))
+            total, tried, chosen = 0.0, [], None
+            for child in children[node]:
+                p = float(probs[node, tokens[child]])
+                total += p
+                if u * acc <= total or p >= d.threshold_single:
+                    chosen = child
+                    break
+                tried.append(tokens[child])
+            if chosen is None:
+                rest = probs[node].clone()
+                rest[tried] = 0.0
+                return path, self._draw(rest / rest.sum())
+            path.append(chosen)
+            node = chosen
+

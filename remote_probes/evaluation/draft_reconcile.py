@@ -164,7 +164,7 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     for item in loaded:
         c = item["config"]
         if c["topk"] > 1:
-            rows[item["index"]] = tree_row(torch, model, tokenizer, item, c, a, runs)
+            rows[item["index"]] = tree_row(torch, model, tokenizer, item, c, a, runs, order, simulated)
             continue
         mine = ladder if c["ladder"] else []
         stats: Dict[str, Any] = score_wiring(torch, item["draft"], runs, item["wiring"], c["steps"],
@@ -188,28 +188,33 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def tree_row(torch: Any, model: Any, tokenizer: Any, item: Dict[str, Any], c: Dict[str, Any], a: Dict[str, Any],
-             runs: List[Any]) -> Dict[str, Any]:
+             runs: List[Any], order: List[int], simulated: List[int]) -> Dict[str, Any]:
     """A server that drafts SGLang's tree: each benchmark prompt served again offline, cycle by cycle, by the tree
     (spec_simulation.simulate_tree: one target forward per cycle, so the target's own copy runs; engine-captured
     states hold one generation, which a tree's cycles cannot be read from). The row's figures are the requests'
-    accept lengths with their interval; no per-position acceptance (the engine reports none for a tree)."""
+    accept lengths with their interval; no per-position acceptance (the engine reports none for a tree). A traffic
+    replay (``order``: each captured run's request, ``simulated``: the requests served again cycle by cycle) gives
+    ``per_request`` too, each greedy request with its own max_tokens; the paired counterfactuals (a cut, no
+    template, thinking off) and the match by confidence score a chain and are not given for a tree."""
     from remote_probes.evaluation.decoding import GREEDY
     from remote_probes.evaluation.interval_stats import mean_interval
     from remote_probes.evaluation.spec_simulation import simulate
 
     head = {"draft": c["draft"], "algorithm": c["algorithm"], "steps": c["steps"], "topk": c["topk"],
             "num_draft_tokens": c["num_draft_tokens"]}
-    if a["states_from"] is not None or requests_of(a):
-        why = ("the target's hidden states come from the serving engine, one generation per prompt; a tree is "
-               "verified by a target forward per cycle" if a["states_from"] is not None else
-               "a traffic replay of a tree is not simulated offline yet")
-        return dict(head, error="tree_offline: %s" % why)
+    if a["states_from"] is not None:
+        return dict(head, error="tree_offline: the target's hidden states come from the serving engine, one "
+                                "generation per prompt; a tree is verified by a target forward per cycle")
     values, total_tokens, total_cycles = [], 0, 0
-    for seq, prompt_len, _states in runs:
+    per_run: List[Dict[str, Any]] = []
+    for i, (seq, prompt_len, _states) in enumerate(runs):
         prompt_ids = [int(t) for t in seq.reshape(-1)[:prompt_len].tolist()]
+        limit = a["requests"][order[i]]["max_tokens"] if requests_of(a) else a["max_new_tokens"]
         tokens, cycles = simulate(torch, model, item["draft"], prompt_ids, item["wiring"], c["steps"],
-                                  a["max_new_tokens"], GREEDY, tokenizer.eos_token_id, c["count_first_token"],
+                                  limit, GREEDY, tokenizer.eos_token_id, c["count_first_token"],
                                   topk=c["topk"], num_draft_tokens=c["num_draft_tokens"])
+        if requests_of(a):
+            per_run.append({"index": order[i], "accept_length": round(tokens / cycles, 4) if cycles else None})
         if cycles:
             values.append(tokens / cycles)
             total_tokens, total_cycles = total_tokens + tokens, total_cycles + cycles
@@ -219,6 +224,9 @@ def tree_row(torch: Any, model: Any, tokenizer: Any, item: Dict[str, Any], c: Di
            "tau_request_ci": iv.as_list() if iv is not None else None, "prompts": len(values),
            "per_position": [], "by_length": [], "simulated": "tree", "wiring": item["wiring"],
            "accepts": [round(v, 4) for v in values]}
+    if requests_of(a):
+        rows = per_run + simulated_rows(torch, model, tokenizer, item, c, a, simulated)
+        row["per_request"] = sorted(rows, key=lambda r: r["index"])
     progress("%s %s: a tree of %d (topk %d), tau %s" % (c["draft"], item["wiring"], c["num_draft_tokens"],
                                                         c["topk"], row["tau_request"]))
     return dict(head, wiring=item["wiring"], parts=item["parts"], row=row)
@@ -272,7 +280,8 @@ def simulated_rows(torch: Any, model: Any, tokenizer: Any, item: Dict[str, Any],
         req = a["requests"][index]
         decoding = sampling_of(req, defaults, index, c["engine"], c.get("accept_thresholds"))
         tokens, cycles = simulate(torch, model, item["draft"], req["prompt_ids"], item["wiring"], c["steps"],
-                                  req["max_tokens"], decoding, tokenizer.eos_token_id, c["count_first_token"])
+                                  req["max_tokens"], decoding, tokenizer.eos_token_id, c["count_first_token"],
+                                  topk=c["topk"], num_draft_tokens=c["num_draft_tokens"])
         rows.append({"index": index, "accept_length": round(tokens / cycles, 4) if cycles else None,
                      "simulated": True})
         progress("request %d simulated offline (%s)" % (index + 1, "sampled" if req["sampled"] else "penalised"))

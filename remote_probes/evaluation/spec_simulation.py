@@ -14,7 +14,7 @@ verify forwards); a sampled request's is one draw (its ``seed``, else the reques
 requests.
 
 Public API: ``simulate(torch, model, draft, prompt_ids, wiring, steps, max_tokens, decoding, eos, count_first_token,
-topk=1, num_draft_tokens=None)``, ``simulate_tree(...)`` (the same for SGLang's tree drafting, greedy).
+topk=1, num_draft_tokens=None)``, ``simulate_tree(...)`` (the same for SGLang's tree drafting).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def simulate(torch: Any, model: Any, draft: Any, prompt_ids: List[int], wiring: 
              max_tokens: int, decoding: Decoding, eos: Optional[int], count_first_token: bool = False,
              topk: int = 1, num_draft_tokens: Optional[int] = None) -> Tuple[int, int]:
     """(tokens counted, verify cycles) of one request served by speculative decoding (module doc); ``topk`` > 1
-    drafts SGLang's tree of ``num_draft_tokens`` nodes instead of the chain (greedy only: simulate_tree)."""
+    drafts SGLang's tree of ``num_draft_tokens`` nodes instead of the chain (simulate_tree)."""
     if topk > 1:
         return simulate_tree(torch, model, draft, prompt_ids, wiring, steps, topk,
                              num_draft_tokens or steps + 1, max_tokens, decoding, eos, count_first_token)
@@ -98,16 +98,14 @@ def simulate_tree(torch: Any, model: Any, draft: Any, prompt_ids: List[int], wir
                   num_draft_tokens: int, max_tokens: int, decoding: Decoding, eos: Optional[int],
                   count_first_token: bool = False) -> Tuple[int, int]:
     """One request served by SGLang's tree drafting (remote_probes/eagle3/tree.py), cycle by cycle: the draft's tree,
-    one target forward over it under the tree mask, the greedy walk, the target's cache cut to the accepted path.
+    one target forward over it under the tree mask, the walk (greedy, or SGLang's sampled one: decoding.py
+    ``walk_tree``), the target's cache cut to the accepted path.
     The lab's server serves with the same steps (orchestrator/lab/stand_in/model_runner.py ``_tree_loop``)."""
     from transformers import DynamicCache
 
     from remote_probes.eagle3.draft import DraftKVCache
-    from remote_probes.eagle3.tree import greedy_walk, keep_positions, propose_tree, tree_attention
-    from remote_probes.evaluation.penalties import penalised_argmax
+    from remote_probes.eagle3.tree import keep_positions, propose_tree, tree_attention
 
-    if decoding.sampled:
-        raise ValueError("a draft tree is verified greedily only (temperature 0)")
     choose = TokenChooser(decoding, prompt_ids)
     dtype = next(draft.parameters()).dtype
     cache = DynamicCache(config=model.config) if "config" in inspect.signature(DynamicCache).parameters \
@@ -134,8 +132,7 @@ def simulate_tree(torch: Any, model: Any, draft: Any, prompt_ids: List[int], wir
         else:
             fed.append(out[-1])
             histories = [list(fed)] * len(tree.tokens)
-        preds = penalised_argmax(result.logits[0], choose.prompt, histories, decoding.penalties, decoding.rule)
-        path, after = greedy_walk(tree, preds)
+        path, after = choose.walk_tree(result.logits[0], histories, tree)
         m = len(path)
         new = [tree.tokens[p] for p in path] + [after]
         tokens += m + 1

@@ -11,10 +11,11 @@ one generation, since what is served depends on the draws; nor can a penalised r
 penalty (penalties.py ``RULES["sglang"]``) feeds one token per verify cycle. Those are served again offline, cycle
 by cycle, by each configuration's draft (spec_simulation.py: vLLM's rejection rule; one draw per request, its
 ``seed`` else its index), its top-k and top-p cutting the target's distribution as vLLM's do (decoding.py), and on
-SGLang its chain verified by SGLang's target-only rule with the server's acceptance thresholds. Not modelled, and
+SGLang its chain or draft tree verified by SGLang's target-only rule with the server's acceptance thresholds. Not
+modelled, and
 counted in ``skipped`` with the reason: on vLLM a sampled request with a min_p or a logit_bias, which a speculative
-vLLM refuses (sampling_params.py ``_validate_spec_decode``); on SGLang a logit_bias, and a sampled request on a
-draft tree, with rejection sampling, or with a min_p (its verify leaves min_p out).
+vLLM refuses (sampling_params.py ``_validate_spec_decode``); on SGLang a logit_bias, and a sampled request with
+rejection sampling or with a min_p (its verify leaves min_p out).
 
 ``penalised_proposals`` is the counterfactual of the engine change that would mend a penalty's cost: the draft's
 logits penalised with the same output so far as the target's, before its argmax.
@@ -145,7 +146,7 @@ def how_replayed(req: Dict[str, Any], engine: str, defaults: Optional[Dict[str, 
     """("capture", "") for a request one greedy generation predicts; ("simulate", "") for one whose served tokens
     depend on the draws or the cycles (spec_simulation.py); ("skip", why) for one not modelled (``defaults``: the
     target's generation_defaults, whose min_p a request writing none is served with; ``configs``: the served
-    configurations, whose tree or rejection sampling SGLang samples otherwise than a chain)."""
+    configurations, whose rejection sampling SGLang samples otherwise)."""
     body = req["body"]
     min_p = req.get("min_p")
     min_p = (defaults or {}).get("min_p", 0.0) if min_p is None else min_p
@@ -153,11 +154,6 @@ def how_replayed(req: Dict[str, Any], engine: str, defaults: Optional[Dict[str, 
         return "skip", ("has a logit_bias, which SGLang adds to the target's logits in verification "
                         "(eagle_utils.py) and the offline replay does not")
     if req["sampled"] and engine == "sglang":
-        tree = next((c for c in configs or [] if int(c.get("topk") or 1) > 1), None)
-        if tree is not None:
-            return "skip", ("samples on SGLang's draft tree (topk %d), whose sibling rule (speculative_sampling.cuh "
-                            "TreeSpeculativeSamplingTargetOnly) is not modelled: the simulation follows a chain"
-                            % int(tree["topk"]))
         if any(c.get("rejection_sampling") for c in configs or []):
             return "skip", ("samples with --speculative-use-rejection-sampling, which verifies with the draft's own "
                             "probabilities: not modelled")

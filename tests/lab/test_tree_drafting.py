@@ -236,3 +236,22 @@ def test_a_penalised_tree_is_served_as_the_offline_simulation_serves_it(lab: Lab
         tokens, cycles = simulate(torch, runner.target, runner.draft, ids, runner.capture, 5, 40,
                                   Decoding(penalty, rule), None, count_first_token=True, topk=4, num_draft_tokens=16)
         assert (tokens, cycles) == (served.spec.accepted_tokens + 1, served.spec.verify_ct)
+
+
+def test_a_sampled_tree_is_served_as_the_offline_simulation_serves_it(lab: LabPaths, prompts: list[str]):
+    """A sampled request on a tree (SGLang's target-only walk: decoding.py ``walk_tree``), with an acceptance
+    threshold: the lab's server and the offline simulation, from one seed, count the same cycles and tokens."""
+    from remote_probes.evaluation.decoding import Decoding
+    from remote_probes.evaluation.penalties import RULES
+    from remote_probes.evaluation.spec_simulation import simulate
+
+    runner = _runner(lab, *_spec(lab, 5, 4, 16))
+    decoding = Decoding(rule=RULES["sglang"], temperature=0.8, seed=21, top_p=0.95, threshold_acc=0.7)
+    for text in prompts[:3]:
+        ids = runner.tokenizer(text)["input_ids"]
+        served = runner.generate(ids, max_new_tokens=40, stop=[], stop_token_ids=[], ignore_eos=True,
+                                 rule=decoding.rule, temperature=decoding.temperature, seed=decoding.seed,
+                                 top_p=decoding.top_p, threshold_acc=decoding.threshold_acc)
+        tokens, cycles = simulate(torch, runner.target, runner.draft, ids, runner.capture, 5, 40, decoding, None,
+                                  count_first_token=True, topk=4, num_draft_tokens=16)
+        assert (tokens, cycles) == (served.spec.accepted_tokens + 1, served.spec.verify_ct)

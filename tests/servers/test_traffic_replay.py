@@ -184,22 +184,28 @@ steps:
         assert "no acceptance by category: the server gave no per-request accept length" in said
 
 
+@pytest.mark.parametrize("shape", ["chain", "tree"])
 def test_sampled_traffic_on_sglang_is_replayed_offline_by_its_own_rule(state_dir: Path, lab_models: dict[str, str],
-                                                                        sglang_trees: Any, tmp_path: Path) -> None:
-    """SGLang verifies a sampled chain with sgl-kernel's target-only rule (remote_probes/evaluation/decoding.py),
-    its acceptance threshold from the server's flags: the stand-in (0.5.23 tree) serves sampled requests by it at
-    ``--speculative-accept-threshold-acc 0.5``, and the reconcile simulates each one offline with that threshold
-    (none skipped as "not modelled"): the offline prediction and the server's figure overlap on intervals."""
+                                                                        sglang_trees: Any, tmp_path: Path,
+                                                                        shape: str) -> None:
+    """SGLang verifies a sampled chain, and a draft tree, with sgl-kernel's target-only rule
+    (remote_probes/evaluation/decoding.py), its acceptance threshold from the server's flags: the stand-in (0.5.23
+    tree) serves sampled requests by it at ``--speculative-accept-threshold-acc 0.5``, and the reconcile simulates
+    each one offline with that threshold and that shape (none skipped as "not modelled"): the offline prediction
+    and the server's figure overlap on intervals."""
     code = [p["text"] for p in json.loads((REPO / "orchestrator/data/bench_prompts.json").read_text())["prompts"]]
     lines = [{"prompt": text, "temperature": 0.8, "top_p": 0.95, "seed": 100 + i, "max_tokens": 24,
               "category": "code"} for i, text in enumerate(code[:8])]
     traffic = tmp_path / "traffic.jsonl"
     traffic.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    flags = SPEC_FLAGS["sglang"] if shape == "chain" else (
+        'speculative-algorithm: EAGLE3, speculative-draft-model-path: "{{ draft }}", speculative-num-steps: 3, '
+        "speculative-eagle-topk: 4, speculative-num-draft-tokens: 8")
     ran = run_playbook(f"""
 name: sampled traffic on sglang
 steps:
   - server: {{name: fixed, model: "{{{{ target }}}}", ready_timeout: 180,
-             flags: {{{SPEC_FLAGS["sglang"]}, speculative-accept-threshold-acc: 0.5, lab-capture-layers: "0,6,11"}}}}
+             flags: {{{flags}, speculative-accept-threshold-acc: 0.5, lab-capture-layers: "0,6,11"}}}}
     register: fixed_srv
   - bench: {{server: fixed, traffic: "{traffic}"}}
     register: fixed_traffic
@@ -211,7 +217,7 @@ steps:
     [setting] = ran.result("s2")["result"]["traffic"]["by_sampling"]
     assert setting["sampling"] == "temperature=0.8 top_p=0.95" and setting["measured"] == 8, setting
     [server] = ran.result("s3")["result"]["servers"]
-    assert server["accept_thresholds"]["acc"] == 0.5, server
+    assert server["accept_thresholds"]["acc"] == 0.5 and server.get("topk", 1) == (4 if shape == "tree" else 1)
     assert server["skipped"] == 0 and server["predicted_requests"] == 8, server["verdict"]
     [offline] = server["by_sampling"]
     assert offline["disjoint"] is False, offline

@@ -31,7 +31,7 @@ import torch
 from orchestrator.lab.stand_in.sglang_args import LAB_ARCHITECTURES, LabServerArgs, StartupError
 from remote_probes.evaluation.decoding import Decoding, TokenChooser
 from remote_probes.evaluation.penalties import NONE as NO_PENALTIES
-from remote_probes.evaluation.penalties import RULES, Penalties, Rule, penalised_argmax
+from remote_probes.evaluation.penalties import RULES, Penalties, Rule
 
 if TYPE_CHECKING:
     from remote_probes.eagle3.draft import Eagle3Draft
@@ -465,13 +465,10 @@ class LabModelRunner:
         """SGLang's tree drafting (``--speculative-eagle-topk`` > 1; remote_probes/eagle3/tree.py): the draft's tree
         of ``num_draft_tokens`` nodes verified in one target forward under the tree mask, the accepted path walked
         greedily, the target's KV cut to the prefix and that path."""
-        from remote_probes.eagle3.tree import greedy_walk, keep_positions, propose_tree, tree_attention
+        from remote_probes.eagle3.tree import keep_positions, propose_tree, tree_attention
 
         draft = self.draft
         assert draft is not None
-        if choose.decoding.sampled:
-            raise ValueError("lab (NOT SGLang): the lab verifies a draft tree greedily only (temperature 0); "
-                             "SGLang samples it with its sibling rule (speculative_sampling.cuh), not modelled here")
         steps, topk = int(self.args.speculative_num_steps or 1), int(self.args.speculative_eagle_topk or 1)
         budget = int(self.args.speculative_num_draft_tokens or steps + 1)
         dcache = self.draft_cache()
@@ -493,9 +490,7 @@ class LabModelRunner:
             else:
                 fed.append(out[-1])
                 histories = [fed] * len(tree.tokens)
-            d = choose.decoding
-            preds = penalised_argmax(logits, choose.prompt, histories, d.penalties, d.rule)
-            path, after = greedy_walk(tree, preds)
+            path, after = choose.walk_tree(logits, histories, tree)  # greedy, or SGLang's sampled walk
             m = len(path)
             new = [tree.tokens[p] for p in path] + [after]
             cycle = SpecCounters(verify_ct=1, accepted_tokens=m + 1, correct_drafts=m, proposed_drafts=tree.drafts)

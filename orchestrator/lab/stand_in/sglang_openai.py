@@ -7,11 +7,11 @@ asks ``return_spec_tokens_details: true`` (protocol.py ``SglExt``; serving_compl
 it from the request's meta_info). The lab follows the version it stands in for. The chat template is
 ``--chat-template`` (a Jinja file), else the tokenizer's. A request's penalties are served by SGLang's own "relaxed"
 rule in speculative decoding (remote_probes/evaluation/penalties.py ``RULES["sglang"]``). A request that samples
-(temperature > 0, or none written: 1.0) is sampled as SGLang on CUDA verifies a chain (``sampling``;
+(temperature > 0, or none written: 1.0) is sampled as SGLang on CUDA verifies a chain or a draft tree (``sampling``;
 remote_probes/evaluation/decoding.py: its target-only kernel, with ``--speculative-accept-threshold-single/-acc``).
-Deviations, all visible, each a "lab (NOT SGLang)" 400 rather than a figure that is not SGLang's: a sampled request on
-a draft tree (topk > 1: SGLang's sibling rule), with ``--speculative-use-rejection-sampling`` (the draft's own
-probabilities), or with a min_p on a speculative server (SGLang's verify leaves min_p out, its first token does not).
+Deviations, all visible, each a "lab (NOT SGLang)" 400 rather than a figure that is not SGLang's: a sampled request
+with ``--speculative-use-rejection-sampling`` (the draft's own probabilities), or with a min_p on a speculative server
+(SGLang's verify leaves min_p out, its first token does not).
 """
 
 from __future__ import annotations
@@ -121,14 +121,10 @@ def sampling(body: dict[str, Any], temperature: float, error: type[Exception]) -
 
 def speculative_sampling(opts: dict[str, Any], args: Any, error: type[Exception]) -> dict[str, float]:
     """SGLang's acceptance thresholds for a sampled request on a speculative server (``{}`` otherwise), or the
-    lab's refusal of what it does not model (module doc): a tree, rejection sampling, a min_p."""
+    lab's refusal of what it does not model (module doc): rejection sampling, a min_p."""
     if not opts["temperature"] or not args.speculative_algorithm:
         return {}
     parsed = args.parsed or {}
-    if int(args.speculative_eagle_topk or 1) > 1:
-        raise error("lab (NOT SGLang): the lab verifies a draft tree greedily only; SGLang samples a tree "
-                    f"(--speculative-eagle-topk {args.speculative_eagle_topk}) with its sibling rule, not modelled "
-                    "here: give temperature 0, or replay it on a real SGLang")
     if parsed.get("speculative_use_rejection_sampling"):
         raise error("lab (NOT SGLang): --speculative-use-rejection-sampling verifies with the draft's own "
                     "probabilities, which the lab does not model: replay it on a real SGLang")
