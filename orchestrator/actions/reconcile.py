@@ -128,7 +128,8 @@ def served_config(args: ServedBench, engine: str) -> dict[str, Any]:
                                  "speculative-num-draft-tokens")
             tree = {"topk": int(topk), "num_draft_tokens": int(budget)}
         # its sampled verify (remote_probes/evaluation/decoding.py): the acceptance thresholds, rejection sampling
-        for key, name in (("single", "speculative_accept_threshold_single"), ("acc", "speculative_accept_threshold_acc")):
+        for key, name in (("single", "speculative_accept_threshold_single"),
+                          ("acc", "speculative_accept_threshold_acc")):
             value = _get(eff, name) if _get(eff, name) is not None else _get(flags, name)
             if value is not None:
                 verify.setdefault("accept_thresholds", {})[key] = float(value)

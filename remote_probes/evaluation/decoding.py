@@ -22,9 +22,10 @@ bonus token from the target's distribution at the last position. Each request dr
 ``seed``, else a fresh one): the lab's draws are not vLLM's, so a sampled request's figure equals real vLLM's in
 distribution, not token for token.
 
-SGLang verifies a sampled chain (``--speculative-eagle-topk 1``) on CUDA with sgl-kernel's
-``tree_speculative_sampling_target_only`` (called from 0.5.12.post1's eagle_info.py ``verify``, 0.5.15.post1's and
-0.5.23's eagle_utils.py; csrc/speculative/speculative_sampling.cuh ``TreeSpeculativeSamplingTargetOnly``): the
+SGLang verifies a sampled chain (``--speculative-eagle-topk 1``), and a draft tree (``walk_tree``), on CUDA with
+sgl-kernel's ``tree_speculative_sampling_target_only`` (called from 0.5.12.post1's eagle_info_v2.py and
+eagle_info.py ``verify``, 0.5.15.post1's and 0.5.23's eagle_utils.py; csrc/speculative/speculative_sampling.cuh
+``TreeSpeculativeSamplingTargetOnly``): the
 draft's probabilities are not used either (``draft_probs`` zeros), draft token d is kept when
 ``coin <= p_target(d) / threshold_acc`` or ``p_target(d) >= threshold_single`` (``--speculative-accept-threshold-acc``
 and ``-single``, both 1.0 by default: then vLLM's rule), a rejection draws from ``relu(p_target - draft_probs)`` with
@@ -148,21 +149,29 @@ class TokenChooser:
             p = float(probs[k, token])
             if p >= u * acc or p >= d.threshold_single:
                 continue
-            rest = probs[k].clone()
-            rest[token] = 0.0
-            return k, self._draw(rest / rest.sum())
+            return k, self._draw_without(probs[k], [token])
         return steps, self._draw(probs[steps])
+
+    def _draw_without(self, row: Any, tried: List[int]) -> int:
+        """A token from the target's distribution ``row`` with the rejected drafts ``tried`` taken out; where they
+        held all of it (a rounding edge: a draft the target is sure of is always kept), from ``row`` itself, as
+        sgl-kernel then falls back to its last valid token."""
+        rest = row.clone()
+        rest[tried] = 0.0
+        total = float(rest.sum())
+        return self._draw(rest / total if total > 0 else row)
 
     def walk_tree(self, logits: Any, histories: List[List[int]], tree: Any) -> Tuple[List[int], int]:
         """(accepted nodes from the root's child down, the token after them) for one verify of SGLang's draft tree
-        (``tree``: remote_probes/eagle3/tree.py's DraftTree, node 0 the root; ``logits`` [nodes, vocab] at each node, ``histories`` each
-        node's output so far). Greedy: the child whose token is the target's argmax at the current node, down the
+        (``tree``: remote_probes/eagle3/tree.py's DraftTree, node 0 the root; ``logits`` [nodes, vocab] at each
+        node, ``histories`` each node's output so far). Greedy: the child whose token is the target's argmax at the
+        current node, down the
         tree. Sampled, as sgl-kernel's ``TreeSpeculativeSamplingTargetOnly`` walks it: one draw per level, the
         children tried in order, the target's probabilities of their tokens summed as they go; the first child where
         the draw is at most that sum over ``threshold_acc`` (or whose own probability reaches ``threshold_single``)
         is accepted and the walk goes on from it with a fresh draw; where none is, the token after is drawn from
         the target at that node without the children it tried (``relu(target - draft_probs)``). Each child is then
-        kept with the target's probability of it, whatever the order."""
+        kept with the target's probability of it (at thresholds 1), whatever the order."""
         from remote_probes.eagle3.tree import greedy_walk
 
         d = self.decoding
@@ -188,9 +197,7 @@ class TokenChooser:
                     break
                 tried.append(tokens[child])
             if chosen is None:
-                rest = probs[node].clone()
-                rest[tried] = 0.0
-                return path, self._draw(rest / rest.sum())
+                return path, self._draw_without(probs[node], tried)
             path.append(chosen)
             node = chosen
 

@@ -303,9 +303,9 @@ _PLATFORMS = {"hip": "ROCm", "npu": "Ascend NPUs", "xpu": "Intel XPUs", "cpu": "
 
 
 def _greedy_platforms(ctx: RuleContext) -> str | None:
-    """Where the installed SGLang verifies a sampled request greedily whatever its temperature (``sglang_greedy_verify``:
-    the condition's line, e.g. 0.5.15.post1's ``is_all_greedy or _is_npu or _is_hip or _is_xpu``): the platforms it
-    names and where it says so, None where it was not read."""
+    """Where the installed SGLang verifies a sampled request greedily whatever its temperature
+    (``sglang_greedy_verify``: the condition's line, e.g. 0.5.15.post1's ``is_all_greedy or _is_npu or _is_hip or
+    _is_xpu``): the platforms it names and where it says so, None where it was not read."""
     where = _where(ctx, "sglang_greedy_verify", "sglang_sampling")
     read = ctx.reads("sglang_sampling").read("sglang_greedy_verify")
     text = " ".join(str(line[1]) for line in (read.model_extra or {}).get("lines") or [] if len(line) > 1)
@@ -316,9 +316,9 @@ def _greedy_platforms(ctx: RuleContext) -> str | None:
         named.append("builds without sgl-kernel's sampling kernel (AMD's)")
     if not named:
         return None
-    hip = "hip and not use_rejection_sampling" in text
-    return (f"on {', '.join(named)} it verifies a sampled request greedily instead{' (ROCm: unless rejection sampling is on)' if hip else ''}, "
-            f"the target's argmax kept whatever the temperature ({where})")
+    unless = " (ROCm: unless rejection sampling is on)" if "hip and not use_rejection_sampling" in text else ""
+    return (f"on {', '.join(named)} it verifies a sampled request greedily instead{unless}, the target's argmax kept "
+            f"whatever the temperature ({where})")
 
 
 def _temperature_reason(ctx: RuleContext) -> str:
