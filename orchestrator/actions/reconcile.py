@@ -130,7 +130,8 @@ def served_config(args: ServedBench, engine: str) -> dict[str, Any]:
         # its sampled verify (remote_probes/evaluation/decoding.py): the acceptance thresholds, rejection sampling
         for key, name in (("single", "speculative_accept_threshold_single"),
                           ("acc", "speculative_accept_threshold_acc")):
-            value = _get(eff, name) if _get(eff, name) is not None else _get(flags, name)
+            value = _get(eff, name)  # what the server resolved, else what it was asked
+            value = _get(flags, name) if value is None else value
             if value is not None:
                 verify.setdefault("accept_thresholds", {})[key] = float(value)
         if _get(eff, "speculative_use_rejection_sampling") or _get(flags, "speculative_use_rejection_sampling"):

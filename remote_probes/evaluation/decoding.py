@@ -25,8 +25,8 @@ distribution, not token for token.
 SGLang verifies a sampled chain (``--speculative-eagle-topk 1``), and a draft tree (``walk_tree``), on CUDA with
 sgl-kernel's ``tree_speculative_sampling_target_only`` (called from 0.5.12.post1's eagle_info_v2.py and
 eagle_info.py ``verify``, 0.5.15.post1's and 0.5.23's eagle_utils.py; csrc/speculative/speculative_sampling.cuh
-``TreeSpeculativeSamplingTargetOnly``): the
-draft's probabilities are not used either (``draft_probs`` zeros), draft token d is kept when
+``TreeSpeculativeSamplingTargetOnly``): the draft's probabilities are not used either (``draft_probs`` zeros), draft
+token d is kept when
 ``coin <= p_target(d) / threshold_acc`` or ``p_target(d) >= threshold_single`` (``--speculative-accept-threshold-acc``
 and ``-single``, both 1.0 by default: then vLLM's rule), a rejection draws from ``relu(p_target - draft_probs)`` with
 ``draft_probs[d] = p_target(d)`` (the target without d), and the bonus token from the target at the last position.

@@ -365,7 +365,8 @@ class LabModelRunner:
         """Greedy generation (speculative when a draft is loaded); ``on_step`` gets the ids so far. ``penalties``
         reach the target's logits only, as the engine of ``rule`` applies them (remote_probes/evaluation/penalties.py:
         vLLM's exact penalised greedy decoding, or SGLang's relaxed one in speculative decoding). ``temperature``
-        > 0 samples, verifying drafts as vLLM's rejection sampler does (remote_probes/evaluation/decoding.py; ``seed`` its generator),
+        > 0 samples, verifying drafts as vLLM's rejection sampler and SGLang's target-only kernel do
+        (remote_probes/evaluation/decoding.py; ``seed`` its generator),
         with ``top_k``/``top_p`` cutting the target's distribution and ``min_p`` (no draft only) as vLLM's do;
         ``threshold_single``/``threshold_acc``: SGLang's acceptance thresholds (1.0: its default, vLLM's rule)."""
         if not input_ids:
@@ -464,7 +465,8 @@ class LabModelRunner:
                    choose: TokenChooser) -> None:
         """SGLang's tree drafting (``--speculative-eagle-topk`` > 1; remote_probes/eagle3/tree.py): the draft's tree
         of ``num_draft_tokens`` nodes verified in one target forward under the tree mask, the accepted path walked
-        greedily, the target's KV cut to the prefix and that path."""
+        greedily or, for a sampled request, as SGLang's kernel walks it (decoding.py ``walk_tree``), the target's KV
+        cut to the prefix and that path."""
         from remote_probes.eagle3.tree import keep_positions, propose_tree, tree_attention
 
         draft = self.draft
