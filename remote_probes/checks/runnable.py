@@ -135,9 +135,28 @@ def _read_int(path: str) -> Optional[int]:
     return int(text) if text.isdigit() else None  # "max" (v2) or garbage: no limit said
 
 
+def _inactive_file(stat_path: str, key: str) -> int:
+    """``key`` of a cgroup's memory.stat (0 where it cannot be read)."""
+    try:
+        with open(stat_path) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key and value.strip().isdigit():
+                    return int(value)
+    except OSError:
+        pass
+    return 0
+
+
 def cgroup_room(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> Optional[int]:
-    """The limit less the usage of this process's memory cgroup (v2 ``memory.max``/``memory.current``, v1
-    ``memory.limit_in_bytes``/``memory.usage_in_bytes``); None without a limit. v1's "no limit" is a huge number."""
+    """The limit less the working set of this process's memory cgroup (v2 ``memory.max``/``memory.current``, v1
+    ``memory.limit_in_bytes``/``memory.usage_in_bytes``); None without a limit. v1's "no limit" is a huge number.
+
+    The usage counts the page cache charged to the cgroup: every file its processes read (a checkpoint copied, the
+    libraries torch maps) stays charged after they exit, 220 MiB after one ``import torch, transformers`` here. The
+    kernel reclaims the inactive part before it kills anything, so it is free to the next load: the working set is
+    the usage less ``inactive_file`` (v1: ``total_inactive_file``, the hierarchy's), as the kubelet and ``docker
+    stats`` count it."""
     try:
         with open(proc_cgroup) as f:
             lines = f.read().splitlines()
@@ -149,18 +168,22 @@ def cgroup_room(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgr
             continue
         controllers, path = parts[1], parts[2].lstrip("/")
         if controllers == "":  # v2: one unified hierarchy
-            limit = _read_int(os.path.join(root, path, "memory.max"))
-            used = _read_int(os.path.join(root, path, "memory.current"))
+            base = os.path.join(root, path)
+            limit = _read_int(os.path.join(base, "memory.max"))
+            used = _read_int(os.path.join(base, "memory.current"))
+            stat_key = "inactive_file"
         elif "memory" in controllers.split(","):
             base = os.path.join(root, "memory", path)
             limit = _read_int(os.path.join(base, "memory.limit_in_bytes"))
             used = _read_int(os.path.join(base, "memory.usage_in_bytes"))
+            stat_key = "total_inactive_file"
             if limit is not None and limit >= 1 << 60:
                 limit = None
         else:
             continue
         if limit is not None:
-            return max(0, limit - (used or 0))
+            working_set = max(0, (used or 0) - _inactive_file(os.path.join(base, "memory.stat"), stat_key))
+            return max(0, limit - working_set)
     return None
 
 

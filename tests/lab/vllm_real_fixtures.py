@@ -66,14 +66,17 @@ def real_vllm_flagship(lab: LabPaths, vllm_host: VllmHost,
                        tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Awaitable[FlagshipRun]]:
     runs: dict[str, FlagshipRun] = {}
 
-    async def run(scenario: str, variables: dict[str, Any] | None = None) -> FlagshipRun:
-        """The flagship on ``scenario``; ``variables`` over the playbook's (as a host var would be)."""
-        key = scenario + (json.dumps(variables, sort_keys=True) if variables else "")
+    async def run(scenario: str, variables: dict[str, Any] | None = None, python: Path | None = None) -> FlagshipRun:
+        """The flagship on ``scenario``; ``variables`` over the playbook's (as a host var would be); ``python``: the
+        host's python instead of the vLLM host's (a wrapper of it: tests/memory_cap.py)."""
+        key = scenario + (json.dumps(variables, sort_keys=True) if variables else "") + (f"@{python}" if python else "")
         if key not in runs:
             ensure_lab(scenario, root=lab.root, engine="vllm")
             base = tmp_path_factory.mktemp(f"real-vllm-{scenario}")
             inventory = real_vllm_inventory(scenario, root=lab.root, host=vllm_host, run_dir=base / "run")
             inventory.hosts["lab"].vars.update(variables or {})
+            if python is not None:
+                inventory.hosts["lab"].python = str(python)
             playbook = load_playbook(FLAGSHIP, extra_names=inventory.host_vars("lab"))
             engine, directory = build_runner(playbook, inventory, sinks=[], sessions_dir=base / "sessions")
             started = time.monotonic()
