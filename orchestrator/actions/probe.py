@@ -77,7 +77,18 @@ class ProbeAction(Action[ProbeArgs]):
                     ctx.output(f"[{finding['severity']}] {finding.get('id')}: {finding.get('message')}\n", "stdout")
         elif args.name == "target_capture":
             ctx.output(target_capture_line(result) + "\n", "stdout")
+        elif args.name == "states_plan":
+            ctx.output(states_plan_line(result) + "\n", "stdout")
         return result
+
+
+def states_plan_line(result: dict[str, Any]) -> str:
+    """One line for the console, the TUI and the report: where the draft test's hidden states come from, why, and
+    (from an engine) the ids the capture server is asked for."""
+    line = f"hidden states from {result.get('source')}: {result.get('why')}"
+    if result.get("source") == "engine":
+        line += f"; the capture server writes ids {result.get('layers')}"
+    return line + (f"; {result['embedding_note']}" if result.get("embedding_note") else "")
 
 
 def target_capture_line(result: dict[str, Any]) -> str:

@@ -581,6 +581,7 @@ class StatesPlanResult(_Result):
     available_bytes: int | None = None
     where: str
     engine_can_capture: bool
+    embedding_note: str | None = None  # id 0 not asked of an engine that cannot capture it, and why
 
 
 def no_states_source(value: Any) -> Any:

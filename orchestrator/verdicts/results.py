@@ -183,6 +183,20 @@ class DraftTest(Registered):
     draft: dict[str, Any] | None = None
     counterfactual: CounterfactualView | None = None
     ceiling: dict[str, Any] | None = None  # evaluation/ceiling.py: what the served vocabulary can name
+    states: dict[str, Any] | None = None  # where its hidden states came from; ``check``: the engine's against transformers'
+
+    @property
+    def states_apart(self) -> tuple[int, float, float] | None:
+        """(the first hidden-state id, its relative difference, the tolerance) where the engine's states differ from a
+        transformers copy of the target's (the states ``check``, run where the target also fits the test), or None.
+        The greedy tokens alone are not counted: a near tie may flip between two correct forwards."""
+        check = (self.states or {}).get("check") or {}
+        tolerance = check.get("tolerance")
+        diffs = check.get("relative_max_diff") or {}
+        if not isinstance(tolerance, (int, float)):
+            return None
+        apart = sorted((int(k), float(v)) for k, v in diffs.items() if float(v) > tolerance)
+        return (apart[0][0], apart[0][1], float(tolerance)) if apart else None
 
     @property
     def usable(self) -> bool:

@@ -16,7 +16,10 @@ Args (JSON): {"target": dir, "draft": dir, "engine": "sglang" | "vllm" (whose wi
 
 ``layers``: what a capture server must write: every candidate wiring the draft test scores (eagle3/wiring.py
 ``auto_wirings``), the wiring the engine serves, and the last layer (id N: a fix may feed the final state).
-Result: {source, why, layers, num_layers, fits, needed_bytes, available_bytes, where, engine_can_capture}.
+Where the installed vLLM cannot capture the embedding output for the target's class, id 0 is not asked for (the
+draft test looks it up), and ``embedding_note`` says why, with the engine's line.
+Result: {source, why, layers, num_layers, fits, needed_bytes, available_bytes, where, engine_can_capture,
+embedding_note}.
 """
 
 from __future__ import annotations
@@ -25,13 +28,15 @@ import json
 import os
 import shutil
 import subprocess
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from remote_probes.agent.protocol import ProbeFailure, run_probe
 from remote_probes.checks.runnable import check_fits, mem_available
 from remote_probes.eagle3.wiring import auto_wirings
 from remote_probes.engine.engine_states import ENGINES as CAPTURE_ENGINES
 from remote_probes.engine.served_wiring import server_wiring
+from remote_probes.engine.target_capture import target_loop
+from remote_probes.engine.vllm_capture import capture_rules, find_vllm_root
 
 CHOICES = ("auto", "engine", "transformers")
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -93,6 +98,7 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
     wirings = [c["wiring"] for c in auto_wirings(draft_cfg, n)]
     served = server_wiring(draft_cfg, n, engine) if engine in ("sglang", "vllm") else None
     layers = sorted({i for w in wirings + ([served] if served else []) for i in w} | {n})
+    layers, embedding_note = engine_capturable(layers, args["target"], args.get("server_engine"))
     gpu = gpu_free()
     available: Optional[int]
     if gpu is not None:
@@ -127,7 +133,28 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
                "on %s): the serving engine computes its hidden states" % (need, room, where))
     return {"source": source, "why": why, "layers": layers, "num_layers": n, "fits": fits,
             "needed_bytes": memory.get("needed_bytes"), "available_bytes": available, "where": where,
-            "engine_can_capture": can_capture}
+            "engine_can_capture": can_capture, "embedding_note": embedding_note}
+
+
+def engine_capturable(layers: List[int], target: str, server_engine: Any) -> Tuple[List[int], Optional[str]]:
+    """``layers`` less id 0 where the installed vLLM cannot capture the embedding output for this target's class
+    (its layer loop appends ``hidden_states + residual`` at a layer's entry, and residual is None before layer 0:
+    DeepSeek-V3's in 0.32, a TypeError in the engine's first forward that kills it); the draft test then looks index 0
+    up in the target's embedding (draft_test.engine_layers). Read from the installed source, with its line."""
+    if server_engine != "vllm" or 0 not in layers:
+        return layers, None
+    root = find_vllm_root()
+    if root is None:
+        return layers, None
+    rules = capture_rules(root, None, target_loop(target, "vllm", root))
+    if rules.get("embedding") is not False:
+        return layers, None
+    line = next(("%s:%s" % (e["file"], e["line"]) for e in rules.get("evidence", [])
+                 if "residual" in str(e.get("text"))), rules.get("loop") or "its layer loop")
+    return [i for i in layers if i != 0], (
+        "vLLM %s captures at a layer's entry (%s), where the residual is None before layer 0: the capture server "
+        "is not asked for id 0; the draft test looks the embedding output up in the target's embedding"
+        % (rules.get("version"), line))
 
 
 if __name__ == "__main__":

@@ -128,7 +128,19 @@ def _not_yet_cleared(ctx: RuleContext) -> tuple[list[str], list[str]]:
         if not flagged:
             cleared.append(f"{len(inspect.findings)} static checks of the checkpoint ("
                            + ("the rest all info)" if candidates else "all info)"))
-    bound = ctx.draft_test("dt").ceiling or {}
+    dt = ctx.draft_test("dt")
+    apart = dt.states_apart
+    if apart is not None:
+        # the draft may be fine for the function it was trained on: the engine serves another one
+        first, diff, tolerance = apart
+        engine = (dt.states or {}).get("engine") or "the serving engine"
+        standing.append(f"{engine} computes other hidden states than a transformers copy of this target: id {first} "
+                        f"(the {'embedding output' if first == 0 else f'output of decoder layer {first - 1}'}) "
+                        f"first, {diff:.2g} of its largest value apart (tolerance {tolerance:g}), so a draft trained on "
+                        "transformers' states (SpecForge's and speculators' offline path) is scored on other inputs "
+                        "than it learned: compare the engine's and transformers' forward of that layer for this "
+                        "class, or train the draft on the engine's own states")
+    bound = dt.ceiling or {}
     bound_ci = bound.get("tau_ceiling_ci")
     if has_interval(bound_ci) and bound_ci[1] < 1 + ctx.margin:  # type: ignore[index]
         # even a draft perfect within its vocabulary could not clearly accept: the map, not the training
