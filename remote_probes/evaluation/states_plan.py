@@ -136,14 +136,16 @@ def main(args: Dict[str, Any]) -> Dict[str, Any]:
             "engine_can_capture": can_capture, "embedding_note": embedding_note}
 
 
-def engine_capturable(layers: List[int], target: str, server_engine: Any) -> Tuple[List[int], Optional[str]]:
+def engine_capturable(layers: List[int], target: str, server_engine: Any,
+                      root: Optional[str] = None) -> Tuple[List[int], Optional[str]]:
     """``layers`` less id 0 where the installed vLLM cannot capture the embedding output for this target's class
     (its layer loop appends ``hidden_states + residual`` at a layer's entry, and residual is None before layer 0:
     DeepSeek-V3's in 0.32, a TypeError in the engine's first forward that kills it); the draft test then looks index 0
-    up in the target's embedding (draft_test.engine_layers). Read from the installed source, with its line."""
+    up in the target's embedding (draft_test.engine_layers). Read from the installed source (``root``: the vllm
+    package directory, default the one this interpreter finds), with its line."""
     if server_engine != "vllm" or 0 not in layers:
         return layers, None
-    root = find_vllm_root()
+    root = root or find_vllm_root()
     if root is None:
         return layers, None
     rules = capture_rules(root, None, target_loop(target, "vllm", root))

