@@ -135,7 +135,7 @@ def _read_int(path: str) -> Optional[int]:
     return int(text) if text.isdigit() else None  # "max" (v2) or garbage: no limit said
 
 
-def _inactive_file(stat_path: str, key: str) -> int:
+def _memory_stat(stat_path: str, key: str) -> int:
     """``key`` of a cgroup's memory.stat (0 where it cannot be read)."""
     try:
         with open(stat_path) as f:
@@ -182,7 +182,7 @@ def cgroup_room(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgr
         else:
             continue
         if limit is not None:
-            working_set = max(0, (used or 0) - _inactive_file(os.path.join(base, "memory.stat"), stat_key))
+            working_set = max(0, (used or 0) - _memory_stat(os.path.join(base, "memory.stat"), stat_key))
             return max(0, limit - working_set)
     return None
 

@@ -6,7 +6,7 @@ rounding: tests/lab/test_engine_capture_vllm.py holds the draft test's figures o
 Why: a host whose memory cannot hold a transformers copy of the target needs a target larger than the memory the
 draft test may take, and the lab's (10 MB) is smaller than torch itself. Widened, it is as large as asked while the
 lab's drafts, trained against the original, still predict it and its planted faults still hold. A real vLLM serves
-it at about the same speed at 290 MiB (27-31 tok/s here, against 67-93 for the 10 MB original, 2 cores).
+it at 27-31 tok/s at 292 MiB and 30-44 at 148 MiB, against 67-93 for the 10 MB original (2 cores).
 
 Public API: ``widen_mlp(source, dest, intermediate_size) -> Path``.
 """
