@@ -34,6 +34,8 @@ def _global_options(
     ctx: typer.Context,
     debug: bool = typer.Option(False, "--debug", help="Log the SSH, agent and server-client traffic (redacted) to "
                                "stderr; under `tui`, to debug.log in the cache dir. Also ORCHESTRATOR_DEBUG=1."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=lambda v: _print_version(v),
+                                 help="Print the installed version and exit."),
 ) -> None:
     from orchestrator import debuglog
 
@@ -47,6 +49,17 @@ def _global_options(
             root.mkdir(parents=True, exist_ok=True)
             path = root / "debug.log"
         debuglog.enable(path=path)
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"orchestrator {version('orchestrator')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            typer.echo("orchestrator (not installed: run from a source tree)")
+        raise typer.Exit()
 
 
 _run.register(app)

@@ -11,9 +11,6 @@ import typer
 
 from orchestrator.cli.common import handle_errors, inventory_var_names, parse_extra_vars, resolve_inventory
 
-# The flagship, beside the package in a checkout: its hypotheses are what an EAGLE-3 investigation decides.
-FLAGSHIP = Path(__file__).resolve().parents[2] / "playbooks" / "eagle3.yaml"
-
 
 @handle_errors
 def mcp(
@@ -21,7 +18,7 @@ def mcp(
     host: Annotated[str | None, typer.Option("--host", help="Target one host: an inventory name or [user@]address[:port].")] = None,
     playbook: Annotated[Path | None, typer.Option(
         "--playbook", help="The session's playbook: its hypotheses, vars and the steps run_playbook runs "
-        "(default: playbooks/eagle3.yaml, the flagship).")] = None,
+        "(default: the bundled flagship, eagle3).")] = None,
     extra_vars: Annotated[list[str] | None, typer.Option("-e", "--extra-vars", help="KEY=VALUE or @vars.yaml (repeatable).")] = None,
     sessions_dir: Annotated[Path | None, typer.Option("--sessions-dir", help="Where sessions are saved (default ./sessions).",
                                                       envvar="ORCHESTRATOR_SESSIONS_DIR")] = None,
@@ -40,18 +37,16 @@ def mcp(
     from orchestrator.cli.common import ensure_lab_for
     from orchestrator.mcp.connection import McpSettings
     from orchestrator.mcp.tools import serve
+    from orchestrator.playbook.bundled import flagship_path
     from orchestrator.playbook.loader import load_playbook
-    from orchestrator.playbook.models import Playbook
 
     extra = parse_extra_vars(extra_vars)
     inv = resolve_inventory(inventory, host)
     names = inventory_var_names(inv, extra)
     if playbook is not None:
         pb = load_playbook(playbook, extra_names=names)
-    elif FLAGSHIP.is_file():
-        pb = load_playbook(FLAGSHIP, extra_names=names)
-    else:  # an installed package without the checkout's playbooks: a session with no hypotheses yet
-        pb = Playbook(name="mcp")
+    else:  # the bundled flagship: its hypotheses are what an EAGLE-3 investigation decides
+        pb = load_playbook(flagship_path(), extra_names=names)
     if host:
         pb = pb.model_copy(update={"hosts": host})
     inv = ensure_lab_for(inv, pb.hosts)

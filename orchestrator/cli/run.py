@@ -20,8 +20,12 @@ ExtraOpt = Annotated[list[str] | None, typer.Option("-e", "--extra-vars", help="
 SessionsOpt = Annotated[Path | None, typer.Option("--sessions-dir", help="Where sessions are saved (default ./sessions).", envvar="ORCHESTRATOR_SESSIONS_DIR")]
 
 
+PLAYBOOK_HELP = "Playbook YAML, or a bundled playbook's name (eagle3, the flagship; `orchestrator playbooks` lists them)."
+
+
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
+    app.command("playbooks")(playbooks)
     app.command("validate")(validate)
     app.command("schema")(schema)
     app.command("exec")(exec_command)
@@ -29,7 +33,7 @@ def register(app: typer.Typer) -> None:
 
 @handle_errors
 def run(
-    playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")],
+    playbook: Annotated[Path, typer.Argument(help=PLAYBOOK_HELP)],
     inventory: InventoryOpt = None,
     host: HostOpt = None,
     extra_vars: ExtraOpt = None,
@@ -71,8 +75,26 @@ def _sinks(verbose: bool, json_events: bool) -> tuple[list[EventSink], ConsoleSi
 
 
 @handle_errors
+def playbooks() -> None:
+    """List the playbooks bundled with the tool: `orchestrator run NAME` runs one from any directory."""
+    from rich.console import Console
+
+    from orchestrator.playbook.bundled import FLAGSHIP_NAME, bundled_playbooks
+    from orchestrator.playbook.yamlio import load_yaml
+
+    console = Console(highlight=False)
+    for name, path in bundled_playbooks().items():
+        data, _ = load_yaml(path)
+        about = " ".join(str(data.get("description") or "").split()) if isinstance(data, dict) else ""
+        first = about.split(". ")[0].rstrip(".")
+        mark = " (the flagship)" if name == FLAGSHIP_NAME else ""
+        console.print(f"[bold]{name}[/]{mark}: {first}" if first else f"[bold]{name}[/]{mark}", soft_wrap=False)
+    console.print(f"[dim]in {next(iter(bundled_playbooks().values())).parent}[/]")
+
+
+@handle_errors
 def validate(
-    playbook: Annotated[Path, typer.Argument(help="Playbook YAML.")],
+    playbook: Annotated[Path, typer.Argument(help=PLAYBOOK_HELP)],
     inventory: InventoryOpt = None,
     extra_vars: ExtraOpt = None,
 ) -> None:

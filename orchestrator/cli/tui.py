@@ -20,7 +20,7 @@ SessionsOpt = Annotated[Path | None, typer.Option("--sessions-dir", help="Where 
 
 @handle_errors
 def tui(
-    playbook: Annotated[Path | None, typer.Argument(help="Playbook YAML (omit with --replay).")] = None,
+    playbook: Annotated[Path | None, typer.Argument(help="Playbook YAML or a bundled playbook's name (omit with --replay).")] = None,
     inventory: InventoryOpt = None,
     host: HostOpt = None,
     extra_vars: ExtraOpt = None,

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from orchestrator.actions import get_action, registry
 from orchestrator.errors import PlaybookError, PlaybookErrors, UserInputError
 from orchestrator.events import StepSection
+from orchestrator.playbook.bundled import resolve_playbook
 from orchestrator.playbook.models import (
     VERDICT_KEYS,
     Playbook,
@@ -268,9 +269,11 @@ def _finish(data: Any, locate: Locator, file: str, extra_names: Iterable[str]) -
 def load_playbook(path: str | Path, *, extra_names: Iterable[str] = ()) -> Playbook:
     """Load and validate a playbook. Raises PlaybookError/PlaybookErrors (exit code 2) for any mistake.
 
-    ``extra_names`` are variables that will exist at run time (inventory and ``-e`` vars).
+    ``extra_names`` are variables that will exist at run time (inventory and ``-e`` vars). ``path`` may name a
+    bundled playbook (``eagle3``) where no such file exists.
     """
-    data, locate = load_yaml(Path(path))
+    path = resolve_playbook(path)
+    data, locate = load_yaml(path)
     return _finish(data, locate, str(path), extra_names)
 
 

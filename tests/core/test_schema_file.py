@@ -1,4 +1,5 @@
-"""The committed playbook.schema.json (referenced by the playbooks for editor completion) is current."""
+"""The bundled playbook.schema.json (referenced by the bundled playbooks for editor completion, shipped beside them)
+is current."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from pathlib import Path
 
 from orchestrator.playbook.schema import playbook_schema
 
-SCHEMA = Path(__file__).resolve().parents[2] / "playbook.schema.json"
+SCHEMA = Path(__file__).resolve().parents[2] / "orchestrator" / "playbooks" / "playbook.schema.json"
 
 
 def test_committed_schema_matches_the_models() -> None:
-    assert json.loads(SCHEMA.read_text()) == playbook_schema(), "run: orchestrator schema -o playbook.schema.json"
+    assert json.loads(SCHEMA.read_text()) == playbook_schema(), "run: orchestrator schema -o orchestrator/playbooks/playbook.schema.json"
 
 
 def test_schema_knows_every_step_kind() -> None:
