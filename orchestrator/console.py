@@ -30,6 +30,8 @@ from orchestrator.events import (
     StepStatus,
     all_handled,
 )
+from orchestrator.session.answer import account_of
+from orchestrator.verdicts.flagship.account import AccountStatus
 
 STATUS_STYLE: dict[StepStatus, tuple[str, str]] = {
     "ok": ("✓", "green"), "failed": ("✗", "red"), "skipped": ("–", "dim"), "timeout": ("⏱", "yellow"),
@@ -37,6 +39,9 @@ STATUS_STYLE: dict[StepStatus, tuple[str, str]] = {
 }
 HYP_STYLE: dict[HypothesisState, str] = {"confirmed": "bold red", "supported": "yellow", "refuted": "green", "inconclusive": "cyan", "open": "dim"}
 FINISHED_STYLE: dict[SessionStatus, str] = {"ok": "green", "failed": "red", "cancelled": "magenta", "error": "red"}
+ANSWER_STYLE: dict[AccountStatus, str] = {"verified": "green", "nothing_wrong": "green", "partly_verified": "yellow",
+                                          "found_not_servable": "yellow", "found_not_verified": "yellow",
+                                          "not_explained": "red"}
 # The lines a run prints per step and per output line, styled without Rich's markup parser and render pipeline
 # (~0.3 ms a line, most of the console's per-step cost): the styles are built once here.
 _STATUS_STYLES = {status: Style.parse(colour) for status, (_, colour) in STATUS_STYLE.items()}
@@ -93,6 +98,8 @@ class ConsoleSink:
         self.verbose = verbose
         self.session_dir: str | None = None
         self._partial: dict[tuple[str, str], str] = {}
+        # what the answer is computed from at the end (orchestrator/session/answer.py): the board and the results
+        self._record: list[Event] = []
         self._lines = _LineWriter(self.console)
         self.closed = False  # the reader stopped reading: nothing more is shown
 
@@ -115,6 +122,8 @@ class ConsoleSink:
         _to_devnull(self.console.file)
 
     def _show(self, event: Event) -> None:
+        if isinstance(event, (SessionStarted, StepFinished, HypothesisUpdated)):
+            self._record.append(event)
         match event:
             case SessionStarted():
                 self._on_session_started(event)
@@ -205,6 +214,10 @@ class ConsoleSink:
             self.console.print(f"  [red]{escape(e.error)}[/]")
         if self.session_dir:
             self.console.print(f"  session: {escape(self.session_dir)}")
+        answer = account_of(self._record)
+        if answer is not None:  # the answer is the last line: where a person looks
+            style = ANSWER_STYLE[answer.status]
+            self.console.print(f"[bold {style}]■ verdict[/] {escape(answer.headline)}")
 
 
 class JsonLinesSink:

@@ -42,6 +42,10 @@ def run(
     sessions_dir: SessionsOpt = None,
     keep_remote: Annotated[bool, typer.Option("--keep-remote", help="Keep the remote session workdir.")] = False,
     forks: Annotated[int, typer.Option("--forks", min=1, help="Hosts a step runs on at once.")] = 16,
+    verdict_exit: Annotated[bool, typer.Option(
+        "--verdict-exit", help="Exit with the verdict's code when every step ran: 0 cause verified or nothing "
+        "wrong, 3 cause verified with the symptom not gone, 4 cause found with no servable fix, 5 not explained "
+        "(verdict.json in the session holds the same).")] = False,
 ) -> None:
     """Run a playbook headless and save the session (exit 0 ok, 1 a step failed, 2 bad input, 130 cancelled)."""
     from orchestrator.cli.common import ensure_lab_for
@@ -60,7 +64,14 @@ def run(
     if console_sink is not None:
         console_sink.session_dir = str(session.directory)
     result = session.run()
-    raise typer.Exit(result.outcome.exit_code)
+    code = result.outcome.exit_code
+    if verdict_exit and code == 0:
+        from orchestrator.session.answer import account_of
+        from orchestrator.session.reader import read_session
+
+        answer = account_of(read_session(session.directory).events)
+        code = answer.exit_code if answer is not None else code
+    raise typer.Exit(code)
 
 
 def _sinks(verbose: bool, json_events: bool) -> tuple[list[EventSink], ConsoleSink | None]:

@@ -27,7 +27,10 @@ from orchestrator.inventory import Inventory
 from orchestrator.mcp import models
 from orchestrator.playbook.models import Playbook
 from orchestrator.probes.models import ceiling_line, states_source_line
+from orchestrator.session.answer import account_of
+from orchestrator.session.reader import read_session
 from orchestrator.session.recording import ReportsWritten, open_session, write_reports
+from orchestrator.verdicts.flagship.account import SymptomAccount
 
 AUTHOR = "mcp"
 M = TypeVar("M", bound=BaseModel)
@@ -294,7 +297,8 @@ class McpConnection:
             entries.append(models.Hypothesis(id=hid, title=h.title, state=entry.state, manual=bool(h.manual),
                                              why=h.why, test=h.test, last_evidence=last,
                                              evidence_count=entry.evidence_count))
-        return self.clean(models.Hypotheses(hypotheses=entries))
+        answer = self.answer()
+        return self.clean(models.Hypotheses(hypotheses=entries, answer=answer.headline if answer else None))
 
     def verdict(self, hypothesis_id: str, state: str, because: str) -> models.Verdict:
         event = self.actions.verdict(hypothesis_id, state, because)
@@ -341,7 +345,14 @@ class McpConnection:
         bad = [e for e in finished if e.status in ("failed", "timeout", "unreachable") and not e.ignored]
         status = "cancelled" if any(e.status == "cancelled" for e in finished) else ("failed" if bad else "ok")
         steps = [models.PlaybookStep(step_id=e.step_id, name=e.name, status=e.status, error=e.error) for e in finished]
-        return self.clean(models.PlaybookRun(status=status, steps=steps, hypotheses=self.hypotheses().hypotheses))
+        answer = self.answer()
+        return self.clean(models.PlaybookRun(status=status, steps=steps, hypotheses=self.hypotheses().hypotheses,
+                                             answer=answer.headline if answer else None,
+                                             verdict_status=answer.status if answer else None))
+
+    def answer(self) -> SymptomAccount | None:
+        """The investigation's answer so far (the console's last line, the report's first), from the session log."""
+        return account_of(read_session(self.directory).events)
 
     def report(self) -> models.Report:
         """Write report.md and report.html now (the log so far) and return the Markdown."""

@@ -66,6 +66,8 @@ class Hypothesis(BaseModel):
 
 class Hypotheses(BaseModel):
     hypotheses: list[Hypothesis]
+    answer: str | None = Field(default=None, description="the investigation's answer in one line: the symptom in "
+                               "numbers, the cause, the fix and whether it was verified (the console's last line)")
 
 
 class Verdict(BaseModel):
@@ -92,6 +94,9 @@ class PlaybookRun(BaseModel):
     status: str = Field(description="ok | failed | cancelled: how the playbook's steps went")
     steps: list[PlaybookStep]
     hypotheses: list[Hypothesis]
+    answer: str | None = Field(default=None, description="the answer in one line (as the console's last line)")
+    verdict_status: str | None = Field(default=None, description="verified | partly_verified | found_not_servable | "
+                                       "found_not_verified | nothing_wrong | not_explained (verdict.json's status)")
 
 
 class Report(BaseModel):

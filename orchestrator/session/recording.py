@@ -8,6 +8,7 @@ The front ends never hold the runner: ``open_session`` gives them a ``PreparedSe
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import signal
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from orchestrator.runner import PlaybookRunner, RunnerOptions, SessionOutcome
 from orchestrator.runner.control import Controller, Mode
 from orchestrator.runner.problems import describe_error, say_on_stderr
 from orchestrator.runner.sinks import EventSink
+from orchestrator.session.answer import VERDICT_SCHEMA_VERSION, account_of
 from orchestrator.session.compose import compose_runner
 from orchestrator.session.log import SessionLog, new_session_dir
 from orchestrator.session.reader import LoadedSession, read_session, sessions_root
@@ -145,9 +147,30 @@ def write_reports(directory: Path, say: Callable[[str], None] = say_on_stderr) -
             reports.failures.append(f"report.{fmt} was not written{stale}: {describe_error(exc)}")
             continue
         reports.failures.extend(f"report.{fmt}: {failure}" for failure in broken_sections)
+    try:
+        write_verdict(directory, session)
+    except Exception as exc:
+        reports.failures.append(f"verdict.json was not written: {describe_error(exc)}")
     for failure in reports.failures:
         say(f"{failure} — the session log is intact; `orchestrator report {directory}` tries again")
     return reports
+
+
+def write_verdict(directory: Path, session: LoadedSession | None) -> Path | None:
+    """``verdict.json``: the answer for scripts (docs/verdict-json.md), when the session is an investigation of a
+    speculative server; the same account the console's last line and the report's first line tell."""
+    if session is None:
+        return None
+    answer = account_of(session.events)
+    if answer is None:
+        return None
+    path = directory / "verdict.json"
+    doc = {"schema_version": VERDICT_SCHEMA_VERSION, "session": directory.name, "exit_code": answer.exit_code,
+           **answer.model_dump(mode="json")}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
 
 
 def run_session(runner: PlaybookRunner, directory: Path) -> SessionRun:

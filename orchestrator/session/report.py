@@ -107,11 +107,12 @@ def notes_section(session: LoadedSession) -> list[Block]:
 
 def _investigation_sections() -> list[Section]:
     from orchestrator.session import report_sections as rs
+    from orchestrator.session.board_check import contradictions_section
     from orchestrator.session.report_acceptance import acceptance_section
     from orchestrator.session.report_traffic import traffic_section
     from orchestrator.session.report_tuning import tuning_section
 
-    return [rs.verdict_section, acceptance_section, traffic_section, rs.hypotheses_section, rs.servers_section,
+    return [rs.verdict_section, contradictions_section, acceptance_section, traffic_section, rs.hypotheses_section, rs.servers_section,
             rs.sweeps_section, tuning_section, rs.draft_test_section, rs.sources_section, rs.environment_section]
 
 

@@ -15,8 +15,10 @@ from orchestrator.events import (
 )
 from orchestrator.hypotheses.board import HypothesisBoard
 from orchestrator.probes.models import ceiling_line, states_source_line
+from orchestrator.session.answer import account_of
 from orchestrator.session.document import Block, Code, Heading, Image, Para, Table
 from orchestrator.session.reader import LoadedSession
+from orchestrator.verdicts.flagship.account import SymptomAccount
 from orchestrator.verdicts.flagship.draft_evidence import ACCOUNTED_FOR
 
 STATE_MARK: dict[HypothesisState, str] = {"confirmed": "✔ confirmed", "refuted": "✘ refuted", "supported": "↑ supported",
@@ -42,6 +44,10 @@ def verdict_section(session: LoadedSession) -> list[Block]:
         return []
     steps = _finished(session)
     blocks: list[Block] = [Heading("Verdict")]
+    answer = account_of(session.events)
+    if answer is not None:
+        # the answer first, in one line: the symptom in numbers, the cause, the fix and whether it was verified
+        blocks.append(Para(f"**{answer.headline}**"))
     confirmed = board.confirmed()
     # the derived fix has its own paragraph below (what to change, or why nothing can be served): said once
     fix_steps = {step.step_id for step, r in _results(session, "probe")
@@ -90,10 +96,10 @@ def verdict_section(session: LoadedSession) -> list[Block]:
         last = draft.history[-1] if draft.history else None
         blocks.append(Para(f"**The draft: {draft.hypothesis.title}** [`draft_quality`]"
                            + (f": {last.evidence}" if last and last.evidence else "")))
-    elif not confirmed:
+    elif not confirmed and answer is None:
         blocks.append(Para("**No hypothesis confirmed.**"))
-    blocks.extend(_unverified_paragraphs(board, steps, fix_steps))
-    blocks.extend(_fix_paragraphs(session, board))
+    blocks.extend(_unverified_paragraphs(board, steps, fix_steps, answer))
+    blocks.extend(_fix_paragraphs(session, board, answer))
     still_open = board.open_entries()
     if still_open:
         names = ", ".join(f"`{e.hypothesis.id}` ({e.state})" for e in still_open)
@@ -108,12 +114,14 @@ def verdict_section(session: LoadedSession) -> list[Block]:
     return blocks
 
 
-def _unverified_paragraphs(board: HypothesisBoard, steps: dict[str, StepFinished], fix_steps: set[str]
-                           ) -> list[Block]:
+def _unverified_paragraphs(board: HypothesisBoard, steps: dict[str, StepFinished], fix_steps: set[str],
+                           answer: SymptomAccount | None = None) -> list[Block]:
     """What the evidence supports but no fix verified, each with its latest observation (a fix that did not recover
     says "fix not verified" there), and a discrepancy between the offline model and the server that nothing has
-    accounted for yet: the investigation is not explained while one stands."""
+    accounted for yet: the investigation is not explained while one stands. A finding whose served fix recovered
+    nothing is said to explain nothing (the account's weighing), never "supported" as if it stood."""
     blocks: list[Block] = []
+    explains = {e.hypothesis: e for e in answer.explanations} if answer is not None else {}
     for entry in board.entries.values():
         # the derived fix's own words are its paragraph below: said once
         said = [h for h in entry.history if h.step_id not in fix_steps]
@@ -125,6 +133,9 @@ def _unverified_paragraphs(board: HypothesisBoard, steps: dict[str, StepFinished
             head = "Accounted for by the fix: the server served something the offline model of it does not"
         elif entry.hypothesis.id == "serving_difference":
             head = "Not explained yet: the server serves something the offline model of it does not"
+        elif entry.hypothesis.id in explains and explains[entry.hypothesis.id].explains == "nothing":
+            head = f"Found, explains nothing measured: {entry.hypothesis.title}"
+            where = f"{where}: {explains[entry.hypothesis.id].text}; the finding"
         else:
             head = f"Supported, not confirmed: {entry.hypothesis.title}"
         blocks.append(Para(f"**{head}** [`{entry.hypothesis.id}`]{where}: {last.evidence or last.rule}"))
@@ -143,12 +154,16 @@ def _unexplained(board: HypothesisBoard) -> list[str]:
                      .startswith(ACCOUNTED_FOR))]
 
 
-def _fix_paragraphs(session: LoadedSession, board: HypothesisBoard) -> list[Block]:
+def _fix_paragraphs(session: LoadedSession, board: HypothesisBoard, answer: SymptomAccount | None = None
+                    ) -> list[Block]:
     """The fix derived from the evidence (probe draft_fix): what to change, or why nothing can be served. "No fix
-    needed" never stands beside what is still unexplained: a fix derivation that found nothing to change while the
-    server did not start, or served otherwise than the offline model predicts, says that it found nothing yet."""
+    needed" never stands beside a symptom or what is still unexplained: a fix derivation that found nothing to change
+    while speculation is slower than it should be (the account's ladder), the server did not start, or it served
+    otherwise than the offline model predicts, says that it found nothing yet."""
     blocks: list[Block] = []
     unexplained = _unexplained(board)
+    if answer is not None and answer.status != "nothing_wrong":
+        unexplained = [*unexplained, "symptom"]
     for step, r in _results(session, "probe"):
         res = r.result
         if not isinstance(res, dict) or "fix_status" not in res:
@@ -161,7 +176,8 @@ def _fix_paragraphs(session: LoadedSession, board: HypothesisBoard) -> list[Bloc
             head = "No fix derived yet"
             why = {"server_start": "the server could not serve the candidate configuration (its own error is "
                                    "quoted above: what it names is the change to try)",
-                   "serving_difference": "the server does not serve what the offline model of it predicts"}
+                   "serving_difference": "the server does not serve what the offline model of it predicts",
+                   "symptom": f"the symptom stands ({answer.symptom if answer is not None else ''})"}
             summary = (f"the evidence names nothing this fix derivation can change, but {' and '.join(why[h] for h in unexplained)}: "
                        f"not explained yet ({summary})" if summary else
                        f"the evidence names nothing to change, but {' and '.join(why[h] for h in unexplained)}")

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
@@ -190,6 +191,9 @@ class OrchestratorApp(App[int]):
         text = f"{parts[mode]} · {done}/{len(self.model.steps)} steps"
         if servers:
             text += f" · {servers} server(s) up"
+        answer = self.model.answer if mode in ("holding", "finished") else None
+        if answer is not None:  # the answer where a person looks once the playbook is done
+            text += f"\n[b]verdict[/] {escape(answer.headline)}"
         main.set_status(text)
 
     def _main(self) -> MainScreen | None:

@@ -26,6 +26,8 @@ from orchestrator.events import (
     all_handled,
 )
 from orchestrator.hypotheses.board import HypothesisBoard
+from orchestrator.session.answer import account_of
+from orchestrator.verdicts.flagship.account import SymptomAccount
 
 DEFAULT_LINE_CAP = 5000  # lines kept per step; the full output is in the session's outputs/
 
@@ -114,6 +116,9 @@ class SessionModel:
         self.board = HypothesisBoard([])
         self.notes: list[NoteAdded] = []
         self.events = 0
+        # what the answer is computed from (orchestrator/session/answer.py), and the answer once asked for
+        self._record: list[Event] = []
+        self._answer: tuple[int, SymptomAccount | None] = (-1, None)
 
     # -- queries ----------------------------------------------------------------------------------
     def running_servers(self) -> list[ServerRow]:
@@ -122,10 +127,20 @@ class SessionModel:
     def current_step(self) -> StepRow | None:
         return next((s for s in reversed(self.steps.values()) if s.status == "running"), None)
 
+    @property
+    def answer(self) -> SymptomAccount | None:
+        """The investigation's answer in one line (the console's last line, the report's first), for the events so
+        far; computed again only when new results or verdicts arrived."""
+        if self._answer[0] != len(self._record):
+            self._answer = (len(self._record), account_of(self._record))
+        return self._answer[1]
+
     # -- applying events ----------------------------------------------------------------------------
     def apply(self, event: Event) -> set[str]:
         """Update from one event; return what changed: steps, board, servers, notes, status, output."""
         self.events += 1
+        if isinstance(event, (SessionStarted, StepFinished, HypothesisUpdated)):
+            self._record.append(event)
         match event:
             case Output():
                 self.add_output(event.step_id, event.host, event.stream, event.text)

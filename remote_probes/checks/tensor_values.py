@@ -10,7 +10,8 @@ How: IEEE-754 non-finite values are exactly those whose exponent bits are all on
 hold the exponent are taken with one stride slice each, mapped to 0/1 by ``bytes.translate`` (a 256-entry table
 for "these bits are all set"), read as one integer, and ANDed: its set bits count the non-finite elements.
 
-Public API: ``scan(tensors) -> list of findings``, ``count_nonfinite(raw, dtype)``, ``SCANNED``.
+Public API: ``scan(tensors) -> list of findings``, ``count_nonfinite(raw, dtype)``, ``nonfinite_positions(raw,
+dtype)``, ``SCANNED``.
 """
 
 from __future__ import annotations
@@ -28,14 +29,33 @@ _TABLES = {mask: bytes(1 if (b & mask) == mask else 0 for b in range(256)) for _
 _CHUNK = 1 << 26  # bytes read at a time (a multiple of every element size)
 
 
-def count_nonfinite(raw: bytes, dtype: str) -> int:
-    """How many elements of ``raw`` (little-endian, as safetensors stores them) are NaN or +-Inf."""
+def _nonfinite_bits(raw: bytes, dtype: str) -> int:
+    """An integer whose bit 8*j is set exactly when element j of ``raw`` is NaN or +-Inf."""
     size, tests = _EXPONENT[dtype]
     acc: Optional[int] = None
     for index, mask in tests:
         bits = int.from_bytes(raw[index::size].translate(_TABLES[mask]), "little")
         acc = bits if acc is None else acc & bits
-    return bin(acc or 0).count("1")
+    return acc or 0
+
+
+def count_nonfinite(raw: bytes, dtype: str) -> int:
+    """How many elements of ``raw`` (little-endian, as safetensors stores them) are NaN or +-Inf."""
+    return bin(_nonfinite_bits(raw, dtype)).count("1")
+
+
+def nonfinite_positions(raw: bytes, dtype: str, limit: int) -> Optional[List[int]]:
+    """The indices of the non-finite elements of ``raw``, or None when there are more than ``limit`` (a loop per
+    element found, so only for a few)."""
+    acc = _nonfinite_bits(raw, dtype)
+    if bin(acc).count("1") > limit:
+        return None
+    out = []
+    while acc:
+        low = acc & -acc
+        out.append((low.bit_length() - 1) // 8)
+        acc ^= low
+    return out
 
 
 def _scan_one(meta: Dict[str, Any]) -> Tuple[int, bool]:
@@ -82,10 +102,12 @@ def scan(tensors: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
                 "from a finite training checkpoint." % (name, bad, "" if bad == 1 else "s", total)),
                 "details": {"field": name, "value": "%d non-finite of %d" % (bad, total), "nonfinite": bad,
                             "elements": total, "dtype": meta.get("dtype"), "fix": None}})
-        elif zero and len(meta.get("shape") or []) == 2:
+        elif zero and (len(meta.get("shape") or []) == 2 or name.endswith("norm.weight")):
+            # a norm's scale starts at ones and never trains to all zeros: zeros silence everything after it
+            what = "the norm silences every state it scales" if name.endswith("norm.weight") else \
+                "the projection computes nothing (a shard the export never gathered)"
             out.append({"id": "tensor.values", "severity": "error", "message": (
-                "%s is all zeros (%d elements): the projection computes nothing (a shard the export never gathered). "
-                "Re-export it from training." % (name, total)),
+                "%s is all zeros (%d elements): %s. Re-export it from training." % (name, total, what)),
                 "details": {"field": name, "value": "all zeros", "elements": total, "dtype": meta.get("dtype"),
                             "fix": None}})
     out.append({"id": "tensor.scan", "severity": "info", "message": "%d float tensors scanned for NaN/Inf and zero "

@@ -26,7 +26,9 @@ What it derives (each with its reason; research/sglang-eagle3-facts.md):
   ``draft_fields`` error, remote_probes/draft_reading/): the field's value in the corrected config (fixes/fields.py);
   the served parts that field explains are not blamed on the checkpoint again;
 - a d2t that holds target ids instead of offsets -> the offsets d2t[i] - i in a rewritten copy of the weights
-  (draft_fix_d2t.py: both engines add arange, so the ids determine the offsets).
+  (draft_fix_d2t.py: both engines add arange, so the ids determine the offsets);
+- a weight holding a few NaN or Inf values -> a copy with those values set to 0 (fixes/nonfinite.py): served, it
+  shows whether they are the fault; the remedy for the trained values stays a re-export.
 
 What config cannot fix becomes a blocker with the remedies that remain (retrain on a servable wiring, another
 SGLang version, an engine change, a re-export of the weights).
@@ -49,6 +51,7 @@ from remote_probes.engine.sglang_capture import capture_rules, find_sglang_root,
 from remote_probes.engine.target_capture import target_loop
 from remote_probes.fixes.d2t import d2t_as_offsets, d2t_from_t2d
 from remote_probes.fixes.fields import field_fixes, field_renames
+from remote_probes.fixes.nonfinite import mend_nonfinite
 from remote_probes.fixes.parts import part_fixes, tensor_names, write_added, write_without
 from remote_probes.fixes.vllm import derive_vllm
 
@@ -128,6 +131,8 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
         part["blockers"] += fixed["blockers"]
         part["replace"] = _mend_d2t(draft, findings, tcfg.get("vocab_size"), part["changes"], part["blockers"],
                                     "%s's compute_logits" % part["name"], raw.get("draft_vocab_size"))
+        part["replace"] = {**(part["replace"] or {}),
+                           **mend_nonfinite(draft, findings, part["changes"], part["blockers"])} or None
         part["config_changed"] = part["config_changed"] or bool(part["replace"])
         return _finish_vllm(args, draft, part)
     root = find_sglang_root(args.get("engine_sys_path"))
@@ -241,6 +246,7 @@ def derive(args: Dict[str, Any]) -> Dict[str, Any]:
     blockers += fixed["blockers"]
     replace = _mend_d2t(draft, findings, tcfg.get("vocab_size"), changes, blockers, "%s's hot_token_id" % sglang,
                         raw.get("draft_vocab_size"))
+    replace = {**(replace or {}), **mend_nonfinite(draft, findings, changes, blockers)} or None
     config_changed = config_changed or bool(replace)
     written = None
     if config_changed:
@@ -304,6 +310,22 @@ def _mend_d2t(draft: str, findings: List[Dict[str, Any]], vocab: Any, changes: L
     its own); any other d2t fault stays a blocker (re-export)."""
     found = next((f for f in findings if f.get("id") == "d2t" and f.get("severity") == "error"), None)
     verdict = (found.get("details") or {}).get("verdict") if found else None
+    disagrees = any(f.get("id") == "t2d" and f.get("severity") == "warning" and "disagrees" in str(f.get("message"))
+                    for f in findings)
+    if verdict not in ("direct_ids", "missing") and (found is not None or disagrees):
+        # the two maps disagree (a d2t shifted, permuted or out of the vocabulary beside a t2d that names exactly the
+        # draft vocabulary): t2d's map is served in a copy, and the served fix says which one was right
+        blob, why = d2t_from_t2d(draft, draft_vocab_size)
+        if blob is None:
+            return None
+        blockers[:] = [b for b in blockers if b.get("what") != "d2t"]
+        changes.append({"what": "d2t", "from": "a map that disagrees with t2d" + (" (%s)" % found.get("message")
+                                                                                 if found else ""),
+                        "to": "offsets nonzero(t2d)[i] - i (a rewritten copy of the weights)",
+                        "why": "d2t and t2d must name the same target ids (%s maps draft id i to i + d2t[i]); t2d marks "
+                               "exactly draft_vocab_size ids, in order, so its map is served to verify which is "
+                               "right" % adds})
+        return {"d2t": blob}
     if verdict not in ("direct_ids", "missing"):
         return None
     if verdict == "missing":

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from orchestrator.hypotheses.board import HypothesisBoard
 from orchestrator.lab.building.build import LabPaths, scenarios
+from orchestrator.session.answer import account_of
+from orchestrator.session.board_check import contradictions
 from orchestrator.session.reader import read_session
 
 FAULTS = {"wiring", "flags_override", "d2t_mapping", "lm_head_sharing", "wrong_algorithm", "layer_id_convention",
@@ -32,7 +34,8 @@ MUST_REFUTE = {
 def assert_names_the_planted_fault(scenario: str, directory: Path, lab: LabPaths) -> None:
     """What the flagship's session in ``directory`` must hold on the SGLang lab's ``scenario``: its planted fault
     confirmed and no other, the report naming the cause with its intervals and the fix a real host could serve."""
-    board = HypothesisBoard.from_events(read_session(directory).events)
+    session = read_session(directory)
+    board = HypothesisBoard.from_events(session.events)
     states = {hid: entry.state for hid, entry in board.entries.items()}
     must_confirm = set(scenarios(lab.root, lab.num_layers)[scenario].confirms)
     must_refute = MUST_REFUTE[scenario]
@@ -48,6 +51,17 @@ def assert_names_the_planted_fault(scenario: str, directory: Path, lab: LabPaths
 
     report = (directory / "report.md").read_text()
     verdict = report.split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    # the answer first, in one line, and a board that does not contradict itself (issue 61)
+    answer = account_of(session.events)
+    assert answer is not None, scenario
+    assert verdict.lstrip().startswith(f"**{answer.headline}**"), verdict[:400]
+    assert contradictions(session) == [], f"{scenario}: {contradictions(session)}"
+    if scenario == "healthy":
+        assert answer.status == "nothing_wrong", answer.headline
+    elif must_confirm:
+        assert answer.status in ("verified", "partly_verified", "found_not_servable"), answer.headline
+    else:
+        assert answer.status != "nothing_wrong", answer.headline
     if scenario == "shuffled-draft":  # nothing helps it, the server agrees: the verdict is about the draft
         assert states["draft_quality"] == "supported", states
         assert "**The draft: The draft does not predict this target" in verdict
@@ -57,8 +71,8 @@ def assert_names_the_planted_fault(scenario: str, directory: Path, lab: LabPaths
             title = board.entries[hid].hypothesis.title
             assert f"**Root cause: {title}** [`{hid}`]" in verdict
         assert "Decisive evidence (step s" in verdict
-    else:
-        assert "**No hypothesis confirmed.**" in verdict
+    else:  # the answer says what stands instead of "No hypothesis confirmed"
+        assert "**Nothing wrong" in verdict or "**Not explained yet" in verdict or "**Found" in verdict, verdict[:400]
     # the fix a real host could serve, derived from the evidence (draft_fix): the lab stands in for 0.5.12.post1,
     # which cannot capture the embedding output the embedding-first drafts were trained on
     if scenario in ("seed-wiring", "off-by-one"):

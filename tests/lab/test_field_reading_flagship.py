@@ -79,7 +79,7 @@ async def test_vllm_stand_in_finds_nothing_wrong_where_vllm_never_reads_the_fiel
     assert status == "ok"
     assert not {h for h, s in states.items() if s == "confirmed"} & FAULTS, states
     assert states["draft_field"] == "refuted", states
-    assert "**No hypothesis confirmed.**" in verdict_of(directory)
+    assert "**Nothing wrong" in verdict_of(directory)
 
 
 #: the issue-37 scenarios on both stand-ins: (scenario, engine) -> what the flagship confirms (the right answer per

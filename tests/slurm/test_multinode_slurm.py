@@ -46,7 +46,7 @@ def test_flagship_on_a_two_node_lab_server(cluster: SlurmCluster, lab_root: Path
     assert len({r["slurm_job"] for r in ranks}) == 1 and all(r["slurm_step_name"] for r in ranks)
     # the investigation itself: the healthy lab, no fault confirmed, the benchmarks ran against rank 0
     report = next((tmp_path / "sessions").glob("*/report.md")).read_text()
-    assert "**No hypothesis confirmed.**" in report, report[:3000]
+    assert "**Nothing wrong" in report, report[:3000]  # the account: speculation pays, the draft serves as offline
     assert "n1:" in report and "2 nodes: n1, n2" in report  # the report shows each as one server
     assert "accept 95% CI" in report
     # every rank stopped, the allocation released, nothing left

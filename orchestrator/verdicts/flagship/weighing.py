@@ -33,6 +33,15 @@ def checkpoint_finding_fix_recovers(ctx: RuleContext) -> Verdict | None:
     # a d2t lost on export leaves draft id i read as target id i: wrong only where the map was not the identity, so
     # a server that still accepts contradicts nothing (the lab's small vocabulary is mostly identity)
     partial = finding is not None and finding.details.get("verdict") == "missing"
+    blocker = next((b for b in ctx.draft_fix("fix").blockers if b.what == part), None)
+    if w["served_accepts"] and not partial and blocker is not None:
+        # the fix derivation still names this part: the finding stands (never ruled out beside it), and the server
+        # accepting something says only that the engine serves some other head, map or loader in its place
+        return Verdict("inconclusive", (
+            f"the finding stands (the fix derivation names {part}: {blocker.why}), though the server accepts "
+            f"{num(spec.accept_length)} {ci(spec.accept_length_ci)}, clearly above the {1 + ctx.margin} of a draft "
+            f"that accepts nothing: the engine serves something in its place, and what the fault costs is not measured "
+            f"(no copy with {part} mended could be served)"))
     if w["served_accepts"] and not partial:
         because = (f"contradicted by the server's measurement: served accept length {num(spec.accept_length)} "
                    f"{ci(spec.accept_length_ci)} is clearly above the {1 + ctx.margin} of a draft that accepts almost "
