@@ -217,7 +217,8 @@ class ConsoleSink:
         answer = account_of(self._record)
         if answer is not None:  # the answer is the last line: where a person looks
             style = ANSWER_STYLE[answer.status]
-            self.console.print(f"[bold {style}]■ verdict[/] {escape(answer.headline)}")
+            # one line however wide: a terminal wraps it for the eye, a pipe or a log keeps it whole for grep
+            self.console.print(f"[bold {style}]■ verdict[/] {escape(answer.headline)}", soft_wrap=True)
 
 
 class JsonLinesSink:

@@ -19,7 +19,7 @@ import importlib.metadata as metadata
 import importlib.util
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from remote_probes.eagle3.config import VARIANT_FLAGS
 from remote_probes.engine.thread_safe_ast import parse as parse_python
@@ -133,6 +133,55 @@ def scan_sglang(sys_path: Optional[List[str]] = None) -> Optional[Dict[str, Any]
     root = _locate(sys_path)
     if root is None:
         return None
+    return scan_sglang_root(root)
+
+
+def _first_line(root: str, folder: str, needle: str) -> Optional[Tuple[str, int, str]]:
+    """(file relative to ``root``, line, text) of the first line under ``folder`` holding ``needle``."""
+    where = os.path.join(root, folder)
+    for name in sorted(os.listdir(where)) if os.path.isdir(where) else []:
+        if not name.endswith(".py"):
+            continue
+        try:
+            with open(os.path.join(where, name), encoding="utf-8", errors="replace") as handle:
+                for number, line in enumerate(handle, 1):
+                    if needle in line:
+                        return os.path.join(folder, name), number, line.strip()
+        except OSError:
+            continue
+    return None
+
+
+def sglang_draft_refusal(root: str, architecture: str) -> Optional[Dict[str, Any]]:
+    """What the installed SGLang does at start with ``--speculative-algorithm EAGLE3`` and a draft whose
+    ``architectures[0]`` is ``architecture``, read from its source: None when it loads it as an EAGLE-3 draft; else
+    ``{"kind", "message", "file", "line", "text"}``, the error it raises and the line that raises it.
+
+    The loader picks the class by the architecture (srt/models/registry.py); an architecture it does not register is
+    refused there. A registered class that is not an EAGLE-3 draft (a base architecture such as LlamaForCausalLM:
+    sglang PR 33966) loads, the draft's own tensors skipped by name, and then the EAGLE worker reads the draft model's
+    ``hot_token_id``, which only the EAGLE-3 classes define: AttributeError at start."""
+    registry = scan_sglang_root(root)["architectures"]
+    module = registry.get(architecture)
+    if module is None:
+        cite = _first_line(root, os.path.join("srt", "models"), "are not supported for now")
+        return {"kind": "ValueError", "message": "Model architectures ['%s'] are not supported for now." % architecture,
+                "file": cite[0] if cite else None, "line": cite[1] if cite else None, "text": cite[2] if cite else None}
+    try:
+        with open(os.path.join(root, module), encoding="utf-8", errors="replace") as handle:
+            if "hot_token_id" in handle.read():
+                return None
+    except OSError:
+        return None
+    cite = _first_line(root, os.path.join("srt", "speculative"), "model.hot_token_id")
+    if cite is None:  # this version's worker does not read it: nothing to say it refuses
+        return None
+    return {"kind": "AttributeError", "message": "'%s' object has no attribute 'hot_token_id'" % architecture,
+            "file": cite[0], "line": cite[1], "text": cite[2]}
+
+
+def scan_sglang_root(root: str) -> Dict[str, Any]:
+    """The model registry of the SGLang package at ``root``."""
     models = os.path.join(root, "srt", "models")
     archs: Dict[str, str] = {}
     unresolved: List[str] = []

@@ -141,3 +141,19 @@ def test_d2t_offsets_become_target_ids_and_direct_ids_break_the_mapping(lab: Lab
     bad = models_for(lab, *spec_argv(lab.drafts["direct-d2t"]), "--lab-capture-layers", trained(lab))
     assert any("d2t" in note for note in bad.notes)
     assert clearly_below(run(bad), run(good))
+
+
+@pytest.mark.parametrize(("architecture", "said"), [
+    ("LlamaForCausalLM", r"AttributeError: 'LlamaForCausalLM' object has no attribute 'hot_token_id' "
+                         r"\(srt/speculative/eagle_worker.py:\d+: if self.draft_model_runner.model.hot_token_id"),
+    ("Eagle3DraftModel", r"ValueError: Model architectures \['Eagle3DraftModel'\] are not supported for now. "
+                         r"\(srt/models/registry.py:\d+"),
+])
+def test_a_draft_sglang_would_not_load_as_eagle3_is_refused_as_sglang_refuses_it(lab: LabPaths, variant, monkeypatch,
+                                                                                  architecture: str, said: str):
+    """Loader first (issue 61): a base architecture loads as a plain model and the EAGLE-3 worker then reads its
+    hot_token_id; another library's class is not registered. The stand-in read both from the tree on its path and
+    refuses at start, instead of serving the weights as an EAGLE-3 draft the engine never builds."""
+    monkeypatch.syspath_prepend(str(lab.site))  # the tree on the lab server's path (its PYTHONPATH)
+    with pytest.raises(StartupError, match=said):
+        models_for(lab, *spec_argv(variant("healthy", set={"architectures": [architecture]})))

@@ -195,6 +195,20 @@ class LabModelRunner:
         limit = limits_reading(str(root), "vllm")["limits"].get("model_type") or {}
         return tuple(limit.get("values") or ())
 
+    def _sglang_loader_check(self, config: dict[str, Any]) -> None:
+        """SGLang picks the draft's class by its architecture and its EAGLE worker then reads the class's
+        ``hot_token_id`` (remote_probes/engine/registry.py, read from the tree on the lab's path): a draft it refuses
+        there is refused here, in its words and at its line, instead of being served as if it were an EAGLE-3 draft."""
+        from remote_probes.engine.registry import sglang_draft_refusal
+        from remote_probes.engine.sglang_capture import find_sglang_root
+
+        root = find_sglang_root()
+        archs = config.get("architectures") or ["LlamaForCausalLM"]
+        said = sglang_draft_refusal(root, str(archs[0])) if root else None
+        if said is not None:
+            where = f" ({said['file']}:{said['line']}: {said['text']})" if said.get("file") else ""
+            raise StartupError(f"{said['kind']}: {said['message']}{where}", kind=str(said["kind"]))
+
     def _load_draft(self) -> None:
         from orchestrator.lab.stand_in.field_fidelity import refused as refused_value
         from orchestrator.lab.stand_in.field_fidelity import unmodelled
@@ -210,6 +224,8 @@ class LabModelRunner:
         algorithm = "EAGLE3" if args.speculative_algorithm == "EAGLE3" else "EAGLE"  # is_eagle3() or not
         try:
             config, state, notes = read_state_dict(str(args.speculative_draft_model_path))
+            if args.engine != "vllm" and algorithm == "EAGLE3":
+                self._sglang_loader_check(config)
             says = refused_value(flat_config(config), self._mtp_model_types())
             if says is not None:  # the engine's own refusal at start, in its words
                 raise StartupError(says, kind="ValueError")
