@@ -12,7 +12,14 @@ from typing import Any
 from rich.console import Console
 
 from orchestrator.console import ConsoleSink
-from orchestrator.events import Event, HostOutcome, HypothesisUpdated, SessionFinished, SessionStarted, StepFinished
+from orchestrator.events import (
+    Event,
+    HostOutcome,
+    HypothesisUpdated,
+    SessionFinished,
+    SessionStarted,
+    StepFinished,
+)
 from orchestrator.session.board_check import contradictions, contradictions_section
 from orchestrator.session.document import Para
 from orchestrator.session.reader import LoadedSession
