@@ -54,7 +54,9 @@ def inventory_for(engine: str, name: str, work: Path, host_dir: str | None) -> P
 def decided_by(board: HypothesisBoard, hid: str, steps: dict[str, str]) -> str:
     entry = board.entries.get(hid)
     event = next((h for h in (entry.history if entry else []) if h.state == "confirmed"), None)
-    return steps.get(event.step_id or "", event.rule or "?") if event else "-"
+    if event is None:
+        return "-"
+    return f"{event.rule or 'rule'} ({steps.get(event.step_id or '', '?')})"
 
 
 def main() -> None:
@@ -81,9 +83,15 @@ def main() -> None:
             confirmed = sorted(h for h, e in board.entries.items() if e.state == "confirmed" and h in FAULTS)
             verdict = json.loads((directory / "verdict.json").read_text()) if (directory / "verdict.json").exists() \
                 else {"status": f"none (exit {done.returncode})"}
-            answer = PLANTED[name].answer
-            right = (answer in confirmed and verdict["status"] in ("verified", "found_not_servable")) \
-                if answer else (not confirmed and verdict["status"] == "nothing_wrong")
+            fault = PLANTED[name]
+            answer = fault.answer
+            if answer is None:
+                right = not confirmed and verdict["status"] == "nothing_wrong"
+            elif fault.servable:
+                right = answer in confirmed and verdict["status"] in ("verified", "found_not_servable")
+            else:  # found and named, with no copy to serve: re-export
+                right = board.entries[answer].state in ("supported", "confirmed") \
+                    and verdict["status"] == "found_not_servable"
             mechanism = "; ".join(decided_by(board, h, steps) for h in confirmed) or "the account's ladder"
             print(f"| {name} | {args.engine} | {answer or 'nothing wrong'} | {', '.join(confirmed) or '-'} "
                   f"| {verdict['status']} ({'right' if right else 'WRONG'}) | {mechanism} "

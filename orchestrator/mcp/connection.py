@@ -163,6 +163,9 @@ class McpConnection:
                                                       pattern=pattern, context=context, host=host,
                                                       timeout=self._timeout(timeout, "read_source"))
             out = self.outcome(finished)
+            if out["status"] != "ok":  # recorded as the step it was; the assistant gets a tool error, not a quiet result
+                raise UserInputError(f"read_source failed on {out['host']}: "
+                                     f"{out['error'] or out['result'].get('error') or out['status']}")
             return models.ReadSourceResult(**out, package=package, version=out["result"].get("version"),
                                            text=str(out["result"].get("text") or ""))
         return await self._guard(work())

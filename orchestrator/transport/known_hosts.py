@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 from asyncssh.public_key import get_certificate_algs, get_public_key_algs
 
 from orchestrator.errors import HostKeyError, HostUnreachable
+from orchestrator.transport.asyncssh_quiet import asyncssh
 from orchestrator.transport.spec import ConnectionSpec
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"

@@ -29,11 +29,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import asyncssh
-
 from orchestrator.debuglog import clip
 from orchestrator.errors import HostUnreachable, TransportError
 from orchestrator.transport.agent import LINE_LIMIT, AgentChannel
+from orchestrator.transport.asyncssh_quiet import asyncssh
 from orchestrator.transport.base import (
     Command,
     OutputCallback,

@@ -37,6 +37,7 @@ on stdin with the other arguments, so they never appear on a command line.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -283,6 +284,14 @@ class Unauthorized(Exception):
     """A 401/403 answer: every other request would get the same, so the bench stops with this message."""
 
 
+def output_digest(text: Any) -> Optional[str]:
+    """A short digest of a request's output text: greedy outputs with and without speculation must be equal (a
+    lossless engine), and the digests tell so without keeping the texts in the session."""
+    if not isinstance(text, str):
+        return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 def _one_request(url: str, prompt: str, params: Dict[str, Any], stream: bool, timeout: float,
                  stat_keys: Dict[str, str], api_key: Optional[str] = None, model: Optional[str] = None) -> Dict[str, Any]:
     if model is not None:
@@ -303,7 +312,9 @@ def _one_request(url: str, prompt: str, params: Dict[str, Any], stream: bool, ti
     if isinstance(final, list):
         final = final[0]
     meta = (final or {}).get("meta_info", {}) or {}
-    row: Dict[str, Any] = {"latency": latency, "ttft": ttft, "completion_tokens": int(meta.get("completion_tokens") or 0),
+    text = (final or {}).get("text") if isinstance(final, dict) else None  # cumulative in SGLang's stream too
+    row: Dict[str, Any] = {"latency": latency, "ttft": ttft, "output_sha": output_digest(text),
+                           "completion_tokens": int(meta.get("completion_tokens") or 0),
            "prompt_tokens": int(meta.get("prompt_tokens") or 0),
            "accept_length": _number(meta.get(stat_keys["accept_length"])),
            "verify_ct": _number(meta.get(stat_keys["verify_ct"])),
@@ -360,21 +371,24 @@ def _one_completion(url: str, prompt: str, params: Dict[str, Any], stream: bool,
     started = time.monotonic()
     ttft, finish = None, None
     usage: Dict[str, Any] = {}
+    pieces: List[str] = []
     with _open(req, url, timeout, api_key) as resp:
         if not stream:
             doc = json.loads(resp.read().decode())
             usage = doc.get("usage") or {}
             finish = ((doc.get("choices") or [{}])[0]).get("finish_reason")
+            pieces.append(str(((doc.get("choices") or [{}])[0]).get("text") or ""))
         else:
             for chunk in _sse_chunks(resp):
                 choice = (chunk.get("choices") or [None])[0]
                 if choice is not None:
                     if ttft is None and choice.get("text"):
                         ttft = time.monotonic() - started
+                    pieces.append(str(choice.get("text") or ""))
                     finish = choice.get("finish_reason") or finish
                 if chunk.get("usage"):
                     usage = chunk["usage"]
-    return {"latency": time.monotonic() - started, "ttft": ttft,
+    return {"latency": time.monotonic() - started, "ttft": ttft, "output_sha": output_digest("".join(pieces)),
             "completion_tokens": int(usage.get("completion_tokens") or 0),
             "prompt_tokens": int(usage.get("prompt_tokens") or 0), "accept_length": None, "verify_ct": None,
             "finish": _finish(finish)}

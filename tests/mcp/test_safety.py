@@ -66,6 +66,7 @@ async def test_secrets_policy_bad_arguments_and_progress(tmp_path: Path) -> None
         # bad arguments: tool errors naming the problem; the server keeps serving
         for tool, arguments, expected in [
             ("read_source", {"context": "many"}, "context"),
+            ("read_source", {"package": "no_such_package_here", "file": "x.py", "address": "1,2"}, "read_source failed"),
             ("exec", {}, "give `command`"),
             ("exec", {"command": "ls", "argv": ["ls"]}, "not both"),
             ("hypothesis_verdict", {"hypothesis_id": "nope", "state": "refuted", "because": "x"}, "unknown hypothesis"),

@@ -103,3 +103,18 @@ def test_nothing_wrong_never_stands_beside_a_gap_or_a_finding(spec_tok: float, b
         assert not any(s in ("supported", "confirmed") for h, s in states.items() if h != "serving_difference")
     if answer.symptom_stands:
         assert answer.status != "nothing_wrong"
+
+
+def test_a_greedy_output_that_speculation_changes_is_the_first_finding() -> None:
+    def rows(shas: list[str]) -> list[dict[str, Any]]:
+        return [{"output_sha": sha, "prompt_tokens": 10 + i, "completion_tokens": 64, "latency": 1.0}
+                for i, sha in enumerate(shas)]
+
+    same = run({}, spec={**bench(140, 3.9), "per_request": rows(["a", "b", "c"])},
+               base={**bench(90, 1.0, 0), "per_request": rows(["a", "b", "c"])}, dt=draft_test(3.4))
+    assert same.rungs[0].name == "lossless" and same.rungs[0].state == "holds" and same.status == "nothing_wrong"
+    changed = run({}, spec={**bench(140, 3.9), "per_request": rows(["a", "x", "c"])},
+                  base={**bench(90, 1.0, 0), "per_request": rows(["a", "b", "c"])}, dt=draft_test(3.4))
+    assert changed.rungs[0].state == "gap" and changed.status == "not_explained"
+    assert changed.headline.startswith("Not explained yet: speculation changed the greedy output of 1 of 3 requests "
+                                       "(the first: request 1)"), changed.headline

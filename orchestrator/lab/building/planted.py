@@ -27,6 +27,8 @@ class PlantedFault:
     source: str  # where the fault comes from in public reports
     #: the hypothesis whose verified fix is the right answer (None: nothing is wrong, the engine ignores the edit)
     answer: str | None
+    #: whether a copy this engine can serve mends it (False: the answer is "found, no servable fix": re-export)
+    servable: bool = True
     tensors: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     config: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
@@ -58,7 +60,8 @@ PLANTED: dict[str, PlantedFault] = {
         "offsets, some converters ids)", "d2t_mapping", tensors=_d2t_plus1),
     "zero-norm": PlantedFault(
         "midlayer.hidden_norm.weight all zeros", "a parameter an FSDP/ZeRO-3 export never gathered (saved as its "
-        "empty local shard or its init)", "draft_field", tensors=_zero_norm),
+        "empty local shard or its init): nothing trained is left to serve, so re-export", "draft_field", servable=False,
+        tensors=_zero_norm),
     "initializer-range": PlantedFault(
         "initializer_range 0.5 in the draft's config", "a config field copied from another run; no engine reads it "
         "when loading trained weights: nothing is wrong", None,

@@ -1,6 +1,7 @@
 """The symptom as a whole, accounted for: the flagship's answer in one line.
 
-The symptom is a ladder of numbers, each rung on 95% intervals:
+The symptom is a ladder of numbers, each rung on 95% intervals, after one check of correctness (greedy outputs with
+speculation equal to those without, request by request: a difference is the first finding):
 
 1. speed: speculation's tok/s against none (paired by request where the benchmarks pair);
 2. served against offline: the served accept length against what this draft reaches offline on the target's own
@@ -99,6 +100,27 @@ def _bounds(interval: Any) -> tuple[float, float] | None:
     return None
 
 
+def _lossless(spec: Bench, base: Bench) -> Rung | None:
+    """Greedy outputs with speculation against without, request by request (the bench's output digests, same prompt
+    in the same place): speculation must not change what a greedy request returns, so a difference is the first
+    finding, before any speed figure. None where the benchmarks carry no digests (an older session)."""
+    mine, theirs = spec.raw.get("per_request"), base.raw.get("per_request")
+    if not isinstance(mine, list) or not isinstance(theirs, list) or len(mine) != len(theirs):
+        return None
+    pairs = [(i, a.get("output_sha"), b.get("output_sha")) for i, (a, b) in enumerate(zip(mine, theirs, strict=True))
+             if isinstance(a, dict) and isinstance(b, dict) and a.get("prompt_tokens") == b.get("prompt_tokens")]
+    compared = [(i, a, b) for i, a, b in pairs if a and b]
+    if not compared:
+        return None
+    differ = [i for i, a, b in compared if a != b]
+    if differ:
+        return Rung(name="lossless", state="gap", text=(
+            f"speculation changed the greedy output of {len(differ)} of {len(compared)} requests (the first: request "
+            f"{differ[0]}): a correctness fault, before any speed figure"))
+    return Rung(name="lossless", state="holds",
+                text=f"greedy outputs equal with and without speculation ({len(compared)} requests)")
+
+
 def _speed(after: Bench, before: Bench) -> dict[str, Any]:
     """speed_against with a ratio also where only the marginal figures exist."""
     out = speed_against(after.raw, before.raw)
@@ -123,6 +145,9 @@ def _rungs(ctx: RuleContext) -> tuple[list[Rung], dict[str, Any]]:
     if not ctx.server("spec_srv").ok or spec.served_nothing:
         rungs.append(Rung(name="serves", state="gap", text="the server does not serve the candidate configuration"))
     elif spec.ok and base.ok:
+        lossless = _lossless(spec, base)
+        if lossless is not None:
+            rungs.append(lossless)
         speed = _speed(spec, base)
         decision = speed.get("decision")
         text = _speed_text(speed, spec, base, "speculation")
