@@ -96,7 +96,7 @@ def main() -> None:
             print(f"| {name} | {args.engine} | {answer or 'nothing wrong'} | {', '.join(confirmed) or '-'} "
                   f"| {verdict['status']} ({'right' if right else 'WRONG'}) | {mechanism} "
                   f"| {len(contradictions(session))} | {seconds:.0f} |", flush=True)
-            print(f"  last line: {done.stdout.rstrip().splitlines()[-1][:400] if done.stdout.strip() else done.stderr[-400:]}",
+            print(f"  last line: {done.stdout.rstrip().splitlines()[-1][:900] if done.stdout.strip() else done.stderr[-400:]}",
                   file=sys.stderr, flush=True)
 
 
