@@ -81,3 +81,17 @@ def d2t_as_offsets(draft_dir: str, vocab: Optional[int]) -> Tuple[Optional[bytes
         return None, "d2t does not hold distinct target ids inside the vocabulary: its offsets cannot be derived"
     offsets = [v - i for i, v in enumerate(values)]
     return struct.pack("<%d%s" % (len(offsets), INT_CODES[dtype]), *offsets), ""
+
+
+def d2t_from_disagreeing_t2d(draft_dir: str, draft_vocab_size: Optional[int]) -> Tuple[Optional[bytes], str]:
+    """t2d's map as d2t offsets (``d2t_from_t2d``), only where it differs from the checkpoint's d2t: a copy that
+    changes nothing would verify nothing."""
+    blob, why = d2t_from_t2d(draft_dir, draft_vocab_size)
+    if blob is None:
+        return None, why
+    values, dtype, why = _read_named(draft_dir, ("d2t", "model.d2t"), INT_CODES)
+    if values is not None and dtype is not None:
+        derived = list(struct.unpack("<%dq" % (len(blob) // 8), blob))
+        if derived == list(values):
+            return None, "d2t already holds t2d's map"
+    return blob, ""

@@ -49,7 +49,7 @@ from remote_probes.eagle3.wiring import default_wiring, nested_ids, top_level_id
 from remote_probes.engine.registry import installed_version
 from remote_probes.engine.sglang_capture import capture_rules, find_sglang_root, servable_ids
 from remote_probes.engine.target_capture import target_loop
-from remote_probes.fixes.d2t import d2t_as_offsets, d2t_from_t2d
+from remote_probes.fixes.d2t import d2t_as_offsets, d2t_from_disagreeing_t2d, d2t_from_t2d
 from remote_probes.fixes.fields import field_fixes, field_renames
 from remote_probes.fixes.nonfinite import mend_nonfinite
 from remote_probes.fixes.parts import part_fixes, tensor_names, write_added, write_without
@@ -315,7 +315,7 @@ def _mend_d2t(draft: str, findings: List[Dict[str, Any]], vocab: Any, changes: L
     if verdict not in ("direct_ids", "missing") and (found is not None or disagrees):
         # the two maps disagree (a d2t shifted, permuted or out of the vocabulary beside a t2d that names exactly the
         # draft vocabulary): t2d's map is served in a copy, and the served fix says which one was right
-        blob, why = d2t_from_t2d(draft, draft_vocab_size)
+        blob, why = d2t_from_disagreeing_t2d(draft, draft_vocab_size)
         if blob is None:
             return None
         blockers[:] = [b for b in blockers if b.get("what") != "d2t"]

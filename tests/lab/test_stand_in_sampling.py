@@ -198,7 +198,11 @@ def test_vllm_cpus_expand_kernel_leaves_a_float_or_int32_output_unwritten(vllm_h
     import subprocess
 
     script = (
-        "import json, torch, vllm._C\n"
+        "import json, torch\n"
+        # the kernels as vLLM loads them on this CPU: _C needs AVX-512 with bf16 (SIGILL on an AVX2 EPYC), else
+        # _C_AVX512 or _C_AVX2 (vllm/platforms/cpu.py import_kernels)
+        "from vllm.platforms import current_platform\n"
+        "current_platform.import_kernels()\n"
         "from vllm.utils import cpu_triton_utils as cpu_tl\n"
         "cu = torch.tensor([3, 7], dtype=torch.int32)\n"
         "out = {}\n"

@@ -11,8 +11,8 @@ speculation equal to those without, request by request: a difference is the firs
 4. the ceiling itself: a vocabulary or map that cannot express the target's greedy tokens.
 
 A rung that does not hold is a gap to explain. Every hypothesis the board weighed is then told by what it explains:
-a confirmed root cause explains the gap its verified fix closed (all of it when the fixed server beats no
-speculation, else part); a supported finding whose served fix recovered nothing explains nothing; one never served
+a confirmed root cause explains the gap its verified fix closed (all of it when the fixed server is at least as
+fast as no speculation within intervals, else part); a supported finding whose served fix recovered nothing explains nothing; one never served
 is untested. The status follows, and "nothing wrong" is only ever said where no rung shows a gap.
 
 ``account(ctx, titles)`` reads the registered results (``spec``, ``base``, ``fixed``, ``dt``, ``fix``) and the
@@ -230,7 +230,9 @@ def account(ctx: RuleContext, titles: Mapping[str, str],
     rungs, speed = _rungs(ctx)
     fixed, base = ctx.bench("fixed"), ctx.bench("base")
     fixed_speed = _speed(fixed, base) if fixed.ok and base.ok else {}
-    fixed_faster = fixed_speed.get("decision") == "faster" if fixed_speed else None
+    # the symptom is gone with the fix where the fixed server is at least as fast as none within intervals: the
+    # ladder's own rule for the speed rung, applied to the fix
+    fixed_faster = fixed_speed.get("decision") in ("faster", "undecided") if fixed_speed else None
     explanations = _explanations(ctx, titles, fixed_faster)
     confirmed = [e for e in explanations if e.state == "confirmed"]
     supported = [e for e in explanations if e.state == "supported"]
