@@ -21,10 +21,10 @@ shape and size) or None with the reason it cannot be derived; ``d2t_from_t2d(dra
 
 from __future__ import annotations
 
-import json
-import os
 import struct
 from typing import Dict, Optional, Tuple
+
+from remote_probes.fixes.parts import raw_tensor
 
 #: safetensors integer dtypes d2t is stored in, as struct codes (little-endian)
 INT_CODES = {"I64": "q", "I32": "i"}
@@ -37,26 +37,14 @@ MASK_CODES = {"BOOL": "B", "U8": "B", "I64": "q", "I32": "i"}
 def _read_named(draft_dir: str, names: Tuple[str, ...], codes: Dict[str, str]) -> Tuple[Optional[list], Optional[str], str]:
     """(values, dtype, why) of the first tensor named in ``names`` (with or without ``model.``), read without torch,
     when its dtype is one of ``codes`` (safetensors dtype -> struct code)."""
-    for fname in sorted(os.listdir(draft_dir)):
-        if not fname.endswith(".safetensors"):
-            continue
-        with open(os.path.join(draft_dir, fname), "rb") as fh:
-            size = struct.unpack("<Q", fh.read(8))[0]
-            header = json.loads(fh.read(size))
-            name = next((n for n in names if n in header), None)
-            if name is None:
-                continue
-            meta = header[name]
-            code = codes.get(meta.get("dtype"))
-            if code is None:
-                return None, meta.get("dtype"), "%s has dtype %s, which this probe does not read" % (
-                    name, meta.get("dtype"))
-            begin, end = meta["data_offsets"]
-            fh.seek(8 + size + begin)
-            raw = fh.read(end - begin)
-            count = len(raw) // struct.calcsize("<" + code)
-            return list(struct.unpack("<%d%s" % (count, code), raw)), meta.get("dtype"), ""
-    return None, None, "no %s tensor in the draft's weights" % names[0]
+    raw, dtype, name = raw_tensor(draft_dir, names)
+    if raw is None:
+        return None, None, "no %s tensor in the draft's weights" % names[0]
+    code = codes.get(str(dtype))
+    if code is None:
+        return None, dtype, "%s has dtype %s, which this probe does not read" % (name, dtype)
+    count = len(raw) // struct.calcsize("<" + code)
+    return list(struct.unpack("<%d%s" % (count, code), raw)), dtype, ""
 
 
 def d2t_from_t2d(draft_dir: str, draft_vocab_size: Optional[int]) -> Tuple[Optional[bytes], str]:

@@ -14,34 +14,15 @@ Public API: ``mend_nonfinite(draft_dir, findings, changes, blockers) -> {tensor 
 
 from __future__ import annotations
 
-import json
-import os
-import struct
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List
 
 from remote_probes.checks.tensor_values import SCANNED, nonfinite_positions
 from remote_probes.draft_reading.field_findings import SUMMARY_ID
+from remote_probes.fixes.parts import raw_tensor
 
 #: the share of a tensor's elements a mended copy may set to 0 and still be the trained tensor (a few lost values)
 MEND_AT_MOST = 0.01
 _SIZE = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8}
-
-
-def _raw_tensor(draft_dir: str, name: str) -> Tuple[Optional[bytes], Optional[str]]:
-    """(raw bytes, dtype) of the tensor ``name`` (with or without ``model.``) in the draft's safetensors files."""
-    for fname in sorted(os.listdir(draft_dir)):
-        if not fname.endswith(".safetensors"):
-            continue
-        with open(os.path.join(draft_dir, fname), "rb") as fh:
-            size = struct.unpack("<Q", fh.read(8))[0]
-            header = json.loads(fh.read(size))
-            key = next((k for k in (name, "model." + name) if k in header), None)
-            if key is None:
-                continue
-            begin, end = header[key]["data_offsets"]
-            fh.seek(8 + size + begin)
-            return fh.read(end - begin), header[key].get("dtype")
-    return None, None
 
 
 def _value_findings(findings: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -69,7 +50,7 @@ def mend_nonfinite(draft_dir: str, findings: List[Dict[str, Any]], changes: List
         if not bad:  # all zeros: nothing trained left to serve
             blockers.append({"what": "tensor %s" % name, "why": str(f.get("message")), "remedies": [remedy]})
             continue
-        raw, dtype = _raw_tensor(draft_dir, name)
+        raw, dtype, _ = raw_tensor(draft_dir, (name, "model." + name))
         positions = (nonfinite_positions(raw, dtype, int(elements * MEND_AT_MOST))
                      if raw is not None and dtype in SCANNED else None)
         if raw is None or dtype not in _SIZE or positions is None:

@@ -10,7 +10,8 @@ the target's (llama.py set_embed), a head, a final norm or a d2t map is re-expor
 
 Public API: ``part_fixes(parts, config, target_config, engine, name) -> dict`` and
 ``write_without(src_dir, dest_dir, drop, replace) -> list[str]`` (safetensors files rewritten without the dropped
-tensors, with the replaced ones' bytes).
+tensors, with the replaced ones' bytes), ``raw_tensor(src_dir, names) -> (bytes, dtype, name)`` (one tensor's bytes,
+read without torch: the d2t and non-finite fixes read theirs with it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from remote_probes.eagle3.config import with_flag_off
 
@@ -83,6 +84,24 @@ def _canonical(name: str) -> str:
 
 
 ADDED_FILE = "orchestrator-added.safetensors"
+
+
+def raw_tensor(src_dir: str, names: Tuple[str, ...]) -> Tuple[Optional[bytes], Optional[str], Optional[str]]:
+    """(raw bytes, dtype, the name found) of the first tensor named in ``names`` in the directory's safetensors
+    files, read without torch; (None, None, None) when none holds it."""
+    for fname in sorted(os.listdir(src_dir)):
+        if not fname.endswith(".safetensors"):
+            continue
+        with open(os.path.join(src_dir, fname), "rb") as fh:
+            size = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(size))
+            name = next((n for n in names if n in header), None)
+            if name is None:
+                continue
+            begin, end = header[name]["data_offsets"]
+            fh.seek(8 + size + begin)
+            return fh.read(end - begin), header[name].get("dtype"), name
+    return None, None, None
 
 
 def tensor_names(src_dir: str) -> set:
